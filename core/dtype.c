@@ -1,0 +1,23 @@
+/* Sizes and names of element types. */
+#include "dtype.h"
+
+#include "status.h"
+
+size_t usp_dtype_size(usp_dtype dtype)
+{
+    static const size_t sizes[USP_DTYPE_COUNT] = {
+        [USP_F32] = 4, [USP_F64] = 8, [USP_I64] = 8, [USP_BF16] = 2, [USP_U8] = 1,
+    };
+    USP_ASSERT(dtype >= 0 && dtype < USP_DTYPE_COUNT, "dtype %d", (int)dtype);
+    return sizes[dtype];
+}
+
+const char *usp_dtype_name(usp_dtype dtype)
+{
+    static const char *names[USP_DTYPE_COUNT] = {
+        [USP_F32] = "f32", [USP_F64] = "f64", [USP_I64] = "i64", [USP_BF16] = "bf16", [USP_U8] = "u8",
+    };
+    if (dtype < 0 || dtype >= USP_DTYPE_COUNT)
+        return "?";
+    return names[dtype];
+}

@@ -1,0 +1,22 @@
+/* Element types of buffers and collectives. */
+#ifndef USP_DTYPE_H
+#define USP_DTYPE_H
+
+#include <stddef.h>
+
+typedef enum usp_dtype {
+    USP_F32 = 0,
+    USP_F64,
+    USP_I64,
+    USP_BF16,
+    USP_U8,
+    USP_DTYPE_COUNT
+} usp_dtype;
+
+/* Bytes per element. */
+size_t usp_dtype_size(usp_dtype dtype);
+
+/* Lower-case name ("f32", "bf16", ...). */
+const char *usp_dtype_name(usp_dtype dtype);
+
+#endif

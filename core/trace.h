@@ -1,0 +1,62 @@
+/* Trace events: one per completed communication call on every rank.
+ *
+ * Kept in memory in the order calls complete (deterministic in the
+ * simulator), written out as plain text here; the viz module turns the same
+ * events into Chrome trace JSON and Graphviz diagrams. */
+#ifndef USP_TRACE_H
+#define USP_TRACE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/status.h"
+
+typedef struct usp_trace usp_trace_t;
+
+typedef struct usp_trace_peer {
+    int peer;       /* world rank */
+    uint64_t bytes; /* sent to it */
+} usp_trace_peer;
+
+typedef struct usp_trace_event {
+    int rank;             /* world rank */
+    int group;            /* index of the group's name (usp_trace_group_name) */
+    int kind;             /* usp_comm_kind */
+    uint64_t seq;         /* 1-based index of the call on that group, on that rank */
+    const char *file;     /* call site */
+    int line;
+    double t_post, t_start, t_end; /* virtual seconds (sim) */
+    uint64_t bytes_sent;  /* sum over peers */
+    size_t first_peer, n_peers; /* the event's peers in the trace's peer table */
+} usp_trace_event;
+
+/* A new, empty trace. */
+usp_status usp_trace_create(usp_trace_t **out);
+
+/* Frees the trace (NULL is a no-op). */
+void usp_trace_destroy(usp_trace_t *t);
+
+/* Index of `name` among the trace's group names (added if new), or -1 out of memory. */
+int usp_trace_intern_group(usp_trace_t *t, const char *name);
+
+/* The group name with index `group`. */
+const char *usp_trace_group_name(const usp_trace_t *t, int group);
+
+/* Appends an event and its peers (event->first_peer and n_peers are set here). */
+usp_status usp_trace_record(usp_trace_t *t, const usp_trace_event *event, const usp_trace_peer *peers,
+                            size_t n_peers);
+
+/* Number of events, and event i. */
+size_t usp_trace_count(const usp_trace_t *t);
+const usp_trace_event *usp_trace_at(const usp_trace_t *t, size_t i);
+
+/* The peers of an event. */
+const usp_trace_peer *usp_trace_peers(const usp_trace_t *t, const usp_trace_event *event);
+
+/* Total bytes `rank` sent over all events. */
+uint64_t usp_trace_bytes_sent(const usp_trace_t *t, int rank);
+
+/* Writes one line per event to `path` (temporary name, then renamed). */
+usp_status usp_trace_write_text(const usp_trace_t *t, const char *path);
+
+#endif

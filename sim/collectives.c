@@ -1,0 +1,241 @@
+/* Data movement of matched collectives and transfers in the simulator.
+ *
+ * All ranks live in one address space, so a collective is a set of copies
+ * from the senders' buffers to the receivers'. Before anything moves, every
+ * buffer is checked to lie inside memory its rank allocated through its own
+ * backend: ranks share no memory, and a buffer too small for the count is an
+ * error here rather than a silent overwrite. Reductions run in rank order,
+ * so every rank gets the same bits, run after run. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "sim/sim_internal.h"
+
+#define PARALLEL_BYTES ((size_t)1 << 20) /* below this, threads cost more than they give */
+#define REDUCE_CHUNK 16384               /* elements reduced per task */
+
+void sim_describe_op(usp_strbuf *b, const usp_comm_op *op)
+{
+    usp_strbuf_printf(b, "%s(", usp_comm_kind_name(op->kind));
+    switch (op->kind) {
+    case USP_OP_ALL_TO_ALL_V:
+        usp_strbuf_printf(b, "%s, send_counts=[...])", usp_dtype_name(op->dtype));
+        return;
+    case USP_OP_BARRIER:
+        usp_strbuf_printf(b, ")");
+        return;
+    case USP_OP_SPLIT:
+        usp_strbuf_printf(b, "color=%d, key=%d)", op->color, op->key);
+        return;
+    case USP_OP_RECV:
+        usp_strbuf_printf(b, "count=%zu, %s, from=%d)", op->recv_count, usp_dtype_name(op->dtype), op->peer);
+        return;
+    case USP_OP_SEND:
+        usp_strbuf_printf(b, "count=%zu, %s, to=%d)", op->count, usp_dtype_name(op->dtype), op->peer);
+        return;
+    case USP_OP_SENDRECV:
+        usp_strbuf_printf(b, "send=%zu to %d, recv=%zu from %d, %s)", op->count, op->peer, op->recv_count,
+                          op->recv_peer, usp_dtype_name(op->dtype));
+        return;
+    default:
+        break;
+    }
+    usp_strbuf_printf(b, "count=%zu, %s", op->count, usp_dtype_name(op->dtype));
+    if (op->kind == USP_OP_ALL_REDUCE || op->kind == USP_OP_REDUCE_SCATTER)
+        usp_strbuf_printf(b, ", %s", usp_reduce_op_name(op->reduce));
+    if (op->kind == USP_OP_BROADCAST)
+        usp_strbuf_printf(b, ", root=%d", op->root);
+    usp_strbuf_printf(b, ")");
+}
+
+static size_t extent_v(const size_t *counts, const size_t *offsets, int n)
+{
+    size_t end = 0;
+    for (int j = 0; j < n; j++)
+        if (counts[j] && offsets[j] + counts[j] > end)
+            end = offsets[j] + counts[j];
+    return end;
+}
+
+/* Bytes of send and recv buffer the op touches on member `i` of a group of `n`. */
+static void buffer_extents(const usp_comm_op *op, int i, int n, size_t *send, size_t *recv)
+{
+    size_t es = usp_dtype_size(op->dtype), c = op->count * es;
+    *send = *recv = 0;
+    switch (op->kind) {
+    case USP_OP_ALL_TO_ALL: *send = *recv = (size_t)n * c; break;
+    case USP_OP_ALL_TO_ALL_V:
+        *send = extent_v(op->send_counts, op->send_offsets, n) * es;
+        *recv = extent_v(op->recv_counts, op->recv_offsets, n) * es;
+        break;
+    case USP_OP_ALL_GATHER: *send = c, *recv = (size_t)n * c; break;
+    case USP_OP_REDUCE_SCATTER: *send = (size_t)n * c, *recv = c; break;
+    case USP_OP_ALL_REDUCE: *send = *recv = c; break;
+    case USP_OP_BROADCAST: *send = i == op->root ? c : 0, *recv = c; break;
+    case USP_OP_SEND: *send = c; break;
+    case USP_OP_RECV: *recv = op->recv_count * es; break;
+    case USP_OP_SENDRECV: *send = c, *recv = op->recv_count * es; break;
+    default: break;
+    }
+}
+
+static usp_status check_buffer(const sim_rank *r, const usp_comm_op *op, const char *which, const void *p,
+                               size_t bytes)
+{
+    if (bytes == 0 || usp_backend_owns(r->backend, p, bytes))
+        return USP_OK;
+    return usp_error(USP_ERR_RUNTIME,
+                     "rank %d passed a %s buffer of %zu bytes to %s at %s:%d that is not inside one buffer "
+                     "it allocated through its backend (too small for the count, or not its own: ranks "
+                     "share no memory)", r->id, which, bytes, usp_comm_kind_name(op->kind), op->site.file,
+                     op->site.line);
+}
+
+static usp_status check_buffers(const sim_rank *r, const usp_comm_op *op, int i, int n)
+{
+    size_t send, recv;
+    buffer_extents(op, i, n, &send, &recv);
+    USP_CHECK(check_buffer(r, op, "send", op->send, send));
+    USP_CHECK(check_buffer(r, op, "receive", op->recv, recv));
+    int in_place_ok = op->kind == USP_OP_ALL_REDUCE || op->kind == USP_OP_BROADCAST;
+    uintptr_t s = (uintptr_t)op->send, d = (uintptr_t)op->recv;
+    if (send && recv && !(in_place_ok && s == d) && s < d + recv && d < s + send)
+        return usp_error(USP_ERR_RUNTIME, "rank %d: %s at %s:%d with overlapping send and receive buffers",
+                         r->id, usp_comm_kind_name(op->kind), op->site.file, op->site.line);
+    return USP_OK;
+}
+
+#define REDUCE_LOOP(T, acc, src, n, op)                                       \
+    do {                                                                      \
+        T *a_ = (T *)(acc);                                                   \
+        const T *s_ = (const T *)(src);                                       \
+        if ((op) == USP_REDUCE_SUM)                                           \
+            for (size_t k_ = 0; k_ < (n); k_++) a_[k_] += s_[k_];             \
+        else                                                                  \
+            for (size_t k_ = 0; k_ < (n); k_++) a_[k_] = s_[k_] > a_[k_] ? s_[k_] : a_[k_]; \
+    } while (0)
+
+static void reduce_into(void *acc, const void *src, size_t n, usp_dtype dtype, usp_reduce_op op)
+{
+    switch (dtype) {
+    case USP_F32: REDUCE_LOOP(float, acc, src, n, op); break;
+    case USP_F64: REDUCE_LOOP(double, acc, src, n, op); break;
+    case USP_I64: REDUCE_LOOP(int64_t, acc, src, n, op); break;
+    default: USP_ASSERT(0, "reduction over %s", usp_dtype_name(dtype));
+    }
+}
+
+/* Elements [first, first+n) of the reduction of the members' send buffers
+ * (each read at element offset `src_at`), written to every member's recv at
+ * element offset `dst_at` (all members for all_reduce, one for reduce_scatter). */
+static void reduce_chunk(usp_comm_op **ops, int size, size_t src_at, size_t n, int dst_member, size_t dst_at,
+                         void *scratch)
+{
+    const usp_comm_op *op0 = ops[0];
+    size_t es = usp_dtype_size(op0->dtype);
+    memcpy(scratch, (const char *)ops[0]->send + src_at * es, n * es);
+    for (int r = 1; r < size; r++)
+        reduce_into(scratch, (const char *)ops[r]->send + src_at * es, n, op0->dtype, op0->reduce);
+    for (int r = 0; r < size; r++)
+        if (dst_member < 0 || dst_member == r)
+            memcpy((char *)ops[r]->recv + dst_at * es, scratch, n * es);
+}
+
+static usp_status reduce(usp_comm_op **ops, int size)
+{
+    const usp_comm_op *op0 = ops[0];
+    size_t es = usp_dtype_size(op0->dtype), count = op0->count;
+    int scatter = op0->kind == USP_OP_REDUCE_SCATTER;
+    size_t chunks_per_block = (count + REDUCE_CHUNK - 1) / REDUCE_CHUNK;
+    size_t blocks = scatter ? (size_t)size : 1, tasks = blocks * chunks_per_block;
+    int parallel = count * es * blocks > PARALLEL_BYTES;
+    int failed = 0;
+    #pragma omp parallel if (parallel) reduction(| : failed)
+    {
+        void *scratch = malloc(REDUCE_CHUNK * es);
+        failed = !scratch;
+        #pragma omp for schedule(static)
+        for (size_t t = 0; t < tasks; t++) {
+            if (!scratch)
+                continue;
+            size_t block = t / chunks_per_block, first = t % chunks_per_block * REDUCE_CHUNK;
+            size_t n = count - first < REDUCE_CHUNK ? count - first : REDUCE_CHUNK;
+            reduce_chunk(ops, size, block * count + first, n, scatter ? (int)block : -1, first, scratch);
+        }
+        free(scratch);
+    }
+    return failed ? usp_error(USP_ERR_RUNTIME, "out of memory in a reduction") : USP_OK;
+}
+
+static void all_to_all(usp_comm_op **ops, int size)
+{
+    size_t block = ops[0]->count * usp_dtype_size(ops[0]->dtype);
+    int parallel = block * (size_t)size * (size_t)size > PARALLEL_BYTES;
+    #pragma omp parallel for collapse(2) schedule(static) if (parallel)
+    for (int i = 0; i < size; i++)
+        for (int j = 0; j < size; j++)
+            memcpy((char *)ops[j]->recv + (size_t)i * block, (const char *)ops[i]->send + (size_t)j * block, block);
+}
+
+static void all_to_all_v(usp_comm_op **ops, int size)
+{
+    size_t es = usp_dtype_size(ops[0]->dtype), total = 0;
+    for (int i = 0; i < size; i++)
+        for (int j = 0; j < size; j++)
+            total += ops[i]->send_counts[j] * es;
+    #pragma omp parallel for collapse(2) schedule(static) if (total > PARALLEL_BYTES)
+    for (int i = 0; i < size; i++)
+        for (int j = 0; j < size; j++)
+            if (ops[i]->send_counts[j])
+                memcpy((char *)ops[j]->recv + ops[j]->recv_offsets[i] * es,
+                       (const char *)ops[i]->send + ops[i]->send_offsets[j] * es, ops[i]->send_counts[j] * es);
+}
+
+static void all_gather(usp_comm_op **ops, int size)
+{
+    size_t block = ops[0]->count * usp_dtype_size(ops[0]->dtype);
+    #pragma omp parallel for collapse(2) schedule(static) if (block * (size_t)size * (size_t)size > PARALLEL_BYTES)
+    for (int j = 0; j < size; j++)
+        for (int i = 0; i < size; i++)
+            memcpy((char *)ops[j]->recv + (size_t)i * block, ops[i]->send, block);
+}
+
+static void broadcast(usp_comm_op **ops, int size)
+{
+    const usp_comm_op *root = ops[ops[0]->root];
+    size_t bytes = root->count * usp_dtype_size(root->dtype);
+    for (int j = 0; j < size; j++)
+        if (ops[j]->recv != root->send)
+            memcpy(ops[j]->recv, root->send, bytes);
+}
+
+usp_status sim_move_collective(sim_world *w, sim_group *g)
+{
+    for (int i = 0; i < g->size; i++)
+        USP_CHECK(check_buffers(&w->ranks[g->members[i]], g->posted[i], i, g->size));
+    if (!usp_backend_has_numerics(w->ranks[g->members[0]].backend))
+        return USP_OK;
+    usp_comm_op **ops = g->posted;
+    switch (ops[0]->kind) {
+    case USP_OP_ALL_TO_ALL: all_to_all(ops, g->size); break;
+    case USP_OP_ALL_TO_ALL_V: all_to_all_v(ops, g->size); break;
+    case USP_OP_ALL_GATHER: all_gather(ops, g->size); break;
+    case USP_OP_REDUCE_SCATTER:
+    case USP_OP_ALL_REDUCE: return reduce(ops, g->size);
+    case USP_OP_BROADCAST: broadcast(ops, g->size); break;
+    default: break;
+    }
+    return USP_OK;
+}
+
+usp_status sim_move_p2p(sim_world *w, const sim_rank *sender, const sim_rank *receiver)
+{
+    const usp_comm_op *s = sender->op, *d = receiver->op;
+    int n = sender->op_comm->group->size;
+    USP_CHECK(check_buffers(sender, s, sender->op_comm->local, n));
+    USP_CHECK(check_buffers(receiver, d, receiver->op_comm->local, n));
+    if (usp_backend_has_numerics(sender->backend))
+        memcpy(d->recv, s->send, s->count * usp_dtype_size(s->dtype));
+    (void)w;
+    return USP_OK;
+}

@@ -1,0 +1,107 @@
+/* Parsing --inject specs. */
+#include "sim/inject.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char *kind_names[] = {"skip", "swap", "size", "group", "crash"};
+#define N_KINDS (int)(sizeof kind_names / sizeof kind_names[0])
+
+const char *sim_fault_kind_name(sim_fault_kind kind)
+{
+    return (int)kind >= 0 && (int)kind < N_KINDS ? kind_names[kind] : "?";
+}
+
+static usp_status bad(const char *spec, const char *why)
+{
+    return usp_error(USP_ERR_CONFIG,
+                     "--inject %s: %s; expected KIND:rank=R[,op=OP][,call=K][,group=G] with KIND one of "
+                     "skip, swap, size, group, crash (e.g. --inject skip:rank=1,op=all_to_all,call=2)",
+                     spec, why);
+}
+
+/* Parses a non-negative decimal integer that fills the whole string. */
+static int parse_count(const char *text, long long *out)
+{
+    if (!*text)
+        return 0;
+    char *end;
+    errno = 0;
+    long long v = strtoll(text, &end, 10);
+    if (errno || *end || v < 0)
+        return 0;
+    *out = v;
+    return 1;
+}
+
+static int parse_op(const char *name)
+{
+    if (strcmp(name, "any") == 0)
+        return -1;
+    for (int k = 0; k < USP_OP_COUNT; k++)
+        if (k != USP_OP_SPLIT && strcmp(name, usp_comm_kind_name((usp_comm_kind)k)) == 0)
+            return k;
+    return -2;
+}
+
+usp_status sim_fault_parse(const char *spec, sim_fault *out)
+{
+    *out = (sim_fault){.rank = -1, .op = -1, .call = 1};
+    char buf[256];
+    if (strlen(spec) >= sizeof buf)
+        return bad(spec, "the spec is too long");
+    strcpy(buf, spec);
+    char *colon = strchr(buf, ':');
+    if (!colon)
+        return bad(spec, "missing ':' after the kind");
+    *colon = '\0';
+    int kind = -1;
+    for (int k = 0; k < N_KINDS; k++)
+        if (strcmp(buf, kind_names[k]) == 0)
+            kind = k;
+    if (kind < 0)
+        return bad(spec, "unknown kind");
+    out->kind = (sim_fault_kind)kind;
+    char *save = NULL;
+    for (char *field = strtok_r(colon + 1, ",", &save); field; field = strtok_r(NULL, ",", &save)) {
+        char *eq = strchr(field, '=');
+        if (!eq)
+            return bad(spec, "each field is NAME=VALUE");
+        *eq = '\0';
+        const char *value = eq + 1;
+        long long n;
+        if (strcmp(field, "rank") == 0) {
+            if (!parse_count(value, &n) || n > 1 << 20)
+                return bad(spec, "rank must be a rank number");
+            out->rank = (int)n;
+        } else if (strcmp(field, "call") == 0) {
+            if (!parse_count(value, &n) || n < 1)
+                return bad(spec, "call must be a number >= 1");
+            out->call = (uint64_t)n;
+        } else if (strcmp(field, "op") == 0) {
+            out->op = parse_op(value);
+            if (out->op == -2)
+                return bad(spec, "unknown op (all_to_all, all_to_all_v, all_gather, reduce_scatter, "
+                                 "all_reduce, broadcast, send, recv, sendrecv, barrier or any)");
+        } else if (strcmp(field, "group") == 0) {
+            if (!*value || strlen(value) >= sizeof out->group)
+                return bad(spec, "group must name a group of the mesh (world, sp, dp, ulysses, ring)");
+            strcpy(out->group, value);
+        } else {
+            return bad(spec, "unknown field (rank, op, call, group)");
+        }
+    }
+    if (out->rank < 0)
+        return bad(spec, "rank=R is required");
+    if (out->group[0] && out->kind != SIM_FAULT_GROUP)
+        return bad(spec, "group=G applies to the group kind only");
+    return USP_OK;
+}
+
+int sim_fault_fires(const sim_fault *f, int kind, uint64_t calls_any, uint64_t calls_of_kind)
+{
+    if (f->op >= 0 && f->op != kind)
+        return 0;
+    return (f->op < 0 ? calls_any : calls_of_kind) == f->call;
+}

@@ -1,0 +1,421 @@
+/* The simulator's communicator: posting calls, matching them as NCCL does,
+ * completing them on the virtual clocks, and fault injection.
+ *
+ * A rank that calls blocks (yields to the scheduler) until its call is
+ * complete. A collective completes when the last member of the group posts
+ * it; every member must post the same op, count, dtype, root and reduce op,
+ * checked as each one arrives. A transfer completes when the sender's send
+ * and the receiver's receive are both posted. All participants' clocks move
+ * to max(arrival times) + the cost of the transfer. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "sim/sim_internal.h"
+
+usp_status sim_group_create(sim_world *w, const char *name, int size, const int *members, sim_group **out)
+{
+    if (w->n_groups == w->cap_groups) {
+        int cap = w->cap_groups ? 2 * w->cap_groups : 16;
+        sim_group **grown = realloc(w->groups, (size_t)cap * sizeof *grown);
+        if (!grown)
+            return usp_error(USP_ERR_RUNTIME, "out of memory creating group %s", name);
+        w->groups = grown;
+        w->cap_groups = cap;
+    }
+    sim_group *g = calloc(1, sizeof *g);
+    if (!g)
+        return usp_error(USP_ERR_RUNTIME, "out of memory creating group %s", name);
+    snprintf(g->name, sizeof g->name, "%s", name);
+    g->size = size;
+    g->members = malloc((size_t)size * sizeof *g->members);
+    g->posted = calloc((size_t)size, sizeof *g->posted);
+    g->calls = calloc((size_t)size, sizeof *g->calls);
+    g->collectives = calloc((size_t)size, sizeof *g->collectives);
+    w->groups[w->n_groups++] = g; /* owned by the world from here, even half-made */
+    if (!g->members || !g->posted || !g->calls || !g->collectives)
+        return usp_error(USP_ERR_RUNTIME, "out of memory creating group %s", name);
+    memcpy(g->members, members, (size_t)size * sizeof *members);
+    *out = g;
+    return USP_OK;
+}
+
+static void sim_comm_destroy(void *ctx)
+{
+    sim_comm *sc = ctx;
+    sim_rank *r = &sc->world->ranks[sc->group->members[sc->local]];
+    for (int i = 0; i < r->n_comms; i++)
+        if (r->comms[i] == sc) {
+            r->comms[i] = r->comms[--r->n_comms];
+            break;
+        }
+    free(sc);
+}
+
+usp_status sim_comm_open(sim_world *w, sim_group *g, int local, usp_comm_t **out)
+{
+    sim_rank *r = &w->ranks[g->members[local]];
+    if (r->n_comms == r->cap_comms) {
+        int cap = r->cap_comms ? 2 * r->cap_comms : 8;
+        sim_comm **grown = realloc(r->comms, (size_t)cap * sizeof *grown);
+        if (!grown)
+            return usp_error(USP_ERR_RUNTIME, "out of memory opening group %s", g->name);
+        r->comms = grown;
+        r->cap_comms = cap;
+    }
+    sim_comm *sc = calloc(1, sizeof *sc);
+    if (!sc)
+        return usp_error(USP_ERR_RUNTIME, "out of memory opening group %s", g->name);
+    *sc = (sim_comm){.world = w, .group = g, .local = local};
+    usp_status s = usp_comm_create(&sim_comm_iface, sc, local, g->size, g->members, g->name, w->trace,
+                                   &sc->handle);
+    if (s != USP_OK) {
+        free(sc);
+        return s;
+    }
+    r->comms[r->n_comms++] = sc;
+    *out = sc->handle;
+    return USP_OK;
+}
+
+static int is_collective(usp_comm_kind kind)
+{
+    return kind != USP_OP_SEND && kind != USP_OP_RECV && kind != USP_OP_SENDRECV;
+}
+
+/* --- completing calls ---------------------------------------------------- */
+
+static void finish_op(sim_rank *r)
+{
+    r->state = RANK_READY;
+    r->clock = r->op->t_end;
+}
+
+/* NCCL's ncclCommSplit: groups by color, members ordered by (key, old rank). */
+static usp_status complete_split(sim_world *w, sim_group *g)
+{
+    int *members = malloc((size_t)g->size * sizeof *members);
+    if (!members)
+        return usp_error(USP_ERR_RUNTIME, "out of memory splitting %s", g->name);
+    usp_status s = USP_OK;
+    int *done = calloc((size_t)g->size, sizeof *done);
+    for (int i = 0; done && i < g->size && s == USP_OK; i++) {
+        const usp_comm_op *lead = g->posted[i];
+        if (done[i] || lead->color == USP_SPLIT_NOCOLOR)
+            continue;
+        int n = 0;
+        for (int j = 0; j < g->size; j++) /* insertion sort by (key, rank) */
+            if (!done[j] && g->posted[j]->color == lead->color) {
+                done[j] = 1;
+                int at = n++;
+                while (at > 0 && g->posted[members[at - 1]]->key > g->posted[j]->key)
+                    members[at] = members[at - 1], at--;
+                members[at] = j;
+            }
+        int *world_ranks = malloc((size_t)n * sizeof *world_ranks);
+        sim_group *ng = NULL;
+        if (!world_ranks) {
+            s = usp_error(USP_ERR_RUNTIME, "out of memory splitting %s", g->name);
+            break;
+        }
+        for (int k = 0; k < n; k++)
+            world_ranks[k] = g->members[members[k]];
+        s = sim_group_create(w, g->posted[members[0]]->name, n, world_ranks, &ng);
+        for (int k = 0; k < n && s == USP_OK; k++)
+            s = sim_comm_open(w, ng, k, g->posted[members[k]]->split_out);
+        free(world_ranks);
+    }
+    if (!done && s == USP_OK)
+        s = usp_error(USP_ERR_RUNTIME, "out of memory splitting %s", g->name);
+    free(done);
+    free(members);
+    return s;
+}
+
+static void complete_collective(sim_world *w, sim_group *g)
+{
+    double start = 0.0;
+    uint64_t busiest = 0, *bytes = malloc((size_t)g->size * sizeof *bytes);
+    for (int i = 0; i < g->size; i++) {
+        const usp_comm_op *op = g->posted[i];
+        start = op->t_post > start ? op->t_post : start;
+        if (!bytes)
+            continue;
+        usp_comm_op_traffic(op, i, g->size, bytes);
+        uint64_t sent = 0;
+        for (int j = 0; j < g->size; j++)
+            sent += bytes[j];
+        busiest = sent > busiest ? sent : busiest;
+    }
+    free(bytes);
+    usp_comm_kind kind = g->posted[0]->kind;
+    double end = start + (kind == USP_OP_SPLIT ? 0.0 : sim_cost_transfer(&w->config.cost, busiest));
+    usp_status s = kind == USP_OP_SPLIT ? complete_split(w, g) : sim_move_collective(w, g);
+    if (s != USP_OK) {
+        usp_strbuf_printf(&w->report, "%s on %s failed: %s\n", usp_comm_kind_name(kind), g->name,
+                          usp_error_message());
+        sim_abort(w, s);
+        return;
+    }
+    for (int i = 0; i < g->size; i++) {
+        sim_rank *r = &w->ranks[g->members[i]];
+        r->op->t_start = start;
+        r->op->t_end = end;
+        finish_op(r);
+        g->posted[i] = NULL;
+    }
+    g->n_posted = 0;
+}
+
+/* --- matching ------------------------------------------------------------ */
+
+/* Why two members' k-th collectives are not one collective, or NULL. */
+static const char *collective_difference(const usp_comm_op *a, int ia, const usp_comm_op *b, int ib)
+{
+    if (a->kind != b->kind)
+        return "different ops";
+    if (a->kind == USP_OP_SPLIT || a->kind == USP_OP_BARRIER)
+        return NULL;
+    if (a->dtype != b->dtype)
+        return "different dtypes";
+    if (a->kind == USP_OP_ALL_TO_ALL_V) {
+        if (a->send_counts[ib] != b->recv_counts[ia])
+            return "all_to_all_v counts disagree: what the first sends the second does not expect";
+        if (b->send_counts[ia] != a->recv_counts[ib])
+            return "all_to_all_v counts disagree: what the second sends the first does not expect";
+        return NULL;
+    }
+    if (a->count != b->count)
+        return "different counts";
+    if ((a->kind == USP_OP_ALL_REDUCE || a->kind == USP_OP_REDUCE_SCATTER) && a->reduce != b->reduce)
+        return "different reduce ops";
+    if (a->kind == USP_OP_BROADCAST && a->root != b->root)
+        return "different roots";
+    return NULL;
+}
+
+static void post_collective(sim_world *w, sim_rank *r, sim_comm *sc)
+{
+    sim_group *g = sc->group;
+    g->collectives[sc->local]++;
+    for (int j = 0; j < g->size; j++) {
+        if (!g->posted[j])
+            continue;
+        const char *why = collective_difference(g->posted[j], j, r->op, sc->local);
+        if (why) {
+            sim_report_mismatch(w, g, &w->ranks[g->members[j]], r, why);
+            sim_abort(w, USP_ERR_COLLECTIVE);
+            return;
+        }
+    }
+    g->posted[sc->local] = r->op;
+    if (++g->n_posted == g->size)
+        complete_collective(w, g);
+}
+
+/* The group-local source of a receive posted by `r`, or -1. */
+static int recv_source(const sim_rank *r)
+{
+    return r->op->kind == USP_OP_RECV ? r->op->peer : r->op->recv_peer;
+}
+
+/* Matches sender's send with receiver's receive when both are posted on `g`. */
+static void try_transfer(sim_world *w, sim_group *g, sim_rank *sender, sim_rank *receiver)
+{
+    if (sender->state != RANK_BLOCKED || receiver->state != RANK_BLOCKED || !sender->send_pending ||
+        !receiver->recv_pending || sender->op_comm->group != g || receiver->op_comm->group != g ||
+        sender->op->peer != receiver->op_comm->local || recv_source(receiver) != sender->op_comm->local)
+        return;
+    const usp_comm_op *s = sender->op, *d = receiver->op;
+    const char *why = s->dtype != d->dtype ? "send and receive dtypes differ"
+                      : s->count != d->recv_count ? "send and receive counts differ" : NULL;
+    if (why) {
+        sim_report_mismatch(w, g, sender, receiver, why);
+        sim_abort(w, USP_ERR_COLLECTIVE);
+        return;
+    }
+    usp_status st = sim_move_p2p(w, sender, receiver);
+    if (st != USP_OK) {
+        usp_strbuf_printf(&w->report, "transfer on %s failed: %s\n", g->name, usp_error_message());
+        sim_abort(w, st);
+        return;
+    }
+    double start = s->t_post > d->t_post ? s->t_post : d->t_post;
+    double end = start + sim_cost_transfer(&w->config.cost, s->count * usp_dtype_size(s->dtype));
+    sender->send_pending = receiver->recv_pending = 0;
+    sim_rank *both[2] = {sender, receiver};
+    for (int i = 0; i < 2; i++) {
+        usp_comm_op *op = both[i]->op;
+        op->t_start = start > op->t_start ? start : op->t_start;
+        op->t_end = end > op->t_end ? end : op->t_end;
+        if (!both[i]->send_pending && !both[i]->recv_pending)
+            finish_op(both[i]);
+    }
+}
+
+static void post_p2p(sim_world *w, sim_rank *r, sim_comm *sc)
+{
+    sim_group *g = sc->group;
+    usp_comm_kind kind = r->op->kind;
+    r->send_pending = kind == USP_OP_SEND || kind == USP_OP_SENDRECV;
+    r->recv_pending = kind == USP_OP_RECV || kind == USP_OP_SENDRECV;
+    r->op->t_start = r->op->t_end = r->op->t_post;
+    if (r->send_pending)
+        try_transfer(w, g, r, &w->ranks[g->members[r->op->peer]]);
+    if (r->recv_pending && w->abort_status == USP_OK)
+        try_transfer(w, g, &w->ranks[g->members[recv_source(r)]], r);
+}
+
+/* Posts the call and yields until it is complete or the run is aborted. */
+static usp_status post_and_wait(sim_comm *sc, usp_comm_op *op)
+{
+    sim_world *w = sc->world;
+    sim_rank *r = w->current;
+    op->issued_on = sc->handle;
+    op->t_post = r->clock;
+    r->op = op;
+    r->op_comm = sc;
+    r->op_seq = ++sc->group->calls[sc->local];
+    r->state = RANK_BLOCKED;
+    r->wake = USP_OK;
+    if (is_collective(op->kind))
+        post_collective(w, r, sc);
+    else
+        post_p2p(w, r, sc);
+    sim_fiber_yield(r->fiber);
+    usp_status wake = r->wake;
+    r->op = NULL;
+    r->send_pending = r->recv_pending = 0;
+    if (wake != USP_OK)
+        return usp_error(wake, "%s on %s at %s:%d did not complete: %s", usp_comm_kind_name(op->kind),
+                         sc->group->name, op->site.file, op->site.line, w->abort_reason);
+    return USP_OK;
+}
+
+/* --- fault injection ----------------------------------------------------- */
+
+static sim_comm *other_group(sim_rank *r, sim_comm *sc, const char *wanted)
+{
+    for (int pass = 0; pass < 2; pass++)
+        for (int i = 0; i < r->n_comms; i++) {
+            sim_comm *c = r->comms[i];
+            if (c == sc || c->group == sc->group)
+                continue;
+            const char *name = c->group->name;
+            const char *want = *wanted ? wanted : pass == 0 ? "world" : "";
+            if (strncmp(name, want, strlen(want)) == 0)
+                return c;
+        }
+    return NULL;
+}
+
+static void make_count_wrong(usp_comm_op *op, sim_rank *r, int local, int size)
+{
+    if (op->kind == USP_OP_ALL_TO_ALL_V) {
+        size_t *arrays = malloc(4 * (size_t)size * sizeof *arrays); /* kept until the world goes */
+        if (!arrays)
+            return;
+        free(r->deferred_arrays);
+        r->deferred_arrays = arrays;
+        memcpy(arrays, op->send_counts, (size_t)size * sizeof *arrays);
+        arrays[(local + 1) % size] += 1;
+        op->send_counts = arrays;
+        return;
+    }
+    if (op->kind == USP_OP_SENDRECV || op->kind == USP_OP_SEND)
+        op->count = op->count > 1 ? op->count - 1 : op->count + 1;
+    else if (op->kind == USP_OP_RECV)
+        op->recv_count = op->recv_count > 1 ? op->recv_count - 1 : op->recv_count + 1;
+    else
+        op->count = op->count > 1 ? op->count - 1 : op->count + 1;
+}
+
+/* Keeps a swapped collective for later; its all_to_all_v arrays are copied. */
+static usp_status defer(sim_rank *r, sim_comm *sc, const usp_comm_op *op)
+{
+    r->deferred = *op;
+    r->deferred_comm = sc;
+    r->has_deferred = 1;
+    if (op->kind == USP_OP_ALL_TO_ALL_V) {
+        size_t n = (size_t)sc->group->size;
+        size_t *a = malloc(4 * n * sizeof *a);
+        if (!a)
+            return usp_error(USP_ERR_RUNTIME, "out of memory deferring a swapped call");
+        memcpy(a, op->send_counts, n * sizeof *a), memcpy(a + n, op->send_offsets, n * sizeof *a);
+        memcpy(a + 2 * n, op->recv_counts, n * sizeof *a), memcpy(a + 3 * n, op->recv_offsets, n * sizeof *a);
+        free(r->deferred_arrays);
+        r->deferred_arrays = a;
+        r->deferred.send_counts = a, r->deferred.send_offsets = a + n;
+        r->deferred.recv_counts = a + 2 * n, r->deferred.recv_offsets = a + 3 * n;
+    }
+    return USP_OK;
+}
+
+static usp_status sim_comm_issue(void *ctx, usp_comm_op *op)
+{
+    sim_comm *sc = ctx;
+    sim_world *w = sc->world;
+    sim_rank *r = w->current;
+    USP_ASSERT(r && r->id == sc->group->members[sc->local],
+               "rank %d used a handle of rank %d: ranks share no state", r ? r->id : -1,
+               sc->group->members[sc->local]);
+    op->issued_on = sc->handle;
+    op->t_post = op->t_start = op->t_end = r->clock;
+    if (w->abort_status != USP_OK)
+        return usp_error(w->abort_status, "%s on %s at %s:%d: the run was aborted: %s",
+                         usp_comm_kind_name(op->kind), sc->group->name, op->site.file, op->site.line,
+                         w->abort_reason);
+    if (r->crash.crashed)
+        return usp_error(USP_ERR_RANK_FAILED, "rank %d crashed (injected) earlier", r->id);
+    if (op->kind == USP_OP_SPLIT)
+        return post_and_wait(sc, op);
+
+    uint64_t any = ++r->calls_any, of_kind = ++r->calls_of_kind[op->kind];
+    for (int i = 0; i < w->config.n_faults; i++) {
+        const sim_fault *f = &w->faults[i];
+        if (f->rank != r->id || !sim_fault_fires(f, op->kind, any, of_kind))
+            continue;
+        usp_strbuf_printf(&w->injected, "  rank %d: %s at its call %llu, %s #%llu on %s (%s:%d)\n", r->id,
+                          sim_fault_kind_name(f->kind), (unsigned long long)any, usp_comm_kind_name(op->kind),
+                          (unsigned long long)sc->group->calls[sc->local] + 1, sc->group->name, op->site.file,
+                          op->site.line);
+        switch (f->kind) {
+        case SIM_FAULT_CRASH:
+            r->crash = (sim_crash){1, any, op->kind, sc->group, sc->group->calls[sc->local] + 1, op->site};
+            return usp_error(USP_ERR_RANK_FAILED, "rank %d crashed (injected) at its call %llu, %s on %s at %s:%d",
+                             r->id, (unsigned long long)any, usp_comm_kind_name(op->kind), sc->group->name,
+                             op->site.file, op->site.line);
+        case SIM_FAULT_SKIP:
+            op->not_issued = 1;
+            return USP_OK;
+        case SIM_FAULT_SIZE:
+            make_count_wrong(op, r, sc->local, sc->group->size);
+            break;
+        case SIM_FAULT_GROUP: {
+            sim_comm *other = other_group(r, sc, f->group);
+            if (other)
+                sc = other;
+            break;
+        }
+        case SIM_FAULT_SWAP:
+            if (is_collective(op->kind) && !r->has_deferred) {
+                op->not_issued = 1;
+                return defer(r, sc, op);
+            }
+            break;
+        }
+    }
+    usp_status s = post_and_wait(sc, op);
+    if (s == USP_OK && r->has_deferred && is_collective(op->kind)) {
+        r->has_deferred = 0;
+        s = post_and_wait(r->deferred_comm, &r->deferred);
+    }
+    return s;
+}
+
+const usp_comm_i sim_comm_iface = {
+    .api_version = USP_COMM_API_VERSION,
+    .name = "sim",
+    .issue = sim_comm_issue,
+    .destroy = sim_comm_destroy,
+};

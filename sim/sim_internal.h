@@ -1,0 +1,108 @@
+/* Shared state of the simulator's parts: the scheduler (world.c), the
+ * communicator (sim_comm.c), data movement (collectives.c) and reports (report.c). */
+#ifndef USP_SIM_INTERNAL_H
+#define USP_SIM_INTERNAL_H
+
+#include "core/comm_impl.h"
+#include "core/strbuf.h"
+#include "sim/fiber.h"
+#include "sim/world.h"
+
+typedef enum sim_rank_state { RANK_READY, RANK_BLOCKED, RANK_DONE } sim_rank_state;
+
+/* A process group, shared by its members' handles. */
+typedef struct sim_group {
+    char name[USP_COMM_NAME_MAX];
+    int size;
+    int *members;            /* [size] world ranks */
+    usp_comm_op **posted;    /* [size] the collective in progress (NULL: member not there yet) */
+    int n_posted;
+    uint64_t *calls;         /* [size] calls each member issued on the group */
+    uint64_t *collectives;   /* [size] collectives each member posted */
+} sim_group;
+
+/* The context of one rank's handle of a group. */
+typedef struct sim_comm {
+    struct sim_world *world;
+    sim_group *group;
+    int local;          /* the rank's index in the group */
+    usp_comm_t *handle;
+} sim_comm;
+
+/* What a crashed rank was doing, for the report. */
+typedef struct sim_crash {
+    int crashed;
+    uint64_t call;
+    usp_comm_kind kind;
+    const sim_group *group;
+    uint64_t seq;
+    usp_call_site site;
+} sim_crash;
+
+typedef struct sim_rank {
+    int id;
+    struct sim_world *world;
+    sim_fiber *fiber;
+    sim_rank_state state;
+    double clock;            /* virtual seconds */
+    usp_error_slot error;
+    usp_status result;
+    usp_backend_t *backend;
+    usp_comm_t *world_comm;
+
+    /* The call the rank is blocked in. */
+    usp_comm_op *op;
+    sim_comm *op_comm;
+    uint64_t op_seq;         /* its index among the rank's calls on that group */
+    int send_pending, recv_pending; /* point-to-point parts not matched yet */
+    usp_status wake;         /* what the call returns when the rank is resumed */
+
+    /* Fault injection. */
+    uint64_t calls_any, calls_of_kind[USP_OP_COUNT];
+    sim_crash crash;
+    int has_deferred;        /* a swapped collective waits for the next one */
+    usp_comm_op deferred;
+    sim_comm *deferred_comm;
+    size_t *deferred_arrays; /* copies of an all_to_all_v's counts and offsets */
+
+    sim_comm **comms;        /* the rank's live handles */
+    int n_comms, cap_comms;
+} sim_rank;
+
+struct sim_world {
+    sim_config config;
+    sim_fault *faults;
+    sim_rank *ranks;
+    int n;
+    sim_group **groups;
+    int n_groups, cap_groups;
+    usp_trace_t *trace;
+    usp_rank_main_fn main_fn;
+    void *main_arg;
+    sim_rank *current;       /* the rank whose fiber runs, NULL in the scheduler */
+    usp_status abort_status; /* USP_OK until a report aborts the run */
+    usp_strbuf report;
+    usp_strbuf injected;     /* one line per fault that fired */
+    char abort_reason[256];  /* the report's first line, for the ranks' messages */
+    int ran;
+};
+
+/* sim_comm.c */
+extern const usp_comm_i sim_comm_iface;
+usp_status sim_group_create(struct sim_world *w, const char *name, int size, const int *members,
+                            sim_group **out);
+usp_status sim_comm_open(struct sim_world *w, sim_group *g, int local, usp_comm_t **out);
+
+/* collectives.c: moves the data of a matched collective / transfer; checks the buffers first. */
+usp_status sim_move_collective(struct sim_world *w, sim_group *g);
+usp_status sim_move_p2p(struct sim_world *w, const sim_rank *sender, const sim_rank *receiver);
+void sim_describe_op(usp_strbuf *b, const usp_comm_op *op);
+
+/* report.c */
+void sim_abort(struct sim_world *w, usp_status status);
+usp_status sim_report_stall(struct sim_world *w);
+void sim_report_mismatch(struct sim_world *w, const sim_group *g, const sim_rank *a, const sim_rank *b,
+                         const char *what);
+void sim_report_crash(struct sim_world *w);
+
+#endif

@@ -1,0 +1,40 @@
+/* Command-line options: a table per command, parsed with messages that name
+ * the option, the value and what would work (exit code 2 on any of them). */
+#ifndef USP_TOOLS_CLI_H
+#define USP_TOOLS_CLI_H
+
+#include <stdio.h>
+
+#include "core/status.h"
+
+typedef enum cli_kind { CLI_INT, CLI_DOUBLE, CLI_STRING, CLI_FLAG, CLI_LIST } cli_kind;
+
+#define CLI_LIST_MAX 16
+
+/* Values of a repeatable option. */
+typedef struct cli_list {
+    const char *items[CLI_LIST_MAX];
+    int n;
+} cli_list;
+
+typedef struct cli_option {
+    const char *name;    /* "--world" */
+    cli_kind kind;
+    void *target;        /* int *, double *, const char **, int * (flag), cli_list * */
+    const char *metavar; /* "N" */
+    const char *help;
+    long long min, max;  /* CLI_INT bounds (ignored when min > max) */
+} cli_option;
+
+/* Parses argv[first..argc) against `options` (terminated by a zero entry).
+ * Sets *help when --help or -h is given. */
+usp_status cli_parse(const char *command, int argc, char **argv, int first, const cli_option *options,
+                     int *help);
+
+/* Prints "usage" and a line per option. */
+void cli_print_help(FILE *out, const char *usage, const char *about, const cli_option *options);
+
+/* Prints "usp COMMAND: message" to stderr and returns the status as an exit code. */
+int cli_fail(const char *command, usp_status status);
+
+#endif

@@ -1,0 +1,143 @@
+/* `usp selftest`: run the selftest schedule (core/selftest.h) in the simulator
+ * and print what ran, what moved and what was checked; or the deadlock /
+ * mismatch / crash report, with exit code 3 or 4. */
+#include <jansson.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/comm.h"
+#include "core/selftest.h"
+#include "sim/world.h"
+#include "tools/cli.h"
+#include "tools/commands.h"
+
+typedef struct selftest_options {
+    int world, ulysses, ring, layers, heads, kv_heads, head_dim, tokens, json;
+    const char *trace;
+    cli_list inject;
+} selftest_options;
+
+static void print_summary(const sim_world *w, const usp_selftest_run *run, const selftest_options *o)
+{
+    const usp_trace_t *trace = sim_world_trace(w);
+    const usp_selftest_config *c = &run->config;
+    uint64_t by_kind[USP_OP_COUNT] = {0}, bytes = 0, elements = 0, buffers = 0;
+    for (size_t i = 0; i < usp_trace_count(trace); i++) {
+        by_kind[usp_trace_at(trace, i)->kind]++;
+        bytes += usp_trace_at(trace, i)->bytes_sent;
+    }
+    double sim_time = 0;
+    size_t peak = 0;
+    for (int r = 0; r < c->shape.world; r++) {
+        elements += run->stats[r].elements_checked;
+        buffers += run->stats[r].buffers_checked;
+        sim_time = sim_world_time(w, r) > sim_time ? sim_world_time(w, r) : sim_time;
+        peak = sim_world_peak_bytes(w, r) > peak ? sim_world_peak_bytes(w, r) : peak;
+    }
+    if (o->json) {
+        json_t *j = json_pack("{s:b, s:i, s:i, s:i, s:i, s:I, s:I, s:I, s:I, s:f}", "summary", 1, "world",
+                              c->shape.world, "dp", c->shape.dp, "ring", c->shape.ring, "ulysses", c->shape.ulysses,
+                              "calls", (json_int_t)usp_trace_count(trace), "bytes", (json_int_t)bytes,
+                              "elements_checked", (json_int_t)elements, "buffers_checked", (json_int_t)buffers,
+                              "sim_time_s", sim_time);
+        json_t *peaks = json_array();
+        for (int r = 0; r < c->shape.world; r++)
+            json_array_append_new(peaks, json_integer((json_int_t)sim_world_peak_bytes(w, r)));
+        json_object_set_new(j, "peak_bytes", peaks);
+        char *text = json_dumps(j, JSON_COMPACT);
+        if (text)
+            puts(text);
+        free(text);
+        json_decref(j);
+        return;
+    }
+    printf("usp selftest: world %d = dp %d x ring %d x ulysses %d; %d layers, %d heads (%d kv), head_dim %d, "
+           "%d tokens per rank\n", c->shape.world, c->shape.dp, c->shape.ring, c->shape.ulysses, c->layers,
+           c->heads, c->kv_heads, c->head_dim, c->tokens_per_rank);
+    printf("  calls run:      %zu (over all ranks):", usp_trace_count(trace));
+    for (int k = 0; k < USP_OP_COUNT; k++)
+        if (by_kind[k])
+            printf(" %s %llu", usp_comm_kind_name((usp_comm_kind)k), (unsigned long long)by_kind[k]);
+    printf("\n  bytes moved:    %llu (%.2f MiB)\n", (unsigned long long)bytes, (double)bytes / (1 << 20));
+    printf("  checks passed:  %llu buffers, %llu elements, every one as sent\n", (unsigned long long)buffers,
+           (unsigned long long)elements);
+    printf("  virtual time:   %.6f s (slowest rank, constant cost model)\n", sim_time);
+    printf("  peak memory:    %zu bytes (largest rank)\n", peak);
+    printf("ok\n");
+}
+
+static usp_status run_selftest(const selftest_options *o, int *exit_code)
+{
+    usp_mesh_shape shape;
+    USP_CHECK(usp_mesh_shape_make(o->world, o->ulysses > 0 ? o->ulysses : o->world / o->ring, o->ring, &shape));
+    usp_selftest_run run = {.config = usp_selftest_default(&shape)};
+    usp_selftest_config *c = &run.config;
+    if (o->layers >= 0) c->layers = o->layers;
+    if (o->heads > 0) c->heads = o->heads;
+    if (o->kv_heads > 0) c->kv_heads = o->kv_heads;
+    if (o->head_dim > 0) c->head_dim = o->head_dim;
+    if (o->tokens > 0) c->tokens_per_rank = o->tokens;
+    if (c->heads % shape.ulysses != 0)
+        return usp_error(USP_ERR_CONFIG, "--heads %d does not divide by --ulysses %d", c->heads, shape.ulysses);
+    sim_fault faults[CLI_LIST_MAX];
+    for (int i = 0; i < o->inject.n; i++)
+        USP_CHECK(sim_fault_parse(o->inject.items[i], &faults[i]));
+    sim_config config = sim_config_default(shape.world);
+    config.faults = faults;
+    config.n_faults = o->inject.n;
+    sim_world *w;
+    USP_CHECK(sim_world_create(&config, &w));
+    usp_status s = usp_calloc((void **)&run.stats, (size_t)shape.world, sizeof *run.stats, "selftest stats");
+    if (s == USP_OK)
+        s = sim_world_run(w, usp_selftest_rank, &run);
+    usp_status trace_status = USP_OK;
+    if (o->trace && sim_world_trace(w)) /* the trace of a failed run is whole too: it helps to debug it */
+        trace_status = usp_trace_write_text(sim_world_trace(w), o->trace);
+    if (s == USP_OK && trace_status == USP_OK)
+        print_summary(w, &run, o);
+    *exit_code = s != USP_OK ? (int)s : (int)trace_status;
+    if (s != USP_OK && *sim_world_report(w))
+        fprintf(stderr, "usp selftest: %s", sim_world_report(w));
+    else if (s != USP_OK || trace_status != USP_OK)
+        fprintf(stderr, "usp selftest: %s\n", usp_error_message());
+    free(run.stats);
+    sim_world_destroy(w);
+    return USP_OK;
+}
+
+int cmd_selftest(int argc, char **argv)
+{
+    selftest_options o = {.world = 4, .ring = 1, .layers = -1};
+    const cli_option options[] = {
+        {"--world", CLI_INT, &o.world, "W", "simulated GPUs (default 4)", 1, 4096},
+        {"--ulysses", CLI_INT, &o.ulysses, "U", "Ulysses degree (default W/R)", 1, 4096},
+        {"--ring", CLI_INT, &o.ring, "R", "Ring degree (default 1); DP = W/(U*R)", 1, 4096},
+        {"--layers", CLI_INT, &o.layers, "L", "attention layers in the step (default 2)", 0, 1000},
+        {"--heads", CLI_INT, &o.heads, "H", "query heads (default 8, rounded up to a multiple of U)", 1, 4096},
+        {"--kv-heads", CLI_INT, &o.kv_heads, "H", "key/value heads (default 2)", 1, 4096},
+        {"--head-dim", CLI_INT, &o.head_dim, "D", "head dimension (default 16)", 1, 1024},
+        {"--tokens", CLI_INT, &o.tokens, "T", "tokens per rank (default 32)", 1, 1 << 20},
+        {"--inject", CLI_LIST, &o.inject, "SPEC",
+         "fault KIND:rank=R[,op=OP][,call=K][,group=G], KIND skip|swap|size|group|crash (repeatable)", 0, -1},
+        {"--trace", CLI_STRING, &o.trace, "FILE", "write the trace events as text", 0, -1},
+        {"--json", CLI_FLAG, &o.json, NULL, "print the summary as one JSON object", 0, -1},
+        {0},
+    };
+    int help;
+    usp_status s = cli_parse("selftest", argc, argv, 2, options, &help);
+    if (s != USP_OK)
+        return cli_fail("selftest", s);
+    if (help) {
+        cli_print_help(stdout, "usp selftest [options]",
+                       "Runs a communication schedule shaped like one training step on the simulator: per layer\n"
+                       "the Ulysses all-to-alls, ring steps, and their backward; then the loss, gradient and\n"
+                       "ZeRO reductions, a broadcast, an uneven all_to_all_v and point-to-point pairs. Every\n"
+                       "received element is checked. A deadlock or a mismatched collective is reported at once\n"
+                       "with every rank's state (exit 3); a crashed rank exits 4; bad options exit 2.",
+                       options);
+        return 0;
+    }
+    int code = 0;
+    s = run_selftest(&o, &code);
+    return s != USP_OK ? cli_fail("selftest", s) : code;
+}

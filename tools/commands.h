@@ -1,0 +1,8 @@
+/* The sub-commands of `usp`; each returns the process exit code. */
+#ifndef USP_TOOLS_COMMANDS_H
+#define USP_TOOLS_COMMANDS_H
+
+/* usp selftest: a communication schedule shaped like one training step, checked. */
+int cmd_selftest(int argc, char **argv);
+
+#endif

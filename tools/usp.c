@@ -1,0 +1,43 @@
+/* The `usp` command: parses the sub-command and hands over to it. Thin on
+ * purpose: everything it runs lives in core/, sim/ and the backends. */
+#include <stdio.h>
+#include <string.h>
+
+#include "tools/commands.h"
+
+#define USP_VERSION "0.1.0"
+
+static void print_help(FILE *out)
+{
+    fprintf(out,
+            "usp %s: train transformers on very long sequences with Ulysses sequence parallelism\n"
+            "(and Ring attention), on a simulated GPU cluster or on real GPUs.\n\n"
+            "usage: usp COMMAND [options]\n\n"
+            "commands:\n"
+            "  selftest   run a communication schedule shaped like one training step, checked\n\n"
+            "usp COMMAND --help explains a command. usp --version prints the version.\n"
+            "exit codes: 0 ok, 1 runtime failure, 2 bad usage, 3 deadlock or collective mismatch,\n"
+            "4 a rank failed.\n",
+            USP_VERSION);
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2) {
+        print_help(stderr);
+        return 2;
+    }
+    const char *cmd = argv[1];
+    if (strcmp(cmd, "--help") == 0 || strcmp(cmd, "-h") == 0 || strcmp(cmd, "help") == 0) {
+        print_help(stdout);
+        return 0;
+    }
+    if (strcmp(cmd, "--version") == 0) {
+        printf("usp %s\n", USP_VERSION);
+        return 0;
+    }
+    if (strcmp(cmd, "selftest") == 0)
+        return cmd_selftest(argc, argv);
+    fprintf(stderr, "usp: unknown command '%s'; see usp --help\n", cmd);
+    return 2;
+}
