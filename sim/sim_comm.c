@@ -199,9 +199,10 @@ static void post_collective(sim_world *w, sim_rank *r, sim_comm *sc)
     sim_group *g = sc->group;
     g->collectives[sc->local]++;
     for (int j = 0; j < g->size; j++) {
-        if (!g->posted[j])
+        if (!g->posted[j] && j != sc->local)
             continue;
-        const char *why = collective_difference(g->posted[j], j, r->op, sc->local);
+        const usp_comm_op *other = j == sc->local ? r->op : g->posted[j]; /* itself: its own counts */
+        const char *why = collective_difference(other, j, r->op, sc->local);
         if (why) {
             sim_report_mismatch(w, g, &w->ranks[g->members[j]], r, why);
             sim_abort(w, USP_ERR_COLLECTIVE);
