@@ -182,3 +182,111 @@ usp_status usp_gemm(usp_backend_t *be, const usp_gemm_desc *g, usp_stream_t *str
     report_cost(be, "gemm", flops, bytes);
     return be->iface->gemm(be->context, g, stream);
 }
+
+usp_status usp_copy_2d(usp_backend_t *be, void *dst, size_t dst_stride, const void *src, size_t src_stride,
+                       size_t row_bytes, size_t rows, usp_stream_t *stream)
+{
+    if (row_bytes == 0 || rows == 0)
+        return USP_OK;
+    report_cost(be, "copy", 0, 2.0 * (double)row_bytes * (double)rows);
+    return be->iface->copy_2d(be->context, dst, dst_stride, src, src_stride, row_bytes, rows, stream);
+}
+
+usp_status usp_accumulate_2d(usp_backend_t *be, float *dst, size_t dst_stride, const float *src,
+                             size_t src_stride, size_t row_elems, size_t rows, usp_stream_t *stream)
+{
+    if (row_elems == 0 || rows == 0)
+        return USP_OK;
+    double n = (double)row_elems * (double)rows;
+    report_cost(be, "accumulate", n, 12.0 * n);
+    return be->iface->accumulate_2d(be->context, dst, dst_stride, src, src_stride, row_elems, rows, stream);
+}
+
+/* Sum over i in [0, n) of clamp(lo + i, 0, cap): the keys query i sees. */
+static double sum_clamped(int64_t lo, int64_t n, int64_t cap)
+{
+    int64_t hi = lo + n - 1;
+    int64_t a = lo > 1 ? lo : 1, b = hi < cap ? hi : cap; /* values in [1, cap] */
+    double inside = a <= b ? ((double)a + (double)b) * (double)(b - a + 1) / 2.0 : 0.0;
+    int64_t first_full = lo > cap + 1 ? lo : cap + 1; /* values above cap count cap */
+    double full = hi >= first_full ? (double)(hi - first_full + 1) * (double)cap : 0.0;
+    return inside + full;
+}
+
+double usp_attention_visible_pairs(const usp_attention_shape *s)
+{
+    if (!s->causal)
+        return (double)s->n_q * (double)s->n_kv;
+    /* query at q_offset + i sees keys kv_offset + j <= q_offset + i: min(max(c + i, 0), n_kv) of them */
+    return sum_clamped(s->q_offset - s->kv_offset + 1, s->n_q, s->n_kv);
+}
+
+/* FlashAttention's convention: 4 flops per visible pair and head dimension
+ * (two matmuls) forward; backward 2.5x forward. Bytes: inputs and outputs once. */
+static void attention_cost(usp_backend_t *be, const usp_attention_shape *s, int backward)
+{
+    double flops = 4.0 * (double)s->batch * (double)s->n_heads * (double)s->head_dim * usp_attention_visible_pairs(s);
+    double q_bytes = 4.0 * (double)(s->batch * s->n_q * s->n_heads * s->head_dim);
+    double kv_bytes = 4.0 * (double)(s->batch * s->n_kv * s->n_kv_heads * s->head_dim);
+    double bytes = backward ? 4 * q_bytes + 4 * kv_bytes : 2 * q_bytes + 2 * kv_bytes;
+    report_cost(be, backward ? "attention_backward" : "attention_forward", backward ? 2.5 * flops : flops, bytes);
+}
+
+static usp_status check_attention_shape(const usp_attention_shape *s)
+{
+    if (s->batch < 0 || s->n_q < 0 || s->n_kv < 0 || s->head_dim < 1 || s->n_heads < 1 || s->n_kv_heads < 1 ||
+        s->n_heads % s->n_kv_heads != 0)
+        return usp_error(USP_ERR_CONFIG,
+                         "attention shape: batch %lld, %lld queries, %lld keys, %lld heads, %lld kv heads, head_dim "
+                         "%lld: kv heads must divide heads, and every size be positive",
+                         (long long)s->batch, (long long)s->n_q, (long long)s->n_kv, (long long)s->n_heads,
+                         (long long)s->n_kv_heads, (long long)s->head_dim);
+    return USP_OK;
+}
+
+usp_status usp_flash_attention_forward(usp_backend_t *be, const usp_attention_shape *s, const float *q,
+                                       const float *k, const float *v, float *o, float *lse,
+                                       usp_stream_t *stream)
+{
+    USP_CHECK(check_attention_shape(s));
+    if (s->batch == 0 || s->n_q == 0)
+        return USP_OK;
+    attention_cost(be, s, 0);
+    void *ws = NULL;
+    size_t ws_bytes = be->iface->attention_workspace_bytes(be->context, s);
+    if (ws_bytes)
+        USP_CHECK(usp_buffer_alloc(be, ws_bytes, "attention workspace", &ws));
+    usp_status st = be->iface->attention_forward(be->context, s, q, k, v, o, lse, ws, stream);
+    usp_buffer_free(be, ws);
+    return st;
+}
+
+usp_status usp_flash_attention_backward(usp_backend_t *be, const usp_attention_shape *s, const float *q,
+                                        const float *k, const float *v, const float *o, const float *lse,
+                                        const float *d_o, float *dq, float *dk, float *dv, int accumulate,
+                                        usp_stream_t *stream)
+{
+    USP_CHECK(check_attention_shape(s));
+    if (s->batch == 0 || (s->n_q == 0 && s->n_kv == 0))
+        return USP_OK;
+    attention_cost(be, s, 1);
+    void *ws = NULL;
+    size_t ws_bytes = be->iface->attention_workspace_bytes(be->context, s);
+    if (ws_bytes)
+        USP_CHECK(usp_buffer_alloc(be, ws_bytes, "attention workspace", &ws));
+    usp_status st = be->iface->attention_backward(be->context, s, q, k, v, o, lse, d_o, dq, dk, dv, accumulate,
+                                                  ws, stream);
+    usp_buffer_free(be, ws);
+    return st;
+}
+
+usp_status usp_attention_merge(usp_backend_t *be, float *o, float *lse, const float *o_part,
+                               const float *lse_part, int64_t n, int64_t heads, int64_t head_dim,
+                               usp_stream_t *stream)
+{
+    if (n == 0)
+        return USP_OK;
+    double elems = (double)n * (double)heads * (double)head_dim;
+    report_cost(be, "attention_merge", 3.0 * elems, 4.0 * (3.0 * elems + 3.0 * (double)(n * heads)));
+    return be->iface->attention_merge(be->context, o, lse, o_part, lse_part, n, heads, head_dim, stream);
+}

@@ -47,6 +47,22 @@ typedef struct usp_gemm_desc {
     int64_t batch;
 } usp_gemm_desc;
 
+/* One flash-attention call (see backends/cpu/cpu_attention.h for the math).
+ * Layouts, row-major: q, o, d_o, dq [B, Nq, H, D]; k, v, dk, dv [B, Nkv, Hkv, D];
+ * lse [B, H, Nq]. Offsets are the global positions of the first query and key,
+ * so a call can be one block of a larger (ring) attention. */
+typedef struct usp_attention_shape {
+    int64_t batch, n_q, n_kv;
+    int64_t n_heads, n_kv_heads; /* query head h uses kv head h / (n_heads / n_kv_heads) */
+    int64_t head_dim;
+    int64_t q_offset, kv_offset;
+    int causal;
+    float scale;
+} usp_attention_shape;
+
+/* Query-key pairs that are not masked: the work of an attention call per (batch, head). */
+double usp_attention_visible_pairs(const usp_attention_shape *s);
+
 /* The backend's name ("cpu", "meta", "cuda"). */
 const char *usp_backend_name(const usp_backend_t *be);
 
@@ -88,5 +104,33 @@ void usp_backend_set_cost_sink(usp_backend_t *be, usp_cost_sink_fn fn, void *ctx
 
 /* Batched GEMM (see usp_gemm_desc). */
 usp_status usp_gemm(usp_backend_t *be, const usp_gemm_desc *g, usp_stream_t *stream);
+
+/* cudaMemcpy2D: `rows` rows of `row_bytes`, at byte strides dst_stride and src_stride. */
+usp_status usp_copy_2d(usp_backend_t *be, void *dst, size_t dst_stride, const void *src, size_t src_stride,
+                       size_t row_bytes, size_t rows, usp_stream_t *stream);
+
+/* dst += src over `rows` rows of `row_elems` f32, at element strides. */
+usp_status usp_accumulate_2d(usp_backend_t *be, float *dst, size_t dst_stride, const float *src,
+                             size_t src_stride, size_t row_elems, size_t rows, usp_stream_t *stream);
+
+/* Flash attention forward: o and lse (a row that sees no key: o = 0, lse = -inf).
+ * Its workspace is allocated through the backend (category "attention workspace"). */
+usp_status usp_flash_attention_forward(usp_backend_t *be, const usp_attention_shape *s, const float *q,
+                                       const float *k, const float *v, float *o, float *lse,
+                                       usp_stream_t *stream);
+
+/* Flash attention backward from the (possibly global) o and lse; accumulate = 1
+ * adds to dq, dk, dv instead of overwriting them. */
+usp_status usp_flash_attention_backward(usp_backend_t *be, const usp_attention_shape *s, const float *q,
+                                        const float *k, const float *v, const float *o, const float *lse,
+                                        const float *d_o, float *dq, float *dk, float *dv, int accumulate,
+                                        usp_stream_t *stream);
+
+/* Merges a partial attention result into an accumulated one (ring attention):
+ * lse' = log(e^lse + e^lse_part), o' = e^(lse - lse') o + e^(lse_part - lse') o_part.
+ * o, o_part [n, H, D] with lse, lse_part [H, n] (one batch row). */
+usp_status usp_attention_merge(usp_backend_t *be, float *o, float *lse, const float *o_part,
+                               const float *lse_part, int64_t n, int64_t heads, int64_t head_dim,
+                               usp_stream_t *stream);
 
 #endif

@@ -83,7 +83,8 @@ usp_status usp_trace_record(usp_trace_t *t, const usp_trace_event *event, const 
     e->bytes_sent = 0;
     for (size_t i = 0; i < n_peers; i++)
         e->bytes_sent += peers[i].bytes;
-    memcpy(t->peers + t->n_peers, peers, n_peers * sizeof *peers);
+    if (n_peers)
+        memcpy(t->peers + t->n_peers, peers, n_peers * sizeof *peers);
     t->n_peers += n_peers;
     return USP_OK;
 }

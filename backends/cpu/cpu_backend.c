@@ -7,7 +7,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backends/cpu/cpu_attention.h"
 #include "core/backend_impl.h"
+
+#include <math.h>
 
 static usp_status cpu_alloc(void *ctx, size_t bytes, void **out)
 {
@@ -52,6 +55,88 @@ static usp_status cpu_gemm(void *ctx, const usp_gemm_desc *g, usp_stream_t *stre
     return USP_OK;
 }
 
+static usp_status cpu_copy_2d(void *ctx, void *dst, size_t dst_stride, const void *src, size_t src_stride,
+                              size_t row_bytes, size_t rows, usp_stream_t *stream)
+{
+    (void)ctx, (void)stream;
+    #pragma omp parallel for schedule(static) if (row_bytes * rows > ((size_t)1 << 20))
+    for (size_t r = 0; r < rows; r++)
+        memcpy((char *)dst + r * dst_stride, (const char *)src + r * src_stride, row_bytes);
+    return USP_OK;
+}
+
+static usp_status cpu_accumulate_2d(void *ctx, float *dst, size_t dst_stride, const float *src,
+                                    size_t src_stride, size_t row_elems, size_t rows, usp_stream_t *stream)
+{
+    (void)ctx, (void)stream;
+    #pragma omp parallel for schedule(static) if (row_elems * rows > ((size_t)1 << 18))
+    for (size_t r = 0; r < rows; r++)
+        for (size_t i = 0; i < row_elems; i++)
+            dst[r * dst_stride + i] += src[r * src_stride + i];
+    return USP_OK;
+}
+
+static cpu_attention_shape kernel_shape(const usp_attention_shape *s)
+{
+    return (cpu_attention_shape){
+        .batch = s->batch, .n_q = s->n_q, .n_kv = s->n_kv, .n_heads = s->n_heads, .n_kv_heads = s->n_kv_heads,
+        .head_dim = s->head_dim, .q_offset = s->q_offset, .kv_offset = s->kv_offset, .causal = s->causal,
+        .scale = s->scale,
+    };
+}
+
+static size_t cpu_attention_workspace(void *ctx, const usp_attention_shape *s)
+{
+    (void)ctx;
+    cpu_attention_shape k = kernel_shape(s);
+    return cpu_attention_workspace_bytes(&k);
+}
+
+static usp_status cpu_attention_forward(void *ctx, const usp_attention_shape *s, const float *q, const float *k,
+                                        const float *v, float *o, float *lse, void *workspace,
+                                        usp_stream_t *stream)
+{
+    (void)ctx, (void)stream;
+    cpu_attention_shape ks = kernel_shape(s);
+    cpu_flash_attention_forward(&ks, q, k, v, o, lse, workspace);
+    return USP_OK;
+}
+
+static usp_status cpu_attention_backward(void *ctx, const usp_attention_shape *s, const float *q,
+                                         const float *k, const float *v, const float *o, const float *lse,
+                                         const float *d_o, float *dq, float *dk, float *dv, int accumulate,
+                                         void *workspace, usp_stream_t *stream)
+{
+    (void)ctx, (void)stream;
+    cpu_attention_shape ks = kernel_shape(s);
+    cpu_flash_attention_backward(&ks, q, k, v, o, lse, d_o, dq, dk, dv, accumulate, workspace);
+    return USP_OK;
+}
+
+/* lse' = lse + log(1 + e^(lse_part - lse)) computed around the larger of the
+ * two, so that -inf (a row that has seen no key yet) needs no special case
+ * beyond "both -inf". */
+static usp_status cpu_attention_merge(void *ctx, float *o, float *lse, const float *o_part, const float *lse_part,
+                                      int64_t n, int64_t heads, int64_t head_dim, usp_stream_t *stream)
+{
+    (void)ctx, (void)stream;
+    #pragma omp parallel for schedule(static) if (n * heads * head_dim > (1 << 16))
+    for (int64_t i = 0; i < n; i++)
+        for (int64_t h = 0; h < heads; h++) {
+            float a = lse[h * n + i], b = lse_part[h * n + i];
+            if (b == -INFINITY)
+                continue;
+            float m = a > b ? a : b;
+            float wa = a == -INFINITY ? 0.0f : expf(a - m), wb = expf(b - m), sum = wa + wb;
+            float *oi = o + (i * heads + h) * head_dim;
+            const float *pi = o_part + (i * heads + h) * head_dim;
+            for (int64_t d = 0; d < head_dim; d++)
+                oi[d] = (wa * oi[d] + wb * pi[d]) / sum;
+            lse[h * n + i] = m + logf(sum);
+        }
+    return USP_OK;
+}
+
 static const usp_backend_i cpu_backend_iface = {
     .api_version = USP_BACKEND_API_VERSION,
     .name = "cpu",
@@ -62,6 +147,12 @@ static const usp_backend_i cpu_backend_iface = {
     .zero = cpu_zero,
     .synchronize = NULL,
     .gemm = cpu_gemm,
+    .copy_2d = cpu_copy_2d,
+    .accumulate_2d = cpu_accumulate_2d,
+    .attention_workspace_bytes = cpu_attention_workspace,
+    .attention_forward = cpu_attention_forward,
+    .attention_backward = cpu_attention_backward,
+    .attention_merge = cpu_attention_merge,
     .destroy = NULL,
 };
 

@@ -1,0 +1,198 @@
+/* Benchmark of the CPU flash attention (backends/cpu/cpu_attention.c).
+ *
+ * Prints forward and backward GFLOP/s of causal attention beside the GFLOP/s of
+ * OpenBLAS sgemm measured in the same run, and their ratios: on a shared, noisy
+ * machine only a ratio measured side by side means anything. Also prints the
+ * workspace the kernel needs at N = 65536 (the memory figure for acceptance) and
+ * runs the forward once at that size. Figures are reported, never asserted.
+ *
+ * FLOP convention (FlashAttention papers): a causal forward is half of
+ * 4 N^2 D per head and batch (S = Q K^T and O = P V, 2 N^2 D each); a backward
+ * is 2.5 x the forward (five N^2 D products). The kernel's own backward does
+ * 7 products to stay deterministic, which this convention does not credit. */
+#include "backends/cpu/cpu_attention.h"
+
+#include <cblas.h>
+#include <math.h>
+#include <omp.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define MIB (1024.0 * 1024.0)
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+            "usage: attention [--json] [--quick] [--help]\n"
+            "\n"
+            "Causal flash attention on the CPU, batch 1, 8 heads (8 kv heads), for N in\n"
+            "{4096, 16384} and head_dim in {64, 128}: forward and backward GFLOP/s beside\n"
+            "OpenBLAS sgemm GFLOP/s (2048^3, best of 3) measured in the same run.\n"
+            "Then the workspace the kernel needs at N = 65536, head_dim 64, 8 heads, and\n"
+            "one forward at that size.\n"
+            "\n"
+            "  --json   one JSON object per line instead of the table\n"
+            "  --quick  N = 4096 only, one repetition, no forward at N = 65536\n"
+            "  --help   this text\n"
+            "\n"
+            "FLOP convention: causal forward = 0.5 * 4 * N^2 * head_dim per head;\n"
+            "backward = 2.5 x forward. Times are the best of 3 runs at N = 4096, one run\n"
+            "above. Threads: OMP_NUM_THREADS (OpenBLAS's OpenMP build shares them).\n"
+            "\n"
+            "JSON fields, per configuration: n, head_dim, n_heads, batch, threads,\n"
+            "  fwd_seconds, bwd_seconds, fwd_gflops, bwd_gflops, sgemm_gflops,\n"
+            "  fwd_ratio (= fwd_gflops / sgemm_gflops), bwd_ratio (= bwd_gflops / sgemm_gflops).\n"
+            "Once: {\"workspace_n\", \"workspace_bytes\", \"head_dim\", \"n_heads\",\n"
+            "  \"threads\", \"fwd_seconds\", \"fwd_gflops\"} (the last two absent with --quick).\n");
+}
+
+static void fill_uniform(float *x, size_t n, uint64_t seed) /* in [-1, 1] */
+{
+    uint64_t st = seed * 0x9E3779B97F4A7C15ull + 1;
+    for (size_t i = 0; i < n; i++) {
+        st = st * 6364136223846793005ull + 1442695040888963407ull;
+        x[i] = (float)((double)(st >> 40) / (double)(1ull << 24) * 2.0 - 1.0);
+    }
+}
+
+static float *alloc_floats(size_t n)
+{
+    float *x = malloc(n * sizeof(float));
+    if (!x) {
+        fprintf(stderr, "attention: out of memory (%zu floats)\n", n);
+        exit(1);
+    }
+    return x;
+}
+
+/* Best GFLOP/s of `reps` 2048^3 sgemm calls on all threads, after one warm-up call. */
+static double sgemm_gflops(int reps)
+{
+    const int n = 2048;
+    float *a = alloc_floats((size_t)n * n), *b = alloc_floats((size_t)n * n), *c = alloc_floats((size_t)n * n);
+    fill_uniform(a, (size_t)n * n, 1);
+    fill_uniform(b, (size_t)n * n, 2);
+    double best = 0.0;
+    for (int r = -1; r < reps; r++) {
+        double t = omp_get_wtime();
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, a, n, b, n, 0.0f, c, n);
+        t = omp_get_wtime() - t;
+        double g = 2.0 * n * n * (double)n / t / 1e9;
+        if (r >= 0 && g > best) best = g;
+    }
+    free(a), free(b), free(c);
+    return best;
+}
+
+static cpu_attention_shape causal_shape(int64_t n, int64_t head_dim, int64_t heads)
+{
+    cpu_attention_shape s = {.batch = 1, .n_q = n, .n_kv = n, .n_heads = heads, .n_kv_heads = heads,
+                             .head_dim = head_dim, .q_offset = 0, .kv_offset = 0, .causal = 1,
+                             .scale = 1.0f / sqrtf((float)head_dim)};
+    return s;
+}
+
+/* Causal forward FLOPs: half of 4 N^2 D per head. */
+static double forward_flops(const cpu_attention_shape *s)
+{
+    return 0.5 * 4.0 * (double)s->n_q * (double)s->n_kv * (double)s->head_dim * (double)s->n_heads *
+           (double)s->batch;
+}
+
+typedef struct timing {
+    double fwd_s, bwd_s; /* best seconds */
+} timing;
+
+/* Best-of-`reps` seconds of forward and backward at shape s. */
+static timing time_attention(const cpu_attention_shape *s, int reps)
+{
+    const size_t nq = (size_t)(s->batch * s->n_q * s->n_heads * s->head_dim);
+    const size_t nkv = (size_t)(s->batch * s->n_kv * s->n_kv_heads * s->head_dim);
+    float *q = alloc_floats(nq), *k = alloc_floats(nkv), *v = alloc_floats(nkv), *d_o = alloc_floats(nq);
+    float *o = alloc_floats(nq), *lse = alloc_floats((size_t)(s->batch * s->n_heads * s->n_q));
+    float *dq = alloc_floats(nq), *dk = alloc_floats(nkv), *dv = alloc_floats(nkv);
+    void *ws = malloc(cpu_attention_workspace_bytes(s));
+    fill_uniform(q, nq, 3), fill_uniform(k, nkv, 4), fill_uniform(v, nkv, 5), fill_uniform(d_o, nq, 6);
+    timing best = {1e30, 1e30};
+    for (int r = 0; r < reps; r++) {
+        double t0 = omp_get_wtime();
+        cpu_flash_attention_forward(s, q, k, v, o, lse, ws);
+        double t1 = omp_get_wtime();
+        cpu_flash_attention_backward(s, q, k, v, o, lse, d_o, dq, dk, dv, 0, ws);
+        double t2 = omp_get_wtime();
+        if (t1 - t0 < best.fwd_s) best.fwd_s = t1 - t0;
+        if (t2 - t1 < best.bwd_s) best.bwd_s = t2 - t1;
+    }
+    free(q), free(k), free(v), free(d_o), free(o), free(lse), free(dq), free(dk), free(dv), free(ws);
+    return best;
+}
+
+/* One forward at N = 65536 (skipped when quick): the workspace figure, and that it runs. */
+static void workspace_report(int json, int quick)
+{
+    cpu_attention_shape s = causal_shape(65536, 64, 8);
+    size_t bytes = cpu_attention_workspace_bytes(&s);
+    double secs = 0.0, gf = 0.0;
+    if (!quick) {
+        const size_t nq = (size_t)(s.n_q * s.n_heads * s.head_dim);
+        float *q = alloc_floats(nq), *k = alloc_floats(nq), *v = alloc_floats(nq), *o = alloc_floats(nq);
+        float *lse = alloc_floats((size_t)(s.n_heads * s.n_q));
+        void *ws = malloc(bytes);
+        fill_uniform(q, nq, 7), fill_uniform(k, nq, 8), fill_uniform(v, nq, 9);
+        double t = omp_get_wtime();
+        cpu_flash_attention_forward(&s, q, k, v, o, lse, ws);
+        secs = omp_get_wtime() - t;
+        gf = forward_flops(&s) / secs / 1e9;
+        free(q), free(k), free(v), free(o), free(lse), free(ws);
+    }
+    if (json) {
+        printf("{\"workspace_n\": 65536, \"workspace_bytes\": %zu, \"head_dim\": 64, \"n_heads\": 8, \"threads\": %d",
+               bytes, omp_get_max_threads());
+        if (!quick) printf(", \"fwd_seconds\": %.3f, \"fwd_gflops\": %.1f", secs, gf);
+        printf("}\n");
+    } else {
+        printf("\nworkspace at N = 65536, head_dim 64, 8 heads, %d threads: %zu bytes (%.2f MiB; target < 16 MiB)\n",
+               omp_get_max_threads(), bytes, (double)bytes / MIB);
+        if (!quick) printf("forward at N = 65536: %.2f s, %.1f GFLOP/s\n", secs, gf);
+    }
+}
+
+int main(int argc, char **argv)
+{
+    int json = 0, quick = 0;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--json")) json = 1;
+        else if (!strcmp(argv[i], "--quick")) quick = 1;
+        else if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) return usage(stdout), 0;
+        else return fprintf(stderr, "attention: unknown option '%s'\n", argv[i]), usage(stderr), 2;
+    }
+    const int64_t ns[] = {4096, 16384}, dims[] = {64, 128};
+    const int n_ns = quick ? 1 : 2;
+    double sg = sgemm_gflops(3);
+    if (!json) {
+        printf("OpenBLAS sgemm 2048^3: %.1f GFLOP/s (best of 3), %d threads\n", sg, omp_get_max_threads());
+        printf("causal attention, batch 1, 8 heads; flop: fwd = 2 N^2 D per head, bwd = 2.5 x fwd\n\n");
+        printf("%6s %8s %10s %10s %9s %10s %10s %9s\n", "N", "head_dim", "fwd s", "fwd GF/s", "fwd/sgemm",
+               "bwd s", "bwd GF/s", "bwd/sgemm");
+    }
+    for (int a = 0; a < n_ns; a++)
+        for (int b = 0; b < 2; b++) {
+            cpu_attention_shape s = causal_shape(ns[a], dims[b], 8);
+            timing t = time_attention(&s, quick ? 1 : (ns[a] <= 4096 ? 3 : 1));
+            double ff = forward_flops(&s), fg = ff / t.fwd_s / 1e9, bg = 2.5 * ff / t.bwd_s / 1e9;
+            if (json)
+                printf("{\"n\": %lld, \"head_dim\": %lld, \"n_heads\": 8, \"batch\": 1, \"threads\": %d, "
+                       "\"fwd_seconds\": %.4f, \"bwd_seconds\": %.4f, \"fwd_gflops\": %.1f, \"bwd_gflops\": %.1f, "
+                       "\"sgemm_gflops\": %.1f, \"fwd_ratio\": %.3f, \"bwd_ratio\": %.3f}\n",
+                       (long long)s.n_q, (long long)s.head_dim, omp_get_max_threads(), t.fwd_s, t.bwd_s, fg, bg,
+                       sg, fg / sg, bg / sg);
+            else
+                printf("%6lld %8lld %10.3f %10.1f %9.2f %10.3f %10.1f %9.2f\n", (long long)s.n_q,
+                       (long long)s.head_dim, t.fwd_s, fg, fg / sg, t.bwd_s, bg, bg / sg);
+            fflush(stdout);
+        }
+    workspace_report(json, quick);
+    return 0;
+}

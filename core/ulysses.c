@@ -1,0 +1,261 @@
+/* Ulysses attention (see ulysses.h): head partition, the two layout
+ * transforms around the all-to-all, and the inner attention (local flash
+ * attention, or ring attention in the hybrid). */
+#include "core/ulysses.h"
+
+#include <math.h>
+#include <stdlib.h>
+
+#include "core/ring.h"
+
+/* Which heads each Ulysses rank attends for: [first, first + count). */
+typedef struct head_split {
+    int64_t *first, *count; /* [U] */
+} head_split;
+
+struct ulysses_attention {
+    ulysses_attention_config c;
+    usp_seq_layout layout;     /* the SP layout over U x R */
+    int U, me;
+    int64_t T, NU;             /* tokens per rank; tokens per Ulysses group (U T) */
+    head_split q_heads, kv_heads;
+    int kv_shared;             /* 1 when a KV head goes to several ranks */
+    ring_attention *ring;      /* hybrid only */
+    /* kept from forward for backward: this rank's heads over the group's tokens */
+    float *q_all, *k_all, *v_all, *o_all, *lse; /* [B, NU, h, D] ([B, h, NU] for lse) */
+    float *send, *recv;        /* all-to-all buffers */
+    size_t *counts;            /* [4][U]: send counts, send offsets, recv counts, recv offsets */
+};
+
+const usp_seq_layout *ulysses_attention_layout(const ulysses_attention *a) { return &a->layout; }
+
+static usp_status split_heads(ulysses_attention *a)
+{
+    const int64_t H = a->c.n_heads, Hkv = a->c.n_kv_heads, group = H / Hkv;
+    int64_t *mem;
+    USP_CHECK(usp_calloc((void **)&mem, 4 * (size_t)a->U, sizeof *mem, "the head split"));
+    a->q_heads = (head_split){mem, mem + a->U};
+    a->kv_heads = (head_split){mem + 2 * a->U, mem + 3 * a->U};
+    for (int j = 0, at = 0; j < a->U; j++) {
+        a->q_heads.first[j] = at;
+        a->q_heads.count[j] = H / a->U + (j < H % a->U);
+        at += (int)a->q_heads.count[j];
+        if (a->q_heads.count[j] == 0)
+            return usp_error(USP_ERR_CONFIG, "--ulysses %d is larger than the %lld heads: some ranks would have "
+                             "no head; use --ulysses <= %lld or add --ring", a->U, (long long)H, (long long)H);
+        /* the KV heads its query heads use */
+        int64_t kv_first = a->q_heads.first[j] / group;
+        int64_t kv_last = (a->q_heads.first[j] + a->q_heads.count[j] - 1) / group;
+        a->kv_heads.first[j] = kv_first;
+        a->kv_heads.count[j] = kv_last - kv_first + 1;
+        /* the kernel maps local query head h to local KV head h / (nq / nkv): check it holds */
+        int64_t nq = a->q_heads.count[j], nkv = a->kv_heads.count[j];
+        int uniform = nq % nkv == 0;
+        for (int64_t h = 0; uniform && h < nq; h++)
+            uniform = (a->q_heads.first[j] + h) / group - kv_first == h / (nq / nkv);
+        if (!uniform)
+            return usp_error(USP_ERR_CONFIG,
+                             "%lld heads with %lld KV heads do not split over --ulysses %d: a rank's query heads "
+                             "must map evenly onto its KV heads; use an Ulysses degree that divides the heads, "
+                             "or one that divides or is a multiple of the KV heads",
+                             (long long)H, (long long)Hkv, a->U);
+        if (j > 0 && kv_first < a->kv_heads.first[j - 1] + a->kv_heads.count[j - 1])
+            a->kv_shared = 1;
+    }
+    return USP_OK;
+}
+
+static usp_status alloc(ulysses_attention *a, float **p, int64_t elems, const char *category)
+{
+    return usp_buffer_alloc(a->c.backend, (size_t)elems * sizeof(float), category, (void **)p);
+}
+
+usp_status ulysses_attention_create(const ulysses_attention_config *c, ulysses_attention **out)
+{
+    *out = NULL;
+    ulysses_attention *a;
+    USP_CHECK(usp_calloc((void **)&a, 1, sizeof *a, "ulysses attention"));
+    a->c = *c;
+    if (a->c.scale == 0.0f)
+        a->c.scale = 1.0f / sqrtf((float)c->head_dim);
+    a->U = usp_comm_size(c->ulysses);
+    a->me = usp_comm_rank(c->ulysses);
+    int R = c->ring ? usp_comm_size(c->ring) : 1;
+    usp_status s;
+    if (c->n_heads < 1 || c->n_kv_heads < 1 || c->n_heads % c->n_kv_heads != 0) {
+        s = usp_error(USP_ERR_CONFIG, "%lld heads and %lld KV heads: the KV heads must divide the heads",
+                      (long long)c->n_heads, (long long)c->n_kv_heads);
+        goto fail;
+    }
+    USP_CHECK_GOTO(usp_seq_layout_make(usp_layout_for(c->causal, R), c->seq_len, a->U, R, &a->layout), s, fail);
+    USP_CHECK_GOTO(split_heads(a), s, fail);
+    a->T = a->layout.per_rank;
+    a->NU = a->T * a->U;
+    const int64_t B = c->batch, D = c->head_dim, nq = a->q_heads.count[a->me], nkv = a->kv_heads.count[a->me];
+    USP_CHECK_GOTO(alloc(a, &a->q_all, B * a->NU * nq * D, "activations"), s, fail);
+    USP_CHECK_GOTO(alloc(a, &a->o_all, B * a->NU * nq * D, "activations"), s, fail);
+    USP_CHECK_GOTO(alloc(a, &a->k_all, B * a->NU * nkv * D, "activations"), s, fail);
+    USP_CHECK_GOTO(alloc(a, &a->v_all, B * a->NU * nkv * D, "activations"), s, fail);
+    USP_CHECK_GOTO(alloc(a, &a->lse, B * nq * a->NU, "activations"), s, fail);
+    /* the largest exchange sends or receives T tokens of the most heads any rank has, U times */
+    int64_t most = 0;
+    for (int j = 0; j < a->U; j++) {
+        most = a->q_heads.count[j] > most ? a->q_heads.count[j] : most;
+        most = a->kv_heads.count[j] > most ? a->kv_heads.count[j] : most;
+    }
+    int64_t buffer = B * a->T * D * most * a->U;
+    USP_CHECK_GOTO(alloc(a, &a->send, buffer, "comm"), s, fail);
+    USP_CHECK_GOTO(alloc(a, &a->recv, buffer, "comm"), s, fail);
+    USP_CHECK_GOTO(usp_calloc((void **)&a->counts, 4 * (size_t)a->U, sizeof *a->counts, "all-to-all counts"), s, fail);
+    if (R > 1) {
+        usp_seq_layout ring_layout;
+        USP_CHECK_GOTO(usp_seq_layout_make(a->layout.kind, c->seq_len, 1, R, &ring_layout), s, fail);
+        ring_attention_config rc = {.backend = c->backend, .ring = c->ring, .stream = c->stream,
+                                    .layout = ring_layout, .batch = B, .n_heads = nq, .n_kv_heads = nkv,
+                                    .head_dim = D, .causal = c->causal, .scale = a->c.scale};
+        USP_CHECK_GOTO(ring_attention_create(&rc, &a->ring), s, fail);
+    }
+    *out = a;
+    return USP_OK;
+fail:
+    ulysses_attention_destroy(a);
+    return s;
+}
+
+void ulysses_attention_destroy(ulysses_attention *a)
+{
+    if (!a)
+        return;
+    usp_backend_t *be = a->c.backend;
+    float *buffers[] = {a->q_all, a->k_all, a->v_all, a->o_all, a->lse, a->send, a->recv};
+    for (size_t i = 0; i < sizeof buffers / sizeof *buffers; i++)
+        usp_buffer_free(be, buffers[i]);
+    ring_attention_destroy(a->ring);
+    free(a->q_heads.first);
+    free(a->counts);
+    free(a);
+}
+
+/* The all-to-all of one tensor; equal counts go through all_to_all, uneven ones through all_to_all_v. */
+static usp_status exchange(ulysses_attention *a)
+{
+    size_t *sc = a->counts, *so = sc + a->U, *rc = so + a->U, *ro = rc + a->U;
+    int even = 1;
+    for (int j = 0; j < a->U; j++)
+        even &= sc[j] == sc[0] && rc[j] == sc[0];
+    if (even)
+        return usp_comm_all_to_all(a->c.ulysses, a->send, a->recv, sc[0], USP_F32, a->c.stream);
+    return usp_comm_all_to_all_v(a->c.ulysses, a->send, sc, so, a->recv, rc, ro, USP_F32, a->c.stream);
+}
+
+/* Sequence -> heads: x [B, T, Htot, D] (this rank's tokens, all heads) becomes
+ * x_all [B, U T, h_me, D] (all the group's tokens, this rank's heads). Peer j's
+ * slice [B, T, h_j, D] is packed contiguously so that the all-to-all moves it whole. */
+static usp_status scatter_heads(ulysses_attention *a, const float *x, int64_t heads_total, const head_split *hs,
+                                float *x_all)
+{
+    const size_t B = (size_t)a->c.batch, T = (size_t)a->T, D = (size_t)a->c.head_dim, U = (size_t)a->U;
+    size_t *sc = a->counts, *so = sc + U, *rc = so + U, *ro = rc + U, at = 0;
+    size_t mine = (size_t)hs->count[a->me];
+    for (size_t j = 0; j < U; j++) {
+        size_t h = (size_t)hs->count[j], row = h * D * sizeof(float);
+        USP_CHECK(usp_copy_2d(a->c.backend, a->send + at, row, x + (size_t)hs->first[j] * D,
+                              (size_t)heads_total * D * sizeof(float), row, B * T, a->c.stream));
+        sc[j] = B * T * h * D, so[j] = at, at += sc[j];
+        rc[j] = B * T * mine * D, ro[j] = j * rc[j];
+    }
+    USP_CHECK(exchange(a));
+    size_t block = T * mine * D; /* one batch row of one peer's tokens */
+    for (size_t i = 0; i < U; i++)
+        USP_CHECK(usp_copy_2d(a->c.backend, x_all + i * block, U * block * sizeof(float), a->recv + ro[i],
+                              block * sizeof(float), block * sizeof(float), B, a->c.stream));
+    return USP_OK;
+}
+
+/* Heads -> sequence, the reverse of scatter_heads: x_all [B, U T, h_me, D] goes
+ * back to x [B, T, Htot, D]. With shared KV heads several peers return
+ * gradients for the same head: they are summed, in peer order. */
+static usp_status gather_heads(ulysses_attention *a, const float *x_all, int64_t heads_total, const head_split *hs,
+                               int sum_shared, float *x)
+{
+    const size_t B = (size_t)a->c.batch, T = (size_t)a->T, D = (size_t)a->c.head_dim, U = (size_t)a->U;
+    size_t *sc = a->counts, *so = sc + U, *rc = so + U, *ro = rc + U, at = 0;
+    size_t mine = (size_t)hs->count[a->me], block = T * mine * D;
+    for (size_t j = 0; j < U; j++) {
+        USP_CHECK(usp_copy_2d(a->c.backend, a->send + j * B * block, block * sizeof(float), x_all + j * block,
+                              U * block * sizeof(float), block * sizeof(float), B, a->c.stream));
+        sc[j] = B * block, so[j] = j * B * block;
+        rc[j] = B * T * (size_t)hs->count[j] * D, ro[j] = at, at += rc[j];
+    }
+    USP_CHECK(exchange(a));
+    const size_t row = (size_t)heads_total * D;
+    if (sum_shared)
+        USP_CHECK(usp_buffer_zero(a->c.backend, x, B * T * row * sizeof(float), a->c.stream));
+    for (size_t i = 0; i < U; i++) {
+        size_t h = (size_t)hs->count[i];
+        float *dst = x + (size_t)hs->first[i] * D;
+        if (sum_shared)
+            USP_CHECK(usp_accumulate_2d(a->c.backend, dst, row, a->recv + ro[i], h * D, h * D, B * T, a->c.stream));
+        else
+            USP_CHECK(usp_copy_2d(a->c.backend, dst, row * sizeof(float), a->recv + ro[i], h * D * sizeof(float),
+                                  h * D * sizeof(float), B * T, a->c.stream));
+    }
+    return USP_OK;
+}
+
+static usp_attention_shape local_shape(const ulysses_attention *a)
+{
+    return (usp_attention_shape){.batch = a->c.batch, .n_q = a->NU, .n_kv = a->NU,
+                                 .n_heads = a->q_heads.count[a->me], .n_kv_heads = a->kv_heads.count[a->me],
+                                 .head_dim = a->c.head_dim, .causal = a->c.causal, .scale = a->c.scale};
+}
+
+usp_status ulysses_attention_forward(ulysses_attention *a, const float *q, const float *k, const float *v,
+                                     float *o)
+{
+    const int64_t H = a->c.n_heads, Hkv = a->c.n_kv_heads;
+    USP_CHECK(scatter_heads(a, q, H, &a->q_heads, a->q_all));
+    USP_CHECK(scatter_heads(a, k, Hkv, &a->kv_heads, a->k_all));
+    USP_CHECK(scatter_heads(a, v, Hkv, &a->kv_heads, a->v_all));
+    if (a->ring) {
+        USP_CHECK(ring_attention_forward(a->ring, a->q_all, a->k_all, a->v_all, a->o_all, a->lse));
+    } else {
+        usp_attention_shape s = local_shape(a);
+        USP_CHECK(usp_flash_attention_forward(a->c.backend, &s, a->q_all, a->k_all, a->v_all, a->o_all, a->lse,
+                                              a->c.stream));
+    }
+    return gather_heads(a, a->o_all, H, &a->q_heads, 0, o);
+}
+
+usp_status ulysses_attention_backward(ulysses_attention *a, const float *d_o, float *dq, float *dk, float *dv)
+{
+    const int64_t H = a->c.n_heads, Hkv = a->c.n_kv_heads;
+    const size_t B = (size_t)a->c.batch, D = (size_t)a->c.head_dim, NU = (size_t)a->NU;
+    size_t nq = (size_t)a->q_heads.count[a->me], nkv = (size_t)a->kv_heads.count[a->me];
+    float *do_all = NULL, *dq_all = NULL, *dk_all = NULL, *dv_all = NULL;
+    usp_status s;
+    USP_CHECK_GOTO(alloc(a, &do_all, (int64_t)(B * NU * nq * D), "gradients"), s, done);
+    USP_CHECK_GOTO(alloc(a, &dq_all, (int64_t)(B * NU * nq * D), "gradients"), s, done);
+    USP_CHECK_GOTO(alloc(a, &dk_all, (int64_t)(B * NU * nkv * D), "gradients"), s, done);
+    USP_CHECK_GOTO(alloc(a, &dv_all, (int64_t)(B * NU * nkv * D), "gradients"), s, done);
+    USP_CHECK_GOTO(scatter_heads(a, d_o, H, &a->q_heads, do_all), s, done);
+    if (a->ring) {
+        s = ring_attention_backward(a->ring, a->q_all, a->k_all, a->v_all, a->o_all, a->lse, do_all, dq_all,
+                                    dk_all, dv_all);
+    } else {
+        usp_attention_shape sh = local_shape(a);
+        s = usp_flash_attention_backward(a->c.backend, &sh, a->q_all, a->k_all, a->v_all, a->o_all, a->lse, do_all,
+                                         dq_all, dk_all, dv_all, 0, a->c.stream);
+    }
+    if (s != USP_OK)
+        goto done;
+    USP_CHECK_GOTO(gather_heads(a, dq_all, H, &a->q_heads, 0, dq), s, done);
+    USP_CHECK_GOTO(gather_heads(a, dk_all, Hkv, &a->kv_heads, a->kv_shared, dk), s, done);
+    s = gather_heads(a, dv_all, Hkv, &a->kv_heads, a->kv_shared, dv);
+done:
+    usp_buffer_free(a->c.backend, do_all);
+    usp_buffer_free(a->c.backend, dq_all);
+    usp_buffer_free(a->c.backend, dk_all);
+    usp_buffer_free(a->c.backend, dv_all);
+    return s;
+}

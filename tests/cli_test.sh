@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# Command-line contract of `usp`: exit codes, messages that name the option,
+# injected faults ending within 5 seconds with a report, identical traces.
+# Usage: cli_test.sh PATH/TO/usp
+set -u
+usp=$1
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+passed=0 failed=0
+
+# expect CODE NEEDLE -- ARGS...: runs usp ARGS (5 s at most), checks the exit
+# code and that NEEDLE appears in its output (stdout + stderr).
+expect() {
+    local code=$1 needle=$2
+    shift 3
+    local out rc
+    out=$(timeout 5 "$usp" "$@" 2>&1)
+    rc=$?
+    if [[ $rc -eq $code && $out == *"$needle"* ]]; then
+        passed=$((passed + 1))
+    else
+        failed=$((failed + 1))
+        echo "FAIL: usp $* -> exit $rc (expected $code), looked for '$needle' in:"
+        echo "$out" | head -20 | sed 's/^/    /'
+    fi
+}
+
+expect 0 "usp 0." -- --version
+expect 0 "selftest" -- --help
+expect 2 "usage" --
+expect 2 "unknown command 'bogus'" -- bogus
+expect 0 "--inject SPEC" -- selftest --help
+
+# bad options: exit 2, the message names the option (and the value)
+expect 2 "--world 0" -- selftest --world 0
+expect 2 "--ulysses 3" -- selftest --world 8 --ulysses 3
+expect 2 "unknown option --frobnicate" -- selftest --frobnicate
+expect 2 "--world eight: not a whole number" -- selftest --world eight
+expect 2 "--world needs a value" -- selftest --world
+expect 2 "--ring 0" -- selftest --world 8 --ring 0
+expect 2 "--inject bogus" -- selftest --inject bogus
+expect 2 "--inject skip:rank=9: there are only 8 ranks" -- selftest --world 8 --inject skip:rank=9
+
+# a clean run, plain and JSON
+expect 0 "checks passed" -- selftest --world 8 --ulysses 4
+expect 0 '"summary":true' -- selftest --world 8 --ulysses 2 --ring 2 --json
+
+# every injection kind: exit 3 (4 for crash) within 5 s, with rank, op, group, seq, call site
+expect 3 "rank 2: skip at its call 1, all_to_all #1 on ulysses[0] (core/selftest.c:" -- selftest --world 8 --ulysses 4 --inject skip:rank=2
+expect 3 "rank 2: swap at its call 1, all_to_all #1 on ulysses[0] (core/selftest.c:" -- selftest --world 8 --ulysses 4 --inject swap:rank=2
+expect 3 "rank 2 calls all_to_all(count=2047, f32) as its call #1 (collective #1) on ulysses[0] at core/selftest.c:" -- selftest --world 8 --ulysses 4 --inject size:rank=2
+expect 3 "rank 2 waits in all_to_all #5 on world (core/selftest.c:" -- selftest --world 8 --ulysses 4 --inject group:rank=2
+expect 4 "rank 2 crashed (injected) at its call 1: all_to_all #1 on ulysses[0] (core/selftest.c:" -- selftest --world 8 --ulysses 4 --inject crash:rank=2
+expect 3 "deadlock" -- selftest --world 8 --ulysses 2 --ring 2 --inject skip:rank=1,op=sendrecv,call=2
+
+# traces: two runs are byte-identical; an unwritable path is a runtime error with no file left
+"$usp" selftest --world 8 --ulysses 2 --ring 2 --trace "$work/a.txt" >/dev/null 2>&1
+"$usp" selftest --world 8 --ulysses 2 --ring 2 --trace "$work/b.txt" >/dev/null 2>&1
+if [[ -s $work/a.txt ]] && cmp -s "$work/a.txt" "$work/b.txt"; then passed=$((passed + 1)); else
+    failed=$((failed + 1)); echo "FAIL: two selftest traces differ or are empty"; fi
+expect 1 "cannot write $work/missing/t.txt" -- selftest --trace "$work/missing/t.txt"
+if [[ -z $(ls "$work") || $(ls "$work") == $'a.txt\nb.txt' ]]; then passed=$((passed + 1)); else
+    failed=$((failed + 1)); echo "FAIL: stray files left: $(ls "$work")"; fi
+
+echo "cli: $passed passed, $failed failed"
+[[ $failed -eq 0 ]]
