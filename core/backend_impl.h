@@ -50,6 +50,65 @@ typedef struct usp_backend_i {
     usp_status (*attention_merge)(void *ctx, float *o, float *lse, const float *o_part,
                                   const float *lse_part, int64_t n, int64_t heads, int64_t head_dim,
                                   usp_stream_t *stream);
+    /* Transformer layer ops, semantics of their wrappers in core/ops.h; called with n > 0 and
+     * checked shapes and buffers. Each may be NULL only when has_numerics = 0 (the wrapper
+     * then reports the cost and returns; usp_sum_squares gives 0); on a numeric backend a
+     * NULL slot is a USP_ERR_RUNTIME naming the op. */
+    /* out [n, C] = wte[tokens] + wpe[positions] (wpe may be NULL). */
+    usp_status (*embedding_forward)(void *ctx, float *out, const int32_t *tokens, const int32_t *positions,
+                                    const float *wte, const float *wpe, int64_t n, int64_t C, usp_stream_t *stream);
+    /* dwte[tokens[i]] += dout[i], dwpe likewise if non-NULL; deterministic. */
+    usp_status (*embedding_backward)(void *ctx, float *dwte, float *dwpe, const float *dout, const int32_t *tokens,
+                                     const int32_t *positions, int64_t n, int64_t C, usp_stream_t *stream);
+    /* LayerNorm forward; bias, mean, rstd may be NULL. */
+    usp_status (*layernorm_forward)(void *ctx, float *out, float *mean, float *rstd, const float *inp,
+                                    const float *weight, const float *bias, int64_t n, int64_t C, float eps,
+                                    usp_stream_t *stream);
+    /* LayerNorm backward; accumulates into dinp, dweight, dbias (may be NULL). */
+    usp_status (*layernorm_backward)(void *ctx, float *dinp, float *dweight, float *dbias, const float *dout,
+                                     const float *inp, const float *weight, const float *mean, const float *rstd,
+                                     int64_t n, int64_t C, usp_stream_t *stream);
+    /* RMSNorm forward; rstd may be NULL. */
+    usp_status (*rmsnorm_forward)(void *ctx, float *out, float *rstd, const float *inp, const float *weight,
+                                  int64_t n, int64_t C, float eps, usp_stream_t *stream);
+    /* RMSNorm backward; accumulates into dinp and dweight. */
+    usp_status (*rmsnorm_backward)(void *ctx, float *dinp, float *dweight, const float *dout, const float *inp,
+                                   const float *weight, const float *rstd, int64_t n, int64_t C,
+                                   usp_stream_t *stream);
+    /* GELU (tanh approximation) forward over n elements. */
+    usp_status (*gelu_tanh_forward)(void *ctx, float *out, const float *inp, int64_t n, usp_stream_t *stream);
+    /* GELU backward; dinp overwritten. */
+    usp_status (*gelu_tanh_backward)(void *ctx, float *dinp, const float *inp, const float *dout, int64_t n,
+                                     usp_stream_t *stream);
+    /* out = silu(gate) * up over n elements. */
+    usp_status (*swiglu_forward)(void *ctx, float *out, const float *gate, const float *up, int64_t n,
+                                 usp_stream_t *stream);
+    /* SwiGLU backward; dgate and dup overwritten. */
+    usp_status (*swiglu_backward)(void *ctx, float *dgate, float *dup, const float *gate, const float *up,
+                                  const float *dout, int64_t n, usp_stream_t *stream);
+    /* Rotary embedding of x [n, H, D] in place. */
+    usp_status (*rope_forward)(void *ctx, float *x, const int32_t *positions, int64_t n, int64_t H, int64_t D,
+                               float theta, usp_stream_t *stream);
+    /* Inverse rotary rotation of dx [n, H, D] in place. */
+    usp_status (*rope_backward)(void *ctx, float *dx, const int32_t *positions, int64_t n, int64_t H, int64_t D,
+                                float theta, usp_stream_t *stream);
+    /* Fused softmax cross-entropy; losses or dlogits may be NULL, dlogits may equal logits. */
+    usp_status (*cross_entropy)(void *ctx, float *losses, float *dlogits, const float *logits,
+                                const int32_t *targets, int64_t n, int64_t V, float grad_scale,
+                                usp_stream_t *stream);
+    /* One AdamW step over n parameters. */
+    usp_status (*adamw_step)(void *ctx, float *params, const float *grads, float *m, float *v, int64_t n, float lr,
+                             float beta1, float beta2, float eps, float weight_decay, int64_t t,
+                             usp_stream_t *stream);
+    /* *out (host) = sum of squares in double, deterministic for any thread count. Blocking. */
+    usp_status (*sum_squares)(void *ctx, double *out, const float *x, int64_t n, usp_stream_t *stream);
+    /* x *= s over n elements. */
+    usp_status (*scale)(void *ctx, float *x, float s, int64_t n, usp_stream_t *stream);
+    /* x [n, C] += bias [C]. */
+    usp_status (*add_bias)(void *ctx, float *x, const float *bias, int64_t n, int64_t C, usp_stream_t *stream);
+    /* dbias [C] += column sums of dout [n, C]. */
+    usp_status (*bias_backward)(void *ctx, float *dbias, const float *dout, int64_t n, int64_t C,
+                                usp_stream_t *stream);
     /* (optional) Frees the context; NULL: nothing to free. */
     void (*destroy)(void *ctx);
 } usp_backend_i;

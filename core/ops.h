@@ -133,4 +133,90 @@ usp_status usp_attention_merge(usp_backend_t *be, float *o, float *lse, const fl
                                const float *lse_part, int64_t n, int64_t heads, int64_t head_dim,
                                usp_stream_t *stream);
 
+/* ---- Transformer layer ops. Activations are row-major [n, C], n = batch * tokens;
+ * token and position ids are int32 in backend memory; "accumulate" means +=.
+ * Every op accepts n = 0 (nothing to do). The caller guarantees ids index their
+ * tables: tokens < V (rows of wte), positions < P (rows of wpe). */
+
+/* out[i] = wte[tokens[i]] + (wpe ? wpe[positions[i]] : 0); out [n, C], wte [V, C], wpe [P, C]
+ * (positions may be NULL when wpe is). */
+usp_status usp_embedding_forward(usp_backend_t *be, float *out, const int32_t *tokens, const int32_t *positions,
+                                 const float *wte, const float *wpe, int64_t n, int64_t C, usp_stream_t *stream);
+
+/* dwte[tokens[i]] += dout[i]; dwpe[positions[i]] += dout[i] if dwpe; rows added in order (deterministic). */
+usp_status usp_embedding_backward(usp_backend_t *be, float *dwte, float *dwpe, const float *dout,
+                                  const int32_t *tokens, const int32_t *positions, int64_t n, int64_t C,
+                                  usp_stream_t *stream);
+
+/* out [n, C] = (inp - mean) * rstd * weight [C] + bias [C] (bias may be NULL); mean, rstd [n] saved
+ * for the backward (either may be NULL: not saved); rstd = 1/sqrt(biased variance + eps). */
+usp_status usp_layernorm_forward(usp_backend_t *be, float *out, float *mean, float *rstd, const float *inp,
+                                 const float *weight, const float *bias, int64_t n, int64_t C, float eps,
+                                 usp_stream_t *stream);
+
+/* LayerNorm backward from the saved mean and rstd; dinp [n, C], dweight [C], dbias [C] (may be NULL) accumulate. */
+usp_status usp_layernorm_backward(usp_backend_t *be, float *dinp, float *dweight, float *dbias, const float *dout,
+                                  const float *inp, const float *weight, const float *mean, const float *rstd,
+                                  int64_t n, int64_t C, usp_stream_t *stream);
+
+/* out [n, C] = inp * rstd * weight [C], rstd [n] = 1/sqrt(mean(inp^2) + eps) saved (NULL: not saved). */
+usp_status usp_rmsnorm_forward(usp_backend_t *be, float *out, float *rstd, const float *inp, const float *weight,
+                               int64_t n, int64_t C, float eps, usp_stream_t *stream);
+
+/* RMSNorm backward from the saved rstd; dinp [n, C] and dweight [C] accumulate. */
+usp_status usp_rmsnorm_backward(usp_backend_t *be, float *dinp, float *dweight, const float *dout, const float *inp,
+                                const float *weight, const float *rstd, int64_t n, int64_t C, usp_stream_t *stream);
+
+/* out = x/2 (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) over n elements (GPT-2's GELU). */
+usp_status usp_gelu_tanh_forward(usp_backend_t *be, float *out, const float *inp, int64_t n, usp_stream_t *stream);
+
+/* dinp = gelu'(inp) * dout over n elements (dinp overwritten). */
+usp_status usp_gelu_tanh_backward(usp_backend_t *be, float *dinp, const float *inp, const float *dout, int64_t n,
+                                  usp_stream_t *stream);
+
+/* out = silu(gate) * up over n elements, silu(g) = g * sigmoid(g). */
+usp_status usp_swiglu_forward(usp_backend_t *be, float *out, const float *gate, const float *up, int64_t n,
+                              usp_stream_t *stream);
+
+/* dgate, dup of usp_swiglu_forward over n elements (overwritten). */
+usp_status usp_swiglu_backward(usp_backend_t *be, float *dgate, float *dup, const float *gate, const float *up,
+                               const float *dout, int64_t n, usp_stream_t *stream);
+
+/* Rotary embeddings in place on x [n, H, D], Hugging Face Llama convention (rotate_half: dims i and
+ * i + D/2 form a pair, inv_freq_i = theta^(-2i/D)), angle = positions[row] * inv_freq_i; positions
+ * [n] are GLOBAL token positions. D even. */
+usp_status usp_rope_forward(usp_backend_t *be, float *x, const int32_t *positions, int64_t n, int64_t H, int64_t D,
+                            float theta, usp_stream_t *stream);
+
+/* RoPE backward in place on dx [n, H, D]: the transpose (= inverse) rotation. */
+usp_status usp_rope_backward(usp_backend_t *be, float *dx, const int32_t *positions, int64_t n, int64_t H,
+                             int64_t D, float theta, usp_stream_t *stream);
+
+/* Fused softmax cross-entropy over logits [n, V], targets [n]: losses [n] = -log softmax(logits[i])[targets[i]]
+ * (0 where targets[i] < 0: ignored); dlogits [n, V] = grad_scale * (softmax(logits[i]) - onehot(targets[i]))
+ * (0 rows where ignored). dlogits may equal logits (in place); either output may be NULL (not computed).
+ * A target >= V is USP_ERR_CONFIG on backends that can see it (cpu). */
+usp_status usp_cross_entropy(usp_backend_t *be, float *losses, float *dlogits, const float *logits,
+                             const int32_t *targets, int64_t n, int64_t V, float grad_scale, usp_stream_t *stream);
+
+/* One AdamW step (decoupled weight decay, PyTorch's AdamW; bias-corrected with step t >= 1) over n parameters:
+ * params, m, v updated in place from grads. */
+usp_status usp_adamw_step(usp_backend_t *be, float *params, const float *grads, float *m, float *v, int64_t n,
+                          float lr, float beta1, float beta2, float eps, float weight_decay, int64_t t,
+                          usp_stream_t *stream);
+
+/* *out (host) = sum of x[i]^2 in double, in a fixed blocking order (deterministic for any thread count);
+ * 0 on a backend without numerics. */
+usp_status usp_sum_squares(usp_backend_t *be, double *out, const float *x, int64_t n, usp_stream_t *stream);
+
+/* x *= s over n elements. */
+usp_status usp_scale(usp_backend_t *be, float *x, float s, int64_t n, usp_stream_t *stream);
+
+/* x [n, C] += bias [C] on every row. */
+usp_status usp_add_bias(usp_backend_t *be, float *x, const float *bias, int64_t n, int64_t C, usp_stream_t *stream);
+
+/* dbias [C] += column sums of dout [n, C]. */
+usp_status usp_bias_backward(usp_backend_t *be, float *dbias, const float *dout, int64_t n, int64_t C,
+                             usp_stream_t *stream);
+
 #endif

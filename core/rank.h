@@ -12,6 +12,10 @@ typedef struct usp_rank_ctx {
     usp_comm_t *world;       /* the world group, named "world" */
     usp_backend_t *backend;  /* this rank's compute backend */
     usp_stream_t *stream;    /* its stream (NULL on the CPU) */
+    /* Seconds of modelled time on this rank so far (the simulator's virtual
+     * clock; wall time on real GPUs), through the runtime that runs it. */
+    double (*clock)(const void *runtime);
+    const void *runtime;
 } usp_rank_ctx;
 
 /* The code one rank runs. */

@@ -12,6 +12,8 @@ struct usp_trace {
     size_t n_events, cap_events;
     usp_trace_peer *peers;
     size_t n_peers, cap_peers;
+    usp_trace_event *compute;
+    size_t n_compute, cap_compute;
     char **groups;
     int n_groups, cap_groups;
 };
@@ -30,6 +32,7 @@ void usp_trace_destroy(usp_trace_t *t)
     free(t->groups);
     free(t->events);
     free(t->peers);
+    free(t->compute);
     free(t);
 }
 
@@ -91,6 +94,21 @@ usp_status usp_trace_record(usp_trace_t *t, const usp_trace_event *event, const 
 
 size_t usp_trace_count(const usp_trace_t *t) { return t->n_events; }
 const usp_trace_event *usp_trace_at(const usp_trace_t *t, size_t i) { return &t->events[i]; }
+
+usp_status usp_trace_record_compute(usp_trace_t *t, int rank, const char *name, double t_start, double t_end,
+                                    double flops, double mem_bytes)
+{
+    if (!grow((void **)&t->compute, &t->cap_compute, t->n_compute + 1, sizeof *t->compute))
+        return usp_error(USP_ERR_RUNTIME, "out of memory recording compute span %zu", t->n_compute);
+    t->compute[t->n_compute++] = (usp_trace_event){
+        .rank = rank, .group = -1, .kind = -1, .type = USP_TRACE_COMPUTE, .name = name,
+        .t_post = t_start, .t_start = t_start, .t_end = t_end, .flops = flops, .mem_bytes = mem_bytes,
+    };
+    return USP_OK;
+}
+
+size_t usp_trace_compute_count(const usp_trace_t *t) { return t->n_compute; }
+const usp_trace_event *usp_trace_compute_at(const usp_trace_t *t, size_t i) { return &t->compute[i]; }
 
 const usp_trace_peer *usp_trace_peers(const usp_trace_t *t, const usp_trace_event *event)
 {

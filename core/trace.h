@@ -1,8 +1,12 @@
-/* Trace events: one per completed communication call on every rank.
+/* Trace events: one per completed communication call on every rank, and
+ * (when the backend reports costs to a clock, as the simulator does) one
+ * compute span per op.
  *
  * Kept in memory in the order calls complete (deterministic in the
  * simulator), written out as plain text here; the viz module turns the same
- * events into Chrome trace JSON and Graphviz diagrams. */
+ * events into Chrome trace JSON and Graphviz diagrams. Communication events
+ * and compute spans are kept in two lists, so code that counts calls or
+ * bytes (usp_trace_count, usp_trace_at) never sees a compute span. */
 #ifndef USP_TRACE_H
 #define USP_TRACE_H
 
@@ -18,6 +22,11 @@ typedef struct usp_trace_peer {
     uint64_t bytes; /* sent to it */
 } usp_trace_peer;
 
+typedef enum usp_trace_type {
+    USP_TRACE_COMM = 0,   /* a communication call (the default: zero) */
+    USP_TRACE_COMPUTE,    /* a compute op: name, flops, mem_bytes, t_start..t_end */
+} usp_trace_type;
+
 typedef struct usp_trace_event {
     int rank;             /* world rank */
     int group;            /* index of the group's name (usp_trace_group_name) */
@@ -28,6 +37,9 @@ typedef struct usp_trace_event {
     double t_post, t_start, t_end; /* virtual seconds (sim) */
     uint64_t bytes_sent;  /* sum over peers */
     size_t first_peer, n_peers; /* the event's peers in the trace's peer table */
+    usp_trace_type type;  /* compute spans have no group, kind, seq, call site or peers */
+    const char *name;     /* compute: the op ("gemm", "attention_forward"), static storage */
+    double flops, mem_bytes; /* compute: its cost as the backend reported it */
 } usp_trace_event;
 
 /* A new, empty trace. */
@@ -46,9 +58,18 @@ const char *usp_trace_group_name(const usp_trace_t *t, int group);
 usp_status usp_trace_record(usp_trace_t *t, const usp_trace_event *event, const usp_trace_peer *peers,
                             size_t n_peers);
 
-/* Number of events, and event i. */
+/* Number of communication events, and event i. */
 size_t usp_trace_count(const usp_trace_t *t);
 const usp_trace_event *usp_trace_at(const usp_trace_t *t, size_t i);
+
+/* Appends a compute span of `rank` from t_start to t_end (virtual seconds);
+ * `name` must have static storage (the op names of core/ops.c do). */
+usp_status usp_trace_record_compute(usp_trace_t *t, int rank, const char *name, double t_start, double t_end,
+                                    double flops, double mem_bytes);
+
+/* Number of compute spans, and span i (type USP_TRACE_COMPUTE). */
+size_t usp_trace_compute_count(const usp_trace_t *t);
+const usp_trace_event *usp_trace_compute_at(const usp_trace_t *t, size_t i);
 
 /* The peers of an event. */
 const usp_trace_peer *usp_trace_peers(const usp_trace_t *t, const usp_trace_event *event);
@@ -56,7 +77,7 @@ const usp_trace_peer *usp_trace_peers(const usp_trace_t *t, const usp_trace_even
 /* Total bytes `rank` sent over all events. */
 uint64_t usp_trace_bytes_sent(const usp_trace_t *t, int rank);
 
-/* Writes one line per event to `path` (temporary name, then renamed). */
+/* Writes one line per communication event to `path` (temporary name, then renamed). */
 usp_status usp_trace_write_text(const usp_trace_t *t, const char *path);
 
 #endif

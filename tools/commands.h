@@ -5,4 +5,7 @@
 /* usp selftest: a communication schedule shaped like one training step, checked. */
 int cmd_selftest(int argc, char **argv);
 
+/* usp train / usp eval (argv[1] says which): training and evaluation on the simulator. */
+int cmd_train(int argc, char **argv);
+
 #endif

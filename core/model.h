@@ -1,0 +1,58 @@
+/* A decoder-only transformer (GPT-2 and Llama families) on one rank of the
+ * mesh: forward, loss and backward of every layer through the compute ops
+ * (core/ops.h), with sequence-parallel attention (Ulysses, Ring or both:
+ * core/ulysses.h) or, for teaching, each rank attending to its own shard only.
+ *
+ * Shapes (n = B T rows: this rank's B sequences of T tokens each):
+ *   residual stream [n, C]; q [n, H D]; k, v [n, Hkv D]; MLP hidden [n, F];
+ *   logits [n, V]. Weights are replicated on every rank of the mesh. */
+#ifndef USP_MODEL_H
+#define USP_MODEL_H
+
+#include "core/data.h"
+#include "core/mesh.h"
+#include "core/model_params.h"
+#include "core/ops.h"
+
+typedef struct usp_model usp_model;
+
+typedef struct usp_model_setup {
+    const usp_model_config *config;
+    usp_backend_t *backend;
+    usp_stream_t *stream;
+    const usp_mesh *mesh;   /* its ulysses and ring groups carry the attention */
+    int attention_local;    /* 1: each rank attends only to its own tokens (no communication) */
+    int64_t batch;          /* sequences on this rank */
+    int64_t seq_len;        /* N, padded length */
+} usp_model_setup;
+
+/* Allocates parameters, gradients and activations (categories "weights",
+ * "gradients", "activations") and the attention of every layer. */
+usp_status usp_model_create(const usp_model_setup *setup, usp_model **out);
+
+/* Frees everything the model holds. */
+void usp_model_destroy(usp_model *m);
+
+/* The layout the model expects its tokens in (for the data loader). */
+const usp_seq_layout *usp_model_layout(const usp_model *m);
+
+/* The parameter table, and the parameter and gradient blocks (backend memory, table->total floats). */
+const usp_param_table *usp_model_params_table(const usp_model *m);
+float *usp_model_params(usp_model *m);
+float *usp_model_grads(usp_model *m);
+
+/* Runs embedding and every layer up to the logits for `shards` (one per sequence on this rank). */
+usp_status usp_model_forward(usp_model *m, const usp_shard *shards);
+
+/* Argmax of the logits of local rows rows[0..n) (after forward, before loss). */
+usp_status usp_model_argmax(usp_model *m, const int64_t *rows, int n, int32_t *out);
+
+/* Cross-entropy of the logits against the shards' targets; *loss_sum (host) is
+ * the sum over valid targets. Leaves dlogits = grad_scale * dloss/dlogits for backward. */
+usp_status usp_model_loss(usp_model *m, float grad_scale, double *loss_sum);
+
+/* Zeroes the gradients, then backpropagates the last loss into them (local:
+ * the caller all-reduces them over the mesh). */
+usp_status usp_model_backward(usp_model *m);
+
+#endif

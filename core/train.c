@@ -1,0 +1,344 @@
+/* The training loop (see train.h). */
+#include "core/train.h"
+
+#include <jansson.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "core/checkpoint.h"
+#include "core/data.h"
+#include "core/model.h"
+
+#define EVAL_SAMPLE_BASE ((int64_t)1 << 40) /* held-out samples: never drawn in training */
+
+typedef struct trainer {
+    const usp_rank_ctx *ctx;
+    const usp_train_config *c;
+    usp_train_result *result;
+    usp_mesh mesh;
+    usp_model *model;
+    usp_data data;
+    usp_shard *shards;        /* [B_local] */
+    int64_t B_local, N;
+    float *adam_m, *adam_v;   /* backend, table total each */
+    double *scalars;          /* backend, small reductions */
+    int64_t step;             /* steps done */
+} trainer;
+
+#define BE (t->ctx->backend)
+#define ST (t->ctx->stream)
+
+void usp_train_defaults(usp_train_config *c)
+{
+    *c = (usp_train_config){0};
+    c->lr = 1e-3, c->min_lr_ratio = 0.1, c->weight_decay = 0.1, c->grad_clip = 1.0;
+    c->beta1 = 0.9, c->beta2 = 0.95, c->eps = 1e-8, c->warmup = -1, c->log_every = 10, c->seed = 1234;
+}
+
+double usp_train_lr(const usp_train_config *c, int64_t t)
+{
+    int64_t warmup = c->warmup >= 0 ? c->warmup : c->steps / 10;
+    if (t <= warmup)
+        return c->lr * (double)t / (double)(warmup > 0 ? warmup : 1);
+    double progress = (double)(t - warmup) / (double)(c->steps - warmup > 0 ? c->steps - warmup : 1);
+    double min_lr = c->lr * c->min_lr_ratio;
+    return min_lr + 0.5 * (c->lr - min_lr) * (1.0 + cos(M_PI * (progress < 1 ? progress : 1)));
+}
+
+static double wall_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* Sums n doubles over `group` (through backend memory, as every transfer must). */
+static usp_status sum_over(trainer *t, usp_comm_t *group, double *values, int n)
+{
+    USP_CHECK(usp_buffer_copy(BE, t->scalars, values, (size_t)n * sizeof *values, USP_COPY_HOST_TO_DEVICE, ST));
+    USP_CHECK(usp_comm_all_reduce(group, t->scalars, t->scalars, (size_t)n, USP_F64, USP_REDUCE_SUM, ST));
+    return usp_buffer_copy(BE, values, t->scalars, (size_t)n * sizeof *values, USP_COPY_DEVICE_TO_HOST, ST);
+}
+
+/* Reads this rank's shards of the B_local sequences of DP replica d at `first_sample`. */
+static usp_status read_batch(trainer *t, int64_t first_sample)
+{
+    int sp = usp_comm_rank(t->mesh.sp);
+    for (int64_t b = 0; b < t->B_local; b++)
+        USP_CHECK(usp_data_read_shard(&t->data, usp_model_layout(t->model), sp,
+                                      first_sample + t->mesh.d * t->B_local + b, t->c->seq_len, &t->shards[b]));
+    return USP_OK;
+}
+
+static double count_targets(const trainer *t)
+{
+    double n = 0;
+    for (int64_t b = 0; b < t->B_local; b++)
+        for (int64_t i = 0; i < t->shards[b].count; i++)
+            n += t->shards[b].targets[i] >= 0;
+    return n;
+}
+
+/* Forward and loss of the batch read; *loss = mean over the global batch's
+ * valid targets. With `digits`, passkey answers predicted right per sample. */
+static usp_status forward_loss(trainer *t, float *grad_scale, double *loss, double *digits)
+{
+    double count = count_targets(t);
+    USP_CHECK(sum_over(t, t->ctx->world, &count, 1));
+    if (count < 1)
+        return usp_error(USP_ERR_CONFIG, "the batch has no valid target token");
+    *grad_scale = (float)(1.0 / count);
+    USP_CHECK(usp_model_forward(t->model, t->shards));
+    if (digits) {
+        const usp_seq_layout *l = usp_model_layout(t->model);
+        for (int64_t b = 0; b < t->B_local; b++) {
+            digits[b] = 0;
+            for (int64_t i = 0; i < l->per_rank; i++) {
+                if (!usp_data_is_answer(&t->data, t->shards[b].positions[i], t->c->seq_len))
+                    continue;
+                int64_t row = b * l->per_rank + i;
+                int32_t guess;
+                USP_CHECK(usp_model_argmax(t->model, &row, 1, &guess));
+                digits[b] += guess == t->shards[b].targets[i];
+            }
+        }
+    }
+    double sum;
+    USP_CHECK(usp_model_loss(t->model, *grad_scale, &sum));
+    USP_CHECK(sum_over(t, t->ctx->world, &sum, 1));
+    *loss = sum / count;
+    return USP_OK;
+}
+
+/* Sum over sp, then dp: every rank ends with the gradient of the global loss. */
+static usp_status reduce_and_update(trainer *t, int64_t step)
+{
+    const usp_param_table *table = usp_model_params_table(t->model);
+    float *g = usp_model_grads(t->model), *p = usp_model_params(t->model);
+    size_t n = (size_t)table->total;
+    USP_CHECK(usp_comm_all_reduce(t->mesh.sp, g, g, n, USP_F32, USP_REDUCE_SUM, ST));
+    USP_CHECK(usp_comm_all_reduce(t->mesh.dp, g, g, n, USP_F32, USP_REDUCE_SUM, ST));
+    if (t->c->first_grads && t->ctx->rank == 0 && step == 1)
+        USP_CHECK(usp_buffer_copy(BE, t->c->first_grads, g, n * sizeof(float), USP_COPY_DEVICE_TO_HOST, ST));
+    double sq;
+    USP_CHECK(usp_sum_squares(BE, &sq, g, (int64_t)n, ST));
+    double norm = sqrt(sq);
+    if (t->c->grad_clip > 0 && norm > t->c->grad_clip)
+        USP_CHECK(usp_scale(BE, g, (float)(t->c->grad_clip / norm), (int64_t)n, ST));
+    float lr = (float)usp_train_lr(t->c, step);
+    for (int i = 0; i < table->n; i++) { /* no weight decay on norms and biases */
+        const usp_param_tensor *pt = &table->tensors[i];
+        float wd = pt->ndim == 2 ? (float)t->c->weight_decay : 0.0f;
+        USP_CHECK(usp_adamw_step(BE, p + pt->offset, g + pt->offset, t->adam_m + pt->offset, t->adam_v + pt->offset,
+                                 pt->count, lr, (float)t->c->beta1, (float)t->c->beta2, (float)t->c->eps, wd, step,
+                                 ST));
+    }
+    return USP_OK;
+}
+
+/* The peak memory of every rank (a small all_gather, on log steps only). */
+static usp_status gather_peaks(trainer *t, double *peaks)
+{
+    double mine = (double)usp_backend_peak_bytes(BE);
+    USP_CHECK(usp_buffer_copy(BE, t->scalars, &mine, sizeof mine, USP_COPY_HOST_TO_DEVICE, ST));
+    USP_CHECK(usp_comm_all_gather(t->ctx->world, t->scalars, t->scalars + 1, 1, USP_F64, ST));
+    return usp_buffer_copy(BE, peaks, t->scalars + 1, (size_t)t->ctx->world_size * sizeof *peaks,
+                           USP_COPY_DEVICE_TO_HOST, ST);
+}
+
+static void log_step(trainer *t, int64_t step, double loss, double tokens_per_s, const double *peaks)
+{
+    double sim = t->ctx->clock ? t->ctx->clock(t->ctx->runtime) : 0;
+    FILE *out = t->c->out;
+    if (t->c->json) {
+        json_t *j = json_pack("{s:I, s:f, s:f, s:f, s:f}", "step", (json_int_t)step, "loss", loss, "tokens_per_s",
+                              tokens_per_s, "sim_time_s", sim, "lr", usp_train_lr(t->c, step));
+        char *text = json_dumps(j, JSON_COMPACT | JSON_REAL_PRECISION(9));
+        if (text)
+            fprintf(out, "%s\n", text);
+        free(text);
+        json_decref(j);
+    } else {
+        fprintf(out, "step %5lld/%lld  loss %.4f  %9.0f tokens/s  sim %.4f s  peak MiB/rank", (long long)step,
+                (long long)t->c->steps, loss, tokens_per_s, sim);
+        for (int r = 0; r < t->ctx->world_size && r < 16; r++)
+            fprintf(out, " %.1f", peaks[r] / (1 << 20));
+        fprintf(out, "%s\n", t->ctx->world_size > 16 ? " ..." : "");
+    }
+    fflush(out);
+}
+
+/* Mean loss and, for passkey data, the fraction of held-out samples whose
+ * five key digits are all predicted right. */
+static usp_status evaluate(trainer *t, double *loss_out, double *accuracy)
+{
+    int64_t batches = (t->c->eval_samples + t->c->batch - 1) / t->c->batch;
+    double loss_sum = 0, right[2] = {0, 0}; /* samples right, samples seen */
+    double *digits = calloc((size_t)t->B_local, sizeof *digits);
+    if (!digits)
+        return usp_error(USP_ERR_RUNTIME, "out of memory for the evaluation");
+    usp_status s = USP_OK;
+    for (int64_t i = 0; i < batches && s == USP_OK; i++) {
+        float scale;
+        double loss;
+        s = read_batch(t, EVAL_SAMPLE_BASE + i * t->c->batch);
+        if (s == USP_OK)
+            s = forward_loss(t, &scale, &loss, t->data.kind == USP_DATA_PASSKEY ? digits : NULL);
+        if (s == USP_OK && t->data.kind == USP_DATA_PASSKEY)
+            s = sum_over(t, t->mesh.sp, digits, (int)t->B_local); /* the digits may sit on several SP ranks */
+        for (int64_t b = 0; b < t->B_local && s == USP_OK && t->data.kind == USP_DATA_PASSKEY; b++)
+            right[0] += digits[b] == USP_PASSKEY_DIGITS, right[1] += 1;
+        loss_sum += loss;
+    }
+    free(digits);
+    USP_CHECK(s);
+    if (t->data.kind == USP_DATA_PASSKEY)
+        USP_CHECK(sum_over(t, t->mesh.dp, right, 2));
+    *loss_out = loss_sum / (double)(batches > 0 ? batches : 1);
+    *accuracy = t->data.kind == USP_DATA_PASSKEY && right[1] > 0 ? right[0] / right[1] : -1;
+    return USP_OK;
+}
+
+/* Rank 0 writes the checkpoint (weights are the same on every rank). */
+static usp_status save(trainer *t)
+{
+    if (t->ctx->rank != 0)
+        return USP_OK;
+    const usp_param_table *table = usp_model_params_table(t->model);
+    size_t bytes = (size_t)table->total * sizeof(float);
+    float *host = malloc(3 * bytes);
+    if (!host)
+        return usp_error(USP_ERR_RUNTIME, "out of memory saving a checkpoint of %zu bytes", bytes);
+    usp_status s = usp_buffer_copy(BE, host, usp_model_params(t->model), bytes, USP_COPY_DEVICE_TO_HOST, ST);
+    if (s == USP_OK)
+        s = usp_buffer_copy(BE, host + table->total, t->adam_m, bytes, USP_COPY_DEVICE_TO_HOST, ST);
+    if (s == USP_OK)
+        s = usp_buffer_copy(BE, host + 2 * table->total, t->adam_v, bytes, USP_COPY_DEVICE_TO_HOST, ST);
+    if (s == USP_OK)
+        s = usp_checkpoint_save(t->c->save_dir, &t->c->model, table, host, host + table->total,
+                                host + 2 * table->total, t->step, t->c->seed);
+    free(host);
+    return s;
+}
+
+/* Fresh weights from the seed, or a checkpoint (with its optimizer state when it has one). */
+static usp_status load_weights(trainer *t)
+{
+    const usp_param_table *table = usp_model_params_table(t->model);
+    size_t bytes = (size_t)table->total * sizeof(float);
+    float *host = calloc(3, bytes);
+    if (!host)
+        return usp_error(USP_ERR_RUNTIME, "out of memory for %zu bytes of weights", bytes);
+    usp_status s = USP_OK;
+    int has_optimizer = 0;
+    if (t->c->resume_dir)
+        s = usp_checkpoint_load(t->c->resume_dir, &t->c->model, table, host, host + table->total,
+                                host + 2 * table->total, &t->step, &has_optimizer);
+    else
+        usp_param_init(table, &t->c->model, t->c->seed, host);
+    if (!has_optimizer)
+        t->step = 0, memset(host + table->total, 0, 2 * bytes);
+    if (s == USP_OK)
+        s = usp_buffer_copy(BE, usp_model_params(t->model), host, bytes, USP_COPY_HOST_TO_DEVICE, ST);
+    if (s == USP_OK)
+        s = usp_buffer_copy(BE, t->adam_m, host + table->total, bytes, USP_COPY_HOST_TO_DEVICE, ST);
+    if (s == USP_OK)
+        s = usp_buffer_copy(BE, t->adam_v, host + 2 * table->total, bytes, USP_COPY_HOST_TO_DEVICE, ST);
+    free(host);
+    return s;
+}
+
+static usp_status setup(trainer *t)
+{
+    const usp_train_config *c = t->c;
+    USP_CHECK(usp_mesh_create(t->ctx->world, &c->shape, &t->mesh));
+    if (c->batch < 1 || c->batch % c->shape.dp != 0)
+        return usp_error(USP_ERR_CONFIG, "--batch %lld is not a multiple of the %d data-parallel replicas "
+                         "(W / (U R)); use --batch %d or a multiple", (long long)c->batch, c->shape.dp, c->shape.dp);
+    t->B_local = c->batch / c->shape.dp;
+    usp_layout_kind kind = c->attention_local ? USP_LAYOUT_CONTIGUOUS : usp_layout_for(1, c->shape.ring);
+    int64_t multiple = usp_seq_layout_multiple(kind, c->shape.ulysses, c->shape.ring);
+    t->N = c->pad ? (c->seq_len + multiple - 1) / multiple * multiple : c->seq_len;
+    usp_seq_layout check;
+    USP_CHECK(usp_seq_layout_make(kind, t->N, c->shape.ulysses, c->shape.ring, &check));
+    USP_CHECK(usp_data_open(c->data, c->seed, &t->data));
+    if (t->data.vocab > c->model.vocab && t->data.kind != USP_DATA_TOKENS16 && t->data.kind != USP_DATA_TOKENS32)
+        return usp_error(USP_ERR_CONFIG, "--data %s produces tokens up to %lld but model %s has a vocabulary of %lld",
+                         c->data, (long long)t->data.vocab - 1, c->model.name, (long long)c->model.vocab);
+    usp_model_setup ms = {.config = &c->model, .backend = BE, .stream = ST, .mesh = &t->mesh,
+                          .attention_local = c->attention_local, .batch = t->B_local, .seq_len = t->N};
+    USP_CHECK(usp_model_create(&ms, &t->model));
+    const usp_param_table *table = usp_model_params_table(t->model);
+    USP_CHECK(usp_buffer_alloc(BE, (size_t)table->total * sizeof(float), "optimizer", (void **)&t->adam_m));
+    USP_CHECK(usp_buffer_alloc(BE, (size_t)table->total * sizeof(float), "optimizer", (void **)&t->adam_v));
+    USP_CHECK(usp_buffer_alloc(BE, (size_t)(t->ctx->world_size + c->batch + 64) * sizeof(double), "comm", (void **)&t->scalars));
+    USP_CHECK(usp_calloc((void **)&t->shards, (size_t)t->B_local, sizeof *t->shards, "shards"));
+    for (int64_t b = 0; b < t->B_local; b++)
+        USP_CHECK(usp_shard_alloc(&t->shards[b], usp_model_layout(t->model)->per_rank));
+    return load_weights(t);
+}
+
+static void teardown(trainer *t)
+{
+    for (int64_t b = 0; t->shards && b < t->B_local; b++)
+        usp_shard_free(&t->shards[b]);
+    free(t->shards);
+    usp_buffer_free(BE, t->adam_m);
+    usp_buffer_free(BE, t->adam_v);
+    usp_buffer_free(BE, t->scalars);
+    usp_model_destroy(t->model);
+    usp_data_close(&t->data);
+    usp_mesh_destroy(&t->mesh);
+}
+
+static usp_status run(trainer *t)
+{
+    const usp_train_config *c = t->c;
+    USP_CHECK(setup(t));
+    int64_t until = c->eval_only ? t->step : c->until > 0 && c->until < c->steps ? c->until : c->steps;
+    double start = wall_now(), loss = 0, tokens = 0;
+    double *peaks = calloc((size_t)t->ctx->world_size, sizeof *peaks);
+    if (!peaks)
+        return usp_error(USP_ERR_RUNTIME, "out of memory");
+    usp_status s = USP_OK;
+    while (t->step < until && s == USP_OK) {
+        int64_t step = ++t->step;
+        float scale;
+        s = read_batch(t, (step - 1) * c->batch);
+        if (s == USP_OK) s = forward_loss(t, &scale, &loss, NULL);
+        if (t->result && step == 1 && t->ctx->rank == 0)
+            t->result->first_loss = loss;
+        if (s == USP_OK) s = usp_model_backward(t->model);
+        if (s == USP_OK) s = reduce_and_update(t, step);
+        tokens += (double)c->batch * (double)c->seq_len;
+        if (s == USP_OK && (step % c->log_every == 0 || step == until)) {
+            s = gather_peaks(t, peaks);
+            if (s == USP_OK && t->ctx->rank == 0)
+                log_step(t, step, loss, tokens / (wall_now() - start), peaks);
+        }
+    }
+    free(peaks);
+    double wall = wall_now() - start, accuracy = -1;
+    if (s == USP_OK && c->save_dir)
+        s = save(t);
+    if (s == USP_OK && (c->eval_samples > 0 || c->eval_only))
+        s = evaluate(t, &loss, &accuracy);
+    if (s == USP_OK && t->ctx->rank == 0 && t->result)
+        *t->result = (usp_train_result){.loss = loss, .passkey_accuracy = accuracy, .wall_s = wall,
+                                        .first_loss = t->result->first_loss,
+                                        .tokens_per_s = wall > 0 ? tokens / wall : 0, .steps_done = t->step,
+                                        .sim_time_s = t->ctx->clock ? t->ctx->clock(t->ctx->runtime) : 0,
+                                        .seq_len_padded = t->N};
+    return s;
+}
+
+usp_status usp_train_rank(const usp_rank_ctx *ctx, void *arg)
+{
+    usp_train_run *r = arg;
+    trainer t = {.ctx = ctx, .c = r->config, .result = r->result};
+    usp_status s = run(&t);
+    teardown(&t);
+    return s;
+}

@@ -1,0 +1,66 @@
+/* The training (and evaluation) loop of one rank.
+ *
+ * Per step: every rank reads its shard of its DP replica's B/DP sequences; the
+ * count of valid targets is summed over the world first, so the loss is the
+ * mean over every valid token of the global batch (never a mean of per-rank
+ * means); forward, cross-entropy, backward; gradients all-reduced over sp and
+ * then dp (weights are replicated on SP ranks); global-norm clipping; AdamW
+ * with linear warmup and cosine decay. The same code runs on every backend. */
+#ifndef USP_TRAIN_H
+#define USP_TRAIN_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include "core/mesh.h"
+#include "core/model_config.h"
+#include "core/rank.h"
+
+typedef struct usp_train_config {
+    usp_model_config model;
+    usp_mesh_shape shape;
+    const char *data;          /* passkey | text:FILE | tokens:FILE | tokens32:FILE */
+    int64_t seq_len;           /* the real sequence length */
+    int pad;                   /* pad to a length the layout divides (masked out of the loss) */
+    int64_t batch;             /* global batch: sequences per step over all DP replicas */
+    int64_t steps;             /* length of the schedule */
+    int64_t until;             /* stop after this step (0: steps) */
+    double lr, min_lr_ratio, weight_decay, grad_clip, beta1, beta2, eps;
+    int64_t warmup;
+    uint64_t seed;
+    int attention_local;
+    const char *save_dir, *resume_dir;
+    int64_t log_every;
+    int json;
+    int64_t eval_samples;      /* held-out passkey samples evaluated at the end (0: none) */
+    int eval_only;             /* usp eval: no training steps */
+    FILE *out;                 /* progress lines and JSON records (rank 0) */
+    float *first_grads;        /* tests: when set, rank 0 copies the all-reduced gradients of the
+                                  first step (before clipping) here, table->total floats */
+} usp_train_config;
+
+/* What rank 0 reports back to the command. */
+typedef struct usp_train_result {
+    double loss;               /* last step's loss (eval: the mean loss) */
+    double passkey_accuracy;   /* -1 when not evaluated */
+    double tokens_per_s, wall_s, sim_time_s;
+    int64_t steps_done;
+    int64_t seq_len_padded;
+    double first_loss;         /* the loss of the first step run */
+} usp_train_result;
+
+typedef struct usp_train_run {
+    const usp_train_config *config;
+    usp_train_result *result;
+} usp_train_run;
+
+/* Clears c and sets the default hyperparameters (lr 1e-3, warmup 10% of steps, cosine to 10%, wd 0.1, clip 1, betas 0.9/0.95). */
+void usp_train_defaults(usp_train_config *c);
+
+/* One rank of a training or evaluation run (arg: usp_train_run *). */
+usp_status usp_train_rank(const usp_rank_ctx *ctx, void *arg);
+
+/* The learning rate at step t (1-based) of the schedule. */
+double usp_train_lr(const usp_train_config *c, int64_t t);
+
+#endif
