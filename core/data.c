@@ -8,13 +8,12 @@
 #define LLMC_MAGIC 20240520
 #define LLMC_HEADER_INTS 256
 
-static const char filler[] = "the grass is green and the sky is blue. ";
-static const char key_intro[] = "pass key: ";
-static const char question[] = " what is the pass key? ";
-#define FILLER_LEN ((int64_t)sizeof filler - 1)
+#define FILLER_PERIOD 24 /* the filler repeats a random phrase of this many letters */
+static const char key_intro[] = "pass key=";
+static const char question[] = " what is the pass key=";
 #define KEY_INTRO_LEN ((int64_t)sizeof key_intro - 1)
 #define QUESTION_LEN ((int64_t)sizeof question - 1)
-#define KEY_PHRASE_LEN (KEY_INTRO_LEN + USP_PASSKEY_DIGITS + 1) /* "pass key: 12345." */
+#define KEY_PHRASE_LEN (KEY_INTRO_LEN + USP_PASSKEY_DIGITS + 1) /* "pass key=12345." */
 
 /* splitmix64: a well-mixed 64-bit hash, so each (seed, sample) draws its own key. */
 static uint64_t mix(uint64_t x)
@@ -96,9 +95,19 @@ static int64_t key_position(const usp_data *d, int64_t len, int64_t sample)
     return room > 0 ? (int64_t)(mix(d->seed ^ mix((uint64_t)sample)) % (uint64_t)room) : 0;
 }
 
+/* Digit i of the sample's key: five distinct digits (a random draw of 10 x 9 x 8 x 7 x 6),
+ * so each digit's previous occurrence is unique, as a copying (induction) head needs. */
 static char key_digit(const usp_data *d, int64_t sample, int i)
 {
-    return (char)('0' + mix(d->seed ^ mix((uint64_t)sample + 0x5bd1e995u) ^ (uint64_t)(i + 1) * 0x9e37u) % 10);
+    char digits[10] = {'0', '1', '2', '3', '4', '5', '6', '7', '8', '9'};
+    uint64_t r = mix(d->seed ^ mix((uint64_t)sample + 0x5bd1e995u));
+    for (int k = 0; k <= i; k++) { /* a partial Fisher-Yates shuffle */
+        int j = k + (int)(r % (uint64_t)(10 - k));
+        r /= (uint64_t)(10 - k);
+        char tmp = digits[k];
+        digits[k] = digits[j], digits[j] = tmp;
+    }
+    return digits[i];
 }
 
 /* Token g (0 <= g <= len) of passkey sample `sample` of real length len. */
@@ -115,7 +124,11 @@ static int32_t passkey_token(const usp_data *d, int64_t kp, int64_t sample, int6
         return key_digit(d, sample, (int)(g - kp - KEY_INTRO_LEN));
     if (g == kp + KEY_PHRASE_LEN - 1)
         return '.';
-    return filler[g % FILLER_LEN];
+    /* the filler: a random phrase per sample, repeated; after its first
+     * occurrence it is predictable by copying, which teaches the model the
+     * copying (induction) attention that also retrieves the key */
+    uint64_t r = mix(d->seed ^ mix((uint64_t)sample * 31 + (uint64_t)(g % FILLER_PERIOD) + 0x2545f491u));
+    return r % 6 == 0 ? ' ' : (int32_t)('a' + (int)(r / 6 % 26));
 }
 
 int usp_data_is_answer(const usp_data *d, int64_t pos, int64_t len)

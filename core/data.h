@@ -9,10 +9,11 @@
  * group read the same sequence, DP replicas different ones.
  *
  * Sources:
- *   passkey        synthetic long-context retrieval: a repeating sentence, a
- *                  random 5-digit key in the first eighth ("pass key: 12345."), and
- *                  at the very end "what is the pass key? 12345": the digits can
- *                  only be predicted by attending across shards.
+ *   passkey        synthetic long-context retrieval: a random phrase repeated, a
+ *                  random key of 5 distinct digits in the first eighth
+ *                  ("pass key=12345."), and at the very end "what is the pass
+ *                  key=12345": the digits can only be predicted by attending
+ *                  across shards.
  *   text:FILE      bytes as tokens (vocabulary 256)
  *   tokens:FILE    llm.c .bin shards (header of 256 int32: magic 20240520,
  *                  version 1, token count; then uint16 tokens), or raw uint16

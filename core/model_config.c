@@ -11,6 +11,7 @@
 #include "core/model_config.h"
 
 #include <errno.h>
+#include <float.h>
 #include <jansson.h>
 #include <math.h>
 #include <stdio.h>
@@ -266,7 +267,7 @@ static usp_status hf_float(const hf_reader *r, const char *key, double dflt, flo
         return usp_error(USP_ERR_CONFIG, "%s: field \"%s\" is %s; it must be a number", r->path, key, json_kind(v));
     double d = json_number_value(v);
     /* out of float range becomes inf (and tiny values 0): the range check names the field */
-    *out = fabs(d) > 3.5e38 ? (float)(d > 0 ? INFINITY : -INFINITY) : (float)d;
+    *out = fabs(d) > FLT_MAX ? (d > 0 ? INFINITY : -INFINITY) : (float)d;
     return USP_OK;
 }
 

@@ -11,10 +11,12 @@
 #include "core/safetensors.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <jansson.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "core/atomic_file.h"
 
@@ -134,7 +136,7 @@ static usp_status parse_tensor(const char *path, const char *name, const json_t 
     json_int_t b = json_integer_value(json_array_get(offsets, 0)), e = json_integer_value(json_array_get(offsets, 1));
     if (b < 0 || e < b || (uint64_t)e > data_size)
         return usp_error(USP_ERR_CONFIG, "%s: tensor \"%s\": data_offsets [%lld, %lld] are not a range inside the "
-                         "data section of %llu bytes", path, name, (long long)b, (long long)e,
+                         "data section of %llu bytes (a truncated file?)", path, name, (long long)b, (long long)e,
                          (unsigned long long)data_size);
     t->begin = (uint64_t)b;
     t->end = (uint64_t)e;
@@ -238,14 +240,24 @@ usp_status usp_safetensors_open(const char *path, usp_safetensors *out)
     st.path = strdup(path);
     if (!st.path)
         return usp_error(USP_ERR_RUNTIME, "out of memory opening %s", path);
+    /* O_NONBLOCK: opening a FIFO must not wait for a writer; it is refused below */
     struct stat sb;
-    st.fp = fopen(path, "rb");
-    if (!st.fp || fstat(fileno(st.fp), &sb) != 0) {
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0 || fstat(fd, &sb) != 0) {
         s = usp_error(USP_ERR_CONFIG, "cannot read safetensors file %s: %s", path, strerror(errno));
+        if (fd >= 0)
+            close(fd);
         goto fail;
     }
     if (!S_ISREG(sb.st_mode)) {
+        close(fd);
         s = usp_error(USP_ERR_CONFIG, "%s is not a regular file (give a .safetensors file)", path);
+        goto fail;
+    }
+    st.fp = fdopen(fd, "rb");
+    if (!st.fp) {
+        close(fd);
+        s = usp_error(USP_ERR_RUNTIME, "cannot read safetensors file %s: %s", path, strerror(errno));
         goto fail;
     }
     st.file_size = (uint64_t)sb.st_size;
@@ -361,6 +373,18 @@ static usp_status build_metadata(const char *path, const char *metadata_json, js
     return USP_OK;
 }
 
+/* Elements of an entry (0 when any size is 0, however large the others); sets *overflow. */
+static uint64_t entry_elems(const usp_st_entry *e, int *overflow)
+{
+    uint64_t n = 1;
+    for (int d = 0; d < e->ndim; d++)
+        if (e->shape[d] == 0)
+            return 0;
+    for (int d = 0; d < e->ndim; d++)
+        *overflow |= __builtin_mul_overflow(n, (uint64_t)e->shape[d], &n);
+    return n;
+}
+
 /* The header object in file order; *data_bytes is the size of the data section. */
 static usp_status build_header(const char *path, const usp_st_entry *e, size_t n, json_t *header,
                                uint64_t *data_bytes)
@@ -368,15 +392,14 @@ static usp_status build_header(const char *path, const usp_st_entry *e, size_t n
     uint64_t at = 0;
     for (size_t i = 0; i < n; i++) {
         const char *name = e[i].name;
-        if (!name || !name[0] || strlen(name) >= USP_ST_NAME_MAX || strcmp(name, "__metadata__") == 0)
-            return usp_error(USP_ERR_CONFIG, "%s: tensor %zu has name \"%.60s\"; names must be 1 to %d bytes and not "
-                             "__metadata__", path, i, name ? name : "(null)", USP_ST_NAME_MAX - 1);
+        if (!name || strlen(name) >= USP_ST_NAME_MAX || strcmp(name, "__metadata__") == 0)
+            return usp_error(USP_ERR_CONFIG, "%s: tensor %zu has name \"%.60s\"; names must be shorter than %d bytes "
+                             "and not __metadata__", path, i, name ? name : "(null)", USP_ST_NAME_MAX);
         if (json_object_get(header, name))
             return usp_error(USP_ERR_CONFIG, "%s: tensor \"%s\" is given twice", path, name);
         if (e[i].ndim < 0 || e[i].ndim > USP_ST_MAX_DIMS)
             return usp_error(USP_ERR_CONFIG, "%s: tensor \"%s\" has %d dimensions; 0 to %d are possible", path, name,
                              e[i].ndim, USP_ST_MAX_DIMS);
-        uint64_t elems = 1;
         int overflow = 0;
         json_t *shape = json_array();
         for (int d = 0; d < e[i].ndim; d++) {
@@ -385,11 +408,12 @@ static usp_status build_header(const char *path, const usp_st_entry *e, size_t n
                 return usp_error(USP_ERR_CONFIG, "%s: tensor \"%s\" has size %lld in dimension %d", path, name,
                                  (long long)e[i].shape[d], d);
             }
-            overflow |= __builtin_mul_overflow(elems, (uint64_t)e[i].shape[d], &elems);
             json_array_append_new(shape, json_integer(e[i].shape[d]));
         }
+        uint64_t elems = entry_elems(&e[i], &overflow);
         uint64_t bytes = 0, end = 0;
-        overflow |= __builtin_mul_overflow(elems, (uint64_t)4, &bytes) | __builtin_add_overflow(at, bytes, &end);
+        overflow |= __builtin_mul_overflow(elems, (uint64_t)4, &bytes);
+        overflow |= __builtin_add_overflow(at, bytes, &end);
         if (overflow || end > (uint64_t)INT64_MAX || (bytes && !e[i].data)) {
             json_decref(shape);
             return usp_error(USP_ERR_CONFIG, "%s: tensor \"%s\": %s", path, name,
@@ -434,9 +458,8 @@ usp_status usp_safetensors_write(const char *path, const usp_st_entry *entries, 
     for (size_t i = len; i < hlen; i++)
         fputc(' ', f.fp);
     for (size_t i = 0; i < n; i++) {
-        size_t elems = 1;
-        for (int d = 0; d < entries[i].ndim; d++)
-            elems *= (size_t)entries[i].shape[d];
+        int overflow = 0;
+        size_t elems = (size_t)entry_elems(&entries[i], &overflow); /* checked in build_header */
         if (elems)
             fwrite(entries[i].data, sizeof(float), elems, f.fp); /* errors surface in ferror at commit */
     }

@@ -17,3 +17,24 @@ cmake -S . -B build/asan -DCMAKE_BUILD_TYPE=Debug -DUSP_SANITIZE=ON >/dev/null
 cmake --build build/asan -j"$jobs"
 (cd build/asan && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
     ctest --output-on-failure -j"$jobs")
+
+# libFuzzer on the readers of untrusted files (safetensors, config.json): 20 s
+# each from the seed corpus; a crash, leak, sanitizer report or broken round
+# trip exits non-zero (set -e) and leaves the input as build/fuzz/crash-*.
+if command -v clang >/dev/null; then
+    echo "== fuzz the safetensors and config.json readers (libFuzzer, 20 s each)"
+    CC=clang cmake -S . -B build/fuzz -DCMAKE_BUILD_TYPE=RelWithDebInfo -DUSP_FUZZ=ON >/dev/null
+    cmake --build build/fuzz -j"$jobs" --target fuzz_safetensors fuzz_model_config
+    for target in safetensors model_config; do
+        mkdir -p "build/fuzz/corpus_$target" # new inputs go here; the seeds stay as they are
+        log="build/fuzz/fuzz_$target.log"
+        if ! "build/fuzz/tests/fuzz/fuzz_$target" -max_total_time=20 -dict=tests/fuzz/json.dict \
+            -artifact_prefix="build/fuzz/crash-$target-" "build/fuzz/corpus_$target" "tests/fuzz/corpus_$target" \
+            >"$log" 2>&1; then
+            tail -n 60 "$log" >&2
+            echo "fuzz_$target failed: the input is in build/fuzz/crash-$target-*, the log in $log" >&2
+            exit 1
+        fi
+        echo "fuzz_$target: $(grep -E '^Done' "$log")"
+    done
+fi

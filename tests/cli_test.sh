@@ -59,8 +59,32 @@ expect 3 "deadlock" -- selftest --world 8 --ulysses 2 --ring 2 --inject skip:ran
 if [[ -s $work/a.txt ]] && cmp -s "$work/a.txt" "$work/b.txt"; then passed=$((passed + 1)); else
     failed=$((failed + 1)); echo "FAIL: two selftest traces differ or are empty"; fi
 expect 1 "cannot write $work/missing/t.txt" -- selftest --trace "$work/missing/t.txt"
-if [[ -z $(ls "$work") || $(ls "$work") == $'a.txt\nb.txt' ]]; then passed=$((passed + 1)); else
+if [[ $(ls "$work") == $'a.txt\nb.txt' ]]; then passed=$((passed + 1)); else
     failed=$((failed + 1)); echo "FAIL: stray files left: $(ls "$work")"; fi
+
+# usp train / eval: short runs, the JSON contract, bad options and files
+expect 0 '"summary":true' -- train --steps 3 --seq 64 --batch 2 --eval-samples 2 --json
+out=$(timeout 60 "$usp" train --steps 3 --seq 64 --batch 2 --eval-samples 2 --json 2>&1)
+for field in '"step":' '"loss":' '"tokens_per_s":' '"sim_time_s":' '"wall_s":' '"peak_bytes":[' '"passkey_accuracy":'; do
+    if [[ $out == *"$field"* ]]; then passed=$((passed + 1)); else failed=$((failed + 1)); echo "FAIL: train --json lacks $field"; fi
+done
+expect 0 "passkey accuracy" -- train --steps 2 --seq 64 --batch 2 --eval-samples 2 --world 4 --ulysses 2 --ring 2
+expect 0 "done: loss" -- train --steps 2 --seq 64 --batch 2 --eval-samples 0 --attention local
+expect 2 "--seq 102 does not divide" -- train --steps 1 --seq 102 --world 4 --ulysses 4
+expect 0 "done: loss" -- train --steps 1 --seq 102 --world 4 --ulysses 4 --pad --batch 1 --eval-samples 0
+expect 2 "--ulysses 8 is larger than the 4 heads" -- train --steps 1 --seq 64 --world 8 --ulysses 8
+expect 2 "--batch 3 is not a multiple of the 2 data-parallel replicas" -- train --steps 1 --seq 64 --world 4 --ulysses 2 --batch 3
+expect 2 "--model nosuch" -- train --model nosuch
+expect 2 "--backend nccl" -- train --backend nccl
+expect 2 "--attention everywhere" -- train --attention everywhere
+expect 2 "--data bogus" -- train --data bogus --steps 1
+expect 2 "needs --resume" -- eval
+printf 'not a safetensors file' > "$work/bad.safetensors"
+mkdir -p "$work/ckpt"
+"$usp" train --steps 2 --seq 64 --batch 2 --eval-samples 0 --save "$work/ckpt" >/dev/null 2>&1
+expect 0 "eval: loss" -- eval --resume "$work/ckpt" --seq 64 --batch 2 --eval-samples 4
+cp "$work/bad.safetensors" "$work/ckpt/model.safetensors"
+expect 2 "$work/ckpt/model.safetensors" -- eval --resume "$work/ckpt" --seq 64 --batch 2 --eval-samples 4
 
 echo "cli: $passed passed, $failed failed"
 [[ $failed -eq 0 ]]

@@ -393,13 +393,15 @@ static float *run_outputs(int threads, size_t *n)
 START_TEST(outputs_are_bitwise_equal_across_runs_and_thread_counts)
 {
     const int saved = omp_get_max_threads();
-    size_t n1, n2, n3;
+    size_t n1, n2, n3, n4;
     float *a = run_outputs(2, &n1), *b = run_outputs(2, &n2), *c = run_outputs(1, &n3);
+    float *d = run_outputs(3, &n4); /* more threads than cores */
     omp_set_num_threads(saved);
-    ck_assert(n1 == n2 && n1 == n3);
+    ck_assert(n1 == n2 && n1 == n3 && n1 == n4);
     ck_assert_msg(memcmp(a, b, n1 * sizeof(float)) == 0, "two runs with 2 threads differ");
     ck_assert_msg(memcmp(a, c, n1 * sizeof(float)) == 0, "1 thread and 2 threads differ");
-    free(a), free(b), free(c);
+    ck_assert_msg(memcmp(a, d, n1 * sizeof(float)) == 0, "3 threads and 2 threads differ");
+    free(a), free(b), free(c), free(d);
 }
 END_TEST
 

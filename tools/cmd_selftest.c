@@ -10,10 +10,14 @@
 #include "sim/world.h"
 #include "tools/cli.h"
 #include "tools/commands.h"
+#include "viz/chrome_trace.h"
+#include "viz/render.h"
+#include "viz/traffic.h"
+#include "viz/wait_graph.h"
 
 typedef struct selftest_options {
     int world, ulysses, ring, layers, heads, kv_heads, head_dim, tokens, json;
-    const char *trace;
+    const char *trace, *dot;
     cli_list inject;
 } selftest_options;
 
@@ -66,8 +70,46 @@ static void print_summary(const sim_world *w, const usp_selftest_run *run, const
     printf("ok\n");
 }
 
+/* --dot: the wait-for graph when the run ended in a report (deadlock, mismatch,
+ * rank failure), the traffic map when it succeeded; nothing otherwise. */
+static usp_status write_picture(const sim_world *w, usp_status run, const selftest_options *o,
+                                const usp_mesh_shape *shape)
+{
+    sim_wait_graph g;
+    USP_CHECK(sim_world_wait_graph(w, &g));
+    usp_strbuf dot = {0};
+    usp_status s = USP_OK;
+    if (g.kind != SIM_REPORT_NONE) {
+        s = viz_dot_wait_graph(&g, &dot);
+    } else if (run == USP_OK) {
+        char caption[160];
+        snprintf(caption, sizeof caption, "usp selftest: one training step's communication, world %d = dp %d x ring %d "
+                 "x ulysses %d.", shape->world, shape->dp, shape->ring, shape->ulysses);
+        viz_traffic_options to = {.title = "Traffic map of the selftest step", .caption = caption};
+        s = viz_dot_traffic(sim_world_trace(w), shape->world, &to, &dot);
+    }
+    if (s == USP_OK && dot.len)
+        s = viz_write_file("--dot", usp_strbuf_text(&dot), o->dot);
+    usp_strbuf_free(&dot);
+    sim_wait_graph_free(&g);
+    return s;
+}
+
+static int ends_with(const char *s, const char *suffix)
+{
+    size_t n = strlen(s), k = strlen(suffix);
+    return n >= k && strcmp(s + n - k, suffix) == 0;
+}
+
 static usp_status run_selftest(const selftest_options *o, int *exit_code)
 {
+    if (o->dot) { /* a picture this build cannot write is an option error, before anything runs */
+        viz_format format;
+        USP_CHECK(viz_format_of_path("--dot", o->dot, &format));
+        if (format != VIZ_FORMAT_DOT && !viz_can_render())
+            return usp_error(USP_ERR_CONFIG, "--dot %s: this usp was built without Graphviz (libgvc), so it writes DOT "
+                             "text only: name the file .dot, or install libgraphviz-dev and rebuild", o->dot);
+    }
     usp_mesh_shape shape;
     USP_CHECK(usp_mesh_shape_make(o->world, o->ulysses > 0 ? o->ulysses : o->world / o->ring, o->ring, &shape));
     usp_selftest_run run = {.config = usp_selftest_default(&shape)};
@@ -90,15 +132,22 @@ static usp_status run_selftest(const selftest_options *o, int *exit_code)
     usp_status s = usp_calloc((void **)&run.stats, (size_t)shape.world, sizeof *run.stats, "selftest stats");
     if (s == USP_OK)
         s = sim_world_run(w, usp_selftest_rank, &run);
-    usp_status trace_status = USP_OK;
+    char run_message[USP_ERROR_MESSAGE_MAX]; /* writing the outputs must not overwrite why the run failed */
+    snprintf(run_message, sizeof run_message, "%s", usp_error_message());
+    usp_status output_status = USP_OK;
     if (o->trace && sim_world_trace(w)) /* the trace of a failed run is whole too: it helps to debug it */
-        trace_status = usp_trace_write_text(sim_world_trace(w), o->trace);
-    if (s == USP_OK && trace_status == USP_OK)
+        output_status = ends_with(o->trace, ".json") ? viz_chrome_trace_write(sim_world_trace(w), o->trace)
+                                                     : usp_trace_write_text(sim_world_trace(w), o->trace);
+    if (o->dot && output_status == USP_OK)
+        output_status = write_picture(w, s, o, &shape);
+    if (s == USP_OK && output_status == USP_OK)
         print_summary(w, &run, o);
-    *exit_code = s != USP_OK ? (int)s : (int)trace_status;
+    *exit_code = s != USP_OK ? (int)s : (int)output_status;
     if (s != USP_OK && *sim_world_report(w))
         fprintf(stderr, "usp selftest: %s", sim_world_report(w));
-    else if (s != USP_OK || trace_status != USP_OK)
+    else if (s != USP_OK)
+        fprintf(stderr, "usp selftest: %s\n", run_message);
+    if (output_status != USP_OK)
         fprintf(stderr, "usp selftest: %s\n", usp_error_message());
     free(run.stats);
     sim_world_destroy(w);
@@ -119,7 +168,10 @@ int cmd_selftest(int argc, char **argv)
         {"--tokens", CLI_INT, &o.tokens, "T", "tokens per rank (default 32)", 1, 1 << 20},
         {"--inject", CLI_LIST, &o.inject, "SPEC",
          "fault KIND:rank=R[,op=OP][,call=K][,group=G], KIND skip|swap|size|group|crash (repeatable)", 0, -1},
-        {"--trace", CLI_STRING, &o.trace, "FILE", "write the trace events as text", 0, -1},
+        {"--trace", CLI_STRING, &o.trace, "FILE",
+         "write the trace: Chrome trace JSON (Perfetto) when FILE ends in .json, plain text otherwise", 0, -1},
+        {"--dot", CLI_STRING, &o.dot, "FILE",
+         "picture (.dot, .svg, .png, .pdf): the wait-for graph of a deadlock/mismatch, else the traffic map", 0, -1},
         {"--json", CLI_FLAG, &o.json, NULL, "print the summary as one JSON object", 0, -1},
         {0},
     };

@@ -27,7 +27,11 @@ static usp_status build_config(const char *command, const train_options *o, usp_
         return usp_error(USP_ERR_CONFIG, "--attention %s: expected sp (Ulysses/Ring over the mesh) or local (each "
                          "rank attends to its own shard only)", o->attention);
     const char *model = o->resume ? o->resume : o->model;
-    USP_CHECK(usp_model_config_load(model, &c->model));
+    if (usp_model_config_load(model, &c->model) != USP_OK) {
+        char why[USP_ERROR_MESSAGE_MAX];
+        snprintf(why, sizeof why, "%s", usp_error_message());
+        return usp_error(USP_ERR_CONFIG, "%s %s: %s", o->resume ? "--resume" : "--model", model, why);
+    }
     int ulysses = o->ulysses > 0 ? o->ulysses : o->world / o->ring;
     USP_CHECK(usp_mesh_shape_make(o->world, ulysses > 0 ? ulysses : 1, o->ring, &c->shape));
     c->data = o->data, c->seq_len = o->seq, c->pad = o->pad, c->batch = o->batch, c->steps = o->steps;

@@ -5,6 +5,9 @@
 /* usp selftest: a communication schedule shaped like one training step, checked. */
 int cmd_selftest(int argc, char **argv);
 
+/* usp viz: schedule diagrams and the Chrome trace of one attention layer. */
+int cmd_viz(int argc, char **argv);
+
 /* usp train / usp eval (argv[1] says which): training and evaluation on the simulator. */
 int cmd_train(int argc, char **argv);
 

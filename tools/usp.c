@@ -16,7 +16,8 @@ static void print_help(FILE *out)
             "commands:\n"
             "  train      train a transformer with sequence parallelism (the main job)\n"
             "  eval       evaluate a checkpoint (loss, passkey accuracy)\n"
-            "  selftest   run a communication schedule shaped like one training step, checked\n\n"
+            "  selftest   run a communication schedule shaped like one training step, checked\n"
+            "  viz        draw the schedule of one attention layer (DOT, SVG, PNG, PDF; Chrome trace)\n\n"
             "usp COMMAND --help explains a command. usp --version prints the version.\n"
             "exit codes: 0 ok, 1 runtime failure, 2 bad usage, 3 deadlock or collective mismatch,\n"
             "4 a rank failed.\n",
@@ -40,6 +41,8 @@ int main(int argc, char **argv)
     }
     if (strcmp(cmd, "selftest") == 0)
         return cmd_selftest(argc, argv);
+    if (strcmp(cmd, "viz") == 0)
+        return cmd_viz(argc, argv);
     if (strcmp(cmd, "train") == 0 || strcmp(cmd, "eval") == 0)
         return cmd_train(argc, argv);
     fprintf(stderr, "usp: unknown command '%s'; see usp --help\n", cmd);

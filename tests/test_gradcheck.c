@@ -1,0 +1,126 @@
+/* Analytic gradients of every parameter kind against central finite
+ * differences, on tiny GPT-2 and Llama configs (one rank).
+ *
+ * For each tensor, the directional derivative along its own gradient,
+ * u = g / |g|, is |g|. The central difference d(h) = (L(w + h u) - L(w - h u)) / 2h
+ * has an error c h^2 + O(h^4) plus the float rounding of L over h; Richardson's
+ * (4 d(h/2) - d(h)) / 3 cancels the h^2 term, so h can stay large enough
+ * for the rounding to be small. We require a relative error <= 1e-3. */
+#include <check.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/model.h"
+#include "tests/harness.h"
+
+typedef struct grad_case {
+    usp_model_config config;
+    double worst;
+    char report[256];
+} grad_case;
+
+static usp_status loss_at(usp_model *m, const usp_shard *shard, double count, double *loss)
+{
+    double sum;
+    USP_CHECK(usp_model_forward(m, shard));
+    USP_CHECK(usp_model_loss(m, (float)(1.0 / count), &sum));
+    *loss = sum / count;
+    return USP_OK;
+}
+
+static usp_status check_rank(const usp_rank_ctx *ctx, void *arg)
+{
+    grad_case *gc = arg;
+    usp_mesh_shape shape;
+    usp_mesh mesh;
+    USP_CHECK(usp_mesh_shape_make(1, 1, 1, &shape));
+    USP_CHECK(usp_mesh_create(ctx->world, &shape, &mesh));
+    const int64_t N = 64;
+    usp_model_setup setup = {.config = &gc->config, .backend = ctx->backend, .mesh = &mesh, .batch = 1, .seq_len = N};
+    usp_model *m;
+    USP_CHECK(usp_model_create(&setup, &m));
+    const usp_param_table *t = usp_model_params_table(m);
+    size_t bytes = (size_t)t->total * sizeof(float);
+    float *w = malloc(bytes), *g = malloc(bytes), *probe = malloc(bytes);
+    usp_param_init(t, &gc->config, 7, w);
+    for (int64_t i = 0; i < t->total; i++) /* move norms and biases off 1 and 0 so their gradients are generic */
+        w[i] += 0.05f * sinf((float)i);
+    usp_data data;
+    usp_shard shard;
+    USP_CHECK(usp_data_open("passkey", 3, &data));
+    USP_CHECK(usp_shard_alloc(&shard, N));
+    USP_CHECK(usp_data_read_shard(&data, usp_model_layout(m), 0, 0, N, &shard));
+    double count = N, loss, plus, minus;
+    USP_CHECK(usp_buffer_copy(ctx->backend, usp_model_params(m), w, bytes, USP_COPY_HOST_TO_DEVICE, NULL));
+    USP_CHECK(loss_at(m, &shard, count, &loss));
+    USP_CHECK(usp_model_backward(m));
+    USP_CHECK(usp_buffer_copy(ctx->backend, g, usp_model_grads(m), bytes, USP_COPY_DEVICE_TO_HOST, NULL));
+    gc->worst = 0;
+    for (int i = 0; i < t->n; i++) {
+        const usp_param_tensor *p = &t->tensors[i];
+        double norm = 0;
+        for (int64_t j = 0; j < p->count; j++)
+            norm += (double)g[p->offset + j] * g[p->offset + j];
+        norm = sqrt(norm);
+        if (norm < 1e-6)
+            continue; /* e.g. the embedding rows of tokens the sample lacks are exactly 0 */
+        double d[2];
+        for (int k = 0; k < 2; k++) {
+            /* a step that moves L by about 2e-3 keeps rounding small; 1e-2..1e-1 keeps h^4 small */
+            double h0 = fmin(fmax(2e-3 / norm, 1e-2), 1e-1), h = k == 0 ? h0 : h0 / 2;
+            for (int sign = -1; sign <= 1; sign += 2) {
+                memcpy(probe, w, bytes);
+                for (int64_t j = 0; j < p->count; j++)
+                    probe[p->offset + j] += (float)(sign * h * g[p->offset + j] / norm);
+                USP_CHECK(usp_buffer_copy(ctx->backend, usp_model_params(m), probe, bytes, USP_COPY_HOST_TO_DEVICE,
+                                          NULL));
+                USP_CHECK(loss_at(m, &shard, count, sign < 0 ? &minus : &plus));
+            }
+            d[k] = (plus - minus) / (2 * h);
+        }
+        double fd = (4 * d[1] - d[0]) / 3, err = fabs(fd - norm) / norm;
+        if (err > gc->worst) {
+            gc->worst = err;
+            snprintf(gc->report, sizeof gc->report, "%s: tensor kind %d layer %d: |g| %.6g, finite difference %.6g",
+                     gc->config.name, p->kind, p->layer, norm, fd);
+        }
+    }
+    usp_shard_free(&shard);
+    usp_data_close(&data);
+    free(w), free(g), free(probe);
+    usp_model_destroy(m);
+    usp_mesh_destroy(&mesh);
+    return USP_OK;
+}
+
+START_TEST(gradients_match_finite_differences)
+{
+    const char *presets[] = {"tiny", "gpt2-124m"};
+    for (int f = 0; f < 2; f++) {
+        grad_case gc;
+        ck_assert_int_eq(usp_model_config_preset(presets[f], &gc.config), USP_OK);
+        gc.config.vocab = 128, gc.config.n_layer = 2, gc.config.d_model = 32, gc.config.n_head = 4;
+        gc.config.max_seq = 64, gc.config.d_ff = f ? 128 : 48, gc.config.n_kv_head = f ? 4 : 2;
+        if (f == 0)
+            gc.config.tied_embeddings = 0; /* Llama: check lm_head too; GPT-2 stays tied */
+        char report[1024];
+        ck_assert_msg(harness_run(1, check_rank, &gc, NULL, 0, report, sizeof report) == USP_OK, "%s", report);
+        ck_assert_msg(gc.worst <= 1e-3, "relative error %.3g at %s", gc.worst, gc.report);
+    }
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("gradcheck");
+    TCase *t = tcase_create("gradcheck");
+    tcase_set_timeout(t, 120);
+    tcase_add_test(t, gradients_match_finite_differences);
+    suite_add_tcase(s, t);
+    SRunner *runner = srunner_create(s);
+    srunner_run_all(runner, CK_NORMAL);
+    int failed = srunner_ntests_failed(runner);
+    srunner_free(runner);
+    return failed == 0 ? 0 : 1;
+}
