@@ -1,24 +1,229 @@
-/* The constant cost model (see cost_model.h for the sources of its figures). */
+/* Collectives and transfers priced on the topology (see cost_model.h). */
 #include "sim/cost_model.h"
 
-sim_cost_model sim_cost_model_constant(void)
+#include <stdlib.h>
+#include <string.h>
+
+#include "sim/flow_model.h"
+
+sim_cost_model sim_cost_model_default(int world_size)
 {
-    return (sim_cost_model){
-        .link_bandwidth = 370e9,
-        .link_latency = 10e-6,
-        .compute_flops = 0.5 * 989e12, /* half of dense BF16 peak: a typical achieved fraction */
-        .memory_bandwidth = 0.8 * 3.35e12,
-    };
+    sim_cost_model m = {.dtype = USP_BF16};
+    int nodes = world_size > 8 ? (world_size + 7) / 8 : 1;
+    sim_topology_preset("dgx-h100", nodes, &m.topology);
+    return m;
+}
+
+sim_cost_model sim_cost_model_make(const sim_topology *topology, usp_dtype dtype)
+{
+    return (sim_cost_model){.topology = *topology, .dtype = dtype};
+}
+
+usp_status sim_cost_model_check(const sim_cost_model *m, int world_size)
+{
+    USP_CHECK(sim_topology_check(&m->topology));
+    const sim_topology *t = &m->topology;
+    if (world_size > sim_topology_gpus(t))
+        return usp_error(USP_ERR_CONFIG, "--world %d: topology %s has %d GPUs (%d node%s of %d); use --nodes %d or "
+                         "fewer ranks", world_size, t->name, sim_topology_gpus(t), t->nodes, t->nodes > 1 ? "s" : "",
+                         t->gpus_per_node, (world_size + t->gpus_per_node - 1) / t->gpus_per_node);
+    return USP_OK;
 }
 
 double sim_cost_compute(const sim_cost_model *m, const usp_op_cost *cost)
 {
-    double t_flops = cost->flops / m->compute_flops;
-    double t_bytes = cost->bytes / m->memory_bandwidth;
-    return t_flops > t_bytes ? t_flops : t_bytes;
+    return sim_gpu_op_seconds(&m->topology.gpu, m->dtype, cost);
 }
 
-double sim_cost_transfer(const sim_cost_model *m, uint64_t bytes)
+double sim_cost_transfer(const sim_cost_model *m, int src, int dst, uint64_t bytes)
 {
-    return m->link_latency + (double)bytes / m->link_bandwidth;
+    const sim_topology *t = &m->topology;
+    int links[SIM_ROUTE_MAX];
+    int n = sim_topology_route(t, src, dst, links);
+    double slowest = 0.0, latency = sim_topology_route_latency(t, links, n);
+    for (int i = 0; i < n; i++) {
+        double cap, lat;
+        sim_topology_link(t, links[i], &cap, &lat);
+        slowest = i == 0 || cap < slowest ? cap : slowest;
+    }
+    return t->base_latency + latency + (n > 0 ? (double)bytes / slowest : 0.0);
+}
+
+/* Ring algorithms: data moves to the next member only, and NCCL runs them on
+ * several channels that leave a node through several NICs. */
+static int is_ring(usp_comm_kind kind)
+{
+    return kind == USP_OP_ALL_REDUCE || kind == USP_OP_ALL_GATHER || kind == USP_OP_REDUCE_SCATTER ||
+           kind == USP_OP_BROADCAST || kind == USP_OP_BARRIER;
+}
+
+/* Hops a byte makes around the ring, as a fraction of the ring's length n. */
+static double ring_hops(usp_comm_kind kind, int n)
+{
+    double f = (double)(n - 1) / n;
+    return kind == USP_OP_ALL_REDUCE || kind == USP_OP_BARRIER ? 2.0 * f : f;
+}
+
+static double latency_of(const sim_topology *t, usp_comm_kind kind, int n, const int *members, const uint64_t *bytes)
+{
+    int links[SIM_ROUTE_MAX];
+    double hops = 0.0;
+    if (is_ring(kind)) {
+        for (int i = 0; i < n; i++) {
+            int k = sim_topology_route(t, members[i], members[(i + 1) % n], links);
+            hops += sim_topology_route_latency(t, links, k);
+        }
+        return t->base_latency + ring_hops(kind, n) * hops;
+    }
+    for (int i = 0; i < n; i++)
+        for (int j = 0; j < n; j++)
+            if (bytes[(size_t)i * n + j] > 0) {
+                int k = sim_topology_route(t, members[i], members[j], links);
+                double l = sim_topology_route_latency(t, links, k);
+                hops = l > hops ? l : hops;
+            }
+    return t->base_latency + hops;
+}
+
+/* The flows of one collective, their links renumbered densely for the flow model. */
+typedef struct flow_build {
+    int n_flows, n_entries, n_links;
+    double *bytes;      /* [cap_flows] */
+    int *path_start;    /* [cap_flows + 1] */
+    int *links;         /* [cap_flows * max_route] dense link ids */
+    double *capacity;   /* [distinct links] by dense id */
+    int *hash_key;      /* [hash_size] topology link id + 1, 0 = empty */
+    int *hash_val;      /* [hash_size] dense id */
+    size_t hash_mask;
+    int *by_node;       /* [n] members grouped by node, in group order */
+    int *node_start;    /* [nodes + 1] */
+} flow_build;
+
+static int dense_link(flow_build *b, const sim_topology *t, int link)
+{
+    size_t h = ((size_t)link * 2654435761u) & b->hash_mask;
+    while (b->hash_key[h] && b->hash_key[h] != link + 1)
+        h = (h + 1) & b->hash_mask;
+    if (!b->hash_key[h]) {
+        double latency;
+        b->hash_key[h] = link + 1;
+        b->hash_val[h] = b->n_links;
+        sim_topology_link(t, link, &b->capacity[b->n_links], &latency);
+        b->n_links++;
+    }
+    return b->hash_val[h];
+}
+
+static void add_flow(flow_build *b, const sim_topology *t, double bytes, const int *links, int n)
+{
+    for (int i = 0; i < n; i++)
+        b->links[b->n_entries++] = dense_link(b, t, links[i]);
+    b->bytes[b->n_flows++] = bytes;
+    b->path_start[b->n_flows] = b->n_entries;
+}
+
+/* Members grouped by node (counting sort, stable: group order within a node). */
+static void group_by_node(flow_build *b, const sim_topology *t, int n, const int *members)
+{
+    for (int k = 0; k <= t->nodes; k++)
+        b->node_start[k] = 0;
+    for (int i = 0; i < n; i++)
+        b->node_start[sim_topology_node_of(t, members[i]) + 1]++;
+    for (int k = 0; k < t->nodes; k++)
+        b->node_start[k + 1] += b->node_start[k];
+    for (int i = 0; i < n; i++) {
+        int node = sim_topology_node_of(t, members[i]);
+        int at = b->node_start[node]++;
+        b->by_node[at] = members[i];
+    }
+    for (int k = t->nodes; k > 0; k--) /* the fill moved every start to the next node's */
+        b->node_start[k] = b->node_start[k - 1];
+    b->node_start[0] = 0;
+}
+
+/* A ring edge between nodes, split evenly over min(GPUs of the group on either
+ * node) rails: channel r leaves through the NIC of the r-th such GPU. */
+static void add_rail_flows(flow_build *b, const sim_topology *t, double bytes, int src, int dst)
+{
+    int ns = sim_topology_node_of(t, src), nd = sim_topology_node_of(t, dst);
+    int cs = b->node_start[ns + 1] - b->node_start[ns], cd = b->node_start[nd + 1] - b->node_start[nd];
+    int rails = cs < cd ? cs : cd, links[SIM_ROUTE_MAX];
+    for (int r = 0; r < rails; r++) {
+        int a = b->by_node[b->node_start[ns] + r], d = b->by_node[b->node_start[nd] + r];
+        int k = sim_topology_rail_route(t, ns, sim_topology_nic_of(t, a), nd, sim_topology_nic_of(t, d), links);
+        add_flow(b, t, bytes / rails, links, k);
+    }
+}
+
+/* The most links a route crosses: NVSwitch up and down; PCIe GPU to NIC across
+ * sockets, the wire, and the same on the other node. */
+static size_t max_route(const sim_topology *t) { return t->fabric == SIM_FABRIC_NVSWITCH ? 2 : 14; }
+
+static usp_status build_alloc(flow_build *b, const sim_topology *t, size_t flows, int n, void **block)
+{
+    size_t entries = flows * max_route(t), distinct = (size_t)sim_topology_links(t), hash = 16;
+    distinct = entries < distinct ? entries : distinct;
+    while (hash < 2 * distinct)
+        hash *= 2;
+    int nodes = t->nodes;
+    size_t doubles = flows + distinct, ints = (flows + 1) + entries + 2 * hash + (size_t)n + (size_t)nodes + 1;
+    USP_CHECK(usp_malloc(block, doubles * sizeof(double) + ints * sizeof(int), "the flows of a collective"));
+    double *d = *block;
+    b->bytes = d, b->capacity = d + flows;
+    int *i = (int *)(d + doubles);
+    b->path_start = i, b->links = i + flows + 1, b->hash_key = b->links + entries, b->hash_val = b->hash_key + hash;
+    b->by_node = b->hash_val + hash, b->node_start = b->by_node + n;
+    b->hash_mask = hash - 1;
+    memset(b->hash_key, 0, hash * sizeof *b->hash_key);
+    b->n_flows = b->n_entries = b->n_links = 0;
+    b->path_start[0] = 0;
+    return USP_OK;
+}
+
+usp_status sim_cost_collective(const sim_cost_model *m, usp_comm_kind kind, int n, const int *members,
+                               const uint64_t *bytes, double *seconds)
+{
+    const sim_topology *t = &m->topology;
+    *seconds = 0.0;
+    if (n < 2)
+        return USP_OK; /* nothing crosses a link */
+    int ring = is_ring(kind), spans_nodes = 0;
+    size_t flows = 0;
+    for (int i = 0; i < n; i++) {
+        spans_nodes |= sim_topology_node_of(t, members[i]) != sim_topology_node_of(t, members[0]);
+        for (int j = 0; j < n; j++)
+            flows += bytes[(size_t)i * n + j] > 0 && members[i] != members[j];
+    }
+    if (ring && spans_nodes)
+        flows *= (size_t)(t->gpus_per_node < n ? t->gpus_per_node : n); /* at most that many rails an edge */
+    double latency = latency_of(t, kind, n, members, bytes);
+    if (flows == 0) {
+        *seconds = latency;
+        return USP_OK;
+    }
+    flow_build b;
+    void *block;
+    USP_CHECK(build_alloc(&b, t, flows, n, &block));
+    if (ring && spans_nodes)
+        group_by_node(&b, t, n, members);
+    int links[SIM_ROUTE_MAX];
+    for (int i = 0; i < n; i++)
+        for (int j = 0; j < n; j++) {
+            double x = (double)bytes[(size_t)i * n + j];
+            int src = members[i], dst = members[j];
+            if (x <= 0 || src == dst)
+                continue;
+            if (ring && sim_topology_node_of(t, src) != sim_topology_node_of(t, dst))
+                add_rail_flows(&b, t, x, src, dst);
+            else
+                add_flow(&b, t, x, links, sim_topology_route(t, src, dst, links));
+        }
+    sim_flow_set set = {.n_flows = b.n_flows, .bytes = b.bytes, .path_start = b.path_start, .links = b.links,
+                        .n_links = b.n_links, .capacity = b.capacity};
+    double makespan;
+    usp_status s = sim_flow_run(&set, NULL, &makespan);
+    free(block);
+    USP_CHECK(s);
+    *seconds = latency + makespan;
+    return USP_OK;
 }

@@ -1,31 +1,61 @@
-/* The cost model behind the virtual clocks.
+/* The cost model behind the virtual clocks: the cluster (sim/topology.h, its
+ * GPUs included) turned into seconds.
  *
- * For now a constant model: one link bandwidth and latency for every pair of
- * ranks and one roofline for compute. The figures are H100-class (989 TFLOP/s
- * dense BF16, 3.35 TB/s HBM3; NCCL all-to-all busbw about 370 GB/s on NVLink 4,
- * from NVIDIA's datasheet and nccl-tests reports). The cluster-model issue (#5)
- * replaces it with a topology (NVLink / PCIe / InfiniBand) and contention. */
+ * Rank r runs on GPU r (node r / gpus_per_node). A compute op costs the GPU's
+ * roofline (sim/gpu_model.h). A communication costs what NCCL's algorithm for
+ * it costs on the topology:
+ *     seconds = latency + makespan of its transfers under max-min sharing
+ * (sim/flow_model.h). The transfers are each member's bytes to each peer
+ * (usp_comm_op_traffic: all-to-all as P-1 concurrent pairwise transfers,
+ * all-reduce / all-gather / reduce-scatter / broadcast as a ring, a send as one
+ * transfer). A ring edge between nodes is split over as many rails as the
+ * group has GPUs on the smaller of its two nodes, the way NCCL's channels
+ * leave a node through several NICs; pairwise transfers use each GPU's own NIC
+ * (so an all-to-all over N nodes runs at about one NIC per GPU: busbw about
+ * N/(N-1) x the NIC's bandwidth, nccl-tests issue 130).
+ *
+ * Latency follows NCCL's tuning model: a base latency per call plus the hops a
+ * byte makes, each at its route's latency. A ring all-reduce moves data
+ * 2(n-1) hops, all-gather / reduce-scatter / broadcast n-1, so they cost
+ * base + 2(n-1)/n (or (n-1)/n) x the sum of the ring's edge latencies; an
+ * all-to-all or a transfer costs base + its slowest route's latency.
+ *
+ * Not modelled: NVLink SHARP (NVLS: NCCL's default all-reduce inside an H100
+ * node, about 480 GB/s busbw against the ring's 370), NCCL's tree algorithm
+ * across nodes, and contention between point-to-point transfers matched at
+ * different times (each transfer is priced alone when it is matched). */
 #ifndef USP_SIM_COST_MODEL_H
 #define USP_SIM_COST_MODEL_H
 
 #include <stdint.h>
 
+#include "core/comm.h"
 #include "core/ops.h"
+#include "sim/topology.h"
 
 typedef struct sim_cost_model {
-    double link_bandwidth;   /* bytes/s each rank can send */
-    double link_latency;     /* seconds per collective or transfer */
-    double compute_flops;    /* achievable FLOP/s */
-    double memory_bandwidth; /* achievable bytes/s */
+    sim_topology topology; /* the cluster, its GPUs included */
+    usp_dtype dtype;       /* the precision the modelled GPUs compute in (USP_BF16) */
 } sim_cost_model;
 
-/* The constant H100-class model. */
-sim_cost_model sim_cost_model_constant(void);
+/* Enough dgx-h100 nodes for `world_size` ranks, computing in BF16. */
+sim_cost_model sim_cost_model_default(int world_size);
 
-/* Seconds an op takes: the roofline max(flops / FLOP/s, bytes / bandwidth). */
+/* A model of `topology` computing in `dtype`. */
+sim_cost_model sim_cost_model_make(const sim_topology *topology, usp_dtype dtype);
+
+/* USP_ERR_CONFIG when the topology is not valid or has fewer GPUs than `world_size`. */
+usp_status sim_cost_model_check(const sim_cost_model *m, int world_size);
+
+/* Seconds an op takes on one GPU (the roofline of sim/gpu_model.h). */
 double sim_cost_compute(const sim_cost_model *m, const usp_op_cost *cost);
 
-/* Seconds a communication takes when the busiest rank sends `bytes`. */
-double sim_cost_transfer(const sim_cost_model *m, uint64_t bytes);
+/* Seconds one transfer of `bytes` from rank src to rank dst takes, alone on its route. */
+double sim_cost_transfer(const sim_cost_model *m, int src, int dst, uint64_t bytes);
+
+/* Seconds a collective of `kind` takes over the world ranks members[n], when
+ * member i sends bytes[i * n + j] to member j. USP_ERR_RUNTIME when out of memory. */
+usp_status sim_cost_collective(const sim_cost_model *m, usp_comm_kind kind, int n, const int *members,
+                               const uint64_t *bytes, double *seconds);
 
 #endif

@@ -132,31 +132,38 @@ static usp_status complete_split(sim_world *w, sim_group *g)
     return s;
 }
 
+/* Seconds the group's matched collective takes on the modelled cluster: every
+ * member's bytes to every peer under NCCL's algorithm, priced by the flow model. */
+static usp_status collective_seconds(sim_world *w, sim_group *g, double *seconds)
+{
+    size_t n = (size_t)g->size;
+    uint64_t on_stack[16 * 16], *bytes = on_stack;
+    if (n * n > sizeof on_stack / sizeof *on_stack)
+        USP_CHECK(usp_malloc((void **)&bytes, n * n * sizeof *bytes, "the traffic of a collective"));
+    for (size_t i = 0; i < n; i++)
+        usp_comm_op_traffic(g->posted[i], (int)i, g->size, bytes + i * n);
+    usp_status s = sim_cost_collective(&w->config.cost, g->posted[0]->kind, g->size, g->members, bytes, seconds);
+    if (bytes != on_stack)
+        free(bytes);
+    return s;
+}
+
 static void complete_collective(sim_world *w, sim_group *g)
 {
-    double start = 0.0;
-    uint64_t busiest = 0, *bytes = malloc((size_t)g->size * sizeof *bytes);
-    for (int i = 0; i < g->size; i++) {
-        const usp_comm_op *op = g->posted[i];
-        start = op->t_post > start ? op->t_post : start;
-        if (!bytes)
-            continue;
-        usp_comm_op_traffic(op, i, g->size, bytes);
-        uint64_t sent = 0;
-        for (int j = 0; j < g->size; j++)
-            sent += bytes[j];
-        busiest = sent > busiest ? sent : busiest;
-    }
-    free(bytes);
+    double start = 0.0, seconds = 0.0;
+    for (int i = 0; i < g->size; i++)
+        start = g->posted[i]->t_post > start ? g->posted[i]->t_post : start;
     usp_comm_kind kind = g->posted[0]->kind;
-    double end = start + (kind == USP_OP_SPLIT ? 0.0 : sim_cost_transfer(&w->config.cost, busiest));
-    usp_status s = kind == USP_OP_SPLIT ? complete_split(w, g) : sim_move_collective(w, g);
+    usp_status s = kind == USP_OP_SPLIT ? complete_split(w, g) : collective_seconds(w, g, &seconds);
+    if (s == USP_OK && kind != USP_OP_SPLIT)
+        s = sim_move_collective(w, g);
     if (s != USP_OK) {
         usp_strbuf_printf(&w->report, "%s on %s failed: %s\n", usp_comm_kind_name(kind), g->name,
                           usp_error_message());
         sim_abort(w, s);
         return;
     }
+    double end = start + seconds;
     for (int i = 0; i < g->size; i++) {
         sim_rank *r = &w->ranks[g->members[i]];
         r->op->t_start = start;
@@ -242,7 +249,8 @@ static void try_transfer(sim_world *w, sim_group *g, sim_rank *sender, sim_rank 
         return;
     }
     double start = s->t_post > d->t_post ? s->t_post : d->t_post;
-    double end = start + sim_cost_transfer(&w->config.cost, s->count * usp_dtype_size(s->dtype));
+    double end = start + sim_cost_transfer(&w->config.cost, sender->id, receiver->id,
+                                           s->count * usp_dtype_size(s->dtype));
     sender->send_pending = receiver->recv_pending = 0;
     sim_rank *both[2] = {sender, receiver};
     for (int i = 0; i < 2; i++) {

@@ -39,6 +39,24 @@ typedef struct sim_crash {
     usp_call_site site;
 } sim_crash;
 
+/* What a rank was doing when the run's report was made (report.c), kept for
+ * sim_world_wait_graph: the groups' posted slots are cleared by the abort. */
+typedef struct sim_rank_snapshot {
+    sim_rank_state state;
+    int crashed;
+    int op;                  /* usp_comm_kind blocked in or crashed at, -1 when none */
+    const sim_group *group;  /* that call's group (owned by the world) */
+    uint64_t seq;
+    usp_call_site site;
+    int posted;              /* blocked in a collective it has posted on `group` */
+    int send_to, recv_from;  /* world ranks of its unmatched transfer parts, -1 when none */
+    int mismatched;          /* named by a mismatch report */
+    char call[112];          /* the op with its arguments */
+    uint64_t calls;
+    usp_status result;
+    double clock;
+} sim_rank_snapshot;
+
 typedef struct sim_rank {
     int id;
     struct sim_world *world;
@@ -67,6 +85,7 @@ typedef struct sim_rank {
 
     sim_comm **comms;        /* the rank's live handles */
     int n_comms, cap_comms;
+    sim_rank_snapshot snap;  /* valid when the world's snapshot_kind is set */
 } sim_rank;
 
 struct sim_world {
@@ -85,6 +104,7 @@ struct sim_world {
     usp_strbuf injected;     /* one line per fault that fired */
     char abort_reason[256];  /* the report's first line, for the ranks' messages */
     int ran;
+    sim_report_kind snapshot_kind; /* the first report's kind; the ranks' `snap` hold its state */
 };
 
 /* sim_comm.c */

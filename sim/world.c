@@ -8,7 +8,7 @@
 
 sim_config sim_config_default(int world_size)
 {
-    return (sim_config){.world_size = world_size, .cost = sim_cost_model_constant(), .trace = 1};
+    return (sim_config){.world_size = world_size, .cost = sim_cost_model_default(world_size), .trace = 1};
 }
 
 usp_status sim_world_create(const sim_config *config, sim_world **out)
@@ -46,19 +46,29 @@ fail:
 static void on_compute_cost(void *ctx, const usp_op_cost *cost)
 {
     sim_rank *r = ctx;
+    double start = r->clock;
     r->clock += sim_cost_compute(&r->world->config.cost, cost);
+    /* Compute spans only illustrate the timeline (viz/chrome_trace.c): one that cannot be
+     * recorded (out of memory) is left out rather than failing the op that ran. */
+    if (r->world->trace)
+        (void)usp_trace_record_compute(r->world->trace, r->id, cost->op, start, r->clock, cost->flops,
+                                       cost->bytes);
 }
+
+static double rank_clock(const void *runtime) { return ((const sim_rank *)runtime)->clock; }
 
 static void rank_fiber_main(void *arg)
 {
     sim_rank *r = arg;
     sim_world *w = r->world;
-    usp_rank_ctx ctx = {.rank = r->id, .world_size = w->n, .world = r->world_comm, .backend = r->backend};
+    usp_rank_ctx ctx = {.rank = r->id, .world_size = w->n, .world = r->world_comm, .backend = r->backend,
+                        .clock = rank_clock, .runtime = r};
     r->result = w->main_fn(&ctx, w->main_arg);
 }
 
 static usp_status make_ranks(sim_world *w)
 {
+    USP_CHECK(sim_cost_model_check(&w->config.cost, w->n));
     int *everyone;
     USP_CHECK(usp_malloc((void **)&everyone, (size_t)w->n * sizeof *everyone, "the world group"));
     for (int i = 0; i < w->n; i++)

@@ -24,7 +24,7 @@ typedef usp_status (*sim_backend_factory)(usp_backend_t **out);
 
 typedef struct sim_config {
     int world_size;
-    sim_cost_model cost;
+    sim_cost_model cost;              /* the cluster (topology and GPUs) ranks run on: rank r on GPU r */
     const sim_fault *faults; /* copied */
     int n_faults;
     sim_backend_factory make_backend; /* NULL: the cpu backend */
@@ -32,7 +32,7 @@ typedef struct sim_config {
     int trace;                        /* 1: record trace events */
 } sim_config;
 
-/* A config for `world_size` ranks: cpu backend, constant cost model, trace on, no faults. */
+/* A config for `world_size` ranks: cpu backend, enough dgx-h100 nodes (BF16), trace on, no faults. */
 sim_config sim_config_default(int world_size);
 
 /* Creates the world (ranks are made by sim_world_run). */
@@ -48,6 +48,65 @@ const char *sim_world_report(const sim_world *w);
 
 /* The run's trace (NULL when tracing is off). */
 const usp_trace_t *sim_world_trace(const sim_world *w);
+
+/* The wait-for graph of a report: who waited for whom when the run stalled,
+ * mismatched or lost a rank, snapshotted as the report was made (viz draws it).
+ * Edges point from a waiting rank to a rank it waits for: every member that
+ * has not posted the waiter's collective, or the peer of an unmatched send or
+ * receive. The highlighted path is the report's own wait chain (first wait of
+ * each rank from the first blocked one): its cycle, or the rank it ends at
+ * that will never come (exited or crashed: the missing participant). */
+typedef enum sim_report_kind {
+    SIM_REPORT_NONE,
+    SIM_REPORT_DEADLOCK,
+    SIM_REPORT_MISMATCH,
+    SIM_REPORT_RANK_FAILURE,
+} sim_report_kind;
+
+typedef enum sim_wait_state {
+    SIM_WAIT_RUNNABLE, /* not in a call (a mismatch stopped the run before it got there) */
+    SIM_WAIT_BLOCKED,
+    SIM_WAIT_EXITED,
+    SIM_WAIT_CRASHED,
+} sim_wait_state;
+
+typedef struct sim_wait_rank {
+    sim_wait_state state;
+    int op;             /* usp_comm_kind it is blocked in or crashed at; -1 when none */
+    char group[64];     /* that call's group ("" when none; USP_COMM_NAME_MAX) */
+    uint64_t seq;       /* the call's index on the group */
+    const char *file;   /* its call site (NULL when none) */
+    int line;
+    char call[112];     /* blocked: the op with its arguments, "all_to_all(count=2048, f32)" */
+    uint64_t calls;     /* calls the rank issued */
+    usp_status result;  /* exited: what its main function returned */
+    double clock;       /* virtual seconds */
+    int in_cycle;       /* on the highlighted wait cycle */
+    int missing;        /* the chain ends here: a rank that exited or crashed while others wait for it */
+    int mismatched;     /* one of the two ranks whose calls disagree */
+} sim_wait_rank;
+
+typedef struct sim_wait_edge {
+    int from, to;       /* world ranks: `from` waits for `to` */
+    int highlight;      /* on the report's wait chain: its cycle, or the way to the missing rank */
+} sim_wait_edge;
+
+typedef struct sim_wait_graph {
+    sim_report_kind kind;
+    char title[256];    /* the report's first line */
+    char injected[512]; /* the faults that fired, one line each ("rank 2: skip at its call 1, ..."), or "" */
+    int n_ranks;
+    sim_wait_rank *ranks;  /* [n_ranks] */
+    size_t n_edges;
+    sim_wait_edge *edges;  /* [n_edges], by waiting rank, then waited-for rank */
+} sim_wait_graph;
+
+/* The wait-for graph of the run's report (kind SIM_REPORT_NONE and no ranks when
+ * there was none), built into `out`; free it with sim_wait_graph_free. */
+usp_status sim_world_wait_graph(const sim_world *w, sim_wait_graph *out);
+
+/* Frees a graph from sim_world_wait_graph (its arrays; a zeroed graph is fine). */
+void sim_wait_graph_free(sim_wait_graph *g);
 
 /* A rank's peak backend memory, virtual time at the end, and returned status. */
 size_t sim_world_peak_bytes(const sim_world *w, int rank);

@@ -86,5 +86,48 @@ expect 0 "eval: loss" -- eval --resume "$work/ckpt" --seq 64 --batch 2 --eval-sa
 cp "$work/bad.safetensors" "$work/ckpt/model.safetensors"
 expect 2 "$work/ckpt/model.safetensors" -- eval --resume "$work/ckpt" --seq 64 --batch 2 --eval-samples 4
 
+# usp viz and the pictures of selftest: options, formats, whole files, the wait-for picture
+export LSAN_OPTIONS="suppressions=$(cd "$(dirname "$0")/.." && pwd)/viz/graphviz_lsan.supp${LSAN_OPTIONS:+:$LSAN_OPTIONS}"
+vz=$work/viz
+mkdir -p "$vz"
+check() { # check DESCRIPTION CONDITION...: counts a check that passes when the condition does
+    local what=$1
+    shift
+    if "$@"; then passed=$((passed + 1)); else failed=$((failed + 1)); echo "FAIL: $what"; fi
+}
+expect 0 "viz        draw the schedule" -- --help
+expect 0 "--picture WHAT" -- viz --help
+expect 2 "nothing to write" -- viz --ulysses 4
+expect 2 "--dot $vz/a.jpg: unknown diagram format '.jpg'" -- viz --ulysses 4 --dot "$vz/a.jpg"
+expect 2 "--picture bogus" -- viz --ulysses 4 --dot "$vz/a.dot" --picture bogus
+expect 2 "--picture ring needs --ring 2" -- viz --ulysses 4 --dot "$vz/a.dot" --picture ring
+expect 2 "--seq 15 does not divide" -- viz --ulysses 4 --seq 15 --dot "$vz/a.dot"
+expect 2 "--kv-heads 3" -- viz --ulysses 4 --heads 8 --kv-heads 3 --dot "$vz/a.dot"
+expect 2 "--dot $vz/a.gif" -- selftest --world 4 --dot "$vz/a.gif"
+check "bad options leave no file" test -z "$(ls "$vz")"
+expect 0 "ulysses picture in $vz/a.dot" -- viz --ulysses 4 --seq 16 --heads 8 --dot "$vz/a.dot"
+"$usp" viz --ulysses 4 --seq 16 --heads 8 --dot "$vz/b.dot" >/dev/null 2>&1
+check "two viz runs write byte-identical DOT" cmp -s "$vz/a.dot" "$vz/b.dot"
+expect 0 "trace in $vz/r.json" -- viz --ring 4 --seq 16 --heads 8 --causal --dot "$vz/r.dot" --trace "$vz/r.json"
+check "viz --trace .json writes Chrome trace JSON" grep -q '^{"traceEvents":\[' "$vz/r.json"
+check "the ring picture shows skipped blocks" grep -q 'skipped' "$vz/r.dot"
+expect 3 "deadlock" -- selftest --world 8 --ulysses 4 --inject group:rank=2 --dot "$vz/dl.dot"
+check "the wait-for picture highlights the cycle" grep -q 'rank 2 (in the cycle)' "$vz/dl.dot"
+expect 4 "crashed" -- selftest --world 8 --ulysses 4 --inject crash:rank=2 --dot "$vz/crash.dot"
+check "the wait-for picture names the crashed rank" grep -q 'rank 2: CRASHED (others wait for it)' "$vz/crash.dot"
+expect 0 "checks passed" -- selftest --world 8 --ulysses 2 --ring 2 --dot "$vz/traffic.dot" --trace "$vz/st.json"
+check "selftest --dot on success draws the traffic map" grep -q 'Traffic map' "$vz/traffic.dot"
+check "selftest --trace .json writes Chrome trace JSON" grep -q '"ph":"B"' "$vz/st.json"
+if "$usp" viz --ulysses 2 --seq 8 --heads 2 --dot "$vz/probe.png" >/dev/null 2>&1; then # built with Graphviz
+    expect 0 "hybrid picture in $vz/h.svg" -- viz --ulysses 2 --ring 2 --seq 16 --heads 8 --dot "$vz/h.svg"
+    check "SVG output" grep -q '<svg' "$vz/h.svg"
+    check "PNG output" test "$(head -c 4 "$vz/probe.png" | od -An -c | tr -d ' ')" = '211PNG'
+    expect 3 "deadlock" -- selftest --world 8 --ulysses 4 --inject group:rank=2 --dot "$vz/dl.pdf"
+    check "PDF output" test "$(head -c 5 "$vz/dl.pdf")" = '%PDF-'
+else
+    expect 2 "built without Graphviz" -- viz --ulysses 2 --seq 8 --heads 2 --dot "$vz/probe.png"
+fi
+check "no temporary files left beside the pictures" test -z "$(ls "$vz" | grep '\.tmp\.')"
+
 echo "cli: $passed passed, $failed failed"
 [[ $failed -eq 0 ]]

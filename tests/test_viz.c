@@ -165,7 +165,7 @@ START_TEST(ulysses_w4_diagram_is_golden)
     ck_assert_int_eq(viz_dot_ulysses(sim_world_trace(w), &c, &dot), USP_OK);
     check_golden("ulysses_w4.dot", usp_strbuf_text(&dot));
     /* each slice: T=4 tokens x 2 heads x D=4 x 4 bytes = 128 B of each of Q, K, V */
-    ck_assert_int_eq(count_of(usp_strbuf_text(&dot), "label=\"384 B\""), 12);
+    ck_assert_int_eq(count_of(usp_strbuf_text(&dot), "label=\"Q 128 B + KV 256 B\""), 12);
     ck_assert_int_eq(count_of(usp_strbuf_text(&dot), "label=\"stays\""), 4);
     ck_assert_ptr_nonnull(strstr(usp_strbuf_text(&dot), "128 B per arrow")); /* O: 128 B back */
     usp_strbuf_free(&dot);
@@ -399,7 +399,8 @@ END_TEST
 START_TEST(chrome_trace_is_balanced_json_on_the_virtual_clock)
 {
     viz_attention_config c;
-    sim_world *w = run_layer(4, 2, 2, 16, 4, 2, 1, &c);
+    /* 3 heads over U = 2: uneven work, so ranks arrive apart and some wait for their peers */
+    sim_world *w = run_layer(4, 2, 2, 16, 3, 1, 1, &c);
     const usp_trace_t *t = sim_world_trace(w);
     char *text;
     ck_assert_int_eq(viz_chrome_trace_text(t, &text), USP_OK);
@@ -409,10 +410,11 @@ START_TEST(chrome_trace_is_balanced_json_on_the_virtual_clock)
     json_t *events = json_object_get(root, "traceEvents");
     ck_assert(json_is_array(events));
     /* per (pid, tid): a stack of open B names; B/E must pair up in order, by name, forward in time */
-    enum { PIDS = 4, TIDS = 2, DEPTH = 8 };
+    enum { PIDS = 4, TIDS = 2, DEPTH = 8, CALLS = 64 };
     const char *open_name[PIDS][TIDS][DEPTH];
-    double open_ts[PIDS][TIDS][DEPTH], last_end = 0, flow_s[256] = {0};
-    int depth[PIDS][TIDS] = {{0}}, slices = 0, flows_s = 0, flows_f = 0;
+    double open_ts[PIDS][TIDS][DEPTH], last_end = 0, flow_ts[2][256] = {{0}};
+    double call_span[PIDS][CALLS][2]; /* each rank's communication slices: [begin, end] */
+    int depth[PIDS][TIDS] = {{0}}, slices = 0, flows_s = 0, flows_f = 0, waits = 0, calls[PIDS] = {0}, flow_pid[2][256];
     size_t i;
     json_t *e;
     json_array_foreach(events, i, e) {
@@ -436,16 +438,20 @@ START_TEST(chrome_trace_is_balanced_json_on_the_virtual_clock)
             ck_assert(when >= open_ts[p][q][depth[p][q]]);
             last_end = when > last_end ? when : last_end;
             slices++;
+            waits += strcmp(name, "waiting for peers") == 0;
+            if (q == 1 && depth[p][q] == 0) {
+                ck_assert_int_lt(calls[p], CALLS);
+                call_span[p][calls[p]][0] = open_ts[p][q][0];
+                call_span[p][calls[p]++][1] = when;
+            }
         } else if (strcmp(ph, "s") == 0 || strcmp(ph, "f") == 0) {
             json_int_t id = json_integer_value(json_object_get(e, "id"));
-            ck_assert(id > 0 && id < 256);
-            if (ph[0] == 's') {
-                flow_s[id] = when, flows_s++;
-            } else {
+            ck_assert(id > 0 && id < 256 && q == 1);
+            int end = ph[0] == 'f';
+            flow_ts[end][id] = when, flow_pid[end][id] = p;
+            flows_s += !end, flows_f += end;
+            if (end)
                 ck_assert_str_eq(json_string_value(json_object_get(e, "bp")), "e");
-                ck_assert(when >= flow_s[id]); /* an arrow never goes back in time */
-                flows_f++;
-            }
         } else {
             ck_assert_str_eq(ph, "M");
         }
@@ -453,9 +459,22 @@ START_TEST(chrome_trace_is_balanced_json_on_the_virtual_clock)
     for (int p = 0; p < PIDS; p++)
         for (int q = 0; q < TIDS; q++)
             ck_assert_msg(depth[p][q] == 0, "pid %d tid %d: %d slices left open", p, q, depth[p][q]);
-    /* ring[*]: R-1 = 1 sendrecv per rank in the forward, one arrow each */
+    /* ring[*]: R-1 = 1 sendrecv per rank in the forward, one arrow each; it starts inside the
+     * sender's call and ends inside the receiver's, later (a transfer takes time) */
     ck_assert_int_eq(flows_s, 4);
     ck_assert_int_eq(flows_f, 4);
+    for (int id = 1; id <= 4; id++) {
+        ck_assert_msg(flow_ts[1][id] > flow_ts[0][id], "flow %d arrives at %.9g us, sent at %.9g us", id,
+                      flow_ts[1][id], flow_ts[0][id]);
+        ck_assert_int_ne(flow_pid[0][id], flow_pid[1][id]); /* from one rank to another */
+        for (int end = 0; end < 2; end++) {
+            int p = flow_pid[end][id], inside = 0;
+            for (int k = 0; k < calls[p]; k++)
+                inside |= call_span[p][k][0] <= flow_ts[end][id] && flow_ts[end][id] <= call_span[p][k][1];
+            ck_assert_msg(inside, "flow %d: its %s is in no call of rank %d", id, end ? "end" : "start", p);
+        }
+    }
+    ck_assert_int_gt(waits, 0); /* the nested "waiting for peers" slices were exercised */
     ck_assert_int_ge(slices, 4 * 4);
     /* ts is microseconds of virtual time: the last slice ends at the slowest rank's clock */
     double slowest = 0;

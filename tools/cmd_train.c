@@ -7,11 +7,12 @@
 #include "core/train.h"
 #include "sim/world.h"
 #include "tools/cli.h"
+#include "tools/cluster_options.h"
 #include "tools/commands.h"
 
 typedef struct train_options {
-    const char *backend, *model, *data, *save, *resume, *attention, *trace;
-    int world, ulysses, ring, pad, json;
+    const char *backend, *model, *data, *save, *resume, *attention, *trace, *topology;
+    int world, ulysses, ring, pad, json, nodes;
     int seq, batch, steps, until, warmup, log_every, eval_samples, seed;
     double lr;
     cli_list inject;
@@ -45,7 +46,8 @@ static usp_status build_config(const char *command, const train_options *o, usp_
     return USP_OK;
 }
 
-static void print_summary(const usp_train_config *c, const usp_train_result *r, const sim_world *w)
+static void print_summary(const usp_train_config *c, const usp_train_result *r, const sim_world *w,
+                          const sim_topology *cluster)
 {
     if (c->json) {
         json_t *j = json_pack("{s:b, s:f, s:f, s:f, s:f, s:I}", "summary", 1, "loss", r->loss, "tokens_per_s",
@@ -67,8 +69,9 @@ static void print_summary(const usp_train_config *c, const usp_train_result *r, 
     printf("%s: loss %.4f", c->eval_only ? "eval" : "done", r->loss);
     if (r->passkey_accuracy >= 0)
         printf(", passkey accuracy %.1f%%", 100 * r->passkey_accuracy);
-    printf("; %lld steps, %.0f tokens/s, wall %.1f s, modelled %.4f s on the simulated cluster\n",
-           (long long)r->steps_done, r->tokens_per_s, r->wall_s, r->sim_time_s);
+    printf("; %lld steps, %.0f tokens/s on this CPU (wall %.1f s); the same steps would take %.4f s on the "
+           "modelled %s (%d node%s)\n", (long long)r->steps_done, r->tokens_per_s, r->wall_s, r->sim_time_s,
+           cluster->name, cluster->nodes, cluster->nodes > 1 ? "s" : "");
     printf("peak memory per rank (MiB):");
     for (int i = 0; i < c->shape.world; i++)
         printf(" %.1f", (double)sim_world_peak_bytes(w, i) / (1 << 20));
@@ -84,6 +87,7 @@ static usp_status run(const char *command, const train_options *o, int *exit_cod
         USP_CHECK(sim_fault_parse(o->inject.items[i], &faults[i]));
     sim_config sc = sim_config_default(c.shape.world);
     sc.faults = faults, sc.n_faults = o->inject.n, sc.trace = o->trace != NULL;
+    USP_CHECK(cluster_options_apply(o->topology, o->nodes, c.shape.world, &sc));
     if (!c.json)
         printf("usp %s: model %s, world %d = dp %d x ring %d x ulysses %d, attention %s, seq %d, batch %d, data %s\n",
                command, c.model.name, c.shape.world, c.shape.dp, c.shape.ring, c.shape.ulysses, o->attention, o->seq,
@@ -97,7 +101,7 @@ static usp_status run(const char *command, const train_options *o, int *exit_cod
     if (o->trace)
         ts = usp_trace_write_text(sim_world_trace(w), o->trace);
     if (s == USP_OK)
-        print_summary(&c, &result, w);
+        print_summary(&c, &result, w, &sc.cost.topology);
     else if (*sim_world_report(w))
         fprintf(stderr, "usp %s: %s", command, sim_world_report(w));
     else
@@ -119,6 +123,9 @@ int cmd_train(int argc, char **argv)
         {"--world", CLI_INT, &o.world, "W", "ranks (simulated GPUs; default 4)", 1, 4096},
         {"--ulysses", CLI_INT, &o.ulysses, "U", "Ulysses degree (default W/R)", 1, 4096},
         {"--ring", CLI_INT, &o.ring, "R", "Ring degree (default 1); DP = W/(U*R)", 1, 4096},
+        {"--topology", CLI_STRING, &o.topology, "NAME|FILE",
+         "modelled cluster: dgx-h100 (default), dgx-h200, dgx-a100, pcie-gen4, pcie-gen5, or a JSON file", 0, -1},
+        {"--nodes", CLI_INT, &o.nodes, "K", "nodes of the topology (default: as many as --world needs)", 1, 100000},
         {"--attention", CLI_STRING, &o.attention, "sp|local",
          "sp: Ulysses/Ring over the mesh (default); local: each rank attends to its own shard only", 0, -1},
         {"--model", CLI_STRING, &o.model, "NAME|FILE",

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "backends/cpu/cpu_attention.h"
+#include "backends/cpu/cpu_layers.h"
 #include "core/backend_impl.h"
 
 #include <math.h>
@@ -153,6 +154,24 @@ static const usp_backend_i cpu_backend_iface = {
     .attention_forward = cpu_attention_forward,
     .attention_backward = cpu_attention_backward,
     .attention_merge = cpu_attention_merge,
+    .embedding_forward = cpu_embedding_forward,
+    .embedding_backward = cpu_embedding_backward,
+    .layernorm_forward = cpu_layernorm_forward,
+    .layernorm_backward = cpu_layernorm_backward,
+    .rmsnorm_forward = cpu_rmsnorm_forward,
+    .rmsnorm_backward = cpu_rmsnorm_backward,
+    .gelu_tanh_forward = cpu_gelu_tanh_forward,
+    .gelu_tanh_backward = cpu_gelu_tanh_backward,
+    .swiglu_forward = cpu_swiglu_forward,
+    .swiglu_backward = cpu_swiglu_backward,
+    .rope_forward = cpu_rope_forward,
+    .rope_backward = cpu_rope_backward,
+    .cross_entropy = cpu_cross_entropy,
+    .adamw_step = cpu_adamw_step,
+    .sum_squares = cpu_sum_squares,
+    .scale = cpu_scale,
+    .add_bias = cpu_add_bias,
+    .bias_backward = cpu_bias_backward,
     .destroy = NULL,
 };
 

@@ -1,0 +1,202 @@
+/* GPU presets, the JSON GPU reader and the per-op roofline (see gpu_model.h).
+ *
+ * Efficiency factors are the model's assumptions, stated where they come from:
+ * - attention: FlashAttention-2 reaches about 35% of the H100's dense FP16
+ *   peak and FlashAttention-3 about 75% forward (Shah et al., "FlashAttention-3",
+ *   2024); its backward pass is 1.5-1.75x faster than FA2's, about 50% of peak.
+ *   On the A100, FA2 reaches 50-73% of peak forward (Dao, "FlashAttention-2",
+ *   2023): 0.6 forward, 0.5 backward.
+ * - GEMM: large BF16 GEMMs in cuBLAS run at about 70% of the H100's dense peak
+ *   and about 80% of the A100's (an estimate; the nccl backend can measure it).
+ * - memory: streaming kernels reach about 85% of the HBM datasheet bandwidth. */
+#include "sim/gpu_model.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#define TERA 1e12
+
+/* name, peaks FP64 / FP32 / TF32 / BF16 / FP8 (TFLOP/s), HBM (TB/s), memory (GB),
+ * efficiencies: GEMM, attention forward / backward, memory. */
+#define GPU(nm, f64, f32, tf32, bf16, f8, hbm, gb, gemm, fwd, bwd)                                            \
+    {.name = nm, .peak_fp64 = (f64) * TERA, .peak_fp32 = (f32) * TERA, .peak_tf32 = (tf32) * TERA,            \
+     .peak_bf16 = (bf16) * TERA, .peak_fp8 = (f8) * TERA, .hbm_bandwidth = (hbm) * TERA, .memory_bytes = (gb) * 1e9, \
+     .gemm_efficiency = gemm, .attention_efficiency = fwd, .attention_backward_efficiency = bwd,               \
+     .memory_efficiency = 0.85}
+static const sim_gpu presets[] = {
+    GPU("h100-sxm", 67, 67, 494.7, 989.4, 1978.9, 3.35, 80, 0.70, 0.75, 0.50),
+    GPU("h200", 67, 67, 494.7, 989.4, 1978.9, 4.8, 141, 0.70, 0.75, 0.50),
+    GPU("a100-80g", 19.5, 19.5, 156, 312, 312, 2.039, 80, 0.80, 0.60, 0.50),
+    GPU("a100-pcie", 19.5, 19.5, 156, 312, 312, 1.935, 80, 0.80, 0.60, 0.50),
+    GPU("h100-pcie", 51, 51, 378, 756, 1513, 2.0, 80, 0.70, 0.75, 0.50),
+};
+#define N_PRESETS (int)(sizeof presets / sizeof presets[0])
+
+int sim_gpu_preset(const char *name, sim_gpu *out)
+{
+    for (int i = 0; i < N_PRESETS; i++)
+        if (strcmp(presets[i].name, name) == 0) {
+            *out = presets[i];
+            return 1;
+        }
+    return 0;
+}
+
+const char *sim_gpu_preset_names(void) { return "h100-sxm, h200, a100-80g, a100-pcie, h100-pcie"; }
+
+double sim_gpu_peak_flops(const sim_gpu *gpu, usp_dtype dtype)
+{
+    switch (dtype) {
+    case USP_F64:
+        return gpu->peak_fp64;
+    case USP_F32:
+        return gpu->peak_tf32;
+    case USP_U8:
+        return gpu->peak_fp8;
+    default:
+        return gpu->peak_bf16;
+    }
+}
+
+double sim_gpu_op_seconds(const sim_gpu *gpu, usp_dtype dtype, const usp_op_cost *cost)
+{
+    double achievable;
+    if (strcmp(cost->op, "gemm") == 0)
+        achievable = sim_gpu_peak_flops(gpu, dtype) * gpu->gemm_efficiency;
+    else if (strcmp(cost->op, "attention_forward") == 0)
+        achievable = sim_gpu_peak_flops(gpu, dtype) * gpu->attention_efficiency;
+    else if (strcmp(cost->op, "attention_backward") == 0)
+        achievable = sim_gpu_peak_flops(gpu, dtype) * gpu->attention_backward_efficiency;
+    else
+        achievable = gpu->peak_fp32;
+    double t_flops = cost->flops / achievable;
+    double t_bytes = cost->bytes / (gpu->hbm_bandwidth * gpu->memory_efficiency);
+    return t_flops > t_bytes ? t_flops : t_bytes;
+}
+
+/* --- the JSON reader ------------------------------------------------------ */
+
+/* Messages read "<where>: field '<prefix><key>' ...", e.g. "topology file x.json: field 'gpu.hbm_tbs' ...". */
+typedef struct json_at {
+    const char *where, *prefix;
+} json_at;
+
+/* A number field of `obj`: required, or optional (*out keeps its default), in
+ * (lo, hi] or [lo, hi] when lo_ok (hi < 0: no upper bound). */
+static usp_status read_number(const json_t *obj, json_at at, const char *key, int required, double lo, int lo_ok,
+                              double hi, const char *hint, double *out)
+{
+    const json_t *v = json_object_get(obj, key);
+    if (!v) {
+        if (!required)
+            return USP_OK;
+        return usp_error(USP_ERR_CONFIG, "%s: field '%s%s' is missing (%s)", at.where, at.prefix, key, hint);
+    }
+    if (!json_is_number(v))
+        return usp_error(USP_ERR_CONFIG, "%s: field '%s%s' must be a number (%s), not %s", at.where, at.prefix,
+                         key, hint, json_is_string(v) ? "a string" : json_is_object(v) ? "an object"
+                                    : json_is_array(v) ? "an array" : "true, false or null");
+    double x = json_number_value(v);
+    if (x < lo || (x == lo && !lo_ok) || (hi >= 0 && x > hi)) {
+        char upper[64] = "";
+        if (hi >= 0)
+            snprintf(upper, sizeof upper, " and at most %g", hi);
+        return usp_error(USP_ERR_CONFIG, "%s: field '%s%s' is %g: it must be %s %g%s (%s)", at.where, at.prefix,
+                         key, x, lo_ok ? "at least" : "above", lo, upper, hint);
+    }
+    *out = x;
+    return USP_OK;
+}
+
+/* Unknown keys are typos more often than extensions: name them and the known ones. */
+static usp_status check_keys(const json_t *obj, json_at at, const char *const *known)
+{
+    const char *key;
+    json_t *value;
+    json_object_foreach((json_t *)obj, key, value) {
+        int ok = 0;
+        for (int i = 0; known[i] && !ok; i++)
+            ok = strcmp(known[i], key) == 0;
+        if (ok)
+            continue;
+        char list[256] = "";
+        for (int i = 0; known[i]; i++)
+            snprintf(list + strlen(list), sizeof list - strlen(list), "%s%s", i ? ", " : "", known[i]);
+        return usp_error(USP_ERR_CONFIG, "%s: unknown field '%s%s' (known here: %s)", at.where, at.prefix, key,
+                         list);
+    }
+    return USP_OK;
+}
+
+static usp_status read_peaks(const json_t *obj, json_at gpu_at, sim_gpu *g)
+{
+    static const char *const known[] = {"fp64", "fp32", "tf32", "bf16", "fp8", NULL};
+    char prefix[128];
+    snprintf(prefix, sizeof prefix, "%speak_tflops.", gpu_at.prefix);
+    json_at at = {gpu_at.where, prefix};
+    if (!json_is_object(obj))
+        return usp_error(USP_ERR_CONFIG, "%s: field '%speak_tflops' must be an object such as "
+                         "{\"bf16\": 989.4, \"fp32\": 67}", at.where, gpu_at.prefix);
+    USP_CHECK(check_keys(obj, at, known));
+    const char *hint = "dense TFLOP/s, e.g. 989.4 for an H100's BF16";
+    double bf16 = 0, fp32 = 0;
+    USP_CHECK(read_number(obj, at, "bf16", 1, 0, 0, -1, hint, &bf16));
+    USP_CHECK(read_number(obj, at, "fp32", 1, 0, 0, -1, hint, &fp32));
+    double tf32 = fp32, fp8 = bf16, fp64 = fp32; /* absent: the unit below it */
+    USP_CHECK(read_number(obj, at, "tf32", 0, 0, 0, -1, hint, &tf32));
+    USP_CHECK(read_number(obj, at, "fp8", 0, 0, 0, -1, hint, &fp8));
+    USP_CHECK(read_number(obj, at, "fp64", 0, 0, 0, -1, hint, &fp64));
+    g->peak_bf16 = bf16 * TERA, g->peak_fp32 = fp32 * TERA, g->peak_tf32 = tf32 * TERA;
+    g->peak_fp8 = fp8 * TERA, g->peak_fp64 = fp64 * TERA;
+    return USP_OK;
+}
+
+usp_status sim_gpu_from_json(const json_t *obj, const char *where, const char *prefix, sim_gpu *out)
+{
+    static const char *const known[] = {"name", "peak_tflops", "hbm_tbs", "memory_gb", "gemm_efficiency",
+                                        "attention_efficiency", "attention_backward_efficiency",
+                                        "memory_efficiency", NULL};
+    json_at at = {where, prefix};
+    USP_CHECK(check_keys(obj, at, known));
+    sim_gpu g = {.gemm_efficiency = 0.7, .attention_efficiency = 0.5, .memory_efficiency = 0.85};
+    const json_t *name = json_object_get(obj, "name");
+    if (name && !json_is_string(name))
+        return usp_error(USP_ERR_CONFIG, "%s: field '%sname' must be a string", where, prefix);
+    snprintf(g.name, sizeof g.name, "%s", name ? json_string_value(name) : "custom");
+    const json_t *peaks = json_object_get(obj, "peak_tflops");
+    if (!peaks)
+        return usp_error(USP_ERR_CONFIG, "%s: field '%speak_tflops' is missing (dense TFLOP/s per dtype, e.g. "
+                         "{\"bf16\": 989.4, \"fp32\": 67})", where, prefix);
+    USP_CHECK(read_peaks(peaks, at, &g));
+    double hbm = 0, mem = 0;
+    USP_CHECK(read_number(obj, at, "hbm_tbs", 1, 0, 0, -1, "HBM bandwidth in TB/s, e.g. 3.35", &hbm));
+    USP_CHECK(read_number(obj, at, "memory_gb", 1, 0, 0, -1, "memory capacity in GB, e.g. 80", &mem));
+    g.hbm_bandwidth = hbm * TERA, g.memory_bytes = mem * 1e9;
+    const char *eff = "a fraction of the peak, e.g. 0.7";
+    USP_CHECK(read_number(obj, at, "gemm_efficiency", 0, 0, 0, 1, eff, &g.gemm_efficiency));
+    USP_CHECK(read_number(obj, at, "attention_efficiency", 0, 0, 0, 1, eff, &g.attention_efficiency));
+    g.attention_backward_efficiency = g.attention_efficiency;
+    USP_CHECK(read_number(obj, at, "attention_backward_efficiency", 0, 0, 0, 1, eff,
+                          &g.attention_backward_efficiency));
+    USP_CHECK(read_number(obj, at, "memory_efficiency", 0, 0, 0, 1, eff, &g.memory_efficiency));
+    *out = g;
+    return USP_OK;
+}
+
+usp_status sim_gpu_from_name_or_file(const char *spec, sim_gpu *out)
+{
+    if (sim_gpu_preset(spec, out))
+        return USP_OK;
+    json_error_t err;
+    json_t *root = json_load_file(spec, 0, &err);
+    if (!root)
+        return usp_error(USP_ERR_CONFIG, "GPU '%s': not a preset (%s) and not a readable JSON file (%s, line %d)",
+                         spec, sim_gpu_preset_names(), err.text, err.line);
+    char where[512];
+    snprintf(where, sizeof where, "GPU file %s", spec);
+    usp_status s = json_is_object(root) ? sim_gpu_from_json(root, where, "", out)
+                                        : usp_error(USP_ERR_CONFIG, "%s: the file must hold one JSON object "
+                                                    "(see docs/cluster_model.md)", where);
+    json_decref(root);
+    return s;
+}

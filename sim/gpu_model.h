@@ -1,0 +1,63 @@
+/* The GPU model: a roofline per op.
+ *
+ * An op that reports `flops` and `bytes` of memory traffic takes
+ *     max(flops / (peak(dtype) * efficiency(op)), bytes / (hbm * memory_efficiency))
+ * seconds: the slower of its arithmetic and its memory traffic at the rates a
+ * real kernel reaches, not at the datasheet's. GEMMs and flash attention have
+ * their own efficiency (a large BF16 GEMM reaches a much larger fraction of
+ * the tensor-core peak than FlashAttention-2 does on Hopper: about 35% of
+ * peak, FlashAttention-3 about 75%, Shah et al. 2024); other ops (norms,
+ * copies, softmax merges) run on the CUDA cores at the FP32 peak and are
+ * almost always memory bound.
+ *
+ * Presets (NVIDIA datasheets, dense figures, no sparsity):
+ *   h100-sxm  989 TFLOP/s BF16, 67 FP32, 3.35 TB/s HBM3, 80 GB
+ *   h200      the H100 SXM's compute, 4.8 TB/s HBM3e, 141 GB
+ *   a100-80g  312 TFLOP/s BF16, 19.5 FP32, 2.04 TB/s HBM2e, 80 GB (SXM)
+ *   a100-pcie 312 TFLOP/s BF16, 1.94 TB/s, 80 GB (the PCIe Gen4 card)
+ *   h100-pcie 756 TFLOP/s BF16, 51 FP32, 2.0 TB/s HBM2e, 80 GB (the PCIe Gen5 card)
+ * A GPU can also be read from a JSON file (schema in docs/cluster_model.md). */
+#ifndef USP_SIM_GPU_MODEL_H
+#define USP_SIM_GPU_MODEL_H
+
+#include <jansson.h>
+
+#include "core/dtype.h"
+#include "core/ops.h"
+#include "core/status.h"
+
+#define SIM_GPU_NAME_MAX 48
+
+typedef struct sim_gpu {
+    char name[SIM_GPU_NAME_MAX];
+    /* Dense peaks, FLOP/s. fp32: CUDA cores; tf32, bf16 (= fp16), fp8: tensor cores. */
+    double peak_fp64, peak_fp32, peak_tf32, peak_bf16, peak_fp8;
+    double hbm_bandwidth;         /* bytes/s, datasheet */
+    double memory_bytes;          /* capacity, bytes (decimal GB as marketed) */
+    double gemm_efficiency;       /* fraction of the tensor-core peak a large GEMM reaches */
+    double attention_efficiency;  /* fraction a flash-attention forward kernel reaches */
+    double attention_backward_efficiency; /* the same for its backward kernel */
+    double memory_efficiency;     /* fraction of the HBM bandwidth a streaming kernel reaches */
+} sim_gpu;
+
+/* The preset called `name` into *out; 0 when there is none. */
+int sim_gpu_preset(const char *name, sim_gpu *out);
+
+/* The preset names, comma separated ("h100-sxm, h200, ..."), for messages. */
+const char *sim_gpu_preset_names(void);
+
+/* A preset name, or the path of a JSON file describing a GPU. USP_ERR_CONFIG
+ * (message naming the file, the field and the value) on a bad one. */
+usp_status sim_gpu_from_name_or_file(const char *spec, sim_gpu *out);
+
+/* Reads a GPU from a JSON object. Messages read "<where>: field '<prefix>hbm_tbs' ...",
+ * e.g. where "topology file x.json" and prefix "gpu.". */
+usp_status sim_gpu_from_json(const json_t *obj, const char *where, const char *prefix, sim_gpu *out);
+
+/* The tensor-core peak FLOP/s for GEMMs in `dtype` (f32 runs as TF32, bf16 as BF16). */
+double sim_gpu_peak_flops(const sim_gpu *gpu, usp_dtype dtype);
+
+/* Seconds an op takes on the GPU when it computes in `dtype` (the roofline above). */
+double sim_gpu_op_seconds(const sim_gpu *gpu, usp_dtype dtype, const usp_op_cost *cost);
+
+#endif

@@ -1,0 +1,497 @@
+/* Topology presets, link numbering, routes and the JSON topology reader (see topology.h).
+ *
+ * Calibration (docs/cluster_model.md has the validation table and sources):
+ * - NVLink: one efficiency for every generation, 370 / 450 = 0.822, the
+ *   effective NVLink 4 bandwidth NCCL reaches on H100 (nccl-tests issue 212:
+ *   "450GB/s is the line rate. With the protocol overhead (~20%) NCCL can get
+ *   an effective NVLink bandwidth of 370GB/s"). NVLink 3 (A100) is 300 GB/s.
+ * - PCIe: 25 / 31.5 = 0.794 of the Gen4 x16 line rate (about 25 GB/s achieved);
+ *   Gen5 x16 is 63 GB/s line.
+ * - NICs: NDR 400 Gb/s = 50 GB/s line, 46-49 GB/s per NIC in nccl-tests
+ *   (nccl-tests issues 267, 290): 0.95. HDR 200 Gb/s = 25 GB/s line (DGX A100).
+ * - Latency, NCCL's own tuning model (src/graph/tuning.cc): a base latency per
+ *   call (8.4 us for the ring's Simple protocol) plus a latency per hop; with
+ *   1.25 us per NVLink crossing (2.5 us GPU to GPU) an 8-GPU ring all-reduce
+ *   of a few bytes costs 8.4 + 14 x 2.5 = 43 us, the 40-47 us floor measured
+ *   on one node. PCIe and host bridge hops are 1 us and 0.5 us, a NIC 3 us.
+ * - The PCIe host bridge (48 GB/s: about two x16 streams) and socket link
+ *   (32 GB/s per direction) are assumptions; what a CPU forwards between GPUs
+ *   varies widely by platform (NCCL issue 1639: "on PCI systems, the
+ *   performance you get is usually determined by the bandwidth your CPU and
+ *   memory can deliver"). */
+#include "sim/topology.h"
+
+#include <jansson.h>
+#include <stdio.h>
+#include <string.h>
+
+#define GB 1e9
+#define US 1e-6
+
+static const sim_link_class nvlink4 = {450 * GB, 370.0 / 450.0, 1.25 * US};
+static const sim_link_class nvlink3 = {300 * GB, 370.0 / 450.0, 1.25 * US};
+static const sim_link_class pcie4_x16 = {31.5 * GB, 25.0 / 31.5, 1.0 * US};
+static const sim_link_class pcie5_x16 = {63 * GB, 25.0 / 31.5, 1.0 * US};
+static const sim_link_class ndr = {50 * GB, 0.95, 3.0 * US};
+static const sim_link_class hdr = {25 * GB, 0.95, 3.0 * US};
+#define NCCL_BASE_LATENCY (8.4 * US)
+
+static sim_topology dgx(const char *name, sim_link_class nvlink, sim_link_class nic, const char *gpu)
+{
+    sim_topology t = {.nodes = 1, .gpus_per_node = 8, .fabric = SIM_FABRIC_NVSWITCH, .gpu_link = nvlink,
+                      .nics_per_node = 8, .nic = nic, .base_latency = NCCL_BASE_LATENCY};
+    snprintf(t.name, sizeof t.name, "%s", name);
+    sim_gpu_preset(gpu, &t.gpu);
+    return t;
+}
+
+/* Two sockets, two PCIe switches per socket, two GPUs and one NIC per switch. */
+static sim_topology pcie_box(const char *name, sim_link_class x16, double host_bridge, double socket_link,
+                             sim_link_class nic, const char *gpu)
+{
+    sim_topology t = {.nodes = 1, .gpus_per_node = 8, .fabric = SIM_FABRIC_PCIE, .gpu_link = x16,
+                      .gpus_per_switch = 2, .switches_per_socket = 2, .switch_uplink = x16,
+                      .host_bridge = {host_bridge, 1.0, 0.5 * US}, .socket_link = {socket_link, 1.0, 1.0 * US},
+                      .nics_per_node = 4, .nic = nic, .base_latency = NCCL_BASE_LATENCY};
+    snprintf(t.name, sizeof t.name, "%s", name);
+    sim_gpu_preset(gpu, &t.gpu);
+    return t;
+}
+
+int sim_topology_preset(const char *name, int nodes, sim_topology *out)
+{
+    sim_topology t;
+    if (strcmp(name, "dgx-h100") == 0)
+        t = dgx(name, nvlink4, ndr, "h100-sxm");
+    else if (strcmp(name, "dgx-h200") == 0)
+        t = dgx(name, nvlink4, ndr, "h200");
+    else if (strcmp(name, "dgx-a100") == 0) /* the DGX A100 ships 8 ConnectX-6 HDR NICs */
+        t = dgx(name, nvlink3, hdr, "a100-80g");
+    else if (strcmp(name, "pcie-gen4") == 0) /* Gen4 x16 caps a NIC at ~25 GB/s: HDR */
+        t = pcie_box(name, pcie4_x16, 48 * GB, 32 * GB, hdr, "a100-pcie");
+    else if (strcmp(name, "pcie-gen5") == 0)
+        t = pcie_box(name, pcie5_x16, 96 * GB, 64 * GB, ndr, "h100-pcie");
+    else
+        return 0;
+    t.nodes = nodes > 0 ? nodes : 1;
+    *out = t;
+    return 1;
+}
+
+const char *sim_topology_preset_names(void) { return "dgx-h100, dgx-h200, dgx-a100, pcie-gen4, pcie-gen5"; }
+
+/* --- link numbering and routes ---------------------------------------------
+ * Per node, in this order: GPU links up [G], GPU links down [G]; PCIe only:
+ * switch uplinks up [S], down [S], host bridges [P], socket links a->b [P*P];
+ * then NICs up [N], down [N]. Link id = node * per_node + index. */
+
+typedef struct layout {
+    int G, S, P, N;                      /* GPUs, PCIe switches, sockets, NICs per node */
+    int sw_up, sw_down, host, sock, nic_up, nic_down, per_node;
+} layout;
+
+static layout layout_of(const sim_topology *t)
+{
+    layout l = {.G = t->gpus_per_node, .N = t->nics_per_node};
+    if (t->fabric == SIM_FABRIC_PCIE) {
+        l.S = l.G / t->gpus_per_switch;
+        l.P = l.S / t->switches_per_socket;
+    }
+    l.sw_up = 2 * l.G, l.sw_down = l.sw_up + l.S, l.host = l.sw_down + l.S, l.sock = l.host + l.P;
+    l.nic_up = l.sock + l.P * l.P, l.nic_down = l.nic_up + l.N, l.per_node = l.nic_down + l.N;
+    return l;
+}
+
+int sim_topology_gpus(const sim_topology *t) { return t->nodes * t->gpus_per_node; }
+int sim_topology_links(const sim_topology *t) { return t->nodes * layout_of(t).per_node; }
+int sim_topology_node_of(const sim_topology *t, int gpu) { return gpu / t->gpus_per_node; }
+
+int sim_topology_nic_of(const sim_topology *t, int gpu)
+{
+    return t->nics_per_node ? (gpu % t->gpus_per_node) * t->nics_per_node / t->gpus_per_node : -1;
+}
+
+static const sim_link_class *link_class(const sim_topology *t, const layout *l, int index)
+{
+    if (index < l->sw_up)
+        return &t->gpu_link;
+    if (index < l->host)
+        return &t->switch_uplink;
+    if (index < l->sock)
+        return &t->host_bridge;
+    if (index < l->nic_up)
+        return &t->socket_link;
+    return &t->nic;
+}
+
+void sim_topology_link(const sim_topology *t, int link, double *capacity, double *latency)
+{
+    layout l = layout_of(t);
+    const sim_link_class *c = link_class(t, &l, link % l.per_node);
+    *capacity = c->bandwidth * c->efficiency;
+    *latency = c->latency;
+}
+
+/* A PCIe endpoint inside a node: its own link up and down and the switch it sits under. */
+typedef struct endpoint {
+    int up, down, sw;
+} endpoint;
+
+static endpoint gpu_endpoint(const sim_topology *t, const layout *l, int local)
+{
+    int sw = t->fabric == SIM_FABRIC_PCIE ? local / t->gpus_per_switch : 0;
+    return (endpoint){local, l->G + local, sw};
+}
+
+static endpoint nic_endpoint(const layout *l, int nic)
+{
+    return (endpoint){l->nic_up + nic, l->nic_down + nic, l->S ? nic * l->S / l->N : 0};
+}
+
+/* From endpoint a up to the fabric and down to endpoint b inside node `base`;
+ * skip_a / skip_b leave out a's up link or b's down link (the NIC's own links
+ * are added by the caller, in network order). */
+static int intra_route(const sim_topology *t, const layout *l, int base, endpoint a, endpoint b, int skip_a,
+                       int skip_b, int *links)
+{
+    int n = 0;
+    if (!skip_a)
+        links[n++] = base + a.up;
+    if (t->fabric == SIM_FABRIC_PCIE && a.sw != b.sw) {
+        int pa = a.sw / t->switches_per_socket, pb = b.sw / t->switches_per_socket;
+        links[n++] = base + l->sw_up + a.sw;
+        links[n++] = base + l->host + pa;
+        if (pa != pb) {
+            links[n++] = base + l->sock + pa * l->P + pb;
+            links[n++] = base + l->host + pb;
+        }
+        links[n++] = base + l->sw_down + b.sw;
+    }
+    if (!skip_b)
+        links[n++] = base + b.down;
+    return n;
+}
+
+int sim_topology_route(const sim_topology *t, int src, int dst, int *links)
+{
+    if (src == dst)
+        return 0;
+    layout l = layout_of(t);
+    int ns = src / l.G, nd = dst / l.G;
+    endpoint a = gpu_endpoint(t, &l, src % l.G), b = gpu_endpoint(t, &l, dst % l.G);
+    if (ns == nd)
+        return intra_route(t, &l, ns * l.per_node, a, b, 0, 0, links);
+    /* Between nodes: GPU to its NIC (over PCIe; on NVSwitch machines the GPU's
+     * PCIe path to its NIC is faster than the NIC and is left out), the wire, NIC to GPU. */
+    endpoint na = nic_endpoint(&l, sim_topology_nic_of(t, src)), nb = nic_endpoint(&l, sim_topology_nic_of(t, dst));
+    int n = 0;
+    if (t->fabric == SIM_FABRIC_PCIE)
+        n += intra_route(t, &l, ns * l.per_node, a, na, 0, 1, links + n);
+    links[n++] = ns * l.per_node + na.up;
+    links[n++] = nd * l.per_node + nb.down;
+    if (t->fabric == SIM_FABRIC_PCIE)
+        n += intra_route(t, &l, nd * l.per_node, nb, b, 1, 0, links + n);
+    return n;
+}
+
+int sim_topology_rail_route(const sim_topology *t, int src_node, int src_nic, int dst_node, int dst_nic, int *links)
+{
+    layout l = layout_of(t);
+    links[0] = src_node * l.per_node + l.nic_up + src_nic;
+    links[1] = dst_node * l.per_node + l.nic_down + dst_nic;
+    return 2;
+}
+
+double sim_topology_route_latency(const sim_topology *t, const int *links, int n)
+{
+    layout l = layout_of(t);
+    double s = 0.0;
+    for (int i = 0; i < n; i++)
+        s += link_class(t, &l, links[i] % l.per_node)->latency;
+    return s;
+}
+
+/* --- checks and the JSON reader ------------------------------------------- */
+
+/* PCIe: switches hold whole groups of GPUs, sockets whole groups of switches. */
+static usp_status check_pcie_shape(const sim_topology *t, const char *where)
+{
+    if (t->gpus_per_switch < 1 || t->gpus_per_node % t->gpus_per_switch != 0)
+        return usp_error(USP_ERR_CONFIG, "%s: field 'fabric.gpus_per_switch' is %d: it must divide gpus_per_node "
+                         "(%d)", where, t->gpus_per_switch, t->gpus_per_node);
+    int switches = t->gpus_per_node / t->gpus_per_switch;
+    if (t->switches_per_socket < 1 || switches % t->switches_per_socket != 0)
+        return usp_error(USP_ERR_CONFIG, "%s: field 'fabric.switches_per_socket' is %d: it must divide the %d PCIe "
+                         "switches (gpus_per_node / gpus_per_switch)", where, t->switches_per_socket, switches);
+    return USP_OK;
+}
+
+/* Rules that tie fields together; `where` names the topology in messages. */
+static usp_status check_shape(const sim_topology *t, const char *where)
+{
+    if (t->nodes < 1 || t->gpus_per_node < 1)
+        return usp_error(USP_ERR_CONFIG, "%s: %d nodes of %d GPUs: both must be at least 1", where, t->nodes,
+                         t->gpus_per_node);
+    if (t->fabric == SIM_FABRIC_PCIE)
+        USP_CHECK(check_pcie_shape(t, where));
+    if (t->nics_per_node < 0)
+        return usp_error(USP_ERR_CONFIG, "%s: field 'network.nics_per_node' is %d: it must be at least 1", where,
+                         t->nics_per_node);
+    if (t->nodes > 1 && t->nics_per_node == 0)
+        return usp_error(USP_ERR_CONFIG, "%s has no 'network' (NICs), so it is one node: %d nodes need a "
+                         "'network' with nics_per_node and nic", where, t->nodes);
+    return USP_OK;
+}
+
+static usp_status check_link(const sim_link_class *c, const char *where, const char *field)
+{
+    if (!(c->bandwidth > 0) || !(c->efficiency > 0 && c->efficiency <= 1) || !(c->latency >= 0))
+        return usp_error(USP_ERR_CONFIG, "%s: link '%s' has bandwidth %g B/s, efficiency %g, latency %g s: the "
+                         "bandwidth must be positive, the efficiency in (0, 1], the latency at least 0", where,
+                         field, c->bandwidth, c->efficiency, c->latency);
+    return USP_OK;
+}
+
+usp_status sim_topology_check(const sim_topology *t)
+{
+    char where[96];
+    snprintf(where, sizeof where, "topology %s", t->name);
+    USP_CHECK(check_shape(t, where));
+    USP_CHECK(check_link(&t->gpu_link, where, "fabric.gpu_link"));
+    if (t->fabric == SIM_FABRIC_PCIE && t->gpus_per_switch < t->gpus_per_node) {
+        USP_CHECK(check_link(&t->switch_uplink, where, "fabric.switch_uplink"));
+        USP_CHECK(check_link(&t->host_bridge, where, "fabric.host_bridge"));
+        if (t->switches_per_socket * t->gpus_per_switch < t->gpus_per_node)
+            USP_CHECK(check_link(&t->socket_link, where, "fabric.socket_link"));
+    }
+    if (t->nics_per_node > 0)
+        USP_CHECK(check_link(&t->nic, where, "network.nic"));
+    if (!(t->gpu.peak_bf16 > 0 && t->gpu.peak_fp32 > 0 && t->gpu.hbm_bandwidth > 0 && t->gpu.memory_bytes > 0))
+        return usp_error(USP_ERR_CONFIG, "%s: its GPU '%s' needs positive peaks, HBM bandwidth and memory", where,
+                         t->gpu.name);
+    return USP_OK;
+}
+
+/* Messages read "<where>: field '<prefix><key>' ...". */
+typedef struct json_at {
+    const char *where, *prefix;
+} json_at;
+
+static const char *json_kind(const json_t *v)
+{
+    return json_is_string(v) ? "a string" : json_is_object(v) ? "an object" : json_is_array(v) ? "an array"
+           : json_is_number(v) ? "a number" : "true, false or null";
+}
+
+/* Unknown keys are typos more often than extensions: name them and the known ones. */
+static usp_status check_keys(const json_t *obj, json_at at, const char *const *known)
+{
+    const char *key;
+    json_t *value;
+    json_object_foreach((json_t *)obj, key, value) {
+        int ok = 0;
+        for (int i = 0; known[i] && !ok; i++)
+            ok = strcmp(known[i], key) == 0;
+        if (ok)
+            continue;
+        char list[256] = "";
+        for (int i = 0; known[i]; i++)
+            snprintf(list + strlen(list), sizeof list - strlen(list), "%s%s", i ? ", " : "", known[i]);
+        return usp_error(USP_ERR_CONFIG, "%s: unknown field '%s%s' (known here: %s)", at.where, at.prefix, key,
+                         list);
+    }
+    return USP_OK;
+}
+
+/* A number in (lo, hi] ([lo, hi] when lo_ok; hi < 0: unbounded); absent: *out keeps its default. */
+static usp_status read_number(const json_t *obj, json_at at, const char *key, int required, double lo, int lo_ok,
+                              double hi, const char *hint, double *out)
+{
+    const json_t *v = json_object_get(obj, key);
+    if (!v && !required)
+        return USP_OK;
+    if (!v)
+        return usp_error(USP_ERR_CONFIG, "%s: field '%s%s' is missing (%s)", at.where, at.prefix, key, hint);
+    if (!json_is_number(v))
+        return usp_error(USP_ERR_CONFIG, "%s: field '%s%s' must be a number (%s), not %s", at.where, at.prefix,
+                         key, hint, json_kind(v));
+    double x = json_number_value(v);
+    if (x < lo || (x == lo && !lo_ok) || (hi >= 0 && x > hi)) {
+        char upper[64] = "";
+        if (hi >= 0)
+            snprintf(upper, sizeof upper, " and at most %g", hi);
+        return usp_error(USP_ERR_CONFIG, "%s: field '%s%s' is %g: it must be %s %g%s (%s)", at.where, at.prefix,
+                         key, x, lo_ok ? "at least" : "above", lo, upper, hint);
+    }
+    *out = x;
+    return USP_OK;
+}
+
+static usp_status read_int(const json_t *obj, json_at at, const char *key, int required, int lo, const char *hint,
+                           int *out)
+{
+    const json_t *v = json_object_get(obj, key);
+    if (!v && !required)
+        return USP_OK;
+    if (!v)
+        return usp_error(USP_ERR_CONFIG, "%s: field '%s%s' is missing (%s)", at.where, at.prefix, key, hint);
+    if (!json_is_integer(v))
+        return usp_error(USP_ERR_CONFIG, "%s: field '%s%s' must be a whole number (%s), not %s", at.where,
+                         at.prefix, key, hint, json_kind(v));
+    json_int_t x = json_integer_value(v);
+    if (x < lo || x > 1 << 20)
+        return usp_error(USP_ERR_CONFIG, "%s: field '%s%s' is %lld: it must be between %d and %d (%s)", at.where,
+                         at.prefix, key, (long long)x, lo, 1 << 20, hint);
+    *out = (int)x;
+    return USP_OK;
+}
+
+/* An object field, or NULL when it is absent and optional. */
+static usp_status read_object(const json_t *obj, json_at at, const char *key, int required, const char *hint,
+                              const json_t **out)
+{
+    *out = json_object_get(obj, key);
+    if (!*out && required)
+        return usp_error(USP_ERR_CONFIG, "%s: field '%s%s' is missing (%s)", at.where, at.prefix, key, hint);
+    if (*out && !json_is_object(*out))
+        return usp_error(USP_ERR_CONFIG, "%s: field '%s%s' must be an object (%s), not %s", at.where, at.prefix,
+                         key, hint, json_kind(*out));
+    return USP_OK;
+}
+
+/* {"bandwidth_gbs": line rate GB/s per direction, "efficiency": (0, 1] (1), "latency_us": >= 0 (0)} */
+static usp_status read_link(const json_t *parent, json_at at, const char *key, const char *example,
+                            sim_link_class *out)
+{
+    static const char *const known[] = {"bandwidth_gbs", "efficiency", "latency_us", NULL};
+    const json_t *obj;
+    USP_CHECK(read_object(parent, at, key, 1, example, &obj));
+    char prefix[128];
+    snprintf(prefix, sizeof prefix, "%s%s.", at.prefix, key);
+    json_at in = {at.where, prefix};
+    USP_CHECK(check_keys(obj, in, known));
+    double gbs = 0, eff = 1, lat = 0;
+    USP_CHECK(read_number(obj, in, "bandwidth_gbs", 1, 0, 0, -1, "line rate in GB/s per direction", &gbs));
+    USP_CHECK(read_number(obj, in, "efficiency", 0, 0, 0, 1, "the fraction of the line rate NCCL reaches", &eff));
+    USP_CHECK(read_number(obj, in, "latency_us", 0, 0, 1, -1, "microseconds to cross the link", &lat));
+    *out = (sim_link_class){gbs * GB, eff, lat * US};
+    return USP_OK;
+}
+
+static usp_status read_fabric(const json_t *root, json_at at, sim_topology *t)
+{
+    static const char *const known[] = {"kind", "gpu_link", "gpus_per_switch", "switches_per_socket",
+                                        "switch_uplink", "host_bridge", "socket_link", NULL};
+    const json_t *obj;
+    USP_CHECK(read_object(root, at, "fabric", 1, "{\"kind\": \"nvswitch\" or \"pcie\", \"gpu_link\": {...}}", &obj));
+    json_at in = {at.where, "fabric."};
+    USP_CHECK(check_keys(obj, in, known));
+    const json_t *kind = json_object_get(obj, "kind");
+    const char *k = json_is_string(kind) ? json_string_value(kind) : NULL;
+    if (!k || (strcmp(k, "nvswitch") != 0 && strcmp(k, "pcie") != 0))
+        return usp_error(USP_ERR_CONFIG, "%s: field 'fabric.kind' is %s%s%s: it must be \"nvswitch\" or \"pcie\"",
+                         at.where, k ? "\"" : "", k ? k : kind ? json_kind(kind) : "missing", k ? "\"" : "");
+    t->fabric = strcmp(k, "pcie") == 0 ? SIM_FABRIC_PCIE : SIM_FABRIC_NVSWITCH;
+    USP_CHECK(read_link(obj, in, "gpu_link", "{\"bandwidth_gbs\": 450, \"efficiency\": 0.82, \"latency_us\": 1.25}",
+                        &t->gpu_link));
+    if (t->fabric == SIM_FABRIC_NVSWITCH)
+        return USP_OK;
+    t->gpus_per_switch = t->gpus_per_node, t->switches_per_socket = 1;
+    USP_CHECK(read_int(obj, in, "gpus_per_switch", 0, 1, "GPUs under one PCIe switch", &t->gpus_per_switch));
+    USP_CHECK(read_int(obj, in, "switches_per_socket", 0, 1, "PCIe switches under one CPU socket",
+                       &t->switches_per_socket));
+    USP_CHECK(check_pcie_shape(t, at.where));
+    int switches = t->gpus_per_node / t->gpus_per_switch, sockets = switches / t->switches_per_socket;
+    const char *x16 = "{\"bandwidth_gbs\": 31.5, \"efficiency\": 0.79, \"latency_us\": 1}";
+    if (switches > 1) { /* more than one switch: traffic between them crosses the CPU */
+        USP_CHECK(read_link(obj, in, "switch_uplink", x16, &t->switch_uplink));
+        USP_CHECK(read_link(obj, in, "host_bridge", "{\"bandwidth_gbs\": 48, \"latency_us\": 0.5}", &t->host_bridge));
+    }
+    if (sockets > 1)
+        USP_CHECK(read_link(obj, in, "socket_link", "{\"bandwidth_gbs\": 32, \"latency_us\": 1}", &t->socket_link));
+    return USP_OK;
+}
+
+static usp_status read_network(const json_t *root, json_at at, sim_topology *t)
+{
+    static const char *const known[] = {"nics_per_node", "nic", NULL};
+    const json_t *obj;
+    USP_CHECK(read_object(root, at, "network", 0, "{\"nics_per_node\": 8, \"nic\": {...}}", &obj));
+    if (!obj)
+        return USP_OK;
+    json_at in = {at.where, "network."};
+    USP_CHECK(check_keys(obj, in, known));
+    USP_CHECK(read_int(obj, in, "nics_per_node", 1, 1, "NICs in a node, e.g. 8: one per GPU", &t->nics_per_node));
+    return read_link(obj, in, "nic", "{\"bandwidth_gbs\": 50, \"efficiency\": 0.95, \"latency_us\": 3}", &t->nic);
+}
+
+static usp_status read_gpu(const json_t *root, json_at at, sim_gpu *gpu)
+{
+    const json_t *v = json_object_get(root, "gpu");
+    if (!v)
+        return usp_error(USP_ERR_CONFIG, "%s: field 'gpu' is missing (a preset, one of %s, or an object)", at.where,
+                         sim_gpu_preset_names());
+    if (json_is_string(v)) {
+        if (sim_gpu_preset(json_string_value(v), gpu))
+            return USP_OK;
+        return usp_error(USP_ERR_CONFIG, "%s: field 'gpu' is \"%s\": not a GPU preset (%s); or give an object",
+                         at.where, json_string_value(v), sim_gpu_preset_names());
+    }
+    if (!json_is_object(v))
+        return usp_error(USP_ERR_CONFIG, "%s: field 'gpu' must be a preset name (%s) or an object, not %s", at.where,
+                         sim_gpu_preset_names(), json_kind(v));
+    return sim_gpu_from_json(v, at.where, "gpu.", gpu);
+}
+
+static usp_status read_topology(const json_t *root, const char *where, sim_topology *t)
+{
+    static const char *const known[] = {"name", "gpu", "nodes", "gpus_per_node", "base_latency_us", "fabric",
+                                        "network", NULL};
+    json_at at = {where, ""};
+    if (!json_is_object(root))
+        return usp_error(USP_ERR_CONFIG, "%s: the file must hold one JSON object (see docs/cluster_model.md), "
+                         "not %s", where, json_kind(root));
+    USP_CHECK(check_keys(root, at, known));
+    *t = (sim_topology){.nodes = 1, .base_latency = NCCL_BASE_LATENCY};
+    const json_t *name = json_object_get(root, "name");
+    if (name && !json_is_string(name))
+        return usp_error(USP_ERR_CONFIG, "%s: field 'name' must be a string, not %s", where, json_kind(name));
+    snprintf(t->name, sizeof t->name, "%s", name ? json_string_value(name) : "custom");
+    USP_CHECK(read_int(root, at, "nodes", 0, 1, "nodes in the cluster", &t->nodes));
+    USP_CHECK(read_int(root, at, "gpus_per_node", 1, 1, "GPUs in one node, e.g. 8", &t->gpus_per_node));
+    double base_us = t->base_latency / US;
+    USP_CHECK(read_number(root, at, "base_latency_us", 0, 0, 1, -1, "microseconds every NCCL call costs, e.g. 8.4",
+                          &base_us));
+    t->base_latency = base_us * US;
+    USP_CHECK(read_gpu(root, at, &t->gpu));
+    USP_CHECK(read_fabric(root, at, t));
+    USP_CHECK(read_network(root, at, t));
+    return check_shape(t, where);
+}
+
+usp_status sim_topology_from_name_or_file(const char *spec, int nodes, sim_topology *out)
+{
+    if (nodes < 0)
+        return usp_error(USP_ERR_CONFIG, "--nodes %d: the number of nodes must be at least 1", nodes);
+    if (sim_topology_preset(spec, nodes, out))
+        return USP_OK;
+    size_t len = strlen(spec);
+    if (len < 5 || strcmp(spec + len - 5, ".json") != 0)
+        return usp_error(USP_ERR_CONFIG, "--topology %s: not a preset (%s) nor a .json topology file "
+                         "(docs/cluster_model.md)", spec, sim_topology_preset_names());
+    json_error_t err;
+    json_t *root = json_load_file(spec, 0, &err);
+    if (!root)
+        return usp_error(USP_ERR_CONFIG, "topology file %s: %s (line %d)", spec, err.text, err.line);
+    char where[512];
+    snprintf(where, sizeof where, "topology file %s", spec);
+    sim_topology t;
+    usp_status s = read_topology(root, where, &t);
+    json_decref(root);
+    USP_CHECK(s);
+    if (nodes > 0)
+        t.nodes = nodes;
+    USP_CHECK(check_shape(&t, where));
+    *out = t;
+    return USP_OK;
+}

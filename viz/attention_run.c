@@ -1,0 +1,83 @@
+/* One attention layer on the simulator (see attention_run.h). */
+#include "viz/attention_run.h"
+
+#include <stdlib.h>
+
+#include "core/layout.h"
+#include "core/ulysses.h"
+
+usp_status viz_attention_check(const viz_attention_config *c)
+{
+    const usp_mesh_shape *m = &c->shape;
+    if (c->n_heads < 1 || c->n_kv_heads < 1 || c->n_heads % c->n_kv_heads != 0)
+        return usp_error(USP_ERR_CONFIG, "--heads %lld with --kv-heads %lld: the KV heads must divide the heads "
+                         "(e.g. --kv-heads %lld)", (long long)c->n_heads, (long long)c->n_kv_heads,
+                         (long long)c->n_heads);
+    if (m->ulysses > c->n_heads)
+        return usp_error(USP_ERR_CONFIG, "--ulysses %d is larger than --heads %lld: some ranks would have no head; "
+                         "use --ulysses <= %lld or add --ring", m->ulysses, (long long)c->n_heads,
+                         (long long)c->n_heads);
+    usp_seq_layout layout;
+    return usp_seq_layout_make(usp_layout_for(c->causal, m->ring), c->seq_len, m->ulysses, m->ring, &layout);
+}
+
+/* A value of q, k or v: small, distinct per (rank, tensor, index), exact in f32. */
+static float input_value(int rank, int tensor, size_t i)
+{
+    return (float)((int)(((size_t)rank * 7 + (size_t)tensor * 3 + i) % 17) - 8) / 8.0f;
+}
+
+static usp_status upload_input(const usp_rank_ctx *ctx, int tensor, size_t elems, float **dev)
+{
+    float *host;
+    USP_CHECK(usp_malloc((void **)&host, elems * sizeof *host, "viz attention input"));
+    for (size_t i = 0; i < elems; i++)
+        host[i] = input_value(ctx->rank, tensor, i);
+    usp_status s = usp_buffer_alloc(ctx->backend, elems * sizeof *host, "activations", (void **)dev);
+    if (s == USP_OK)
+        s = usp_buffer_copy(ctx->backend, *dev, host, elems * sizeof *host, USP_COPY_HOST_TO_DEVICE, ctx->stream);
+    free(host);
+    return s;
+}
+
+static usp_status attention_rank(const usp_rank_ctx *ctx, void *arg)
+{
+    const viz_attention_config *c = arg;
+    usp_mesh mesh;
+    USP_CHECK(usp_mesh_create(ctx->world, &c->shape, &mesh));
+    ulysses_attention_config ac = {
+        .backend = ctx->backend, .stream = ctx->stream, .ulysses = mesh.ulysses,
+        .ring = c->shape.ring > 1 ? mesh.ring : NULL, .batch = c->batch, .seq_len = c->seq_len,
+        .n_heads = c->n_heads, .n_kv_heads = c->n_kv_heads, .head_dim = c->head_dim, .causal = c->causal,
+    };
+    ulysses_attention *a = NULL;
+    float *q = NULL, *k = NULL, *v = NULL, *o = NULL;
+    usp_status s;
+    USP_CHECK_GOTO(ulysses_attention_create(&ac, &a), s, done);
+    /* q, o [B, T, H, D]; k, v [B, T, Hkv, D] for this rank's T tokens */
+    size_t T = (size_t)ulysses_attention_layout(a)->per_rank, B = (size_t)c->batch, D = (size_t)c->head_dim;
+    size_t q_elems = B * T * (size_t)c->n_heads * D, kv_elems = B * T * (size_t)c->n_kv_heads * D;
+    USP_CHECK_GOTO(upload_input(ctx, 0, q_elems, &q), s, done);
+    USP_CHECK_GOTO(upload_input(ctx, 1, kv_elems, &k), s, done);
+    USP_CHECK_GOTO(upload_input(ctx, 2, kv_elems, &v), s, done);
+    USP_CHECK_GOTO(usp_buffer_alloc(ctx->backend, q_elems * sizeof(float), "activations", (void **)&o), s, done);
+    s = ulysses_attention_forward(a, q, k, v, o);
+done:
+    usp_buffer_free(ctx->backend, q);
+    usp_buffer_free(ctx->backend, k);
+    usp_buffer_free(ctx->backend, v);
+    usp_buffer_free(ctx->backend, o);
+    ulysses_attention_destroy(a);
+    usp_mesh_destroy(&mesh);
+    return s;
+}
+
+usp_status viz_attention_run(const viz_attention_config *c, sim_world **out)
+{
+    *out = NULL;
+    USP_CHECK(viz_attention_check(c));
+    sim_config config = sim_config_default(c->shape.world);
+    config.stack_bytes = (size_t)1 << 20; /* the layer's buffers live in backend memory, not on the stack */
+    USP_CHECK(sim_world_create(&config, out));
+    return sim_world_run(*out, attention_rank, (void *)c);
+}

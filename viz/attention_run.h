@@ -1,0 +1,30 @@
+/* One attention layer on the simulator, for the schedule diagrams: the real
+ * Ulysses / Ring / hybrid code (core/ulysses.h) on tiny real data, so the
+ * trace holds exactly the communication that configuration does. Shapes are
+ * what matter; the numbers are small so a W = 64 picture takes a moment. */
+#ifndef USP_VIZ_ATTENTION_RUN_H
+#define USP_VIZ_ATTENTION_RUN_H
+
+#include <stdint.h>
+
+#include "core/mesh.h"
+#include "sim/world.h"
+
+typedef struct viz_attention_config {
+    usp_mesh_shape shape;  /* W = DP x R x U (core/mesh.h) */
+    int64_t seq_len;       /* N, the whole sequence */
+    int64_t batch;
+    int64_t n_heads, n_kv_heads, head_dim;
+    int causal;
+} viz_attention_config;
+
+/* Checks the config the way the attention will (layout, heads), with messages
+ * that name --seq, --heads, --kv-heads, --ulysses and --ring, before any rank runs. */
+usp_status viz_attention_check(const viz_attention_config *c);
+
+/* Runs ulysses_attention_forward once on every rank of a simulated world of
+ * c->shape.world ranks; *out is the world (its trace: sim_world_trace), which
+ * the caller frees with sim_world_destroy, also when the run failed. */
+usp_status viz_attention_run(const viz_attention_config *c, sim_world **out);
+
+#endif

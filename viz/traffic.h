@@ -1,0 +1,38 @@
+/* The traffic map of a run: every rank as a node, grouped in boxes by
+ * cluster node (host), one arrow per pair of ranks that exchanged data,
+ * labelled and weighted by the bytes the trace shows (the sum over the whole
+ * run; collectives counted as NCCL's algorithms move them, see
+ * usp_comm_op_traffic).
+ *
+ * Arrows are one plain colour until a cluster model says which link each one
+ * crosses: viz_traffic_options.link is that hook (the topology work in
+ * sim/topology.* fills it with NVLink / PCIe / InfiniBand). Above
+ * VIZ_MAX_ARROWS rank pairs the map aggregates: traffic inside a host is
+ * summed in the rank labels and traffic between hosts drawn host to host. */
+#ifndef USP_VIZ_TRAFFIC_H
+#define USP_VIZ_TRAFFIC_H
+
+#include "core/strbuf.h"
+#include "core/trace.h"
+
+typedef struct viz_link_style {
+    const char *name;  /* the link class, shown in the legend: "NVLink", "PCIe", "InfiniBand" */
+    const char *color; /* a Graphviz colour for its arrows: "#76b900" */
+} viz_link_style;
+
+/* The link class data from world rank `from` to `to` crosses; returns 0 (and
+ * leaves *out alone) when the model does not know. */
+typedef int (*viz_link_fn)(void *ctx, int from, int to, viz_link_style *out);
+
+typedef struct viz_traffic_options {
+    int gpus_per_node;   /* ranks per host box; 0: 8 */
+    const char *title;   /* NULL: "Traffic map" */
+    const char *caption; /* a line saying what ran, or NULL */
+    viz_link_fn link;    /* NULL: every arrow plain */
+    void *link_ctx;
+} viz_traffic_options;
+
+/* DOT of the traffic of `t` over `world` ranks (o may be NULL: the defaults). */
+usp_status viz_dot_traffic(const usp_trace_t *t, int world, const viz_traffic_options *o, usp_strbuf *dot);
+
+#endif
