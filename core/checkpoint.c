@@ -171,8 +171,8 @@ usp_status usp_checkpoint_save(const char *dir, const usp_model_config *c, const
 static usp_status find_piece(const usp_safetensors *st, const char *name, int ndim, const int64_t *shape,
                              const usp_st_tensor **out)
 {
-    char prefixed[128];
-    snprintf(prefixed, sizeof prefixed, "transformer.%s", name);
+    char prefixed[USP_ST_NAME_MAX + 16];
+    snprintf(prefixed, sizeof prefixed, "transformer.%.*s", USP_ST_NAME_MAX - 1, name);
     const usp_st_tensor *x = usp_safetensors_find(st, name);
     if (!x)
         x = usp_safetensors_find(st, prefixed);
@@ -207,7 +207,7 @@ static usp_status load_weights(const char *path, const usp_model_config *c, cons
         for (int j = 0; j < k && s == USP_OK; j++) {
             int64_t shape[2];
             int ndim = piece_shape(p, &pieces[j], shape);
-            const usp_st_tensor *x;
+            const usp_st_tensor *x = NULL;
             s = find_piece(&st, pieces[j].name, ndim, shape, &x);
             if (s == USP_OK)
                 s = usp_safetensors_read_f32(&st, x, buffer, x->n_elems);
@@ -226,7 +226,7 @@ static usp_status load_optimizer(const char *path, const usp_param_table *t, flo
     usp_safetensors st;
     USP_CHECK(usp_safetensors_open(path, &st));
     const int64_t shape[1] = {t->total};
-    const usp_st_tensor *m, *v;
+    const usp_st_tensor *m = NULL, *v = NULL;
     usp_status s = find_piece(&st, "adam_m", 1, shape, &m);
     if (s == USP_OK) s = find_piece(&st, "adam_v", 1, shape, &v);
     if (s == USP_OK) s = usp_safetensors_read_f32(&st, m, adam_m, t->total);

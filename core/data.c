@@ -8,9 +8,10 @@
 #define LLMC_MAGIC 20240520
 #define LLMC_HEADER_INTS 256
 
-#define FILLER_PERIOD 24 /* the filler repeats a random phrase of this many letters */
+static const char filler[] = "the grass is green and the sky is blue. ";
 static const char key_intro[] = "pass key=";
 static const char question[] = " what is the pass key=";
+#define FILLER_LEN ((int64_t)sizeof filler - 1)
 #define KEY_INTRO_LEN ((int64_t)sizeof key_intro - 1)
 #define QUESTION_LEN ((int64_t)sizeof question - 1)
 #define KEY_PHRASE_LEN (KEY_INTRO_LEN + USP_PASSKEY_DIGITS + 1) /* "pass key=12345." */
@@ -85,50 +86,46 @@ void usp_data_close(usp_data *d)
     d->fp = NULL;
 }
 
-/* Where sample `sample`'s key phrase starts: in the first eighth of the
- * sequence, whatever the mesh (the data must not depend on it), so with up to
- * 8 sequence-parallel ranks the key lies in the first shard and the question
- * in the last. */
-static int64_t key_position(const usp_data *d, int64_t len, int64_t sample)
-{
-    int64_t room = len / 8 - KEY_PHRASE_LEN;
-    return room > 0 ? (int64_t)(mix(d->seed ^ mix((uint64_t)sample)) % (uint64_t)room) : 0;
-}
+/* One passkey sample: its key, five distinct digits drawn from (seed, sample)
+ * alone (the data must not depend on the mesh). */
+typedef struct passkey_sample {
+    char key[USP_PASSKEY_DIGITS];
+} passkey_sample;
 
-/* Digit i of the sample's key: five distinct digits (a random draw of 10 x 9 x 8 x 7 x 6),
- * so each digit's previous occurrence is unique, as a copying (induction) head needs. */
-static char key_digit(const usp_data *d, int64_t sample, int i)
+static passkey_sample passkey_draw(const usp_data *d, int64_t sample)
 {
-    char digits[10] = {'0', '1', '2', '3', '4', '5', '6', '7', '8', '9'};
-    uint64_t r = mix(d->seed ^ mix((uint64_t)sample + 0x5bd1e995u));
-    for (int k = 0; k <= i; k++) { /* a partial Fisher-Yates shuffle */
+    passkey_sample p;
+    char pool[10] = {'0', '1', '2', '3', '4', '5', '6', '7', '8', '9'};
+    uint64_t r = mix(d->seed ^ mix((uint64_t)sample));
+    for (int k = 0; k < USP_PASSKEY_DIGITS; k++) { /* a partial Fisher-Yates shuffle */
+        r = mix(r + (uint64_t)k);
         int j = k + (int)(r % (uint64_t)(10 - k));
-        r /= (uint64_t)(10 - k);
-        char tmp = digits[k];
-        digits[k] = digits[j], digits[j] = tmp;
+        char tmp = pool[k];
+        pool[k] = pool[j], pool[j] = tmp;
+        p.key[k] = pool[k];
     }
-    return digits[i];
+    return p;
 }
 
-/* Token g (0 <= g <= len) of passkey sample `sample` of real length len. */
-static int32_t passkey_token(const usp_data *d, int64_t kp, int64_t sample, int64_t len, int64_t g)
+/* Token g (0 <= g <= len) of a passkey sample of real length len: the key
+ * phrase opens the sequence (so it is in the first shard whatever the mesh),
+ * the filler repeats one sentence (learnt in a few dozen steps, so that what
+ * is left to learn is the retrieval), and the question closes it. */
+static int32_t passkey_token(const passkey_sample *p, int64_t len, int64_t g)
 {
     int64_t answer = len - USP_PASSKEY_DIGITS + 1, ask = answer - QUESTION_LEN; /* tokens 0..len */
+    int64_t digits_at = KEY_INTRO_LEN;
     if (g >= answer)
-        return key_digit(d, sample, (int)(g - answer));
+        return p->key[g - answer];
     if (g >= ask)
         return question[g - ask];
-    if (g >= kp && g < kp + KEY_INTRO_LEN)
-        return key_intro[g - kp];
-    if (g >= kp + KEY_INTRO_LEN && g < kp + KEY_INTRO_LEN + USP_PASSKEY_DIGITS)
-        return key_digit(d, sample, (int)(g - kp - KEY_INTRO_LEN));
-    if (g == kp + KEY_PHRASE_LEN - 1)
+    if (g < digits_at)
+        return key_intro[g];
+    if (g >= digits_at && g < digits_at + USP_PASSKEY_DIGITS)
+        return p->key[g - digits_at];
+    if (g == digits_at + USP_PASSKEY_DIGITS)
         return '.';
-    /* the filler: a random phrase per sample, repeated; after its first
-     * occurrence it is predictable by copying, which teaches the model the
-     * copying (induction) attention that also retrieves the key */
-    uint64_t r = mix(d->seed ^ mix((uint64_t)sample * 31 + (uint64_t)(g % FILLER_PERIOD) + 0x2545f491u));
-    return r % 6 == 0 ? ' ' : (int32_t)('a' + (int)(r / 6 % 26));
+    return filler[g % FILLER_LEN];
 }
 
 int usp_data_is_answer(const usp_data *d, int64_t pos, int64_t len)
@@ -173,7 +170,7 @@ usp_status usp_data_read_shard(const usp_data *d, const usp_seq_layout *l, int s
     /* consecutive windows of len+1 tokens, wrapping around the file */
     int64_t windows = d->kind == USP_DATA_PASSKEY ? 1 : d->file_tokens / (real_len + 1);
     int64_t start = d->kind == USP_DATA_PASSKEY ? 0 : (sample % windows) * (real_len + 1);
-    int64_t kp = d->kind == USP_DATA_PASSKEY ? key_position(d, real_len, sample) : 0;
+    passkey_sample pk = d->kind == USP_DATA_PASSKEY ? passkey_draw(d, sample) : (passkey_sample){0};
     usp_token_run runs[2];
     int n_runs = usp_seq_layout_runs(l, sp_rank, runs);
     int32_t *window = malloc((size_t)(l->per_rank + 1) * sizeof *window);
@@ -185,7 +182,7 @@ usp_status usp_data_read_shard(const usp_data *d, const usp_seq_layout *l, int s
         int64_t real = g0 >= real_len ? 0 : (g0 + count + 1 <= real_len + 1 ? count + 1 : real_len + 1 - g0);
         if (d->kind == USP_DATA_PASSKEY)
             for (int64_t i = 0; i < real; i++)
-                window[i] = passkey_token(d, kp, sample, real_len, g0 + i);
+                window[i] = passkey_token(&pk, real_len, g0 + i);
         else if (real > 0)
             s = read_tokens(d, start + g0, real, window);
         for (int64_t i = 0; i < count; i++) {

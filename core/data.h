@@ -9,11 +9,12 @@
  * group read the same sequence, DP replicas different ones.
  *
  * Sources:
- *   passkey        synthetic long-context retrieval: a random phrase repeated, a
- *                  random key of 5 distinct digits in the first eighth
- *                  ("pass key=12345."), and at the very end "what is the pass
- *                  key=12345": the digits can only be predicted by attending
- *                  across shards.
+ *   passkey        synthetic long-context retrieval: "pass key=" and a key of
+ *                  five random distinct digits open the sequence, a sentence
+ *                  repeats, and "what is the pass key=" and the key close it:
+ *                  with sequence parallelism the key is in the first shard and
+ *                  the question in the last, so only attention across shards
+ *                  can answer.
  *   text:FILE      bytes as tokens (vocabulary 256)
  *   tokens:FILE    llm.c .bin shards (header of 256 int32: magic 20240520,
  *                  version 1, token count; then uint16 tokens), or raw uint16

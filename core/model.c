@@ -144,6 +144,11 @@ usp_status usp_model_create(const usp_model_setup *setup, usp_model **out)
     const usp_mesh_shape *sh = &setup->mesh->shape;
     m->B = setup->batch, m->C = m->c.d_model, m->H = m->c.n_head, m->Hkv = m->c.n_kv_head;
     m->D = m->C / m->H, m->F = m->c.d_ff, m->V = m->c.vocab;
+    if (m->c.positions == USP_POS_ROPE && m->c.rope_scaling.kind != USP_ROPE_SCALING_NONE) {
+        s = usp_error(USP_ERR_CONFIG, "model %s asks for Llama 3's rope_scaling, which the model code does not "
+                      "apply yet; use a config without rope_scaling (e.g. --model tiny or llama-7b)", m->c.name);
+        goto fail;
+    }
     if (m->c.positions == USP_POS_LEARNED && setup->seq_len > m->c.max_seq) {
         s = usp_error(USP_ERR_CONFIG, "--seq %lld is longer than the %lld learned positions of model %s",
                       (long long)setup->seq_len, (long long)m->c.max_seq, m->c.name);

@@ -19,6 +19,7 @@
 
 #include "core/model_config.h"
 #include "core/safetensors.h"
+#include "tests/check_main.h"
 
 static char tmpdir[64];
 
@@ -608,10 +609,7 @@ int main(void)
     tcase_add_test(t, safetensors_write_refuses_bad_entries_and_leaves_no_file);
     tcase_add_test(t, bad_safetensors_files_name_the_file_and_the_tensor);
     suite_add_tcase(s, t);
-    SRunner *runner = srunner_create(s);
-    srunner_run_all(runner, CK_NORMAL);
-    int failed = srunner_ntests_failed(runner);
-    srunner_free(runner);
+    int code = check_main_run(s);
     nftw(tmpdir, remove_entry, 8, FTW_DEPTH | FTW_PHYS);
-    return failed == 0 ? 0 : 1;
+    return code;
 }

@@ -8,6 +8,7 @@
 
 #include "core/comm.h"
 #include "tests/harness.h"
+#include "tests/check_main.h"
 
 static const int worlds[] = {1, 2, 3, 4, 8};
 #define N_WORLDS (int)(sizeof worlds / sizeof worlds[0])
@@ -345,9 +346,5 @@ Suite *comm_suite(void)
 
 int main(void)
 {
-    SRunner *runner = srunner_create(comm_suite());
-    srunner_run_all(runner, CK_NORMAL);
-    int failed = srunner_ntests_failed(runner);
-    srunner_free(runner);
-    return failed == 0 ? 0 : 1;
+    return check_main_run(comm_suite());
 }

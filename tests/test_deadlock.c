@@ -10,6 +10,7 @@
 #include "core/comm.h"
 #include "core/selftest.h"
 #include "tests/harness.h"
+#include "tests/check_main.h"
 
 #define REPORT_SIZE 16384
 
@@ -257,9 +258,5 @@ Suite *deadlock_suite(void)
 
 int main(void)
 {
-    SRunner *runner = srunner_create(deadlock_suite());
-    srunner_run_all(runner, CK_NORMAL);
-    int failed = srunner_ntests_failed(runner);
-    srunner_free(runner);
-    return failed == 0 ? 0 : 1;
+    return check_main_run(deadlock_suite());
 }

@@ -18,6 +18,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include "tests/check_main.h"
 
 /* ------------------------------------------------------------------------- */
 /* Data                                                                       */
@@ -421,9 +422,5 @@ static Suite *flash_attention_suite(void)
 
 int main(void)
 {
-    SRunner *sr = srunner_create(flash_attention_suite());
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+    return check_main_run(flash_attention_suite());
 }

@@ -13,6 +13,7 @@
 
 #include "core/model.h"
 #include "tests/harness.h"
+#include "tests/check_main.h"
 
 typedef struct grad_case {
     usp_model_config config;
@@ -118,9 +119,5 @@ int main(void)
     tcase_set_timeout(t, 120);
     tcase_add_test(t, gradients_match_finite_differences);
     suite_add_tcase(s, t);
-    SRunner *runner = srunner_create(s);
-    srunner_run_all(runner, CK_NORMAL);
-    int failed = srunner_ntests_failed(runner);
-    srunner_free(runner);
-    return failed == 0 ? 0 : 1;
+    return check_main_run(s);
 }

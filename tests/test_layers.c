@@ -24,6 +24,7 @@
 
 #include "backends/cpu/cpu_backend.h"
 #include "core/backend_impl.h"
+#include "tests/check_main.h"
 
 /* ---- data and comparisons ---------------------------------------------- */
 
@@ -779,9 +780,5 @@ int main(void)
     tcase_add_test(t, bad_arguments_are_status_values_naming_the_input);
     tcase_add_test(t, a_backend_without_numerics_needs_no_layer_slots);
     suite_add_tcase(s, t);
-    SRunner *runner = srunner_create(s);
-    srunner_run_all(runner, CK_NORMAL);
-    int failed = srunner_ntests_failed(runner);
-    srunner_free(runner);
-    return failed == 0 ? 0 : 1;
+    return check_main_run(s);
 }

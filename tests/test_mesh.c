@@ -6,6 +6,7 @@
 
 #include "core/mesh.h"
 #include "tests/harness.h"
+#include "tests/check_main.h"
 
 START_TEST(bad_shapes_are_configuration_errors_naming_the_option)
 {
@@ -92,9 +93,5 @@ int main(void)
     tcase_add_test(t, bad_shapes_are_configuration_errors_naming_the_option);
     tcase_add_test(t, groups_follow_the_layout_with_ulysses_innermost);
     suite_add_tcase(s, t);
-    SRunner *runner = srunner_create(s);
-    srunner_run_all(runner, CK_NORMAL);
-    int failed = srunner_ntests_failed(runner);
-    srunner_free(runner);
-    return failed == 0 ? 0 : 1;
+    return check_main_run(s);
 }

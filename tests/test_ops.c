@@ -5,6 +5,7 @@
 #include <stdlib.h>
 
 #include "backends/cpu/cpu_backend.h"
+#include "tests/check_main.h"
 
 static double rnd(unsigned *state)
 {
@@ -73,9 +74,5 @@ int main(void)
     TCase *t = tcase_create("cpu");
     tcase_add_test(t, gemm_matches_a_naive_product_for_every_transpose);
     suite_add_tcase(s, t);
-    SRunner *runner = srunner_create(s);
-    srunner_run_all(runner, CK_NORMAL);
-    int failed = srunner_ntests_failed(runner);
-    srunner_free(runner);
-    return failed == 0 ? 0 : 1;
+    return check_main_run(s);
 }

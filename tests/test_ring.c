@@ -19,6 +19,7 @@
 #include "backends/cpu/cpu_backend.h"
 #include "core/ring.h"
 #include "tests/harness.h"
+#include "tests/check_main.h"
 
 /* Inputs are in [-1, 1], so o, lse and the gradients are of order 1: the ring
  * differs from one call only by the order of f32 sums (the lse merge), well
@@ -423,9 +424,5 @@ int main(void)
     tcase_add_test(t, zigzag_causal_ring_skips_masked_products_and_balances_work);
     tcase_add_test(t, a_layout_for_another_ring_size_is_a_config_error_naming_it);
     suite_add_tcase(s, t);
-    SRunner *runner = srunner_create(s);
-    srunner_run_all(runner, CK_NORMAL);
-    int failed = srunner_ntests_failed(runner);
-    srunner_free(runner);
-    return failed == 0 ? 0 : 1;
+    return check_main_run(s);
 }

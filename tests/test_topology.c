@@ -20,6 +20,7 @@
 #include "sim/cost_model.h"
 #include "sim/flow_model.h"
 #include "sim/world.h"
+#include "tests/check_main.h"
 
 #define GB 1e9
 #define US 1e-6
@@ -550,13 +551,10 @@ int main(void)
         perror("mkdtemp");
         return 1;
     }
-    SRunner *r = srunner_create(topology_suite());
-    srunner_run_all(r, CK_NORMAL);
-    int failed = srunner_ntests_failed(r);
-    srunner_free(r);
+    int code = check_main_run(topology_suite());
     char path[300];
     snprintf(path, sizeof path, "%s/hgx-a100-4nic.json", tmpdir);
     unlink(path);
     rmdir(tmpdir);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return code;
 }

@@ -11,6 +11,7 @@
 #include "core/model_params.h"
 #include "core/train.h"
 #include "tests/harness.h"
+#include "tests/check_main.h"
 
 static usp_model_config tiny_config(usp_model_family family)
 {
@@ -184,9 +185,5 @@ int main(void)
     tcase_add_test(t, padding_gives_the_unpadded_single_rank_result);
     tcase_add_test(t, twenty_steps_equal_ten_then_resume_then_ten);
     suite_add_tcase(s, t);
-    SRunner *runner = srunner_create(s);
-    srunner_run_all(runner, CK_NORMAL);
-    int failed = srunner_ntests_failed(runner);
-    srunner_free(runner);
-    return failed == 0 ? 0 : 1;
+    return check_main_run(s);
 }

@@ -18,6 +18,7 @@
 #include "core/mesh.h"
 #include "core/ulysses.h"
 #include "tests/harness.h"
+#include "tests/check_main.h"
 
 typedef struct attn_case {
     int U, R, causal;
@@ -295,9 +296,5 @@ int main(void)
     tcase_add_test(t, lengths_that_do_not_divide_are_configuration_errors);
     tcase_add_test(t, layouts_are_bijections);
     suite_add_tcase(s, t);
-    SRunner *runner = srunner_create(s);
-    srunner_run_all(runner, CK_NORMAL);
-    int failed = srunner_ntests_failed(runner);
-    srunner_free(runner);
-    return failed == 0 ? 0 : 1;
+    return check_main_run(s);
 }

@@ -32,6 +32,7 @@
 
 #ifdef USP_HAVE_GVC
 #include <gvc.h>
+#include "tests/check_main.h"
 #endif
 
 /* Ranks 0-2 send to their successor (a blocking send waits for the receive
@@ -672,9 +673,5 @@ Suite *viz_suite(void)
 
 int main(void)
 {
-    SRunner *runner = srunner_create(viz_suite());
-    srunner_run_all(runner, CK_NORMAL);
-    int failed = srunner_ntests_failed(runner);
-    srunner_free(runner);
-    return failed == 0 ? 0 : 1;
+    return check_main_run(viz_suite());
 }

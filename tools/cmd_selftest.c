@@ -9,6 +9,7 @@
 #include "core/selftest.h"
 #include "sim/world.h"
 #include "tools/cli.h"
+#include "tools/cluster_options.h"
 #include "tools/commands.h"
 #include "viz/chrome_trace.h"
 #include "viz/render.h"
@@ -17,7 +18,8 @@
 
 typedef struct selftest_options {
     int world, ulysses, ring, layers, heads, kv_heads, head_dim, tokens, json;
-    const char *trace, *dot;
+    const char *trace, *dot, *topology;
+    int nodes;
     cli_list inject;
 } selftest_options;
 
@@ -65,7 +67,7 @@ static void print_summary(const sim_world *w, const usp_selftest_run *run, const
     printf("\n  bytes moved:    %llu (%.2f MiB)\n", (unsigned long long)bytes, (double)bytes / (1 << 20));
     printf("  checks passed:  %llu buffers, %llu elements, every one as sent\n", (unsigned long long)buffers,
            (unsigned long long)elements);
-    printf("  virtual time:   %.6f s (slowest rank, constant cost model)\n", sim_time);
+    printf("  virtual time:   %.6f s (slowest rank, on the modelled cluster)\n", sim_time);
     printf("  peak memory:    %zu bytes (largest rank)\n", peak);
     printf("ok\n");
 }
@@ -127,6 +129,7 @@ static usp_status run_selftest(const selftest_options *o, int *exit_code)
     sim_config config = sim_config_default(shape.world);
     config.faults = faults;
     config.n_faults = o->inject.n;
+    USP_CHECK(cluster_options_apply(o->topology, o->nodes, shape.world, &config));
     sim_world *w;
     USP_CHECK(sim_world_create(&config, &w));
     usp_status s = usp_calloc((void **)&run.stats, (size_t)shape.world, sizeof *run.stats, "selftest stats");
@@ -166,6 +169,9 @@ int cmd_selftest(int argc, char **argv)
         {"--kv-heads", CLI_INT, &o.kv_heads, "H", "key/value heads (default 2)", 1, 4096},
         {"--head-dim", CLI_INT, &o.head_dim, "D", "head dimension (default 16)", 1, 1024},
         {"--tokens", CLI_INT, &o.tokens, "T", "tokens per rank (default 32)", 1, 1 << 20},
+        {"--topology", CLI_STRING, &o.topology, "NAME|FILE",
+         "modelled cluster: dgx-h100 (default), dgx-h200, dgx-a100, pcie-gen4, pcie-gen5, or a JSON file", 0, -1},
+        {"--nodes", CLI_INT, &o.nodes, "K", "nodes of the topology (default: as many as --world needs)", 1, 100000},
         {"--inject", CLI_LIST, &o.inject, "SPEC",
          "fault KIND:rank=R[,op=OP][,call=K][,group=G], KIND skip|swap|size|group|crash (repeatable)", 0, -1},
         {"--trace", CLI_STRING, &o.trace, "FILE",

@@ -116,7 +116,7 @@ int cmd_train(int argc, char **argv)
     const char *command = argv[1];
     int eval = strcmp(command, "eval") == 0;
     train_options o = {.backend = "sim", .model = "tiny", .data = "passkey", .attention = "sp", .world = 4,
-                       .ring = 1, .seq = 256, .batch = 8, .steps = 300, .warmup = -1, .log_every = 25,
+                       .ring = 1, .seq = 64, .batch = 16, .steps = 4000, .warmup = -1, .log_every = 250,
                        .eval_samples = eval ? 64 : 64, .seed = 1234, .lr = 3e-3};
     const cli_option options[] = {
         {"--backend", CLI_STRING, &o.backend, "sim|nccl", "where the ranks run (default sim)", 0, -1},
@@ -131,10 +131,10 @@ int cmd_train(int argc, char **argv)
         {"--model", CLI_STRING, &o.model, "NAME|FILE",
          "tiny (default), gpt2-124m, llama-1b, llama-7b, llama-13b, or a Hugging Face config.json", 0, -1},
         {"--data", CLI_STRING, &o.data, "SOURCE", "passkey (default), text:FILE, tokens:FILE, tokens32:FILE", 0, -1},
-        {"--seq", CLI_INT, &o.seq, "N", "sequence length (default 256)", 2, 1 << 30},
+        {"--seq", CLI_INT, &o.seq, "N", "sequence length (default 64: 16 tokens per rank by default)", 2, 1 << 30},
         {"--pad", CLI_FLAG, &o.pad, NULL, "pad a length that does not divide (padding is masked out of the loss)", 0, -1},
-        {"--batch", CLI_INT, &o.batch, "B", "global batch: sequences per step over all DP replicas (default 8)", 1, 1 << 20},
-        {"--steps", CLI_INT, &o.steps, "S", "training steps: the length of the LR schedule (default 300)", 0, 1 << 30},
+        {"--batch", CLI_INT, &o.batch, "B", "global batch: sequences per step over all DP replicas (default 16)", 1, 1 << 20},
+        {"--steps", CLI_INT, &o.steps, "S", "training steps: the length of the LR schedule (default 4000)", 0, 1 << 30},
         {"--until", CLI_INT, &o.until, "K", "stop after step K of the schedule (to --save and --resume later)", 0, 1 << 30},
         {"--lr", CLI_DOUBLE, &o.lr, "X", "peak learning rate (default 3e-3; warmup then cosine to 10%)", 0, -1},
         {"--warmup", CLI_INT, &o.warmup, "S", "warmup steps (default 10% of --steps)", 0, 1 << 30},
@@ -142,7 +142,7 @@ int cmd_train(int argc, char **argv)
         {"--save", CLI_STRING, &o.save, "DIR", "write a Hugging Face style checkpoint at the end", 0, -1},
         {"--resume", CLI_STRING, &o.resume, "DIR", "start from a checkpoint (usp's or Hugging Face's)", 0, -1},
         {"--eval-samples", CLI_INT, &o.eval_samples, "N", "held-out samples evaluated at the end (default 64)", 0, 1 << 20},
-        {"--log-every", CLI_INT, &o.log_every, "S", "a progress line every S steps (default 25)", 1, 1 << 30},
+        {"--log-every", CLI_INT, &o.log_every, "S", "a progress line every S steps (default 250)", 1, 1 << 30},
         {"--inject", CLI_LIST, &o.inject, "SPEC", "fault KIND:rank=R[,op=OP][,call=K][,group=G] (see usp selftest --help)", 0, -1},
         {"--trace", CLI_STRING, &o.trace, "FILE", "write the communication trace", 0, -1},
         {"--json", CLI_FLAG, &o.json, NULL, "one JSON object per line: per-step records, then a summary", 0, -1},
@@ -158,8 +158,9 @@ int cmd_train(int argc, char **argv)
                               "data, the fraction of samples whose key is retrieved, with the same mesh options as train."
                             : "Trains a transformer with sequence parallelism on the simulated cluster. Defaults: 4 ranks,\n"
                               "Ulysses 4, the tiny model on the passkey task (a key near the start, asked for at the\n"
-                              "end: only attention across shards can answer), 300 steps. Prints a progress line every\n"
-                              "--log-every steps and a summary with the passkey accuracy on held-out samples.",
+                              "end: only attention across shards can answer), 4000 steps (under a minute on 2 cores).\n"
+                              "Prints a progress line every --log-every steps and a summary with the passkey accuracy\n"
+                              "on held-out samples.",
                        options);
         return 0;
     }

@@ -32,6 +32,7 @@
  * Memory: per thread two BQ x BK float tiles and two BQ vectors (514 KiB),
  * whatever N and D; outputs are written in place (o is the running accumulator). */
 #include "backends/cpu/cpu_attention.h"
+#include "backends/cpu/cpu_simd.h"
 
 #include <cblas.h>
 #include <math.h>
@@ -63,19 +64,6 @@
 #define LOG2E 1.44269504088896340736f
 #define LN2 0.69314718055994530942f
 
-/* Elementwise loops are compiled three times on x86-64 (x86-64-v4: AVX-512,
- * v3: AVX2, baseline: SSE2) and the loader picks the best the CPU has: the
- * build itself stays portable (no -march=native). */
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && defined(__has_attribute)
-#if __has_attribute(target_clones)
-#define SIMD_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
-#endif
-#endif
-#ifndef SIMD_CLONES
-#define SIMD_CLONES
-#endif
-
-static inline int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 static inline int64_t clamp64(int64_t x, int64_t lo, int64_t hi) { return x < lo ? lo : (x > hi ? hi : x); }
 
 /* ------------------------------------------------------------------------- */

@@ -20,6 +20,7 @@
  *
  * Layout: activations are row-major [n, C] with n = batch * tokens. */
 #include "backends/cpu/cpu_layers.h"
+#include "backends/cpu/cpu_simd.h"
 
 #include <math.h>
 #include <omp.h>
@@ -36,17 +37,6 @@
 /* sqrt(2 / pi), GPT-2's GELU. */
 #define GELU_K 0.7978845608028654f
 
-/* As in cpu_attention.c: hot loops compiled three times, the loader picks the best. */
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && defined(__has_attribute)
-#if __has_attribute(target_clones)
-#define SIMD_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
-#endif
-#endif
-#ifndef SIMD_CLONES
-#define SIMD_CLONES
-#endif
-
-static inline int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 
 /* e^x within a few ulp, branch-free (Cephes expf): x = n ln2 + r with
  * n = round(x log2 e) and ln2 split in two (Cody-Waite) so that r is exact,
