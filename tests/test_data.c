@@ -1,0 +1,222 @@
+/* The data loader: every source reads each rank's shard plus the token after
+ * each run (a shard's last target is the next shard's first token), with
+ * global positions; all SP ranks of a step read the same sequence; llm.c
+ * shards, raw uint16/uint32 and text decode as written; bad files are named. */
+#include <check.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/data.h"
+#include "tests/check_main.h"
+
+static char dir[] = "/tmp/usp_data_XXXXXX";
+
+/* Writes `n` tokens t_i = (i * 7 + 3) % 50000 as llm.c (header), raw uint16 or raw uint32. */
+static void write_tokens(const char *path, int64_t n, int format)
+{
+    FILE *f = fopen(path, "wb");
+    ck_assert_ptr_nonnull(f);
+    if (format == 0) {
+        int32_t header[256] = {20240520, 1, (int32_t)n};
+        fwrite(header, sizeof header, 1, f);
+    }
+    for (int64_t i = 0; i < n; i++) {
+        uint32_t t = (uint32_t)((i * 7 + 3) % 50000);
+        if (format == 2)
+            fwrite(&t, 4, 1, f);
+        else {
+            uint16_t s = (uint16_t)t;
+            fwrite(&s, 2, 1, f);
+        }
+    }
+    fclose(f);
+}
+
+/* Reads sample `sample` on every SP rank of `l` and checks tokens, targets and positions against `expect`. */
+static void check_shards(const usp_data *d, const usp_seq_layout *l, int64_t sample, int64_t len,
+                         int32_t (*expect)(int64_t sample, int64_t g))
+{
+    usp_shard s;
+    ck_assert_int_eq(usp_shard_alloc(&s, l->per_rank), USP_OK);
+    char *seen = calloc((size_t)l->n, 1);
+    for (int p = 0; p < l->ulysses * l->ring; p++) {
+        ck_assert_int_eq(usp_data_read_shard(d, l, p, sample, len, &s), USP_OK);
+        for (int64_t i = 0; i < l->per_rank; i++) {
+            int64_t g = s.positions[i];
+            ck_assert_int_eq(g, usp_seq_layout_global(l, p, i));
+            ck_assert(!seen[g]);
+            seen[g] = 1;
+            ck_assert_int_eq(s.tokens[i], g < len ? expect(sample, g) : 0);
+            ck_assert_int_eq(s.targets[i], g < len ? expect(sample, g + 1) : -1); /* the NEXT global token */
+        }
+    }
+    free(seen);
+    usp_shard_free(&s);
+}
+
+static int64_t window_len; /* consecutive windows of len + 1 tokens */
+static int32_t file_token(int64_t sample, int64_t g)
+{
+    int64_t i = sample * (window_len + 1) + g;
+    return (int32_t)((i * 7 + 3) % 50000);
+}
+
+START_TEST(token_files_give_every_rank_its_shard_and_the_next_token)
+{
+    const char *specs[] = {"tokens:%s/a.bin", "tokens:%s/b.u16", "tokens32:%s/c.u32"};
+    const char *files[] = {"%s/a.bin", "%s/b.u16", "%s/c.u32"};
+    for (int f = 0; f < 3; f++) {
+        char path[256], spec[300];
+        snprintf(path, sizeof path, files[f], dir);
+        snprintf(spec, sizeof spec, specs[f], dir);
+        write_tokens(path, 4000, f);
+        usp_data d;
+        ck_assert_int_eq(usp_data_open(spec, 1, &d), USP_OK);
+        const struct { usp_layout_kind kind; int u, r; int64_t n, len; } cases[] = {
+            {USP_LAYOUT_CONTIGUOUS, 4, 1, 64, 64}, {USP_LAYOUT_ZIGZAG, 2, 2, 64, 64}, {USP_LAYOUT_ZIGZAG, 1, 4, 64, 64},
+            {USP_LAYOUT_CONTIGUOUS, 4, 1, 64, 61}, /* padded */
+        };
+        for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
+            usp_seq_layout l;
+            ck_assert_int_eq(usp_seq_layout_make(cases[c].kind, cases[c].n, cases[c].u, cases[c].r, &l), USP_OK);
+            window_len = cases[c].len;
+            for (int64_t sample = 0; sample < 3; sample++)
+                check_shards(&d, &l, sample, cases[c].len, file_token);
+        }
+        usp_data_close(&d);
+    }
+}
+END_TEST
+
+static int32_t text_token(int64_t sample, int64_t g)
+{
+    static const char text[] = "sequence parallelism splits every sequence across the GPUs. ";
+    int64_t i = sample * (window_len + 1) + g;
+    return (unsigned char)text[i % (int64_t)(sizeof text - 1)];
+}
+
+START_TEST(text_is_bytes)
+{
+    char path[256], spec[300];
+    snprintf(path, sizeof path, "%s/t.txt", dir);
+    snprintf(spec, sizeof spec, "text:%s", path);
+    FILE *f = fopen(path, "wb");
+    for (int i = 0; i < 100; i++)
+        fputs("sequence parallelism splits every sequence across the GPUs. ", f);
+    fclose(f);
+    usp_data d;
+    ck_assert_int_eq(usp_data_open(spec, 1, &d), USP_OK);
+    usp_seq_layout l;
+    ck_assert_int_eq(usp_seq_layout_make(USP_LAYOUT_ZIGZAG, 96, 2, 2, &l), USP_OK);
+    window_len = 96;
+    check_shards(&d, &l, 2, 96, text_token);
+    usp_data_close(&d);
+}
+END_TEST
+
+static usp_data passkey_source;
+static int32_t passkey_reference(int64_t sample, int64_t g)
+{
+    /* the sequence as one rank holding everything reads it */
+    static int32_t cache[2][129];
+    static int64_t cached = -1;
+    if (cached != sample) {
+        usp_seq_layout one;
+        ck_assert_int_eq(usp_seq_layout_make(USP_LAYOUT_CONTIGUOUS, 128, 1, 1, &one), USP_OK);
+        usp_shard s;
+        ck_assert_int_eq(usp_shard_alloc(&s, 128), USP_OK);
+        ck_assert_int_eq(usp_data_read_shard(&passkey_source, &one, 0, sample, 128, &s), USP_OK);
+        for (int i = 0; i < 128; i++)
+            cache[0][i] = s.tokens[i], cache[1][i + 1] = s.targets[i];
+        usp_shard_free(&s);
+        cached = sample;
+    }
+    return g == 0 ? cache[0][0] : cache[1][g];
+}
+
+START_TEST(passkey_samples_do_not_depend_on_the_mesh)
+{
+    ck_assert_int_eq(usp_data_open("passkey", 9, &passkey_source), USP_OK);
+    const int shapes[][3] = {{4, 1, 0}, {2, 2, 1}, {1, 4, 1}, {8, 1, 0}};
+    for (int k = 0; k < 4; k++) {
+        usp_seq_layout l;
+        ck_assert_int_eq(usp_seq_layout_make(shapes[k][2] ? USP_LAYOUT_ZIGZAG : USP_LAYOUT_CONTIGUOUS, 128,
+                                             shapes[k][0], shapes[k][1], &l), USP_OK);
+        window_len = 128;
+        for (int64_t sample = 0; sample < 3; sample++)
+            check_shards(&passkey_source, &l, sample, 128, passkey_reference);
+    }
+    /* the key opens the sequence and is asked for at the end: its digits are the last five targets */
+    usp_seq_layout one;
+    ck_assert_int_eq(usp_seq_layout_make(USP_LAYOUT_CONTIGUOUS, 128, 1, 1, &one), USP_OK);
+    usp_shard s;
+    ck_assert_int_eq(usp_shard_alloc(&s, 128), USP_OK);
+    ck_assert_int_eq(usp_data_read_shard(&passkey_source, &one, 0, 5, 128, &s), USP_OK);
+    ck_assert_int_eq(memcmp("pass key=", (char[9]){(char)s.tokens[0], (char)s.tokens[1], (char)s.tokens[2],
+                            (char)s.tokens[3], (char)s.tokens[4], (char)s.tokens[5], (char)s.tokens[6],
+                            (char)s.tokens[7], (char)s.tokens[8]}, 9), 0);
+    for (int i = 0; i < USP_PASSKEY_DIGITS; i++) {
+        ck_assert_int_eq(s.targets[128 - USP_PASSKEY_DIGITS + i], s.tokens[9 + i]);
+        ck_assert(usp_data_is_answer(&passkey_source, 128 - USP_PASSKEY_DIGITS + i, 128));
+    }
+    ck_assert(!usp_data_is_answer(&passkey_source, 128 - USP_PASSKEY_DIGITS - 1, 128));
+    usp_shard_free(&s);
+    usp_data_close(&passkey_source);
+}
+END_TEST
+
+START_TEST(bad_sources_name_the_input)
+{
+    usp_data d;
+    ck_assert_int_eq(usp_data_open("bogus", 1, &d), USP_ERR_CONFIG);
+    ck_assert_ptr_nonnull(strstr(usp_error_message(), "--data bogus"));
+    ck_assert_int_eq(usp_data_open("tokens:/nonexistent/x.bin", 1, &d), USP_ERR_CONFIG);
+    ck_assert_ptr_nonnull(strstr(usp_error_message(), "/nonexistent/x.bin"));
+    char path[256], spec[300];
+    snprintf(path, sizeof path, "%s/odd.u16", dir);
+    FILE *f = fopen(path, "wb");
+    fputs("abc", f); /* 3 bytes: not whole uint16 tokens */
+    fclose(f);
+    snprintf(spec, sizeof spec, "tokens:%s", path);
+    ck_assert_int_eq(usp_data_open(spec, 1, &d), USP_ERR_CONFIG);
+    ck_assert_ptr_nonnull(strstr(usp_error_message(), "not a whole number"));
+    snprintf(path, sizeof path, "%s/lying.bin", dir);
+    f = fopen(path, "wb");
+    int32_t header[256] = {20240520, 1, 1000000};
+    fwrite(header, sizeof header, 1, f);
+    fclose(f);
+    snprintf(spec, sizeof spec, "tokens:%s", path);
+    ck_assert_int_eq(usp_data_open(spec, 1, &d), USP_ERR_CONFIG);
+    ck_assert_ptr_nonnull(strstr(usp_error_message(), "the header says 1000000 tokens"));
+    snprintf(path, sizeof path, "%s/short.u16", dir);
+    write_tokens(path, 50, 1);
+    snprintf(spec, sizeof spec, "tokens:%s", path);
+    ck_assert_int_eq(usp_data_open(spec, 1, &d), USP_OK);
+    usp_seq_layout l;
+    ck_assert_int_eq(usp_seq_layout_make(USP_LAYOUT_CONTIGUOUS, 64, 1, 1, &l), USP_OK);
+    usp_shard s;
+    ck_assert_int_eq(usp_shard_alloc(&s, 64), USP_OK);
+    ck_assert_int_eq(usp_data_read_shard(&d, &l, 0, 0, 64, &s), USP_ERR_CONFIG);
+    ck_assert_ptr_nonnull(strstr(usp_error_message(), "holds 50 tokens"));
+    usp_shard_free(&s);
+    usp_data_close(&d);
+}
+END_TEST
+
+int main(void)
+{
+    if (!mkdtemp(dir))
+        return 1;
+    Suite *s = suite_create("data");
+    TCase *t = tcase_create("data");
+    tcase_add_test(t, token_files_give_every_rank_its_shard_and_the_next_token);
+    tcase_add_test(t, text_is_bytes);
+    tcase_add_test(t, passkey_samples_do_not_depend_on_the_mesh);
+    tcase_add_test(t, bad_sources_name_the_input);
+    suite_add_tcase(s, t);
+    int code = check_main_run(s);
+    char cmd[300];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    return system(cmd) == 0 ? code : 1;
+}
