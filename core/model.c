@@ -144,7 +144,9 @@ usp_status usp_model_create(const usp_model_setup *setup, usp_model **out)
     const usp_mesh_shape *sh = &setup->mesh->shape;
     m->B = setup->batch, m->C = m->c.d_model, m->H = m->c.n_head, m->Hkv = m->c.n_kv_head;
     m->D = m->C / m->H, m->F = m->c.d_ff, m->V = m->c.vocab;
-    if (m->c.positions == USP_POS_ROPE && m->c.rope_scaling.kind != USP_ROPE_SCALING_NONE) {
+    /* rope scaling changes the numbers, never a shape: a run on shapes only (meta) may plan such a model */
+    if (m->c.positions == USP_POS_ROPE && m->c.rope_scaling.kind != USP_ROPE_SCALING_NONE &&
+        usp_backend_has_numerics(setup->backend)) {
         s = usp_error(USP_ERR_CONFIG, "model %s asks for Llama 3's rope_scaling, which the model code does not "
                       "apply yet; use a config without rope_scaling (e.g. --model tiny or llama-7b)", m->c.name);
         goto fail;
@@ -330,6 +332,11 @@ usp_status usp_model_forward(usp_model *m, const usp_shard *shards)
 
 usp_status usp_model_argmax(usp_model *m, const int64_t *rows, int n, int32_t *out)
 {
+    if (!usp_backend_has_numerics(BE)) { /* no logits to read: no token */
+        for (int i = 0; i < n; i++)
+            out[i] = -1;
+        return USP_OK;
+    }
     float *row = malloc((size_t)m->V * sizeof *row);
     if (!row)
         return usp_error(USP_ERR_RUNTIME, "out of memory reading logits");
@@ -354,10 +361,10 @@ usp_status usp_model_loss(usp_model *m, float grad_scale, double *loss_sum)
         return usp_error(USP_ERR_RUNTIME, "out of memory reading losses");
     usp_status s = usp_buffer_copy(BE, losses, m->losses, (size_t)m->n * sizeof *losses, USP_COPY_DEVICE_TO_HOST, ST);
     double sum = 0; /* in row order, in double: the same bits on every run */
-    for (int64_t i = 0; i < m->n; i++)
+    for (int64_t i = 0; i < m->n && usp_backend_has_numerics(BE); i++)
         sum += m->host_targets[i] >= 0 ? (double)losses[i] : 0.0;
     free(losses);
-    *loss_sum = sum;
+    *loss_sum = usp_backend_has_numerics(BE) ? sum : NAN; /* meta: the copy cost counts, nothing arrived */
     return s;
 }
 

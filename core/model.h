@@ -44,11 +44,11 @@ float *usp_model_grads(usp_model *m);
 /* Runs embedding and every layer up to the logits for `shards` (one per sequence on this rank). */
 usp_status usp_model_forward(usp_model *m, const usp_shard *shards);
 
-/* Argmax of the logits of local rows rows[0..n) (after forward, before loss). */
+/* Argmax of the logits of local rows rows[0..n) (after forward, before loss); -1 on meta. */
 usp_status usp_model_argmax(usp_model *m, const int64_t *rows, int n, int32_t *out);
 
 /* Cross-entropy of the logits against the shards' targets; *loss_sum (host) is
- * the sum over valid targets. Leaves dlogits = grad_scale * dloss/dlogits for backward. */
+ * the sum over valid targets (NaN on meta). Leaves dlogits = grad_scale * dloss/dlogits for backward. */
 usp_status usp_model_loss(usp_model *m, float grad_scale, double *loss_sum);
 
 /* Zeroes the gradients, then backpropagates the last loss into them (local:

@@ -16,12 +16,27 @@ typedef struct allocation {
     const char *category;
 } allocation;
 
+/* Bytes of one category now and at the backend's peak. Categories are few
+ * (weights, gradients, optimizer, activations, attention workspace, comm, ...),
+ * so a short array searched by name costs less than a scan of the live table;
+ * on every new peak the current column is copied to the peak column, so the
+ * breakdown at the peak is exact and costs O(categories) per allocation. */
+typedef struct category_use {
+    const char *name;
+    size_t now, at_peak;
+} category_use;
+
+#define CATEGORIES_MAX 32
+
 struct usp_backend {
     const usp_backend_i *iface;
     void *context;
     allocation *live; /* sorted by addr */
     size_t n_live, cap_live;
     size_t in_use, peak;
+    category_use categories[CATEGORIES_MAX];
+    int n_categories;
+    double flops; /* every op's reported flops, summed */
     usp_cost_sink_fn cost_fn;
     void *cost_ctx;
 };
@@ -70,15 +85,30 @@ static size_t upper_bound(const usp_backend_t *be, uintptr_t addr)
 
 static void report_cost(usp_backend_t *be, const char *op, double flops, double bytes)
 {
+    be->flops += flops;
     if (be->cost_fn) {
         usp_op_cost cost = {.op = op, .flops = flops, .bytes = bytes};
         be->cost_fn(be->cost_ctx, &cost);
     }
 }
 
+/* The slot of `name` (strcmp: the same literal may have several addresses), or a
+ * new one; NULL when the table is full (the category then goes uncounted in the breakdown). */
+static category_use *category_slot(usp_backend_t *be, const char *name)
+{
+    for (int i = 0; i < be->n_categories; i++)
+        if (be->categories[i].name == name || strcmp(be->categories[i].name, name) == 0)
+            return &be->categories[i];
+    if (be->n_categories == CATEGORIES_MAX)
+        return NULL;
+    be->categories[be->n_categories] = (category_use){.name = name};
+    return &be->categories[be->n_categories++];
+}
+
 usp_status usp_buffer_alloc(usp_backend_t *be, size_t bytes, const char *category, void **out)
 {
     *out = NULL;
+    category = category ? category : "other";
     if (be->n_live == be->cap_live) {
         size_t cap = be->cap_live ? 2 * be->cap_live : 16;
         allocation *grown = realloc(be->live, cap * sizeof *grown);
@@ -93,11 +123,17 @@ usp_status usp_buffer_alloc(usp_backend_t *be, size_t bytes, const char *categor
         return s;
     size_t at = upper_bound(be, (uintptr_t)ptr);
     memmove(be->live + at + 1, be->live + at, (be->n_live - at) * sizeof *be->live);
-    be->live[at] = (allocation){(uintptr_t)ptr, bytes, category ? category : "other"};
+    be->live[at] = (allocation){(uintptr_t)ptr, bytes, category};
     be->n_live++;
     be->in_use += bytes;
-    if (be->in_use > be->peak)
+    category_use *c = category_slot(be, category);
+    if (c)
+        c->now += bytes;
+    if (be->in_use > be->peak) {
         be->peak = be->in_use;
+        for (int i = 0; i < be->n_categories; i++)
+            be->categories[i].at_peak = be->categories[i].now;
+    }
     *out = ptr;
     return USP_OK;
 }
@@ -111,6 +147,9 @@ void usp_buffer_free(usp_backend_t *be, void *ptr)
                "usp_buffer_free of %p, which this %s backend did not allocate", ptr, be->iface->name);
     at--;
     be->in_use -= be->live[at].bytes;
+    category_use *c = category_slot(be, be->live[at].category);
+    if (c)
+        c->now -= be->live[at].bytes;
     memmove(be->live + at, be->live + at + 1, (be->n_live - at - 1) * sizeof *be->live);
     be->n_live--;
     be->iface->free(be->context, ptr);
@@ -137,6 +176,15 @@ size_t usp_backend_bytes_in_category(const usp_backend_t *be, const char *catego
             sum += be->live[i].bytes;
     return sum;
 }
+
+int usp_backend_peak_breakdown(const usp_backend_t *be, const char **names, size_t *bytes, int max)
+{
+    for (int i = 0; i < be->n_categories && i < max; i++)
+        names[i] = be->categories[i].name, bytes[i] = be->categories[i].at_peak;
+    return be->n_categories;
+}
+
+double usp_backend_flops(const usp_backend_t *be) { return be->flops; }
 
 void usp_backend_set_cost_sink(usp_backend_t *be, usp_cost_sink_fn fn, void *ctx)
 {

@@ -99,6 +99,13 @@ size_t usp_backend_peak_bytes(const usp_backend_t *be);
 /* Bytes allocated now under `category`. */
 size_t usp_backend_bytes_in_category(const usp_backend_t *be, const char *category);
 
+/* The memory at the peak by category: names[i] and bytes[i] for the first `max`
+ * categories in order of first allocation; returns how many there are. */
+int usp_backend_peak_breakdown(const usp_backend_t *be, const char **names, size_t *bytes, int max);
+
+/* The FLOPs every op has reported so far (the sum the cost sink saw). */
+double usp_backend_flops(const usp_backend_t *be);
+
 /* Sends the cost of every op to `fn(ctx, cost)` (NULL: nobody listens). */
 void usp_backend_set_cost_sink(usp_backend_t *be, usp_cost_sink_fn fn, void *ctx);
 

@@ -25,6 +25,10 @@ typedef struct trainer {
     float *adam_m, *adam_v;   /* backend, table total each */
     double *scalars;          /* backend, small reductions */
     int64_t step;             /* steps done */
+    int numerics;             /* 0 on the meta backend: nothing is read back */
+    double fwd_flops_mark;    /* the backend's FLOP counter at the end of the last forward */
+    double log_clock;         /* modelled clock at the last progress line, and its step */
+    int64_t log_step;
 } trainer;
 
 #define BE (t->ctx->backend)
@@ -47,6 +51,9 @@ double usp_train_lr(const usp_train_config *c, int64_t t)
     return min_lr + 0.5 * (c->lr - min_lr) * (1.0 + cos(M_PI * (progress < 1 ? progress : 1)));
 }
 
+/* The rank's modelled clock (0 when the runtime has none). */
+static double clock_now(const trainer *t) { return t->ctx->clock ? t->ctx->clock(t->ctx->runtime) : 0; }
+
 static double wall_now(void)
 {
     struct timespec ts;
@@ -54,7 +61,9 @@ static double wall_now(void)
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-/* Sums n doubles over `group` (through backend memory, as every transfer must). */
+/* Sums n doubles over `group` (through backend memory, as every transfer must).
+ * On meta the calls are made (their time counts) but nothing arrives: `values`
+ * keep this rank's own. */
 static usp_status sum_over(trainer *t, usp_comm_t *group, double *values, int n)
 {
     USP_CHECK(usp_buffer_copy(BE, t->scalars, values, (size_t)n * sizeof *values, USP_COPY_HOST_TO_DEVICE, ST));
@@ -87,11 +96,14 @@ static usp_status forward_loss(trainer *t, float *grad_scale, double *loss, doub
 {
     double count = count_targets(t);
     USP_CHECK(sum_over(t, t->ctx->world, &count, 1));
-    if (count < 1)
+    if (count < 1 && t->numerics) /* on meta the count is this rank's own, possibly 0 (padding) */
         return usp_error(USP_ERR_CONFIG, "the batch has no valid target token");
-    *grad_scale = (float)(1.0 / count);
+    *grad_scale = (float)(1.0 / (count > 1 ? count : 1));
     USP_CHECK(usp_model_forward(t->model, t->shards));
-    if (digits) {
+    t->fwd_flops_mark = usp_backend_flops(BE);
+    if (digits && !t->numerics)
+        memset(digits, 0, (size_t)t->B_local * sizeof *digits);
+    if (digits && t->numerics) {
         const usp_seq_layout *l = usp_model_layout(t->model);
         for (int64_t b = 0; b < t->B_local; b++) {
             digits[b] = 0;
@@ -120,13 +132,14 @@ static usp_status reduce_and_update(trainer *t, int64_t step)
     size_t n = (size_t)table->total;
     USP_CHECK(usp_comm_all_reduce(t->mesh.sp, g, g, n, USP_F32, USP_REDUCE_SUM, ST));
     USP_CHECK(usp_comm_all_reduce(t->mesh.dp, g, g, n, USP_F32, USP_REDUCE_SUM, ST));
-    if (t->c->first_grads && t->ctx->rank == 0 && step == 1)
+    if (t->c->first_grads && t->ctx->rank == 0 && step == 1 && t->numerics)
         USP_CHECK(usp_buffer_copy(BE, t->c->first_grads, g, n * sizeof(float), USP_COPY_DEVICE_TO_HOST, ST));
     double sq;
     USP_CHECK(usp_sum_squares(BE, &sq, g, (int64_t)n, ST));
     double norm = sqrt(sq);
-    if (t->c->grad_clip > 0 && norm > t->c->grad_clip)
-        USP_CHECK(usp_scale(BE, g, (float)(t->c->grad_clip / norm), (int64_t)n, ST));
+    /* on meta the norm is unknown (0): count the clip, a step usually pays it early in training */
+    if (t->c->grad_clip > 0 && (norm > t->c->grad_clip || !t->numerics))
+        USP_CHECK(usp_scale(BE, g, t->numerics ? (float)(t->c->grad_clip / norm) : 1.0f, (int64_t)n, ST));
     float lr = (float)usp_train_lr(t->c, step);
     for (int i = 0; i < table->n; i++) { /* no weight decay on norms and biases */
         const usp_param_tensor *pt = &table->tensors[i];
@@ -138,34 +151,47 @@ static usp_status reduce_and_update(trainer *t, int64_t step)
     return USP_OK;
 }
 
-/* The peak memory of every rank (a small all_gather, on log steps only). */
+/* The peak memory of every rank (a small all_gather, on log steps only). On
+ * meta nothing arrives: only peaks[0], this rank's own, is set. */
 static usp_status gather_peaks(trainer *t, double *peaks)
 {
     double mine = (double)usp_backend_peak_bytes(BE);
     USP_CHECK(usp_buffer_copy(BE, t->scalars, &mine, sizeof mine, USP_COPY_HOST_TO_DEVICE, ST));
     USP_CHECK(usp_comm_all_gather(t->ctx->world, t->scalars, t->scalars + 1, 1, USP_F64, ST));
-    return usp_buffer_copy(BE, peaks, t->scalars + 1, (size_t)t->ctx->world_size * sizeof *peaks,
-                           USP_COPY_DEVICE_TO_HOST, ST);
+    USP_CHECK(usp_buffer_copy(BE, peaks, t->scalars + 1, (size_t)t->ctx->world_size * sizeof *peaks,
+                              USP_COPY_DEVICE_TO_HOST, ST));
+    if (!t->numerics)
+        peaks[0] = mine;
+    return USP_OK;
 }
 
+/* A progress line (or JSON record). sim is the modelled clock; sim per step
+ * averages it over the steps since the last line. On meta the loss is NaN
+ * (JSON null) and only this rank's peak is known (nothing moves between ranks). */
 static void log_step(trainer *t, int64_t step, double loss, double tokens_per_s, const double *peaks)
 {
-    double sim = t->ctx->clock ? t->ctx->clock(t->ctx->runtime) : 0;
+    double sim = clock_now(t);
+    double per_step = step > t->log_step ? (sim - t->log_clock) / (double)(step - t->log_step) : 0;
+    t->log_clock = sim, t->log_step = step;
     FILE *out = t->c->out;
+    if (!out)
+        return;
     if (t->c->json) {
-        json_t *j = json_pack("{s:I, s:f, s:f, s:f, s:f}", "step", (json_int_t)step, "loss", loss, "tokens_per_s",
-                              tokens_per_s, "sim_time_s", sim, "lr", usp_train_lr(t->c, step));
+        json_t *j = json_pack("{s:I, s:o, s:f, s:f, s:f, s:f}", "step", (json_int_t)step, "loss",
+                              !isfinite(loss) ? json_null() : json_real(loss), "tokens_per_s", tokens_per_s,
+                              "sim_time_s", sim, "sim_step_s", per_step, "lr", usp_train_lr(t->c, step));
         char *text = json_dumps(j, JSON_COMPACT | JSON_REAL_PRECISION(9));
         if (text)
             fprintf(out, "%s\n", text);
         free(text);
         json_decref(j);
     } else {
-        fprintf(out, "step %5lld/%lld  loss %.4f  %9.0f tokens/s  sim %.4f s  peak MiB/rank", (long long)step,
-                (long long)t->c->steps, loss, tokens_per_s, sim);
-        for (int r = 0; r < t->ctx->world_size && r < 16; r++)
+        fprintf(out, "step %5lld/%lld  loss %.4f  %9.0f tokens/s  sim %.4f s (%.4f s/step)  peak MiB/rank",
+                (long long)step, (long long)t->c->steps, loss, tokens_per_s, sim, per_step);
+        int shown = t->numerics ? t->ctx->world_size : 1;
+        for (int r = 0; r < shown && r < 16; r++)
             fprintf(out, " %.1f", peaks[r] / (1 << 20));
-        fprintf(out, "%s\n", t->ctx->world_size > 16 ? " ..." : "");
+        fprintf(out, "%s\n", shown > 16 ? " ..." : t->numerics ? "" : " (rank 0; meta)");
     }
     fflush(out);
 }
@@ -197,7 +223,7 @@ static usp_status evaluate(trainer *t, double *loss_out, double *accuracy)
     if (t->data.kind == USP_DATA_PASSKEY)
         USP_CHECK(sum_over(t, t->mesh.dp, right, 2));
     *loss_out = loss_sum / (double)(batches > 0 ? batches : 1);
-    *accuracy = t->data.kind == USP_DATA_PASSKEY && right[1] > 0 ? right[0] / right[1] : -1;
+    *accuracy = t->numerics && t->data.kind == USP_DATA_PASSKEY && right[1] > 0 ? right[0] / right[1] : -1;
     return USP_OK;
 }
 
@@ -223,9 +249,12 @@ static usp_status save(trainer *t)
     return s;
 }
 
-/* Fresh weights from the seed, or a checkpoint (with its optimizer state when it has one). */
+/* Fresh weights from the seed, or a checkpoint (with its optimizer state when it
+ * has one). On meta nothing: there is nowhere to put them. */
 static usp_status load_weights(trainer *t)
 {
+    if (!t->numerics)
+        return USP_OK;
     const usp_param_table *table = usp_model_params_table(t->model);
     size_t bytes = (size_t)table->total * sizeof(float);
     float *host = calloc(3, bytes);
@@ -253,6 +282,10 @@ static usp_status load_weights(trainer *t)
 static usp_status setup(trainer *t)
 {
     const usp_train_config *c = t->c;
+    t->numerics = usp_backend_has_numerics(BE);
+    if (!t->numerics && c->save_dir)
+        return usp_error(USP_ERR_CONFIG, "--save %s with the %s backend: a run on shapes only has no weights to "
+                         "save; drop --save or --meta", c->save_dir, usp_backend_name(BE));
     USP_CHECK(usp_mesh_create(t->ctx->world, &c->shape, &t->mesh));
     if (c->batch < 1 || c->batch % c->shape.dp != 0)
         return usp_error(USP_ERR_CONFIG, "--batch %lld is not a multiple of the %d data-parallel replicas "
@@ -303,17 +336,23 @@ static usp_status run(trainer *t)
     if (!peaks)
         return usp_error(USP_ERR_RUNTIME, "out of memory");
     usp_status s = USP_OK;
+    t->log_clock = clock_now(t), t->log_step = t->step;
     while (t->step < until && s == USP_OK) {
         int64_t step = ++t->step;
         float scale;
+        double step_start = clock_now(t), flops_start = usp_backend_flops(BE);
         s = read_batch(t, (step - 1) * c->batch);
         if (s == USP_OK) s = forward_loss(t, &scale, &loss, NULL);
         if (t->result && step == 1 && t->ctx->rank == 0)
             t->result->first_loss = loss;
         if (s == USP_OK) s = usp_model_backward(t->model);
         if (s == USP_OK) s = reduce_and_update(t, step);
+        if (s == USP_OK && c->step_stats)
+            c->step_stats[t->ctx->rank] = (usp_train_step_stats){
+                .fwd_flops = t->fwd_flops_mark - flops_start, .step_flops = usp_backend_flops(BE) - flops_start,
+                .start_s = step_start, .end_s = clock_now(t)};
         tokens += (double)c->batch * (double)c->seq_len;
-        if (s == USP_OK && (step % c->log_every == 0 || step == until)) {
+        if (s == USP_OK && c->out && (step % c->log_every == 0 || step == until)) {
             s = gather_peaks(t, peaks);
             if (s == USP_OK && t->ctx->rank == 0)
                 log_step(t, step, loss, tokens / (wall_now() - start), peaks);
@@ -329,7 +368,7 @@ static usp_status run(trainer *t)
         *t->result = (usp_train_result){.loss = loss, .passkey_accuracy = accuracy, .wall_s = wall,
                                         .first_loss = t->result->first_loss,
                                         .tokens_per_s = wall > 0 ? tokens / wall : 0, .steps_done = t->step,
-                                        .sim_time_s = t->ctx->clock ? t->ctx->clock(t->ctx->runtime) : 0,
+                                        .sim_time_s = clock_now(t),
                                         .seq_len_padded = t->N};
     return s;
 }

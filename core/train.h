@@ -5,7 +5,13 @@
  * mean over every valid token of the global batch (never a mean of per-rank
  * means); forward, cross-entropy, backward; gradients all-reduced over sp and
  * then dp (weights are replicated on SP ranks); global-norm clipping; AdamW
- * with linear warmup and cosine decay. The same code runs on every backend. */
+ * with linear warmup and cosine decay. The same code runs on every backend.
+ *
+ * On a backend without numerics (meta) the step runs on shapes only: every op,
+ * allocation and collective is issued as in a numeric run, but nothing is read
+ * back: no weights are initialised or loaded, no checkpoint written (--save is
+ * a configuration error), the loss is NaN and passkey accuracy not measured,
+ * and no host memory proportional to the parameters is allocated. */
 #ifndef USP_TRAIN_H
 #define USP_TRAIN_H
 
@@ -15,6 +21,13 @@
 #include "core/mesh.h"
 #include "core/model_config.h"
 #include "core/rank.h"
+
+/* One rank's figures of the last step it ran (for usp plan). */
+typedef struct usp_train_step_stats {
+    double fwd_flops;      /* FLOPs its ops reported from the step's start to the logits (the forward pass) */
+    double step_flops;     /* ... over the whole step: forward, loss, backward, reductions, AdamW */
+    double start_s, end_s; /* its modelled clock when the step started and ended */
+} usp_train_step_stats;
 
 typedef struct usp_train_config {
     usp_model_config model;
@@ -34,14 +47,15 @@ typedef struct usp_train_config {
     int json;
     int64_t eval_samples;      /* held-out passkey samples evaluated at the end (0: none) */
     int eval_only;             /* usp eval: no training steps */
-    FILE *out;                 /* progress lines and JSON records (rank 0) */
+    FILE *out;                 /* progress lines and JSON records (rank 0); NULL: none */
     float *first_grads;        /* tests: when set, rank 0 copies the all-reduced gradients of the
                                   first step (before clipping) here, table->total floats */
+    usp_train_step_stats *step_stats; /* when set, [world]: rank r writes entry r after each step */
 } usp_train_config;
 
 /* What rank 0 reports back to the command. */
 typedef struct usp_train_result {
-    double loss;               /* last step's loss (eval: the mean loss) */
+    double loss;               /* last step's loss (eval: the mean loss); NaN on the meta backend */
     double passkey_accuracy;   /* -1 when not evaluated */
     double tokens_per_s, wall_s, sim_time_s;
     int64_t steps_done;

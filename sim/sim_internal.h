@@ -63,6 +63,7 @@ typedef struct sim_rank {
     sim_fiber *fiber;
     sim_rank_state state;
     double clock;            /* virtual seconds */
+    double compute_s, comm_s, wait_s; /* where the clock went (sim_world_rank_times) */
     usp_error_slot error;
     usp_status result;
     usp_backend_t *backend;

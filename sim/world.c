@@ -46,8 +46,9 @@ fail:
 static void on_compute_cost(void *ctx, const usp_op_cost *cost)
 {
     sim_rank *r = ctx;
-    double start = r->clock;
-    r->clock += sim_cost_compute(&r->world->config.cost, cost);
+    double start = r->clock, seconds = sim_cost_compute(&r->world->config.cost, cost);
+    r->clock += seconds;
+    r->compute_s += seconds;
     /* Compute spans only illustrate the timeline (viz/chrome_trace.c): one that cannot be
      * recorded (out of memory) is left out rather than failing the op that ran. */
     if (r->world->trace)
@@ -90,6 +91,16 @@ static usp_status make_ranks(sim_world *w)
     return USP_OK;
 }
 
+/* A rank about to resume from a call that completed: from posting to the last
+ * member's arrival it waited, from there to the end its data moved. */
+static void account_call(sim_rank *r)
+{
+    if (!r->op || r->wake != USP_OK)
+        return;
+    r->wait_s += r->op->t_start - r->op->t_post;
+    r->comm_s += r->op->t_end - r->op->t_start;
+}
+
 /* The runnable rank with the smallest virtual time, ties by rank id; NULL if none. */
 static sim_rank *next_rank(sim_world *w)
 {
@@ -102,19 +113,105 @@ static sim_rank *next_rank(sim_world *w)
     return best;
 }
 
+/* The ready queue: READY ranks in a binary heap by (clock, id), the order of
+ * next_rank, so that picking the next rank costs O(log W) rather than a scan
+ * of every rank at every call (at W = 512 the scan was a quarter of a plan's
+ * run time). A rank becomes READY only when a call it waits in completes, and
+ * a call completes only when a participant posts (sim_comm.c); so after rank r
+ * yields, the ranks that may have become READY are r and the participants of
+ * r's call: its group's members for a collective, its peers for a transfer.
+ * A READY rank's clock does not move until it runs, so keys never go stale.
+ * An abort wakes every rank: from then on the scheduler scans. */
+typedef struct ready_queue {
+    int *heap;               /* [n] rank ids */
+    int n;
+    unsigned char *queued;   /* [world] 1 while the rank is in the heap */
+} ready_queue;
+
+static int ready_before(const sim_world *w, int a, int b)
+{
+    double ca = w->ranks[a].clock, cb = w->ranks[b].clock;
+    return ca < cb || (ca == cb && a < b);
+}
+
+static void ready_push(ready_queue *q, const sim_world *w, int id)
+{
+    if (q->queued[id] || w->ranks[id].state != RANK_READY)
+        return;
+    q->queued[id] = 1;
+    int at = q->n++;
+    while (at > 0 && ready_before(w, id, q->heap[(at - 1) / 2])) {
+        q->heap[at] = q->heap[(at - 1) / 2];
+        at = (at - 1) / 2;
+    }
+    q->heap[at] = id;
+}
+
+static sim_rank *ready_pop(ready_queue *q, sim_world *w)
+{
+    while (q->n > 0) {
+        int top = q->heap[0], last = q->heap[--q->n], at = 0;
+        for (;;) { /* sift `last` down from the root */
+            int child = 2 * at + 1;
+            if (child >= q->n)
+                break;
+            if (child + 1 < q->n && ready_before(w, q->heap[child + 1], q->heap[child]))
+                child++;
+            if (!ready_before(w, q->heap[child], last))
+                break;
+            q->heap[at] = q->heap[child];
+            at = child;
+        }
+        if (q->n > 0)
+            q->heap[at] = last;
+        q->queued[top] = 0;
+        if (w->ranks[top].state == RANK_READY)
+            return &w->ranks[top];
+    }
+    return NULL;
+}
+
+/* r has yielded inside a call: queue it and the call's participants that are READY now. */
+static void ready_push_participants(ready_queue *q, sim_world *w, const sim_rank *r)
+{
+    ready_push(q, w, r->id);
+    if (!r->op)
+        return;
+    const sim_group *g = r->op_comm->group;
+    usp_comm_kind kind = r->op->kind;
+    if (kind != USP_OP_SEND && kind != USP_OP_RECV && kind != USP_OP_SENDRECV) {
+        for (int i = 0; i < g->size; i++)
+            ready_push(q, w, g->members[i]);
+        return;
+    }
+    ready_push(q, w, g->members[r->op->peer]);
+    if (kind == USP_OP_SENDRECV)
+        ready_push(q, w, g->members[r->op->recv_peer]);
+}
+
 static void run_scheduler(sim_world *w)
 {
+    ready_queue q = {.heap = malloc((size_t)w->n * sizeof *q.heap), .queued = calloc((size_t)w->n, 1)};
+    int queue = q.heap && q.queued; /* out of memory: scan */
+    for (int i = 0; queue && i < w->n; i++)
+        ready_push(&q, w, i);
     for (;;) {
-        sim_rank *r = next_rank(w);
+        queue &= w->abort_status == USP_OK;
+        sim_rank *r = queue ? ready_pop(&q, w) : next_rank(w);
+#ifndef NDEBUG /* debug builds check the queue against the scan (small worlds: the scan is O(W)) */
+        USP_ASSERT(!queue || w->n > 64 || r == next_rank(w), "the ready queue chose rank %d, the scan rank %d",
+                   r ? r->id : -1, next_rank(w) ? next_rank(w)->id : -1);
+#endif
         if (!r) {
             int blocked = 0;
             for (int i = 0; i < w->n; i++)
                 blocked |= w->ranks[i].state == RANK_BLOCKED;
             if (!blocked)
-                return;
+                break;
             sim_abort(w, sim_report_stall(w));
             continue;
         }
+        account_call(r);
         w->current = r;
         usp_error_slot *own = usp_error_use_slot(&r->error);
         sim_fiber_resume(r->fiber);
@@ -122,7 +219,11 @@ static void run_scheduler(sim_world *w)
         w->current = NULL;
         if (sim_fiber_finished(r->fiber))
             r->state = RANK_DONE;
+        else if (queue)
+            ready_push_participants(&q, w, r);
     }
+    free(q.heap);
+    free(q.queued);
 }
 
 usp_status sim_world_run(sim_world *w, usp_rank_main_fn fn, void *arg)
@@ -155,6 +256,15 @@ size_t sim_world_peak_bytes(const sim_world *w, int rank)
 }
 
 double sim_world_time(const sim_world *w, int rank) { return w->ranks[rank].clock; }
+
+sim_rank_times sim_world_rank_times(const sim_world *w, int rank)
+{
+    const sim_rank *r = &w->ranks[rank];
+    return (sim_rank_times){.compute_s = r->compute_s, .comm_s = r->comm_s, .wait_s = r->wait_s,
+                            .end_s = r->clock};
+}
+
+const usp_backend_t *sim_world_backend(const sim_world *w, int rank) { return w->ranks[rank].backend; }
 usp_status sim_world_rank_status(const sim_world *w, int rank) { return w->ranks[rank].result; }
 
 void sim_world_destroy(sim_world *w)

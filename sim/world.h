@@ -113,6 +113,21 @@ size_t sim_world_peak_bytes(const sim_world *w, int rank);
 double sim_world_time(const sim_world *w, int rank);
 usp_status sim_world_rank_status(const sim_world *w, int rank);
 
+/* Where a rank's virtual time went. Every call blocks in the simulator, so
+ * end_s = compute_s + wait_s + comm_s: compute is the sum of its ops' roofline
+ * times, wait the time from posting a call to the arrival of its last
+ * participant (load imbalance, a peer still computing), comm the time from
+ * there to the call's end (the transfer as the cost model prices it). */
+typedef struct sim_rank_times {
+    double compute_s, comm_s, wait_s, end_s;
+} sim_rank_times;
+
+/* The times of `rank` so far (after sim_world_run: over the whole run). */
+sim_rank_times sim_world_rank_times(const sim_world *w, int rank);
+
+/* A rank's compute backend (its memory and FLOP counters), NULL before the run made it. */
+const usp_backend_t *sim_world_backend(const sim_world *w, int rank);
+
 /* Frees the world, every rank's backend and anything a rank left behind. */
 void sim_world_destroy(sim_world *w);
 

@@ -8,13 +8,13 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 passed=0 failed=0
 
-# expect CODE NEEDLE -- ARGS...: runs usp ARGS (5 s at most), checks the exit
-# code and that NEEDLE appears in its output (stdout + stderr).
+# expect CODE NEEDLE -- ARGS...: runs usp ARGS (5 s at most, or $limit), checks
+# the exit code and that NEEDLE appears in its output (stdout + stderr).
 expect() {
     local code=$1 needle=$2
     shift 3
     local out rc
-    out=$(timeout 5 "$usp" "$@" 2>&1)
+    out=$(timeout "${limit:-5}" "$usp" "$@" 2>&1)
     rc=$?
     if [[ $rc -eq $code && $out == *"$needle"* ]]; then
         passed=$((passed + 1))
@@ -128,6 +128,50 @@ else
     expect 2 "built without Graphviz" -- viz --ulysses 2 --seq 8 --heads 2 --dot "$vz/probe.png"
 fi
 check "no temporary files left beside the pictures" test -z "$(ls "$vz" | grep '\.tmp\.')"
+
+# usp train --trace / --dot: the Chrome trace, the traffic map coloured by link, the wait-for picture of a fault
+# (60 s each: a training run on 2 busy cores can take seconds; selftest above checks that faults end fast)
+tr=$work/train
+mkdir -p "$tr"
+limit=60
+short=(train --steps 2 --seq 64 --batch 2 --eval-samples 0)
+expect 2 "--dot $tr/a.gif: unknown diagram format '.gif'" -- "${short[@]}" --dot "$tr/a.gif"
+check "train: a bad --dot leaves no file" test -z "$(ls "$tr")"
+expect 0 "trace in $tr/t.json" -- "${short[@]}" --trace "$tr/t.json"
+check "train --trace .json writes Chrome trace JSON" grep -q '^{"traceEvents":\[' "$tr/t.json"
+check "the training trace has a compute track" grep -q '"ph":"B",.*"pid":3,"tid":0' "$tr/t.json"
+check "the training trace has a communication track" grep -q '"ph":"B","name":"all_to_all #1 on ulysses\[0\]",.*"pid":3,"tid":1' "$tr/t.json"
+if command -v python3 >/dev/null; then
+    check "the training trace parses as JSON" python3 -c 'import json, sys; json.load(open(sys.argv[1]))' "$tr/t.json"
+fi
+expect 0 "trace in $tr/t.txt" -- "${short[@]}" --trace "$tr/t.txt"
+check "train --trace of another name writes the plain-text trace" grep -q '^# usp trace' "$tr/t.txt"
+expect 0 '"summary":true' -- "${short[@]}" --trace "$tr/j.json" --json
+check "train --json prints JSON records only, the trace goes to its file" \
+    test -z "$(timeout 60 "$usp" "${short[@]}" --json --trace "$tr/j.json" | grep -v '^{')"
+out=$(timeout 60 "$usp" train --steps 1 --seq 64 --batch 2 --eval-samples 0 --world 16 --ulysses 4 --ring 2 \
+      --dot "$tr/traffic.dot" 2>&1)
+check "train --dot on 2 nodes says where the traffic map is" test "${out##*$'\n'}" = "usp train: traffic map in $tr/traffic.dot"
+check "the traffic map of training is coloured by link" grep -q 'crosses: green NVLink, red InfiniBand' "$tr/traffic.dot"
+check "the InfiniBand arrows join the data-parallel partners" grep -q 'r0 -> r8 \[dir=both, color="#cc4125"' "$tr/traffic.dot"
+expect 0 "traffic map in $tr/pcie.dot" -- "${short[@]}" --world 8 --ulysses 4 --ring 2 --batch 1 --topology pcie-gen4 \
+    --dot "$tr/pcie.dot"
+check "a PCIe box colours the arrows across CPU sockets apart" grep -q 'blue PCIe, purple PCIe across CPU sockets' "$tr/pcie.dot"
+expect 3 "wait-for picture in $tr/dl.dot" -- "${short[@]}" --inject group:rank=2 --dot "$tr/dl.dot" --trace "$tr/dl.json"
+check "train's wait-for picture highlights the cycle" grep -q 'rank 2 (in the cycle)' "$tr/dl.dot"
+check "train's wait-for picture names the training code" grep -q 'at core/train.c:' "$tr/dl.dot"
+check "a failed training run still writes its whole trace" grep -q '\]\,"displayTimeUnit"' "$tr/dl.json"
+expect 4 "crashed" -- "${short[@]}" --inject crash:rank=1 --dot "$tr/crash.dot"
+check "train's wait-for picture names the crashed rank" grep -q 'rank 1: CRASHED (others wait for it)' "$tr/crash.dot"
+expect 1 "cannot write $tr/missing/t.dot" -- "${short[@]}" --dot "$tr/missing/t.dot"
+if [[ -s $vz/probe.png ]]; then # built with Graphviz
+    expect 0 "traffic map in $tr/traffic.svg" -- "${short[@]}" --dot "$tr/traffic.svg"
+    check "train --dot .svg renders" grep -q '<svg' "$tr/traffic.svg"
+    expect 3 "deadlock" -- "${short[@]}" --inject skip:rank=2 --dot "$tr/dl.png"
+    check "train's wait-for picture as PNG" test "$(head -c 4 "$tr/dl.png" | od -An -c | tr -d ' ')" = '211PNG'
+fi
+unset limit
+check "train leaves no temporary or stray files" test -z "$(ls "$tr" | grep -v -x -E '(t|j|dl)\.json|t\.txt|(traffic|pcie|dl|crash)\.dot|traffic\.svg|dl\.png')"
 
 echo "cli: $passed passed, $failed failed"
 [[ $failed -eq 0 ]]

@@ -75,7 +75,7 @@ static void print_summary(const sim_world *w, const usp_selftest_run *run, const
 /* --dot: the wait-for graph when the run ended in a report (deadlock, mismatch,
  * rank failure), the traffic map when it succeeded; nothing otherwise. */
 static usp_status write_picture(const sim_world *w, usp_status run, const selftest_options *o,
-                                const usp_mesh_shape *shape)
+                                const usp_mesh_shape *shape, const sim_topology *cluster)
 {
     sim_wait_graph g;
     USP_CHECK(sim_world_wait_graph(w, &g));
@@ -88,6 +88,7 @@ static usp_status write_picture(const sim_world *w, usp_status run, const selfte
         snprintf(caption, sizeof caption, "usp selftest: one training step's communication, world %d = dp %d x ring %d "
                  "x ulysses %d.", shape->world, shape->dp, shape->ring, shape->ulysses);
         viz_traffic_options to = {.title = "Traffic map of the selftest step", .caption = caption};
+        viz_traffic_use_topology(&to, cluster);
         s = viz_dot_traffic(sim_world_trace(w), shape->world, &to, &dot);
     }
     if (s == USP_OK && dot.len)
@@ -142,7 +143,7 @@ static usp_status run_selftest(const selftest_options *o, int *exit_code)
         output_status = ends_with(o->trace, ".json") ? viz_chrome_trace_write(sim_world_trace(w), o->trace)
                                                      : usp_trace_write_text(sim_world_trace(w), o->trace);
     if (o->dot && output_status == USP_OK)
-        output_status = write_picture(w, s, o, &shape);
+        output_status = write_picture(w, s, o, &shape, &config.cost.topology);
     if (s == USP_OK && output_status == USP_OK)
         print_summary(w, &run, o);
     *exit_code = s != USP_OK ? (int)s : (int)output_status;

@@ -1,5 +1,9 @@
 /* `usp train` and `usp eval`: parse the options, build the run's config and
- * run it on the simulator; print progress (rank 0) and a final summary. */
+ * run it on the simulator; print progress (rank 0) and a final summary.
+ *
+ * --trace and --dot look at the run afterwards, so the simulator records the
+ * trace only when one of them asks: a trace keeps every call and compute op
+ * of every step. */
 #include <jansson.h>
 #include <stdlib.h>
 #include <string.h>
@@ -9,9 +13,13 @@
 #include "tools/cli.h"
 #include "tools/cluster_options.h"
 #include "tools/commands.h"
+#include "viz/chrome_trace.h"
+#include "viz/render.h"
+#include "viz/traffic.h"
+#include "viz/wait_graph.h"
 
 typedef struct train_options {
-    const char *backend, *model, *data, *save, *resume, *attention, *trace, *topology;
+    const char *backend, *model, *data, *save, *resume, *attention, *trace, *dot, *topology;
     int world, ulysses, ring, pad, json, nodes;
     int seq, batch, steps, until, warmup, log_every, eval_samples, seed;
     double lr;
@@ -43,6 +51,13 @@ static usp_status build_config(const char *command, const train_options *o, usp_
         c->warmup = o->warmup;
     if (c->eval_only && !o->resume)
         return usp_error(USP_ERR_CONFIG, "usp eval needs --resume DIR (a checkpoint to evaluate)");
+    if (o->dot) { /* a picture this build cannot write is an option error, found before anything runs */
+        viz_format format;
+        USP_CHECK(viz_format_of_path("--dot", o->dot, &format));
+        if (format != VIZ_FORMAT_DOT && !viz_can_render())
+            return usp_error(USP_ERR_CONFIG, "--dot %s: this usp was built without Graphviz (libgvc), so it writes DOT "
+                             "text only: name the file .dot, or install libgraphviz-dev and rebuild", o->dot);
+    }
     return USP_OK;
 }
 
@@ -78,6 +93,83 @@ static void print_summary(const usp_train_config *c, const usp_train_result *r, 
     printf("\n");
 }
 
+static int ends_with(const char *s, const char *suffix)
+{
+    size_t n = strlen(s), k = strlen(suffix);
+    return n >= k && strcmp(s + n - k, suffix) == 0;
+}
+
+/* --dot: the wait-for graph when the run ended in a report (deadlock, mismatch,
+ * rank failure), the traffic map of the whole run, coloured by the links of the
+ * modelled cluster, when it succeeded; nothing otherwise (*drawn says which). */
+static usp_status write_picture(const sim_world *w, usp_status run, const char *command, const train_options *o,
+                                const usp_train_config *c, const sim_topology *cluster, const char **drawn)
+{
+    sim_wait_graph g;
+    USP_CHECK(sim_world_wait_graph(w, &g));
+    usp_strbuf dot = {0};
+    usp_status s = USP_OK;
+    *drawn = NULL;
+    if (g.kind != SIM_REPORT_NONE) {
+        s = viz_dot_wait_graph(&g, &dot);
+        *drawn = "wait-for picture";
+    } else if (run == USP_OK) {
+        char title[64], caption[320];
+        snprintf(title, sizeof title, "Traffic map of usp %s", command);
+        snprintf(caption, sizeof caption, "usp %s --model %s %s %d --seq %d --batch %d: world %d = dp %d x ring %d x "
+                 "ulysses %d on the modelled %s (%d node%s).", command, c->model.name,
+                 c->eval_only ? "--eval-samples" : "--steps", c->eval_only ? o->eval_samples : o->steps, o->seq,
+                 o->batch, c->shape.world, c->shape.dp, c->shape.ring, c->shape.ulysses, cluster->name, cluster->nodes,
+                 cluster->nodes > 1 ? "s" : "");
+        viz_traffic_options to = {.title = title, .caption = caption};
+        viz_traffic_use_topology(&to, cluster);
+        s = viz_dot_traffic(sim_world_trace(w), c->shape.world, &to, &dot);
+        *drawn = "traffic map";
+    }
+    if (s == USP_OK && dot.len)
+        s = viz_write_file("--dot", usp_strbuf_text(&dot), o->dot);
+    if (s != USP_OK)
+        *drawn = NULL;
+    usp_strbuf_free(&dot);
+    sim_wait_graph_free(&g);
+    return s;
+}
+
+/* --trace (Chrome trace JSON for a .json name, plain text otherwise) and --dot
+ * of a finished run, failed runs included: their trace and wait-for picture
+ * are what explains the failure. Says what it wrote on stdout (on stderr after
+ * a failure; never between --json's records) and why a file is missing on
+ * stderr. One file failing does not keep the other from being written; the
+ * first failure is returned. */
+static usp_status write_outputs(const sim_world *w, usp_status run, const char *command, const train_options *o,
+                                const usp_train_config *c, const sim_topology *cluster)
+{
+    FILE *say = run != USP_OK ? stderr : c->json ? NULL : stdout;
+    usp_status first = USP_OK;
+    if (o->trace) {
+        int chrome = ends_with(o->trace, ".json");
+        usp_status s = chrome ? viz_chrome_trace_write(sim_world_trace(w), o->trace)
+                              : usp_trace_write_text(sim_world_trace(w), o->trace);
+        if (s != USP_OK)
+            fprintf(stderr, "usp %s: %s\n", command, usp_error_message()), first = s;
+        else if (say)
+            fprintf(say, "usp %s: trace in %s%s\n", command, o->trace,
+                    chrome ? " (Chrome trace JSON: open it in https://ui.perfetto.dev)" : "");
+    }
+    if (o->dot) {
+        const char *drawn;
+        usp_status s = write_picture(w, run, command, o, c, cluster, &drawn);
+        if (s != USP_OK)
+            fprintf(stderr, "usp %s: %s\n", command, usp_error_message()), first = first ? first : s;
+        else if (!drawn)
+            fprintf(stderr, "usp %s: no picture in %s: the run failed, but not in a deadlock, mismatch or rank "
+                    "failure (the message above says why)\n", command, o->dot);
+        else if (say)
+            fprintf(say, "usp %s: %s in %s\n", command, drawn, o->dot);
+    }
+    return first;
+}
+
 static usp_status run(const char *command, const train_options *o, int *exit_code)
 {
     usp_train_config c;
@@ -86,7 +178,7 @@ static usp_status run(const char *command, const train_options *o, int *exit_cod
     for (int i = 0; i < o->inject.n; i++)
         USP_CHECK(sim_fault_parse(o->inject.items[i], &faults[i]));
     sim_config sc = sim_config_default(c.shape.world);
-    sc.faults = faults, sc.n_faults = o->inject.n, sc.trace = o->trace != NULL;
+    sc.faults = faults, sc.n_faults = o->inject.n, sc.trace = o->trace != NULL || o->dot != NULL;
     USP_CHECK(cluster_options_apply(o->topology, o->nodes, c.shape.world, &sc));
     if (!c.json)
         printf("usp %s: model %s, world %d = dp %d x ring %d x ulysses %d, attention %s, seq %d, batch %d, data %s\n",
@@ -97,16 +189,14 @@ static usp_status run(const char *command, const train_options *o, int *exit_cod
     usp_train_result result = {.passkey_accuracy = -1};
     usp_train_run runarg = {.config = &c, .result = &result};
     usp_status s = sim_world_run(w, usp_train_rank, &runarg);
-    usp_status ts = USP_OK;
-    if (o->trace)
-        ts = usp_trace_write_text(sim_world_trace(w), o->trace);
     if (s == USP_OK)
         print_summary(&c, &result, w, &sc.cost.topology);
     else if (*sim_world_report(w))
         fprintf(stderr, "usp %s: %s", command, sim_world_report(w));
     else
         fprintf(stderr, "usp %s: %s\n", command, usp_error_message());
-    *exit_code = s != USP_OK ? (int)s : (int)ts;
+    usp_status os = write_outputs(w, s, command, o, &c, &sc.cost.topology);
+    *exit_code = s != USP_OK ? (int)s : (int)os;
     sim_world_destroy(w);
     return USP_OK;
 }
@@ -144,7 +234,10 @@ int cmd_train(int argc, char **argv)
         {"--eval-samples", CLI_INT, &o.eval_samples, "N", "held-out samples evaluated at the end (default 64)", 0, 1 << 20},
         {"--log-every", CLI_INT, &o.log_every, "S", "a progress line every S steps (default 250)", 1, 1 << 30},
         {"--inject", CLI_LIST, &o.inject, "SPEC", "fault KIND:rank=R[,op=OP][,call=K][,group=G] (see usp selftest --help)", 0, -1},
-        {"--trace", CLI_STRING, &o.trace, "FILE", "write the communication trace", 0, -1},
+        {"--trace", CLI_STRING, &o.trace, "FILE",
+         "write the run's trace: Chrome trace JSON (Perfetto) when FILE ends in .json, plain text otherwise", 0, -1},
+        {"--dot", CLI_STRING, &o.dot, "FILE",
+         "picture (.dot, .svg, .png, .pdf): the wait-for graph of a deadlock/mismatch, else the traffic map", 0, -1},
         {"--json", CLI_FLAG, &o.json, NULL, "one JSON object per line: per-step records, then a summary", 0, -1},
         {0},
     };

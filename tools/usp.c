@@ -16,6 +16,7 @@ static void print_help(FILE *out)
             "commands:\n"
             "  train      train a transformer with sequence parallelism (the main job)\n"
             "  eval       evaluate a checkpoint (loss, passkey accuracy)\n"
+            "  plan       one step on shapes only: memory per rank, time per step, MFU, best U x R split\n"
             "  selftest   run a communication schedule shaped like one training step, checked\n"
             "  viz        draw the schedule of one attention layer (DOT, SVG, PNG, PDF; Chrome trace)\n\n"
             "usp COMMAND --help explains a command. usp --version prints the version.\n"
@@ -45,6 +46,8 @@ int main(int argc, char **argv)
         return cmd_viz(argc, argv);
     if (strcmp(cmd, "train") == 0 || strcmp(cmd, "eval") == 0)
         return cmd_train(argc, argv);
+    if (strcmp(cmd, "plan") == 0)
+        return cmd_plan(argc, argv);
     fprintf(stderr, "usp: unknown command '%s'; see usp --help\n", cmd);
     return 2;
 }

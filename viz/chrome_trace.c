@@ -1,7 +1,14 @@
-/* Chrome trace event JSON (see chrome_trace.h), built with jansson so the
- * output is valid JSON by construction. Events are emitted per rank, compute
- * then communication, each in the order the rank did them, so every
- * (pid, tid) reads as a well-nested sequence of B/E pairs. */
+/* Chrome trace event JSON (see chrome_trace.h). Each event is built with
+ * jansson, so it is valid JSON by construction, and streamed out as soon as it
+ * is made: the document is never held as a tree (a tree of a 100-step training
+ * trace takes 15x the memory of its text). Events are emitted per rank,
+ * compute then communication, each in the order the rank did them, so every
+ * (pid, tid) reads as a well-nested sequence of B/E pairs; one event a line.
+ *
+ * A training run has events from every step (10^5 and more), so each pass is
+ * linear: the events are indexed by rank once, and a transfer's receiving call
+ * is found by binary search in the receiver's calls (a rank's calls are
+ * sequential: posted, and ended, in the order it made them). */
 #include "viz/chrome_trace.h"
 
 #include <jansson.h>
@@ -17,31 +24,44 @@ enum { TID_COMPUTE = 0, TID_COMM = 1 };
 
 static double us(double seconds) { return seconds * 1e6; }
 
-/* Appends an event; `args` (may be NULL) is stolen. Returns 0 when out of memory. */
-static int add(json_t *events, const char *ph, const char *name, double ts, int pid, int tid, json_t *args)
+/* Where the events go: `n` written so far; ok drops to 0 at the first failure
+ * (out of memory, a short write) and every later event is skipped. */
+typedef struct sink {
+    FILE *fp;
+    size_t n;
+    int ok;
+} sink;
+
+/* Writes event `e` (stolen; NULL: out of memory) as the next element of traceEvents. */
+static void put(sink *out, json_t *e)
 {
-    json_t *e = json_pack("{s:s, s:s, s:f, s:i, s:i}", "ph", ph, "name", name, "ts", ts, "pid", pid, "tid", tid);
-    if (!e) {
-        json_decref(args);
-        return 0;
-    }
-    if (args)
-        json_object_set_new(e, "args", args);
-    return json_array_append_new(events, e) == 0;
+    if (!e || !out->ok || fputs(out->n++ ? ",\n" : "\n", out->fp) == EOF ||
+        json_dumpf(e, out->fp, JSON_COMPACT | JSON_REAL_PRECISION(12)) != 0)
+        out->ok = 0;
+    json_decref(e);
 }
 
-static int add_metadata(json_t *events, int world)
+/* A slice or metadata event; `args` (may be NULL) is stolen. */
+static void add(sink *out, const char *ph, const char *name, double ts, int pid, int tid, json_t *args)
 {
-    int ok = 1;
+    json_t *e = json_pack("{s:s, s:s, s:f, s:i, s:i}", "ph", ph, "name", name, "ts", ts, "pid", pid, "tid", tid);
+    if (e && args)
+        json_object_set_new(e, "args", args);
+    else
+        json_decref(args);
+    put(out, e);
+}
+
+static void add_metadata(sink *out, int world)
+{
     char name[32];
-    for (int r = 0; r < world && ok; r++) {
+    for (int r = 0; r < world && out->ok; r++) {
         snprintf(name, sizeof name, "rank %d", r);
-        ok &= add(events, "M", "process_name", 0, r, TID_COMPUTE, json_pack("{s:s}", "name", name));
-        ok &= add(events, "M", "process_sort_index", 0, r, TID_COMPUTE, json_pack("{s:i}", "sort_index", r));
-        ok &= add(events, "M", "thread_name", 0, r, TID_COMPUTE, json_pack("{s:s}", "name", "compute"));
-        ok &= add(events, "M", "thread_name", 0, r, TID_COMM, json_pack("{s:s}", "name", "communication"));
+        add(out, "M", "process_name", 0, r, TID_COMPUTE, json_pack("{s:s}", "name", name));
+        add(out, "M", "process_sort_index", 0, r, TID_COMPUTE, json_pack("{s:i}", "sort_index", r));
+        add(out, "M", "thread_name", 0, r, TID_COMPUTE, json_pack("{s:s}", "name", "compute"));
+        add(out, "M", "thread_name", 0, r, TID_COMM, json_pack("{s:s}", "name", "communication"));
     }
-    return ok;
 }
 
 /* "sendrecv #3 on ring[0]" */
@@ -51,125 +71,164 @@ static void comm_name(const usp_trace_t *t, const usp_trace_event *e, char *buf,
              usp_trace_group_name(t, e->group));
 }
 
-static int add_rank(json_t *events, const usp_trace_t *t, int rank)
+/* Event ids of each rank in trace order: ids[first[r] .. first[r + 1]) are rank r's
+ * (a stable counting sort by rank, of the communication or the compute list). */
+typedef struct rank_index {
+    size_t *ids, *first;
+} rank_index;
+
+static int index_by_rank(const usp_trace_t *t, int compute, int world, rank_index *x)
 {
-    int ok = 1;
-    for (size_t i = 0; i < usp_trace_compute_count(t) && ok; i++) {
-        const usp_trace_event *e = usp_trace_compute_at(t, i);
-        if (e->rank != rank)
-            continue;
-        ok &= add(events, "B", e->name, us(e->t_start), rank, TID_COMPUTE,
-                  json_pack("{s:f, s:f}", "flops", e->flops, "bytes", e->mem_bytes));
-        ok &= add(events, "E", e->name, us(e->t_end), rank, TID_COMPUTE, NULL);
+    size_t n = compute ? usp_trace_compute_count(t) : usp_trace_count(t);
+    x->ids = malloc((n ? n : 1) * sizeof *x->ids);
+    x->first = calloc((size_t)world + 1, sizeof *x->first);
+    size_t *next = calloc((size_t)world + 1, sizeof *next);
+    int ok = x->ids && x->first && next;
+    for (size_t i = 0; i < n && ok; i++) {
+        const usp_trace_event *e = compute ? usp_trace_compute_at(t, i) : usp_trace_at(t, i);
+        if (e->rank >= 0 && e->rank < world)
+            x->first[e->rank + 1]++;
+    }
+    for (int r = 0; r < world && ok; r++)
+        x->first[r + 1] += x->first[r];
+    for (int r = 0; r <= world && ok; r++)
+        next[r] = x->first[r];
+    for (size_t i = 0; i < n && ok; i++) {
+        const usp_trace_event *e = compute ? usp_trace_compute_at(t, i) : usp_trace_at(t, i);
+        if (e->rank >= 0 && e->rank < world)
+            x->ids[next[e->rank]++] = i;
+    }
+    free(next);
+    return ok;
+}
+
+static void rank_index_free(rank_index *x)
+{
+    free(x->ids), free(x->first);
+    *x = (rank_index){0};
+}
+
+static void add_rank(sink *out, const usp_trace_t *t, int rank, const rank_index *compute, const rank_index *comm)
+{
+    for (size_t k = compute->first[rank]; k < compute->first[rank + 1] && out->ok; k++) {
+        const usp_trace_event *e = usp_trace_compute_at(t, compute->ids[k]);
+        add(out, "B", e->name, us(e->t_start), rank, TID_COMPUTE,
+            json_pack("{s:f, s:f}", "flops", e->flops, "bytes", e->mem_bytes));
+        add(out, "E", e->name, us(e->t_end), rank, TID_COMPUTE, NULL);
     }
     char name[128], site[256];
-    for (size_t i = 0; i < usp_trace_count(t) && ok; i++) {
-        const usp_trace_event *e = usp_trace_at(t, i);
-        if (e->rank != rank)
-            continue;
+    for (size_t k = comm->first[rank]; k < comm->first[rank + 1] && out->ok; k++) {
+        const usp_trace_event *e = usp_trace_at(t, comm->ids[k]);
         comm_name(t, e, name, sizeof name);
         snprintf(site, sizeof site, "%s:%d", e->file ? e->file : "?", e->line);
-        ok &= add(events, "B", name, us(e->t_post), rank, TID_COMM,
-                  json_pack("{s:s, s:s, s:I, s:I, s:s, s:f}", "op", usp_comm_kind_name((usp_comm_kind)e->kind), "group",
-                            usp_trace_group_name(t, e->group), "seq", (json_int_t)e->seq, "bytes_sent",
-                            (json_int_t)e->bytes_sent, "call_site", site, "waited_us", us(e->t_start - e->t_post)));
+        add(out, "B", name, us(e->t_post), rank, TID_COMM,
+            json_pack("{s:s, s:s, s:I, s:I, s:s, s:f}", "op", usp_comm_kind_name((usp_comm_kind)e->kind), "group",
+                      usp_trace_group_name(t, e->group), "seq", (json_int_t)e->seq, "bytes_sent",
+                      (json_int_t)e->bytes_sent, "call_site", site, "waited_us", us(e->t_start - e->t_post)));
         if (e->t_start > e->t_post) { /* the time the rank spent waiting for the others to arrive */
-            ok &= add(events, "B", "waiting for peers", us(e->t_post), rank, TID_COMM, NULL);
-            ok &= add(events, "E", "waiting for peers", us(e->t_start), rank, TID_COMM, NULL);
+            add(out, "B", "waiting for peers", us(e->t_post), rank, TID_COMM, NULL);
+            add(out, "E", "waiting for peers", us(e->t_start), rank, TID_COMM, NULL);
         }
-        ok &= add(events, "E", name, us(e->t_end), rank, TID_COMM, NULL);
+        add(out, "E", name, us(e->t_end), rank, TID_COMM, NULL);
     }
-    return ok;
 }
 
 /* The receiver's slice of a transfer that `send` started: `to`'s receiving
  * call on the same group whose span holds the transfer's start (the latest
- * one posted by then), or NULL. */
-static const usp_trace_event *receiving_call(const usp_trace_t *t, const usp_trace_event *send, int to)
+ * one posted by then), or NULL. `to`'s calls are in the order it made them,
+ * so t_post and t_end both rise along comm's list: binary search for the last
+ * call posted by then, and look back only while calls still end after it. */
+static const usp_trace_event *receiving_call(const usp_trace_t *t, const usp_trace_event *send, int to,
+                                             const rank_index *comm, int world)
 {
-    const usp_trace_event *best = NULL;
-    for (size_t i = 0; i < usp_trace_count(t); i++) {
-        const usp_trace_event *e = usp_trace_at(t, i);
-        if (e->rank != to || e->group != send->group || (e->kind != USP_OP_RECV && e->kind != USP_OP_SENDRECV))
-            continue;
-        if (e->t_post <= send->t_start && send->t_start <= e->t_end && (!best || e->t_post > best->t_post))
-            best = e;
+    if (to < 0 || to >= world)
+        return NULL;
+    size_t lo = comm->first[to], hi = comm->first[to + 1]; /* find the first call posted after the start */
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (usp_trace_at(t, comm->ids[mid])->t_post <= send->t_start)
+            lo = mid + 1;
+        else
+            hi = mid;
     }
-    return best;
+    for (size_t k = lo; k > comm->first[to]; k--) {
+        const usp_trace_event *e = usp_trace_at(t, comm->ids[k - 1]);
+        if (e->t_end < send->t_start)
+            break;
+        if (e->group == send->group && (e->kind == USP_OP_RECV || e->kind == USP_OP_SENDRECV))
+            return e;
+    }
+    return NULL;
 }
 
-static int add_flows(json_t *events, const usp_trace_t *t)
+static void add_flows(sink *out, const usp_trace_t *t, const rank_index *comm, int world)
 {
-    int ok = 1;
     json_int_t id = 0;
     char name[128];
-    for (size_t i = 0; i < usp_trace_count(t) && ok; i++) {
+    for (size_t i = 0; i < usp_trace_count(t) && out->ok; i++) {
         const usp_trace_event *e = usp_trace_at(t, i);
         if (e->kind != USP_OP_SEND && e->kind != USP_OP_SENDRECV)
             continue;
         const usp_trace_peer *p = usp_trace_peers(t, e);
-        for (size_t j = 0; j < e->n_peers && ok; j++) {
-            const usp_trace_event *r = receiving_call(t, e, p[j].peer);
+        for (size_t j = 0; j < e->n_peers && out->ok; j++) {
+            const usp_trace_event *r = receiving_call(t, e, p[j].peer, comm, world);
             double arrive = r && r->t_end < e->t_end ? r->t_end : e->t_end;
             if (!r)
                 arrive = e->t_start;
             snprintf(name, sizeof name, "%s on %s", usp_comm_kind_name((usp_comm_kind)e->kind),
                      usp_trace_group_name(t, e->group));
             ++id;
-            json_t *s = json_pack("{s:s, s:s, s:s, s:I, s:f, s:i, s:i, s:{s:I}}", "ph", "s", "name", name, "cat", "p2p",
-                                  "id", id, "ts", us(e->t_start), "pid", e->rank, "tid", TID_COMM, "args", "bytes",
-                                  (json_int_t)p[j].bytes);
-            json_t *f = json_pack("{s:s, s:s, s:s, s:I, s:f, s:i, s:i, s:s}", "ph", "f", "name", name, "cat", "p2p",
-                                  "id", id, "ts", us(arrive), "pid", p[j].peer, "tid", TID_COMM, "bp", "e");
-            if (!s || !f) {
-                json_decref(s), json_decref(f);
-                return 0;
-            }
-            ok = json_array_append_new(events, s) == 0; /* each call takes its event, even when it fails */
-            ok = json_array_append_new(events, f) == 0 && ok;
+            put(out, json_pack("{s:s, s:s, s:s, s:I, s:f, s:i, s:i, s:{s:I}}", "ph", "s", "name", name, "cat", "p2p",
+                               "id", id, "ts", us(e->t_start), "pid", e->rank, "tid", TID_COMM, "args", "bytes",
+                               (json_int_t)p[j].bytes));
+            put(out, json_pack("{s:s, s:s, s:s, s:I, s:f, s:i, s:i, s:s}", "ph", "f", "name", name, "cat", "p2p",
+                               "id", id, "ts", us(arrive), "pid", p[j].peer, "tid", TID_COMM, "bp", "e"));
         }
     }
-    return ok;
+}
+
+/* The whole document into `fp`; 0 when out of memory or a write failed. */
+static int write_document(const usp_trace_t *t, FILE *fp)
+{
+    int world = viz_trace_world(t);
+    rank_index compute = {0}, comm = {0};
+    sink out = {.fp = fp, .ok = 1};
+    out.ok = index_by_rank(t, 1, world, &compute) && index_by_rank(t, 0, world, &comm);
+    out.ok = out.ok && fputs("{\"traceEvents\":[", fp) != EOF;
+    add_metadata(&out, world);
+    for (int r = 0; r < world && out.ok; r++)
+        add_rank(&out, t, r, &compute, &comm);
+    add_flows(&out, t, &comm, world);
+    rank_index_free(&compute);
+    rank_index_free(&comm);
+    return out.ok && fputs("\n],\"displayTimeUnit\":\"ns\",\"otherData\":{\"generator\":\"usp viz\",\"clock\":"
+                           "\"virtual time of the simulator (ts in microseconds)\"}}\n", fp) != EOF;
 }
 
 usp_status viz_chrome_trace_text(const usp_trace_t *t, char **out)
 {
     *out = NULL;
-    int world = viz_trace_world(t);
-    json_t *root = json_object(), *events = json_array();
-    int ok = root && events && json_object_set(root, "traceEvents", events) == 0;
-    ok = ok && add_metadata(events, world);
-    for (int r = 0; r < world && ok; r++)
-        ok = add_rank(events, t, r);
-    ok = ok && add_flows(events, t);
-    ok = ok && json_object_set_new(root, "displayTimeUnit", json_string("ns")) == 0;
-    ok = ok && json_object_set_new(root, "otherData",
-                                   json_pack("{s:s, s:s}", "generator", "usp viz", "clock",
-                                             "virtual time of the simulator (ts in microseconds)")) == 0;
-    if (ok)
-        *out = json_dumps(root, JSON_COMPACT | JSON_REAL_PRECISION(12));
-    json_decref(events);
-    json_decref(root);
-    if (!*out)
+    size_t size = 0;
+    FILE *fp = open_memstream(out, &size);
+    int ok = fp && write_document(t, fp);
+    if (fp)
+        ok = fclose(fp) == 0 && ok; /* sets *out, whatever happened before */
+    if (!ok) {
+        free(*out);
+        *out = NULL;
         return usp_error(USP_ERR_RUNTIME, "out of memory writing the Chrome trace of %zu events", usp_trace_count(t));
+    }
     return USP_OK;
 }
 
 usp_status viz_chrome_trace_write(const usp_trace_t *t, const char *path)
 {
-    char *text;
-    USP_CHECK(viz_chrome_trace_text(t, &text));
     usp_atomic_file f;
-    usp_status s = usp_atomic_file_open(&f, path);
-    if (s == USP_OK) {
-        size_t n = strlen(text);
-        if (fwrite(text, 1, n, f.fp) != n || fputc('\n', f.fp) == EOF) {
-            usp_atomic_file_abort(&f);
-            s = usp_error(USP_ERR_RUNTIME, "cannot write %s: short write", path);
-        } else {
-            s = usp_atomic_file_commit(&f);
-        }
+    USP_CHECK(usp_atomic_file_open(&f, path));
+    if (!write_document(t, f.fp)) {
+        usp_atomic_file_abort(&f);
+        return usp_error(USP_ERR_RUNTIME, "cannot write the Chrome trace to %s: out of memory or a short write "
+                         "(is the disk full?)", path);
     }
-    free(text);
-    return s;
+    return usp_atomic_file_commit(&f);
 }

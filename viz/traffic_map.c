@@ -71,9 +71,38 @@ static const char *link_color(const viz_traffic_options *o, int from, int to, us
             return style.color;
     if (*n_seen < 8) {
         seen[(*n_seen)++] = style.name ? style.name : "?";
-        usp_strbuf_printf(legend, "%s%s: %s", *n_seen == 1 ? "" : ", ", style.name ? style.name : "?", style.color);
+        usp_strbuf_printf(legend, "%s%s %s", *n_seen == 1 ? "" : ", ",
+                          style.color_name ? style.color_name : style.color, style.name ? style.name : "?");
     }
     return style.color;
+}
+
+int viz_link_of_topology(void *ctx, int from, int to, viz_link_style *out)
+{
+    const sim_topology *t = ctx;
+    int gpus = sim_topology_gpus(t);
+    if (from < 0 || to < 0 || from >= gpus || to >= gpus || from == to)
+        return 0;
+    /* The class is the slowest kind of link the route crosses: a NIC between
+     * nodes, else the node's fabric; on PCIe, GPUs under different CPU sockets
+     * also cross the socket-to-socket link, the narrowest hop inside the box. */
+    int per_socket = t->gpus_per_switch * t->switches_per_socket;
+    if (sim_topology_node_of(t, from) != sim_topology_node_of(t, to))
+        *out = (viz_link_style){"InfiniBand", "#cc4125", "red"};
+    else if (t->fabric == SIM_FABRIC_NVSWITCH)
+        *out = (viz_link_style){"NVLink", "#76b900", "green"};
+    else if (per_socket > 0 && (from % t->gpus_per_node) / per_socket != (to % t->gpus_per_node) / per_socket)
+        *out = (viz_link_style){"PCIe across CPU sockets", "#8e44ad", "purple"};
+    else
+        *out = (viz_link_style){"PCIe", "#1f5f99", "blue"};
+    return 1;
+}
+
+void viz_traffic_use_topology(viz_traffic_options *o, const sim_topology *topology)
+{
+    o->gpus_per_node = topology->gpus_per_node;
+    o->link = viz_link_of_topology;
+    o->link_ctx = (void *)topology; /* the hook only reads it */
 }
 
 static void rank_nodes(usp_strbuf *b, int world, int per_node, const uint64_t *sent, const uint64_t *inside)

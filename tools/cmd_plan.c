@@ -1,0 +1,383 @@
+/* `usp plan`: the planner (cmd_plan.h) and its command.
+ *
+ * The plan is not a formula: it is one step of the training code (core/train.c)
+ * on the meta backend, so its memory is what the code allocates and its time
+ * what the simulator's cost model charges for the ops and collectives the code
+ * issues. What the code cannot do yet (bf16 storage, ZeRO, activation
+ * checkpointing, tiled MLP and loss), the plan does not pretend to do either:
+ * it names the categories that dominate instead. --sweep runs the step once
+ * per U x R split of the sequence-parallel degree and ranks them. */
+#include "tools/cmd_plan.h"
+
+#include <jansson.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "backends/meta/meta_backend.h"
+#include "sim/world.h"
+#include "tools/cli.h"
+#include "tools/cluster_options.h"
+#include "tools/commands.h"
+
+#define GB 1e9 /* decimal, as GPU memory is marketed */
+
+void plan_result_free(plan_result *r)
+{
+    free(r->peak_bytes);
+    r->peak_bytes = NULL;
+}
+
+/* The memory of rank `rank` at its peak, by category, largest first. */
+static void read_breakdown(const sim_world *w, int rank, plan_result *out)
+{
+    const usp_backend_t *be = sim_world_backend(w, rank);
+    int n = usp_backend_peak_breakdown(be, out->category, out->category_bytes, PLAN_CATEGORIES_MAX);
+    out->n_categories = n < PLAN_CATEGORIES_MAX ? n : PLAN_CATEGORIES_MAX;
+    for (int i = 1; i < out->n_categories; i++) /* insertion sort, stable: ties keep allocation order */
+        for (int j = i; j > 0 && out->category_bytes[j] > out->category_bytes[j - 1]; j--) {
+            const char *name = out->category[j];
+            size_t bytes = out->category_bytes[j];
+            out->category[j] = out->category[j - 1], out->category_bytes[j] = out->category_bytes[j - 1];
+            out->category[j - 1] = name, out->category_bytes[j - 1] = bytes;
+        }
+}
+
+/* Reads the finished world and the trainer's step figures into *out. */
+static void read_run(const sim_world *w, const sim_cost_model *cost, const usp_train_config *c,
+                     const usp_train_step_stats *stats, plan_result *out)
+{
+    const int W = c->shape.world;
+    double first_start = stats[0].start_s, last_end = stats[0].end_s;
+    out->critical_rank = 0, out->peak_rank = 0;
+    for (int r = 0; r < W; r++) {
+        out->fwd_flops += stats[r].fwd_flops;
+        out->step_flops += stats[r].step_flops;
+        first_start = stats[r].start_s < first_start ? stats[r].start_s : first_start;
+        if (stats[r].end_s > last_end)
+            last_end = stats[r].end_s, out->critical_rank = r;
+        out->peak_bytes[r] = sim_world_peak_bytes(w, r);
+        if (out->peak_bytes[r] > out->peak_bytes[out->peak_rank])
+            out->peak_rank = r;
+    }
+    /* On meta nothing runs outside the step (no weights to load, no peaks to
+     * gather), so the critical rank's times over the run are its step's. */
+    sim_rank_times t = sim_world_rank_times(w, out->critical_rank);
+    out->step_time_s = last_end - first_start;
+    out->compute_time_s = t.compute_s, out->comm_time_s = t.comm_s, out->wait_time_s = t.wait_s;
+    out->exposed_comm_s = out->step_time_s - out->compute_time_s;
+    out->tokens = (double)c->batch * (double)c->seq_len;
+    out->tokens_per_s = out->step_time_s > 0 ? out->tokens / out->step_time_s : 0;
+    out->peak_flops = sim_gpu_peak_flops(&cost->topology.gpu, cost->dtype);
+    out->mfu = out->step_time_s > 0 ? out->step_flops / (out->step_time_s * W * out->peak_flops) : 0;
+    out->capacity_bytes = cost->topology.gpu.memory_bytes;
+    out->fits = (double)out->peak_bytes[out->peak_rank] <= out->capacity_bytes;
+    read_breakdown(w, out->peak_rank, out);
+}
+
+usp_status plan_run(const usp_train_config *train, const sim_cost_model *cost, plan_result *out)
+{
+    *out = (plan_result){.shape = train->shape};
+    usp_train_config c = *train;
+    c.steps = 1, c.until = 0, c.log_every = 1, c.eval_samples = 0, c.eval_only = 0, c.out = NULL;
+    c.save_dir = c.resume_dir = NULL, c.first_grads = NULL, c.json = 0;
+    const int W = c.shape.world;
+    usp_train_step_stats *stats;
+    USP_CHECK(usp_calloc((void **)&stats, (size_t)W, sizeof *stats, "the step figures"));
+    c.step_stats = stats;
+    usp_status s = usp_calloc((void **)&out->peak_bytes, (size_t)W, sizeof *out->peak_bytes, "the peaks");
+    sim_config sc = sim_config_default(W);
+    sc.cost = *cost, sc.trace = 0, sc.make_backend = usp_backend_meta_create;
+    sim_world *w = NULL;
+    if (s == USP_OK)
+        s = sim_world_create(&sc, &w);
+    usp_train_result result = {.passkey_accuracy = -1};
+    usp_train_run run = {.config = &c, .result = &result};
+    if (s == USP_OK)
+        s = sim_world_run(w, usp_train_rank, &run);
+    if (s == USP_OK)
+        read_run(w, cost, &c, stats, out);
+    sim_world_destroy(w);
+    free(stats);
+    if (s != USP_OK)
+        plan_result_free(out);
+    return s;
+}
+
+/* --- the command ----------------------------------------------------------- */
+
+typedef struct plan_options {
+    const char *model, *data, *topology;
+    int world, ulysses, ring, nodes, seq, batch, pad, sweep, json;
+} plan_options;
+
+static usp_status build_config(const plan_options *o, usp_train_config *c)
+{
+    usp_train_defaults(c);
+    if (usp_model_config_load(o->model, &c->model) != USP_OK) {
+        char why[USP_ERROR_MESSAGE_MAX];
+        snprintf(why, sizeof why, "%s", usp_error_message());
+        return usp_error(USP_ERR_CONFIG, "--model %s: %s", o->model, why);
+    }
+    int ulysses = o->ulysses > 0 ? o->ulysses : o->world / o->ring;
+    USP_CHECK(usp_mesh_shape_make(o->world, ulysses > 0 ? ulysses : 1, o->ring, &c->shape));
+    c->data = o->data, c->seq_len = o->seq, c->pad = o->pad;
+    c->batch = o->batch > 0 ? o->batch : c->shape.dp; /* default: one sequence per replica */
+    return USP_OK;
+}
+
+static double wall_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* "activations 61%, gradients 20%": the categories that make up most of the peak. */
+static void print_dominant(const plan_result *r, size_t total)
+{
+    double shown = 0;
+    for (int i = 0; i < r->n_categories && shown < 0.8 * (double)total; i++) {
+        printf("%s%s %.0f%%", i ? ", " : "", r->category[i], 100.0 * (double)r->category_bytes[i] / (double)total);
+        shown += (double)r->category_bytes[i];
+    }
+}
+
+static void print_memory(const plan_result *r)
+{
+    const int W = r->shape.world;
+    size_t total = r->peak_bytes[r->peak_rank], least = total;
+    for (int i = 0; i < W; i++)
+        least = r->peak_bytes[i] < least ? r->peak_bytes[i] : least;
+    printf("\nmemory at the peak, rank %d (the largest of %d; the smallest is %.2f GB):\n", r->peak_rank, W,
+           (double)least / GB);
+    for (int i = 0; i < r->n_categories; i++)
+        printf("  %-22s %10.2f GB  %5.1f%%\n", r->category[i], (double)r->category_bytes[i] / GB,
+               total ? 100.0 * (double)r->category_bytes[i] / (double)total : 0.0);
+    printf("  %-22s %10.2f GB\n", "total", (double)total / GB);
+    if (r->fits) {
+        printf("fits: %.2f GB of %.0f\n", (double)total / GB, r->capacity_bytes / GB);
+        return;
+    }
+    printf("does not fit: needs %.2f GB of %.0f (", (double)total / GB, r->capacity_bytes / GB);
+    print_dominant(r, total);
+    printf(").\n  The code keeps everything in fp32 and has no bf16 storage, ZeRO, activation checkpointing\n"
+           "  or tiled MLP/loss yet, so the plan is what it allocates today (docs/planning.md).\n");
+}
+
+static void print_time(const plan_result *r)
+{
+    double step = r->step_time_s > 0 ? r->step_time_s : 1;
+    printf("\ntime per step (modelled, rank %d ends last): %.4f s\n", r->critical_rank, r->step_time_s);
+    printf("  compute                %10.4f s  %5.1f%%\n", r->compute_time_s, 100 * r->compute_time_s / step);
+    printf("  communication          %10.4f s  %5.1f%%  (transfers, from the last arrival to the end)\n",
+           r->comm_time_s, 100 * r->comm_time_s / step);
+    printf("  waiting for peers      %10.4f s  %5.1f%%\n", r->wait_time_s, 100 * r->wait_time_s / step);
+    printf("  exposed communication  %10.4f s  %5.1f%%  (step - compute: every call blocks here)\n",
+           r->exposed_comm_s, 100 * r->exposed_comm_s / step);
+    printf("tokens/s: %.0f\n", r->tokens_per_s);
+    printf("FLOPs: forward %.4g PFLOP, step %.4g PFLOP (all ranks)\n", r->fwd_flops / 1e15, r->step_flops / 1e15);
+    printf("MFU: %.1f%% of %d x %.1f TFLOP/s\n", 100 * r->mfu, r->shape.world, r->peak_flops / 1e12);
+}
+
+static json_t *result_json(const plan_result *r)
+{
+    json_t *j = json_pack("{s:i, s:i, s:i, s:i, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:b}",
+                          "world", r->shape.world, "dp", r->shape.dp, "ulysses", r->shape.ulysses, "ring",
+                          r->shape.ring, "fwd_flops", r->fwd_flops, "step_flops", r->step_flops, "step_time_s",
+                          r->step_time_s, "compute_time_s", r->compute_time_s, "comm_time_s", r->comm_time_s,
+                          "wait_time_s", r->wait_time_s, "exposed_comm_s", r->exposed_comm_s, "tokens_per_s",
+                          r->tokens_per_s, "mfu", r->mfu, "peak_flops", r->peak_flops, "capacity_bytes",
+                          r->capacity_bytes, "fits", r->fits);
+    if (!j)
+        return NULL;
+    json_t *peaks = json_array(), *at_peak = json_object();
+    for (int i = 0; i < r->shape.world; i++)
+        json_array_append_new(peaks, json_integer((json_int_t)r->peak_bytes[i]));
+    for (int i = 0; i < r->n_categories; i++)
+        json_object_set_new(at_peak, r->category[i], json_integer((json_int_t)r->category_bytes[i]));
+    json_object_set_new(j, "peak_bytes", peaks);
+    json_object_set_new(j, "memory_at_peak", at_peak);
+    json_object_set_new(j, "peak_rank", json_integer(r->peak_rank));
+    return j;
+}
+
+static void print_json(json_t *j)
+{
+    char *text = j ? json_dumps(j, JSON_COMPACT | JSON_REAL_PRECISION(9)) : NULL;
+    if (text)
+        puts(text);
+    free(text);
+}
+
+void plan_sweep_free(plan_sweep_entry *e, int n)
+{
+    for (int i = 0; e && i < n; i++)
+        plan_result_free(&e[i].result);
+    free(e);
+}
+
+usp_status plan_sweep(const usp_train_config *train, const sim_cost_model *cost, plan_sweep_entry **out, int *n)
+{
+    *out = NULL, *n = 0;
+    const int sp = train->shape.ulysses * train->shape.ring;
+    plan_sweep_entry *e;
+    USP_CHECK(usp_calloc((void **)&e, (size_t)sp, sizeof *e, "the sweep"));
+    int count = 0;
+    for (int u = sp; u >= 1; u--) { /* pure Ulysses first: ties keep it ahead */
+        if (sp % u != 0)
+            continue;
+        plan_sweep_entry *x = &e[count++];
+        x->ulysses = u, x->ring = sp / u;
+        usp_train_config c = *train;
+        usp_status s = usp_mesh_shape_make(train->shape.world, u, sp / u, &c.shape);
+        if (s == USP_OK)
+            s = plan_run(&c, cost, &x->result);
+        x->ok = s == USP_OK;
+        if (s == USP_ERR_CONFIG)
+            snprintf(x->why, sizeof x->why, "%s", usp_error_message());
+        else if (s != USP_OK) {
+            plan_sweep_free(e, count);
+            return s;
+        }
+    }
+    for (int i = 1; i < count; i++) /* stable insertion sort by step time, the refused ones last */
+        for (int j = i; j > 0; j--) {
+            const plan_sweep_entry *a = &e[j - 1], *b = &e[j];
+            if (!(b->ok && (!a->ok || b->result.step_time_s < a->result.step_time_s)))
+                break;
+            plan_sweep_entry tmp = e[j];
+            e[j] = e[j - 1], e[j - 1] = tmp;
+        }
+    *out = e, *n = count;
+    return USP_OK;
+}
+
+static void print_sweep(const plan_sweep_entry *e, int n)
+{
+    printf("\nU x R splits of the SP degree, fastest first:\n");
+    printf("  %4s %5s %5s %10s %10s %10s %10s %12s %6s %9s %5s\n", "rank", "U", "R", "step s", "compute s", "comm s",
+           "exposed s", "tokens/s", "MFU", "peak GB", "fits");
+    int place = 0;
+    for (int i = 0; i < n; i++) {
+        if (!e[i].ok)
+            continue;
+        const plan_result *r = &e[i].result;
+        printf("  %4d %5d %5d %10.4f %10.4f %10.4f %10.4f %12.0f %5.1f%% %9.2f %5s\n", ++place, e[i].ulysses,
+               e[i].ring, r->step_time_s, r->compute_time_s, r->comm_time_s, r->exposed_comm_s, r->tokens_per_s,
+               100 * r->mfu, (double)r->peak_bytes[r->peak_rank] / GB, r->fits ? "yes" : "no");
+    }
+    for (int i = 0; i < n; i++)
+        if (!e[i].ok)
+            printf("  U %d x R %d not possible: %s\n", e[i].ulysses, e[i].ring, e[i].why);
+}
+
+static usp_status run(const plan_options *o)
+{
+    usp_train_config c;
+    USP_CHECK(build_config(o, &c));
+    sim_config sc = sim_config_default(c.shape.world);
+    USP_CHECK(cluster_options_apply(o->topology, o->nodes, c.shape.world, &sc));
+    const sim_topology *t = &sc.cost.topology;
+    double wall = wall_now();
+    plan_result best = {0};
+    plan_sweep_entry *sweep = NULL;
+    int n_sweep = 0;
+    usp_status s;
+    if (o->sweep) {
+        s = plan_sweep(&c, &sc.cost, &sweep, &n_sweep);
+        if (s == USP_OK && !sweep[0].ok)
+            s = usp_error(USP_ERR_CONFIG, "--sweep: no U x R split of %d ranks runs: U %d x R %d: %s",
+                          c.shape.ulysses * c.shape.ring, sweep[0].ulysses, sweep[0].ring, sweep[0].why);
+        if (s == USP_OK)
+            best = sweep[0].result;
+    } else {
+        s = plan_run(&c, &sc.cost, &best);
+    }
+    wall = wall_now() - wall;
+    if (s == USP_OK && o->json) {
+        json_t *j = result_json(&best);
+        if (j) {
+            json_object_set_new(j, "summary", json_true());
+            json_object_set_new(j, "model", json_string(c.model.name));
+            json_object_set_new(j, "topology", json_string(t->name));
+            json_object_set_new(j, "nodes", json_integer(t->nodes));
+            json_object_set_new(j, "gpu", json_string(t->gpu.name));
+            json_object_set_new(j, "dtype", json_string(usp_dtype_name(sc.cost.dtype)));
+            json_object_set_new(j, "seq", json_integer(c.seq_len));
+            json_object_set_new(j, "batch", json_integer(c.batch));
+            json_object_set_new(j, "wall_s", json_real(wall));
+            if (o->sweep) {
+                json_t *list = json_array();
+                for (int i = 0; i < n_sweep; i++) {
+                    json_t *x = sweep[i].ok ? result_json(&sweep[i].result)
+                                            : json_pack("{s:i, s:i, s:s}", "ulysses", sweep[i].ulysses, "ring",
+                                                        sweep[i].ring, "error", sweep[i].why);
+                    json_array_append_new(list, x);
+                }
+                json_object_set_new(j, "sweep", list);
+            }
+        }
+        print_json(j);
+        json_decref(j);
+    } else if (s == USP_OK) {
+        printf("usp plan: model %s (%.3g B parameters), world %d = dp %d x ring %d x ulysses %d, seq %lld, batch %lld\n",
+               c.model.name, (double)usp_model_config_param_count(&c.model) / 1e9, c.shape.world, c.shape.dp,
+               best.shape.ring, best.shape.ulysses, (long long)c.seq_len, (long long)c.batch);
+        printf("cluster: %s, %d node%s of %d x %s (%.0f GB); compute modelled in %s, memory as the code allocates "
+               "it (fp32)\n", t->name, t->nodes, t->nodes > 1 ? "s" : "", t->gpus_per_node, t->gpu.name,
+               t->gpu.memory_bytes / GB, usp_dtype_name(sc.cost.dtype));
+        if (o->sweep) {
+            print_sweep(sweep, n_sweep);
+            printf("\nthe fastest, U %d x R %d:\n", best.shape.ulysses, best.shape.ring);
+        }
+        print_memory(&best);
+        print_time(&best);
+        printf("planned in %.2f s (one step on the meta backend%s)\n", wall, o->sweep ? " per split" : "");
+    }
+    plan_sweep_free(sweep, n_sweep);
+    if (!o->sweep)
+        plan_result_free(&best);
+    return s;
+}
+
+int cmd_plan(int argc, char **argv)
+{
+    plan_options o = {.model = "tiny", .data = "passkey", .world = 4, .ring = 1, .seq = 64};
+    const cli_option options[] = {
+        {"--model", CLI_STRING, &o.model, "NAME|FILE",
+         "tiny (default), gpt2-124m, llama-1b, llama-7b, llama-13b, or a Hugging Face config.json", 0, -1},
+        {"--world", CLI_INT, &o.world, "W", "ranks (simulated GPUs; default 4)", 1, 4096},
+        {"--ulysses", CLI_INT, &o.ulysses, "U", "Ulysses degree (default W/R)", 1, 4096},
+        {"--ring", CLI_INT, &o.ring, "R", "Ring degree (default 1); DP = W/(U*R)", 1, 4096},
+        {"--topology", CLI_STRING, &o.topology, "NAME|FILE",
+         "modelled cluster: dgx-h100 (default), dgx-h200, dgx-a100, pcie-gen4, pcie-gen5, or a JSON file", 0, -1},
+        {"--nodes", CLI_INT, &o.nodes, "K", "nodes of the topology (default: as many as --world needs)", 1, 100000},
+        {"--seq", CLI_INT, &o.seq, "N", "sequence length (default 64)", 2, 1 << 30},
+        {"--pad", CLI_FLAG, &o.pad, NULL, "pad a length that does not divide (padding is masked out of the loss)", 0, -1},
+        {"--batch", CLI_INT, &o.batch, "B", "global batch: sequences per step over all DP replicas (default DP)", 1, 1 << 20},
+        {"--data", CLI_STRING, &o.data, "SOURCE", "passkey (default), text:FILE, tokens:FILE, tokens32:FILE", 0, -1},
+        {"--sweep", CLI_FLAG, &o.sweep, NULL, "try every U x R split of the SP degree (U*R fixed) and rank them", 0, -1},
+        {"--json", CLI_FLAG, &o.json, NULL, "print one JSON summary object (fields in docs/planning.md)", 0, -1},
+        {0},
+    };
+    int help;
+    usp_status s = cli_parse("plan", argc, argv, 2, options, &help);
+    if (s != USP_OK)
+        return cli_fail("plan", s);
+    if (help) {
+        cli_print_help(stdout, "usp plan [options]",
+                       "Runs ONE training step of the real code on the meta backend (shapes only, nothing\n"
+                       "allocated or computed) in the simulator, and prints: memory per rank by category at the\n"
+                       "peak against the GPU's capacity, the modelled time per step split into compute,\n"
+                       "communication and exposed communication, tokens/s and MFU; --sweep ranks the U x R splits.\n"
+                       "The memory is what the code allocates today: everything in fp32, no bf16 storage, ZeRO,\n"
+                       "activation checkpointing or tiled MLP/loss (not implemented yet; the plan does not fake\n"
+                       "them). Compute is modelled in bf16 on the topology's GPUs. See docs/planning.md.",
+                       options);
+        return 0;
+    }
+    s = run(&o);
+    return s != USP_OK ? cli_fail("plan", s) : 0;
+}
