@@ -11,7 +11,9 @@
  *   over the ranks. core/ops.c derives them from shapes (GEMM 2mnk; causal
  *   flash attention 4 D per visible query-key pair forward, 2.5x that backward;
  *   a few flops per element for norms, activations, loss, AdamW). They are read
- *   back from the simulator's trace, which keeps one compute span per op.
+ *   back from the simulator's trace, which keeps one compute span per op, and
+ *   checked against a closed form of the GEMM and attention FLOPs of the model
+ *   (a mismatch fails the run: the --quick smoke test guards the counting).
  * - "6P+attn": the convention of llm.c and nanoGPT (PaLM, appendix B):
  *   6 P per token for the weights (P every parameter, a tied embedding once)
  *   plus 12 L C N per token for the attention scores and values at sequence
@@ -23,7 +25,8 @@
  * steps: the time from the record of step 1 to that of step 1 + K. Setup (weight
  * initialisation, the first touch of every buffer) and the warm-up fall outside
  * the window. With W = 4 the four ranks take turns on the same cores, so the
- * wall time of a step is the work of all four: FLOP/s are summed over ranks. */
+ * wall time of a step is the work of all four: FLOP/s are summed over ranks.
+ * Threads: OMP_NUM_THREADS; OMP_WAIT_POLICY is printed with the figures. */
 #include <cblas.h>
 #include <jansson.h>
 #include <math.h>
@@ -106,7 +109,8 @@ static void usage(FILE *f)
             "  gpt2-124m-b4-n1024-w1, gpt2-124m-b4-n1024-w4 (--quick: tiny-n1024-w1, -w4).\n"
             "\n"
             "JSON fields, per configuration: bench (\"train\"), id, model, seq, batch, world,\n"
-            "  ulysses, ring, threads, params, tokens_per_step, warmup_steps, timed_steps,\n"
+            "  ulysses, ring, threads, wait_policy (OMP_WAIT_POLICY or \"default\"), params,\n"
+            "  tokens_per_step, warmup_steps, timed_steps,\n"
             "  step_s (wall seconds per step), tokens_per_s, sim_step_s (modelled seconds per\n"
             "  step on the default cluster), ops_flops_per_step, ops_gemm_share and\n"
             "  ops_attention_share (fractions of ops_flops_per_step), conv_flops_per_step\n"
@@ -296,12 +300,21 @@ static usp_status run_config(const bench_config *bc, int timed, bench_result *r)
 
 /* ---- output ------------------------------------------------------------------ */
 
+/* OMP_WAIT_POLICY as the run saw it: idle OpenMP threads spin (the default) or
+ * sleep (passive); on a shared, oversubscribed machine this alone moves a step
+ * several-fold, so every figure is printed with it. */
+static const char *wait_policy(void)
+{
+    const char *p = getenv("OMP_WAIT_POLICY");
+    return p && *p ? p : "default";
+}
+
 static void print_header(void)
 {
-    printf("training step on the sim backend (cpu, passkey data), %d threads; warm-up 1 step, then the timed "
-           "steps\n", omp_get_max_threads());
-    printf("ops = FLOPs the ops reported (causal attention counted as run); 6P+attn = (6 P + 12 L C N) per token "
-           "(llm.c/PaLM, non-causal)\n");
+    printf("training step on the sim backend (cpu, passkey data), %d threads, OMP_WAIT_POLICY %s; warm-up 1 step, "
+           "then the timed steps\n", omp_get_max_threads(), wait_policy());
+    printf("ops = FLOPs the ops reported (causal; attention backward = 2.5 x forward); 6P+attn = (6 P + 12 L C N) "
+           "per token (llm.c/PaLM, non-causal)\n");
     printf("sgemm: OpenBLAS %d^3, best of the calls just before and after each row; target ops/sgemm >= 0.40\n\n",
            SGEMM_N);
     printf("%-22s %5s %8s %9s %9s %5s %5s %8s %8s %8s %6s %6s %9s %9s\n", "config", "steps", "step s", "tokens/s",
@@ -313,11 +326,13 @@ static void print_row(const bench_config *bc, const bench_result *r, int json)
     const double tokens = (double)bc->batch * (double)bc->seq;
     const double ops_gf = r->ops_flops / r->step_s / 1e9, conv_gf = r->conv_flops / r->step_s / 1e9;
     if (json) {
-        json_t *j = json_pack("{s:s, s:s, s:s, s:I, s:I, s:i, s:i, s:i, s:i, s:I, s:f, s:i, s:I}", "bench", "train",
+        json_t *j = json_pack("{s:s, s:s, s:s, s:I, s:I, s:i, s:i, s:i, s:i, s:I, s:I, s:i, s:I}", "bench", "train",
                               "id", bc->id, "model", bc->model, "seq", (json_int_t)bc->seq, "batch",
                               (json_int_t)bc->batch, "world", bc->world, "ulysses", bc->ulysses, "ring", 1,
                               "threads", omp_get_max_threads(), "params", (json_int_t)r->params, "tokens_per_step",
-                              tokens, "warmup_steps", 1, "timed_steps", (json_int_t)r->timed);
+                              (json_int_t)(bc->batch * bc->seq), "warmup_steps", 1, "timed_steps",
+                              (json_int_t)r->timed);
+        json_object_set_new(j, "wait_policy", json_string(wait_policy()));
         json_object_set_new(j, "step_s", json_real(r->step_s));
         json_object_set_new(j, "tokens_per_s", json_real(tokens / r->step_s));
         json_object_set_new(j, "sim_step_s", json_real(r->sim_step_s));
@@ -359,7 +374,8 @@ static int parse_options(int argc, char **argv, bench_opts *o)
             return 0;
         } else if (!strcmp(a, "--only") || !strcmp(a, "--timed")) {
             if (i + 1 >= argc) {
-                fprintf(stderr, "train: %s needs a value (%s)\n", a, !strcmp(a, "--only") ? "--only gpt2" : "--timed 3");
+                fprintf(stderr, "train: %s needs a value (e.g. %s)\n", a,
+                        !strcmp(a, "--only") ? "--only gpt2" : "--timed 3");
                 return 2;
             }
             const char *v = argv[++i];
@@ -391,7 +407,8 @@ int main(int argc, char **argv)
     if (code >= 0)
         return code;
     const bench_config *configs = o.quick ? quick_configs : full_configs;
-    const size_t n = o.quick ? sizeof quick_configs / sizeof *quick_configs : sizeof full_configs / sizeof *full_configs;
+    const size_t n = o.quick ? sizeof quick_configs / sizeof *quick_configs
+                             : sizeof full_configs / sizeof *full_configs;
     size_t selected = 0;
     for (size_t i = 0; i < n; i++)
         selected += !o.only || strstr(configs[i].id, o.only) != NULL;

@@ -6,6 +6,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/deps.sh
 jobs=$(nproc)
+# ctest runs $jobs tests at once, each with its own OpenMP pool: idle pools that
+# spin would take the cores the others need (ARCHITECTURE.md, threads and cores).
+export OMP_WAIT_POLICY=passive
 
 echo "== build and test (RelWithDebInfo)"
 cmake -S . -B build/test -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null

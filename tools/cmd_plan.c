@@ -134,6 +134,18 @@ static double wall_now(void)
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
+/* `bytes` in decimal GB, MB or kB, whichever reads best ("1.23 GB"). */
+static const char *fmt_bytes(char *buf, size_t size, double bytes)
+{
+    if (bytes >= 1e9)
+        snprintf(buf, size, "%.2f GB", bytes / 1e9);
+    else if (bytes >= 1e6)
+        snprintf(buf, size, "%.2f MB", bytes / 1e6);
+    else
+        snprintf(buf, size, "%.2f kB", bytes / 1e3);
+    return buf;
+}
+
 /* "activations 61%, gradients 20%": the categories that make up most of the peak. */
 static void print_dominant(const plan_result *r, size_t total)
 {
@@ -150,17 +162,18 @@ static void print_memory(const plan_result *r)
     size_t total = r->peak_bytes[r->peak_rank], least = total;
     for (int i = 0; i < W; i++)
         least = r->peak_bytes[i] < least ? r->peak_bytes[i] : least;
-    printf("\nmemory at the peak, rank %d (the largest of %d; the smallest is %.2f GB):\n", r->peak_rank, W,
-           (double)least / GB);
+    char a[32], b[32];
+    printf("\nmemory at the peak, rank %d (the largest of %d; the smallest is %s):\n", r->peak_rank, W,
+           fmt_bytes(a, sizeof a, (double)least));
     for (int i = 0; i < r->n_categories; i++)
-        printf("  %-22s %10.2f GB  %5.1f%%\n", r->category[i], (double)r->category_bytes[i] / GB,
+        printf("  %-22s %13s  %5.1f%%\n", r->category[i], fmt_bytes(a, sizeof a, (double)r->category_bytes[i]),
                total ? 100.0 * (double)r->category_bytes[i] / (double)total : 0.0);
-    printf("  %-22s %10.2f GB\n", "total", (double)total / GB);
+    printf("  %-22s %13s\n", "total", fmt_bytes(a, sizeof a, (double)total));
     if (r->fits) {
-        printf("fits: %.2f GB of %.0f\n", (double)total / GB, r->capacity_bytes / GB);
+        printf("fits: %s of %.0f GB\n", fmt_bytes(b, sizeof b, (double)total), r->capacity_bytes / GB);
         return;
     }
-    printf("does not fit: needs %.2f GB of %.0f (", (double)total / GB, r->capacity_bytes / GB);
+    printf("does not fit: needs %s of %.0f GB (", fmt_bytes(b, sizeof b, (double)total), r->capacity_bytes / GB);
     print_dominant(r, total);
     printf(").\n  The code keeps everything in fp32 and has no bf16 storage, ZeRO, activation checkpointing\n"
            "  or tiled MLP/loss yet, so the plan is what it allocates today (docs/planning.md).\n");
@@ -257,16 +270,17 @@ usp_status plan_sweep(const usp_train_config *train, const sim_cost_model *cost,
 static void print_sweep(const plan_sweep_entry *e, int n)
 {
     printf("\nU x R splits of the SP degree, fastest first:\n");
-    printf("  %4s %5s %5s %10s %10s %10s %10s %12s %6s %9s %5s\n", "rank", "U", "R", "step s", "compute s", "comm s",
-           "exposed s", "tokens/s", "MFU", "peak GB", "fits");
+    printf("  %4s %5s %5s %10s %10s %10s %10s %12s %6s %12s %5s\n", "rank", "U", "R", "step s", "compute s", "comm s",
+           "exposed s", "tokens/s", "MFU", "peak", "fits");
     int place = 0;
     for (int i = 0; i < n; i++) {
         if (!e[i].ok)
             continue;
         const plan_result *r = &e[i].result;
-        printf("  %4d %5d %5d %10.4f %10.4f %10.4f %10.4f %12.0f %5.1f%% %9.2f %5s\n", ++place, e[i].ulysses,
+        char peak[32];
+        printf("  %4d %5d %5d %10.4f %10.4f %10.4f %10.4f %12.0f %5.1f%% %12s %5s\n", ++place, e[i].ulysses,
                e[i].ring, r->step_time_s, r->compute_time_s, r->comm_time_s, r->exposed_comm_s, r->tokens_per_s,
-               100 * r->mfu, (double)r->peak_bytes[r->peak_rank] / GB, r->fits ? "yes" : "no");
+               100 * r->mfu, fmt_bytes(peak, sizeof peak, (double)r->peak_bytes[r->peak_rank]), r->fits ? "yes" : "no");
     }
     for (int i = 0; i < n; i++)
         if (!e[i].ok)
@@ -322,8 +336,9 @@ static usp_status run(const plan_options *o)
         print_json(j);
         json_decref(j);
     } else if (s == USP_OK) {
-        printf("usp plan: model %s (%.3g B parameters), world %d = dp %d x ring %d x ulysses %d, seq %lld, batch %lld\n",
-               c.model.name, (double)usp_model_config_param_count(&c.model) / 1e9, c.shape.world, c.shape.dp,
+        double params = (double)usp_model_config_param_count(&c.model);
+        printf("usp plan: model %s (%.3g %s parameters), world %d = dp %d x ring %d x ulysses %d, seq %lld, batch %lld\n",
+               c.model.name, params >= 1e9 ? params / 1e9 : params / 1e6, params >= 1e9 ? "B" : "M", c.shape.world, c.shape.dp,
                best.shape.ring, best.shape.ulysses, (long long)c.seq_len, (long long)c.batch);
         printf("cluster: %s, %d node%s of %d x %s (%.0f GB); compute modelled in %s, memory as the code allocates "
                "it (fp32)\n", t->name, t->nodes, t->nodes > 1 ? "s" : "", t->gpus_per_node, t->gpu.name,

@@ -5,9 +5,11 @@
  * trace only when one of them asks: a trace keeps every call and compute op
  * of every step. */
 #include <jansson.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "backends/meta/meta_backend.h"
 #include "core/train.h"
 #include "sim/world.h"
 #include "tools/cli.h"
@@ -20,7 +22,7 @@
 
 typedef struct train_options {
     const char *backend, *model, *data, *save, *resume, *attention, *trace, *dot, *topology;
-    int world, ulysses, ring, pad, json, nodes;
+    int world, ulysses, ring, pad, json, nodes, meta;
     int seq, batch, steps, until, warmup, log_every, eval_samples, seed;
     double lr;
     cli_list inject;
@@ -65,7 +67,8 @@ static void print_summary(const usp_train_config *c, const usp_train_result *r, 
                           const sim_topology *cluster)
 {
     if (c->json) {
-        json_t *j = json_pack("{s:b, s:f, s:f, s:f, s:f, s:I}", "summary", 1, "loss", r->loss, "tokens_per_s",
+        json_t *j = json_pack("{s:b, s:o, s:f, s:f, s:f, s:I}", "summary", 1, "loss", /* --meta: NaN, null */
+                              isfinite(r->loss) ? json_real(r->loss) : json_null(), "tokens_per_s",
                               r->tokens_per_s, "wall_s", r->wall_s, "sim_time_s", r->sim_time_s, "steps",
                               (json_int_t)r->steps_done);
         json_t *peaks = json_array();
@@ -178,6 +181,8 @@ static usp_status run(const char *command, const train_options *o, int *exit_cod
     for (int i = 0; i < o->inject.n; i++)
         USP_CHECK(sim_fault_parse(o->inject.items[i], &faults[i]));
     sim_config sc = sim_config_default(c.shape.world);
+    if (o->meta) /* shapes only: docs/planning.md */
+        sc.make_backend = usp_backend_meta_create;
     sc.faults = faults, sc.n_faults = o->inject.n, sc.trace = o->trace != NULL || o->dot != NULL;
     USP_CHECK(cluster_options_apply(o->topology, o->nodes, c.shape.world, &sc));
     if (!c.json)
@@ -239,6 +244,7 @@ int cmd_train(int argc, char **argv)
         {"--dot", CLI_STRING, &o.dot, "FILE",
          "picture (.dot, .svg, .png, .pdf): the wait-for graph of a deadlock/mismatch, else the traffic map", 0, -1},
         {"--json", CLI_FLAG, &o.json, NULL, "one JSON object per line: per-step records, then a summary", 0, -1},
+        {"--meta", CLI_FLAG, &o.meta, NULL, "run on shapes only (meta backend): modelled time and memory, no loss", 0, -1},
         {0},
     };
     int help;

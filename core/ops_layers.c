@@ -1,0 +1,348 @@
+/* Wrappers of the transformer layer ops (core/ops.h): embedding, norms,
+ * activations, rotary embeddings, cross-entropy, AdamW and the small
+ * reductions of a training step. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/ops_internal.h"
+
+/* ---- Transformer layer ops. Checks first (shapes, then every buffer lies inside
+ * one live allocation, which turns an off-by-a-row in model code into a message
+ * instead of heap corruption), then the cost, then the slot. Costs count a
+ * transcendental (exp, tanh, sqrt, cos) as one flop and bytes as one pass over
+ * each operand, what a fused GPU kernel moves; n = 0 costs nothing. */
+
+_Static_assert(sizeof(float) == 4 && sizeof(int32_t) == 4, "layer-op buffers are counted in 4-byte elements");
+
+/* A layer slot may be NULL only on a backend without numerics: there the op is its cost. */
+static usp_status missing_slot(const usp_backend_t *be, const char *op)
+{
+    if (!be->iface->has_numerics)
+        return USP_OK;
+    return usp_error(USP_ERR_RUNTIME, "the %s backend has no %s op: its usp_backend_i leaves that slot NULL",
+                     be->iface->name, op);
+}
+
+#define LAYER_CALL(slot, ...) \
+    (be->iface->slot ? be->iface->slot(be->context, __VA_ARGS__) : missing_slot(be, #slot))
+
+/* n rows of `dim` = C elements: n >= 0, C >= 1. */
+static usp_status check_rows(const char *op, const char *dim, int64_t n, int64_t C)
+{
+    if (n < 0 || C < 1)
+        return usp_error(USP_ERR_CONFIG, "%s: n = %lld rows of %s = %lld: n must be >= 0 and %s >= 1", op,
+                         (long long)n, dim, (long long)C, dim);
+    return USP_OK;
+}
+
+/* `count` 4-byte elements at ptr lie inside one live buffer of this backend (ptr may be NULL when optional). */
+static usp_status check_buffer(const usp_backend_t *be, const char *op, const char *name, const void *ptr,
+                               int64_t count, int optional)
+{
+    if (!ptr)
+        return optional ? USP_OK
+                        : usp_error(USP_ERR_RUNTIME, "%s: %s is NULL; it needs a buffer of %lld elements", op, name,
+                                    (long long)count);
+    if (!usp_backend_owns(be, ptr, (size_t)count * 4))
+        return usp_error(USP_ERR_RUNTIME,
+                         "%s: %s (%p, %lld elements) does not lie inside one buffer of this %s backend; pass "
+                         "memory from usp_buffer_alloc with room for %lld elements from that address",
+                         op, name, ptr, (long long)count, be->iface->name, (long long)count);
+    return USP_OK;
+}
+
+#define NEED(ptr, count) USP_CHECK(check_buffer(be, op, #ptr, ptr, count, 0))
+#define MAYBE(ptr, count) USP_CHECK(check_buffer(be, op, #ptr, ptr, count, 1))
+
+/* n elements: n >= 0. */
+static usp_status check_count(const char *op, int64_t n)
+{
+    if (n < 0)
+        return usp_error(USP_ERR_CONFIG, "%s: n = %lld elements; it must be >= 0", op, (long long)n);
+    return USP_OK;
+}
+
+static usp_status check_eps(const char *op, float eps)
+{
+    if (!(eps >= 0.0f) || isinf(eps))
+        return usp_error(USP_ERR_CONFIG, "%s: eps = %g; it must be a finite value >= 0 (1e-5 is usual)", op,
+                         (double)eps);
+    return USP_OK;
+}
+
+usp_status usp_embedding_forward(usp_backend_t *be, float *out, const int32_t *tokens, const int32_t *positions,
+                                 const float *wte, const float *wpe, int64_t n, int64_t C, usp_stream_t *stream)
+{
+    const char *op = "embedding_forward";
+    USP_CHECK(check_rows(op, "C", n, C));
+    if (n == 0)
+        return USP_OK;
+    NEED(out, n * C); NEED(tokens, n); NEED(wte, C); MAYBE(wpe, C);
+    if (wpe)
+        NEED(positions, n);
+    /* per table: read n ids and n rows; one add per element when there are two tables; write out */
+    double tables = wpe ? 2.0 : 1.0, nc = (double)n * (double)C;
+    ops_report_cost(be, op, (tables - 1.0) * nc, 4.0 * (tables * (nc + (double)n) + nc));
+    return LAYER_CALL(embedding_forward, out, tokens, positions, wte, wpe, n, C, stream);
+}
+
+usp_status usp_embedding_backward(usp_backend_t *be, float *dwte, float *dwpe, const float *dout,
+                                  const int32_t *tokens, const int32_t *positions, int64_t n, int64_t C,
+                                  usp_stream_t *stream)
+{
+    const char *op = "embedding_backward";
+    USP_CHECK(check_rows(op, "C", n, C));
+    if (n == 0)
+        return USP_OK;
+    NEED(dwte, C); MAYBE(dwpe, C); NEED(dout, n * C); NEED(tokens, n);
+    if (dwpe)
+        NEED(positions, n);
+    /* read dout once; per table: n ids, read-add-write n rows */
+    double tables = dwpe ? 2.0 : 1.0, nc = (double)n * (double)C;
+    ops_report_cost(be, op, tables * nc, 4.0 * (nc + tables * ((double)n + 2.0 * nc)));
+    return LAYER_CALL(embedding_backward, dwte, dwpe, dout, tokens, positions, n, C, stream);
+}
+
+usp_status usp_layernorm_forward(usp_backend_t *be, float *out, float *mean, float *rstd, const float *inp,
+                                 const float *weight, const float *bias, int64_t n, int64_t C, float eps,
+                                 usp_stream_t *stream)
+{
+    const char *op = "layernorm_forward";
+    USP_CHECK(check_rows(op, "C", n, C));
+    USP_CHECK(check_eps(op, eps));
+    if (n == 0)
+        return USP_OK;
+    NEED(out, n * C); MAYBE(mean, n); MAYBE(rstd, n); NEED(inp, n * C); NEED(weight, C); MAYBE(bias, C);
+    /* per element: mean 1, variance 3 (sub, mul, add), output 4 (sub, mul, mul, add) */
+    double nc = (double)n * (double)C;
+    ops_report_cost(be, op, 8.0 * nc, 4.0 * (2.0 * nc + 2.0 * (double)C + 2.0 * (double)n));
+    return LAYER_CALL(layernorm_forward, out, mean, rstd, inp, weight, bias, n, C, eps, stream);
+}
+
+usp_status usp_layernorm_backward(usp_backend_t *be, float *dinp, float *dweight, float *dbias, const float *dout,
+                                  const float *inp, const float *weight, const float *mean, const float *rstd,
+                                  int64_t n, int64_t C, usp_stream_t *stream)
+{
+    const char *op = "layernorm_backward";
+    USP_CHECK(check_rows(op, "C", n, C));
+    if (n == 0)
+        return USP_OK;
+    NEED(dinp, n * C); NEED(dweight, C); MAYBE(dbias, C); NEED(dout, n * C); NEED(inp, n * C); NEED(weight, C);
+    NEED(mean, n); NEED(rstd, n);
+    /* per element: xh 2, g 1, two row sums 3, dx 5 (sub, mul, sub, mul, add), dw 2, db 1;
+     * read dout, inp, dinp, write dinp; weight, dweight and dbias (read and write); mean, rstd */
+    double nc = (double)n * (double)C;
+    ops_report_cost(be, op, 14.0 * nc, 4.0 * (4.0 * nc + 5.0 * (double)C + 2.0 * (double)n));
+    return LAYER_CALL(layernorm_backward, dinp, dweight, dbias, dout, inp, weight, mean, rstd, n, C, stream);
+}
+
+usp_status usp_rmsnorm_forward(usp_backend_t *be, float *out, float *rstd, const float *inp, const float *weight,
+                               int64_t n, int64_t C, float eps, usp_stream_t *stream)
+{
+    const char *op = "rmsnorm_forward";
+    USP_CHECK(check_rows(op, "C", n, C));
+    USP_CHECK(check_eps(op, eps));
+    if (n == 0)
+        return USP_OK;
+    NEED(out, n * C); MAYBE(rstd, n); NEED(inp, n * C); NEED(weight, C);
+    /* per element: square and add 2, output 2 multiplies */
+    double nc = (double)n * (double)C;
+    ops_report_cost(be, op, 4.0 * nc, 4.0 * (2.0 * nc + (double)C + (double)n));
+    return LAYER_CALL(rmsnorm_forward, out, rstd, inp, weight, n, C, eps, stream);
+}
+
+usp_status usp_rmsnorm_backward(usp_backend_t *be, float *dinp, float *dweight, const float *dout, const float *inp,
+                                const float *weight, const float *rstd, int64_t n, int64_t C, usp_stream_t *stream)
+{
+    const char *op = "rmsnorm_backward";
+    USP_CHECK(check_rows(op, "C", n, C));
+    if (n == 0)
+        return USP_OK;
+    NEED(dinp, n * C); NEED(dweight, C); NEED(dout, n * C); NEED(inp, n * C); NEED(weight, C); NEED(rstd, n);
+    /* per element: row sum 3, dx 5 (mul, mul, mul, sub, add), dw 3; read dout, inp, dinp, write dinp */
+    double nc = (double)n * (double)C;
+    ops_report_cost(be, op, 11.0 * nc, 4.0 * (4.0 * nc + 3.0 * (double)C + (double)n));
+    return LAYER_CALL(rmsnorm_backward, dinp, dweight, dout, inp, weight, rstd, n, C, stream);
+}
+
+usp_status usp_gelu_tanh_forward(usp_backend_t *be, float *out, const float *inp, int64_t n, usp_stream_t *stream)
+{
+    const char *op = "gelu_tanh_forward";
+    USP_CHECK(check_count(op, n));
+    if (n == 0)
+        return USP_OK;
+    NEED(out, n); NEED(inp, n);
+    /* x^3 2, polynomial 2, scale 1, tanh 1, 1 + t 1, two multiplies 2 */
+    ops_report_cost(be, op, 9.0 * (double)n, 8.0 * (double)n);
+    return LAYER_CALL(gelu_tanh_forward, out, inp, n, stream);
+}
+
+usp_status usp_gelu_tanh_backward(usp_backend_t *be, float *dinp, const float *inp, const float *dout, int64_t n,
+                                  usp_stream_t *stream)
+{
+    const char *op = "gelu_tanh_backward";
+    USP_CHECK(check_count(op, n));
+    if (n == 0)
+        return USP_OK;
+    NEED(dinp, n); NEED(inp, n); NEED(dout, n);
+    /* tanh(u) as forward 6, (1 + t)/2 2, 1 - t^2 2, the polynomial 4, products 5 */
+    ops_report_cost(be, op, 19.0 * (double)n, 12.0 * (double)n);
+    return LAYER_CALL(gelu_tanh_backward, dinp, inp, dout, n, stream);
+}
+
+usp_status usp_swiglu_forward(usp_backend_t *be, float *out, const float *gate, const float *up, int64_t n,
+                              usp_stream_t *stream)
+{
+    const char *op = "swiglu_forward";
+    USP_CHECK(check_count(op, n));
+    if (n == 0)
+        return USP_OK;
+    NEED(out, n); NEED(gate, n); NEED(up, n);
+    /* sigmoid 4 (neg, exp, add, div), two multiplies */
+    ops_report_cost(be, op, 6.0 * (double)n, 12.0 * (double)n);
+    return LAYER_CALL(swiglu_forward, out, gate, up, n, stream);
+}
+
+usp_status usp_swiglu_backward(usp_backend_t *be, float *dgate, float *dup, const float *gate, const float *up,
+                               const float *dout, int64_t n, usp_stream_t *stream)
+{
+    const char *op = "swiglu_backward";
+    USP_CHECK(check_count(op, n));
+    if (n == 0)
+        return USP_OK;
+    NEED(dgate, n); NEED(dup, n); NEED(gate, n); NEED(up, n); NEED(dout, n);
+    /* sigmoid 4, dgate 6 (sub, mul, add, three products), dup 2; read 3 arrays, write 2 */
+    ops_report_cost(be, op, 12.0 * (double)n, 20.0 * (double)n);
+    return LAYER_CALL(swiglu_backward, dgate, dup, gate, up, dout, n, stream);
+}
+
+static usp_status rope_checks(const usp_backend_t *be, const char *op, const float *x, const int32_t *positions,
+                              int64_t n, int64_t H, int64_t D, float theta)
+{
+    if (n < 0 || H < 1 || D < 2 || D % 2 != 0)
+        return usp_error(USP_ERR_CONFIG,
+                         "%s: x [n = %lld, H = %lld, D = %lld]: n must be >= 0, H >= 1 and the head dimension D "
+                         "even and >= 2 (dims i and i + D/2 form a rotation pair)",
+                         op, (long long)n, (long long)H, (long long)D);
+    if (!(theta > 0.0f) || isinf(theta))
+        return usp_error(USP_ERR_CONFIG, "%s: rope theta = %g; it must be finite and > 0 (10000 is usual)", op,
+                         (double)theta);
+    if (n == 0)
+        return USP_OK;
+    NEED(x, n * H * D); NEED(positions, n);
+    return USP_OK;
+}
+
+/* One rotation per pair: 4 multiplies, 2 adds; per row and pair one angle (multiply, cos, sin) for all heads. */
+static void rope_cost(usp_backend_t *be, const char *op, int64_t n, int64_t H, int64_t D)
+{
+    double elems = (double)n * (double)H * (double)D;
+    ops_report_cost(be, op, 3.0 * elems + 1.5 * (double)n * (double)D, 4.0 * (2.0 * elems + (double)n));
+}
+
+usp_status usp_rope_forward(usp_backend_t *be, float *x, const int32_t *positions, int64_t n, int64_t H, int64_t D,
+                            float theta, usp_stream_t *stream)
+{
+    USP_CHECK(rope_checks(be, "rope_forward", x, positions, n, H, D, theta));
+    if (n == 0)
+        return USP_OK;
+    rope_cost(be, "rope_forward", n, H, D);
+    return LAYER_CALL(rope_forward, x, positions, n, H, D, theta, stream);
+}
+
+usp_status usp_rope_backward(usp_backend_t *be, float *dx, const int32_t *positions, int64_t n, int64_t H,
+                             int64_t D, float theta, usp_stream_t *stream)
+{
+    USP_CHECK(rope_checks(be, "rope_backward", dx, positions, n, H, D, theta));
+    if (n == 0)
+        return USP_OK;
+    rope_cost(be, "rope_backward", n, H, D);
+    return LAYER_CALL(rope_backward, dx, positions, n, H, D, theta, stream);
+}
+
+usp_status usp_cross_entropy(usp_backend_t *be, float *losses, float *dlogits, const float *logits,
+                             const int32_t *targets, int64_t n, int64_t V, float grad_scale, usp_stream_t *stream)
+{
+    const char *op = "cross_entropy";
+    USP_CHECK(check_rows(op, "V", n, V));
+    if (n == 0)
+        return USP_OK;
+    MAYBE(losses, n); MAYBE(dlogits, n * V); NEED(logits, n * V); NEED(targets, n);
+    /* per logit: max 1, exp(z - m) 2, sum 1, and with the gradient a scale 1; read logits once,
+     * write dlogits; targets and losses */
+    double nv = (double)n * (double)V, grad = dlogits ? 1.0 : 0.0;
+    ops_report_cost(be, op, (4.0 + grad) * nv, 4.0 * ((1.0 + grad) * nv + 2.0 * (double)n));
+    return LAYER_CALL(cross_entropy, losses, dlogits, logits, targets, n, V, grad_scale, stream);
+}
+
+usp_status usp_adamw_step(usp_backend_t *be, float *params, const float *grads, float *m, float *v, int64_t n,
+                          float lr, float beta1, float beta2, float eps, float weight_decay, int64_t t,
+                          usp_stream_t *stream)
+{
+    const char *op = "adamw_step";
+    USP_CHECK(check_count(op, n));
+    if (t < 1 || !(beta1 >= 0.0f && beta1 < 1.0f) || !(beta2 >= 0.0f && beta2 < 1.0f) || !(eps >= 0.0f) ||
+        !(lr >= 0.0f) || isinf(lr) || !(weight_decay >= 0.0f) || isinf(weight_decay) || isinf(eps))
+        return usp_error(USP_ERR_CONFIG,
+                         "%s: step t = %lld, lr = %g, beta1 = %g, beta2 = %g, eps = %g, weight_decay = %g: t counts "
+                         "from 1, betas lie in [0, 1) and lr, eps, weight_decay are finite and >= 0 (e.g. t = 1, "
+                         "lr = 3e-4, betas 0.9 and 0.95, eps = 1e-8, weight_decay = 0.1)",
+                         op, (long long)t, (double)lr, (double)beta1, (double)beta2, (double)eps,
+                         (double)weight_decay);
+    if (n == 0)
+        return USP_OK;
+    NEED(params, n); NEED(grads, n); NEED(m, n); NEED(v, n);
+    /* m 3, v 4, bias corrections 2, sqrt 1, + eps 1, divide 1, decay 2, lr and update 2;
+     * read params, grads, m, v, write params, m, v */
+    ops_report_cost(be, op, 16.0 * (double)n, 28.0 * (double)n);
+    return LAYER_CALL(adamw_step, params, grads, m, v, n, lr, beta1, beta2, eps, weight_decay, t, stream);
+}
+
+usp_status usp_sum_squares(usp_backend_t *be, double *out, const float *x, int64_t n, usp_stream_t *stream)
+{
+    const char *op = "sum_squares";
+    USP_CHECK(check_count(op, n));
+    *out = 0.0;
+    if (n == 0)
+        return USP_OK;
+    NEED(x, n);
+    ops_report_cost(be, op, 2.0 * (double)n, 4.0 * (double)n);
+    return LAYER_CALL(sum_squares, out, x, n, stream);
+}
+
+usp_status usp_scale(usp_backend_t *be, float *x, float s, int64_t n, usp_stream_t *stream)
+{
+    const char *op = "scale";
+    USP_CHECK(check_count(op, n));
+    if (n == 0)
+        return USP_OK;
+    NEED(x, n);
+    ops_report_cost(be, op, (double)n, 8.0 * (double)n);
+    return LAYER_CALL(scale, x, s, n, stream);
+}
+
+usp_status usp_add_bias(usp_backend_t *be, float *x, const float *bias, int64_t n, int64_t C, usp_stream_t *stream)
+{
+    const char *op = "add_bias";
+    USP_CHECK(check_rows(op, "C", n, C));
+    if (n == 0)
+        return USP_OK;
+    NEED(x, n * C); NEED(bias, C);
+    double nc = (double)n * (double)C;
+    ops_report_cost(be, op, nc, 4.0 * (2.0 * nc + (double)C));
+    return LAYER_CALL(add_bias, x, bias, n, C, stream);
+}
+
+usp_status usp_bias_backward(usp_backend_t *be, float *dbias, const float *dout, int64_t n, int64_t C,
+                             usp_stream_t *stream)
+{
+    const char *op = "bias_backward";
+    USP_CHECK(check_rows(op, "C", n, C));
+    if (n == 0)
+        return USP_OK;
+    NEED(dbias, C); NEED(dout, n * C);
+    double nc = (double)n * (double)C;
+    ops_report_cost(be, op, nc, 4.0 * (nc + 2.0 * (double)C));
+    return LAYER_CALL(bias_backward, dbias, dout, n, C, stream);
+}
