@@ -23,7 +23,9 @@ struct ulysses_attention {
     ring_attention *ring;      /* hybrid only */
     /* kept from forward for backward: this rank's heads over the group's tokens */
     float *q_all, *k_all, *v_all, *o_all, *lse; /* [B, NU, h, D] ([B, h, NU] for lse) */
-    float *send, *recv;        /* all-to-all buffers */
+    float *send, *recv;        /* all-to-all buffers, held during one forward or backward call only,
+                                  so that one pair, not one per layer, is live at a time */
+    int64_t exchange_elems;    /* their size */
     size_t *counts;            /* [4][U]: send counts, send offsets, recv counts, recv offsets */
 };
 
@@ -103,9 +105,7 @@ usp_status ulysses_attention_create(const ulysses_attention_config *c, ulysses_a
         most = a->q_heads.count[j] > most ? a->q_heads.count[j] : most;
         most = a->kv_heads.count[j] > most ? a->kv_heads.count[j] : most;
     }
-    int64_t buffer = B * a->T * D * most * a->U;
-    USP_CHECK_GOTO(alloc(a, &a->send, buffer, "comm"), s, fail);
-    USP_CHECK_GOTO(alloc(a, &a->recv, buffer, "comm"), s, fail);
+    a->exchange_elems = B * a->T * D * most * a->U;
     USP_CHECK_GOTO(usp_calloc((void **)&a->counts, 4 * (size_t)a->U, sizeof *a->counts, "all-to-all counts"), s, fail);
     if (R > 1) {
         usp_seq_layout ring_layout;
@@ -127,7 +127,7 @@ void ulysses_attention_destroy(ulysses_attention *a)
     if (!a)
         return;
     usp_backend_t *be = a->c.backend;
-    float *buffers[] = {a->q_all, a->k_all, a->v_all, a->o_all, a->lse, a->send, a->recv};
+    float *buffers[] = {a->q_all, a->k_all, a->v_all, a->o_all, a->lse};
     for (size_t i = 0; i < sizeof buffers / sizeof *buffers; i++)
         usp_buffer_free(be, buffers[i]);
     ring_attention_destroy(a->ring);
@@ -210,8 +210,25 @@ static usp_attention_shape local_shape(const ulysses_attention *a)
                                  .head_dim = a->c.head_dim, .causal = a->c.causal, .scale = a->c.scale};
 }
 
-usp_status ulysses_attention_forward(ulysses_attention *a, const float *q, const float *k, const float *v,
-                                     float *o)
+static usp_status hold_exchange_buffers(ulysses_attention *a)
+{
+    USP_CHECK(alloc(a, &a->send, a->exchange_elems, "comm"));
+    usp_status s = alloc(a, &a->recv, a->exchange_elems, "comm");
+    if (s != USP_OK) {
+        usp_buffer_free(a->c.backend, a->send);
+        a->send = NULL;
+    }
+    return s;
+}
+
+static void release_exchange_buffers(ulysses_attention *a)
+{
+    usp_buffer_free(a->c.backend, a->send);
+    usp_buffer_free(a->c.backend, a->recv);
+    a->send = a->recv = NULL;
+}
+
+static usp_status forward(ulysses_attention *a, const float *q, const float *k, const float *v, float *o)
 {
     const int64_t H = a->c.n_heads, Hkv = a->c.n_kv_heads;
     USP_CHECK(scatter_heads(a, q, H, &a->q_heads, a->q_all));
@@ -227,7 +244,17 @@ usp_status ulysses_attention_forward(ulysses_attention *a, const float *q, const
     return gather_heads(a, a->o_all, H, &a->q_heads, 0, o);
 }
 
-usp_status ulysses_attention_backward(ulysses_attention *a, const float *d_o, float *dq, float *dk, float *dv)
+usp_status ulysses_attention_forward(ulysses_attention *a, const float *q, const float *k, const float *v,
+                                     float *o)
+{
+    USP_CHECK(hold_exchange_buffers(a));
+    usp_status s = forward(a, q, k, v, o);
+    release_exchange_buffers(a);
+    return s;
+}
+
+
+static usp_status backward(ulysses_attention *a, const float *d_o, float *dq, float *dk, float *dv)
 {
     const int64_t H = a->c.n_heads, Hkv = a->c.n_kv_heads;
     const size_t B = (size_t)a->c.batch, D = (size_t)a->c.head_dim, NU = (size_t)a->NU;
@@ -257,5 +284,13 @@ done:
     usp_buffer_free(a->c.backend, dq_all);
     usp_buffer_free(a->c.backend, dk_all);
     usp_buffer_free(a->c.backend, dv_all);
+    return s;
+}
+
+usp_status ulysses_attention_backward(ulysses_attention *a, const float *d_o, float *dq, float *dk, float *dv)
+{
+    USP_CHECK(hold_exchange_buffers(a));
+    usp_status s = backward(a, d_o, dq, dk, dv);
+    release_exchange_buffers(a);
     return s;
 }
