@@ -175,5 +175,12 @@ fi
 unset limit
 check "train leaves no temporary or stray files" test -z "$(ls "$tr" | grep -v -x -E '(t|j|dl)\.json|t\.txt|(traffic|pcie|dl|crash)\.dot|traffic\.svg|dl\.png')"
 
+# usp plan: the modelled step, its timeline for Perfetto
+expect 0 "does not fit" -- plan --model llama-7b --seq 1048576 --world 8 --topology dgx-h100
+expect 0 "planned in" -- plan --seq 4096 --world 4 --trace "$work/plan.json"
+if [[ -s $work/plan.json ]] && grep -q '"ph"' "$work/plan.json"; then passed=$((passed + 1)); else
+    failed=$((failed + 1)); echo "FAIL: usp plan --trace wrote no Chrome trace"; fi
+rm -f "$work/plan.json"
+
 echo "cli: $passed passed, $failed failed"
 [[ $failed -eq 0 ]]

@@ -142,7 +142,7 @@ START_TEST(llama_7b_at_a_million_tokens_matches_the_closed_form)
     ck_assert_msg(fabs(attention - 288e15) < 0.01 * 288e15, "attention %.6g", attention);
     sim_cost_model h100 = cluster("dgx-h100", 1);
     plan_result r;
-    ck_assert_int_eq(plan_run(&c, &h100, &r), USP_OK);
+    ck_assert_int_eq(plan_run(&c, &h100, NULL, &r), USP_OK);
     check_forward_flops(&r, gemm, attention);
     /* fp32 today: 7B weights, gradients and two Adam moments are 16 bytes a parameter already */
     ck_assert(!r.fits && r.peak_bytes[0] > 16.0 * 6.7e9);
@@ -152,7 +152,7 @@ START_TEST(llama_7b_at_a_million_tokens_matches_the_closed_form)
     /* 64 nodes: U 8 inside a node, ring of 64 across; the same work */
     c = config_of("llama-7b", 512, 8, 64, 1048576, 1);
     sim_cost_model pod = cluster("dgx-h100", 64);
-    ck_assert_int_eq(plan_run(&c, &pod, &r), USP_OK);
+    ck_assert_int_eq(plan_run(&c, &pod, NULL, &r), USP_OK);
     check_forward_flops(&r, gemm, attention);
     ck_assert(r.step_time_s > 0 && r.comm_time_s > 0);
     plan_result_free(&r);
@@ -164,7 +164,7 @@ START_TEST(step_time_is_compute_plus_communication_plus_waiting)
     usp_train_config c = config_of("gpt2-124m", 8, 2, 2, 1024, 2); /* dp 2: every group kind talks */
     sim_cost_model pcie = cluster("pcie-gen4", 1);
     plan_result r;
-    ck_assert_int_eq(plan_run(&c, &pcie, &r), USP_OK);
+    ck_assert_int_eq(plan_run(&c, &pcie, NULL, &r), USP_OK);
     double sum = r.compute_time_s + r.comm_time_s + r.wait_time_s;
     ck_assert_msg(fabs(sum - r.step_time_s) <= 1e-9 * r.step_time_s, "compute %.9g + comm %.9g + wait %.9g != step %.9g",
                   r.compute_time_s, r.comm_time_s, r.wait_time_s, r.step_time_s);
@@ -303,12 +303,12 @@ START_TEST(meta_plans_a_model_the_numeric_code_refuses)
     usp_train_config c = config_of("llama-1b", 4, 4, 1, 4096, 1);
     sim_cost_model m = cluster("dgx-h100", 1);
     plan_result r;
-    ck_assert_int_eq(plan_run(&c, &m, &r), USP_OK);
+    ck_assert_int_eq(plan_run(&c, &m, NULL, &r), USP_OK);
     ck_assert(r.fwd_flops > 0);
     plan_result_free(&r);
     /* a shape the code refuses is refused on meta too, with the code's message */
     c = config_of("gpt2-124m", 4, 4, 1, 2048, 1); /* 1024 learned positions */
-    ck_assert_int_eq(plan_run(&c, &m, &r), USP_ERR_CONFIG);
+    ck_assert_int_eq(plan_run(&c, &m, NULL, &r), USP_ERR_CONFIG);
     ck_assert_msg(strstr(usp_error_message(), "--seq 2048") != NULL, "%s", usp_error_message());
 }
 END_TEST

@@ -17,6 +17,7 @@
 
 #include "backends/meta/meta_backend.h"
 #include "sim/world.h"
+#include "viz/chrome_trace.h"
 #include "tools/cli.h"
 #include "tools/cluster_options.h"
 #include "tools/commands.h"
@@ -76,7 +77,7 @@ static void read_run(const sim_world *w, const sim_cost_model *cost, const usp_t
     read_breakdown(w, out->peak_rank, out);
 }
 
-usp_status plan_run(const usp_train_config *train, const sim_cost_model *cost, plan_result *out)
+usp_status plan_run(const usp_train_config *train, const sim_cost_model *cost, const char *trace, plan_result *out)
 {
     *out = (plan_result){.shape = train->shape};
     usp_train_config c = *train;
@@ -88,7 +89,7 @@ usp_status plan_run(const usp_train_config *train, const sim_cost_model *cost, p
     c.step_stats = stats;
     usp_status s = usp_calloc((void **)&out->peak_bytes, (size_t)W, sizeof *out->peak_bytes, "the peaks");
     sim_config sc = sim_config_default(W);
-    sc.cost = *cost, sc.trace = 0, sc.make_backend = usp_backend_meta_create;
+    sc.cost = *cost, sc.trace = trace != NULL, sc.make_backend = usp_backend_meta_create;
     sim_world *w = NULL;
     if (s == USP_OK)
         s = sim_world_create(&sc, &w);
@@ -98,6 +99,11 @@ usp_status plan_run(const usp_train_config *train, const sim_cost_model *cost, p
         s = sim_world_run(w, usp_train_rank, &run);
     if (s == USP_OK)
         read_run(w, cost, &c, stats, out);
+    if (s == USP_OK && trace) { /* the modelled timeline of the step: Chrome JSON (Perfetto) or text */
+        size_t n = strlen(trace);
+        s = n > 5 && strcmp(trace + n - 5, ".json") == 0 ? viz_chrome_trace_write(sim_world_trace(w), trace)
+                                                         : usp_trace_write_text(sim_world_trace(w), trace);
+    }
     sim_world_destroy(w);
     free(stats);
     if (s != USP_OK)
@@ -108,7 +114,7 @@ usp_status plan_run(const usp_train_config *train, const sim_cost_model *cost, p
 /* --- the command ----------------------------------------------------------- */
 
 typedef struct plan_options {
-    const char *model, *data, *topology;
+    const char *model, *data, *topology, *trace;
     int world, ulysses, ring, nodes, seq, batch, pad, sweep, json;
 } plan_options;
 
@@ -246,7 +252,7 @@ usp_status plan_sweep(const usp_train_config *train, const sim_cost_model *cost,
         usp_train_config c = *train;
         usp_status s = usp_mesh_shape_make(train->shape.world, u, sp / u, &c.shape);
         if (s == USP_OK)
-            s = plan_run(&c, cost, &x->result);
+            s = plan_run(&c, cost, NULL, &x->result);
         x->ok = s == USP_OK;
         if (s == USP_ERR_CONFIG)
             snprintf(x->why, sizeof x->why, "%s", usp_error_message());
@@ -307,7 +313,7 @@ static usp_status run(const plan_options *o)
         if (s == USP_OK)
             best = sweep[0].result;
     } else {
-        s = plan_run(&c, &sc.cost, &best);
+        s = plan_run(&c, &sc.cost, o->trace, &best);
     }
     wall = wall_now() - wall;
     if (s == USP_OK && o->json) {
@@ -374,6 +380,9 @@ int cmd_plan(int argc, char **argv)
         {"--batch", CLI_INT, &o.batch, "B", "global batch: sequences per step over all DP replicas (default DP)", 1, 1 << 20},
         {"--data", CLI_STRING, &o.data, "SOURCE", "passkey (default), text:FILE, tokens:FILE, tokens32:FILE", 0, -1},
         {"--sweep", CLI_FLAG, &o.sweep, NULL, "try every U x R split of the SP degree (U*R fixed) and rank them", 0, -1},
+        {"--trace", CLI_STRING, &o.trace, "FILE",
+         "write the step's modelled timeline: Chrome trace JSON (Perfetto) when FILE ends in .json, text otherwise",
+         0, -1},
         {"--json", CLI_FLAG, &o.json, NULL, "print one JSON summary object (fields in docs/planning.md)", 0, -1},
         {0},
     };

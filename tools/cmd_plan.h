@@ -35,9 +35,10 @@ typedef struct plan_result {
 
 /* Runs one step of `train` (model, mesh shape, data, seq, pad, batch; the rest
  * is ignored) on the meta backend on the cluster `cost`, into *out (free with
- * plan_result_free). Errors: the run's status (USP_ERR_CONFIG for a shape the
- * code refuses, with its message). */
-usp_status plan_run(const usp_train_config *train, const sim_cost_model *cost, plan_result *out);
+ * plan_result_free); with `trace` (a path, or NULL) it also writes the step's
+ * modelled timeline (Chrome JSON for *.json, text otherwise). Errors: the run's
+ * status (USP_ERR_CONFIG for a shape the code refuses, with its message). */
+usp_status plan_run(const usp_train_config *train, const sim_cost_model *cost, const char *trace, plan_result *out);
 
 /* Frees what plan_run allocated in r (a zeroed result is fine). */
 void plan_result_free(plan_result *r);
