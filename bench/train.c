@@ -2,9 +2,9 @@
  *
  * For each configuration (model, sequence length N, batch B, world W = Ulysses U)
  * it prints wall seconds per step, tokens/s and model FLOP/s beside OpenBLAS
- * sgemm FLOP/s measured right before and right after that configuration: the
- * machine is shared and its speed drifts, so only a ratio taken side by side
- * means anything. Figures are reported, never asserted.
+ * sgemm FLOP/s measured between the very steps it divides: the machine is
+ * shared and its speed drifts (two-fold within a minute here), so only a ratio
+ * taken side by side means anything. Figures are reported, never asserted.
  *
  * Two FLOP counts, both printed:
  * - "ops": what the compute ops of one step reported to the cost sink, summed
@@ -24,7 +24,9 @@
  * writes are timestamped here as they arrive. One warm-up step, then K timed
  * steps: the time from the record of step 1 to that of step 1 + K. Setup (weight
  * initialisation, the first touch of every buffer) and the warm-up fall outside
- * the window. With W = 4 the four ranks take turns on the same cores, so the
+ * the window. The sgemm reference runs inside the same callback, once at every
+ * record from step 1 on (so K + 1 calls bracket and interleave the K steps),
+ * and its time is taken out of the window; the figure is their mean. With W = 4 the four ranks take turns on the same cores, so the
  * wall time of a step is the work of all four: FLOP/s are summed over ranks.
  * Threads: OMP_NUM_THREADS; OMP_WAIT_POLICY is printed with the figures. */
 #include <cblas.h>
@@ -75,7 +77,8 @@ typedef struct bench_result {
     double step_s, sim_step_s;          /* wall and modelled seconds per step */
     double ops_flops, gemm_flops, attention_flops; /* per step, summed over ranks */
     double conv_flops;                  /* 6 P tokens + 12 L C N tokens */
-    double sgemm_gflops;                /* best of the calls before and after */
+    double sgemm_gflops;                /* mean of the calls between the timed steps */
+    double sgemm_min, sgemm_max;
     double peak_bytes;                  /* the largest rank's peak */
 } bench_result;
 
@@ -89,8 +92,9 @@ static void usage(FILE *f)
             "  tiny at N = 4096 and 16384 (batch 1), and gpt2-124m at batch 4, N = 1024,\n"
             "each on one rank (W = 1) and on W = 4 ranks with Ulysses U = 4.\n"
             "Per configuration: one warm-up step, then K timed steps (3 at N = 4096, else 1).\n"
-            "Beside each, OpenBLAS sgemm %d^3 on all threads: the best of 2 calls made\n"
-            "just before and 2 just after the configuration (target: ops/sgemm >= 0.40).\n"
+            "Beside each, OpenBLAS sgemm %d^3 on all threads: the mean of K + 1 calls made\n"
+            "between the steps, one after each record from the warm-up's on (their time is\n"
+            "not counted in the steps'). Target, reported only: ops/sgemm >= 0.40.\n"
             "\n"
             "FLOPs per step, both summed over ranks:\n"
             "  ops      what the ops reported to the cost sink (core/ops.c: GEMM 2mnk, causal\n"
@@ -114,7 +118,8 @@ static void usage(FILE *f)
             "  step_s (wall seconds per step), tokens_per_s, sim_step_s (modelled seconds per\n"
             "  step on the default cluster), ops_flops_per_step, ops_gemm_share and\n"
             "  ops_attention_share (fractions of ops_flops_per_step), conv_flops_per_step\n"
-            "  (6P+attn), ops_gflops, conv_gflops (per second of wall time), sgemm_gflops,\n"
+            "  (6P+attn), ops_gflops, conv_gflops (per second of wall time), sgemm_gflops\n"
+            "  (the mean), sgemm_min_gflops, sgemm_max_gflops (the spread of the K + 1 calls),\n"
             "  ops_ratio (= ops_gflops / sgemm_gflops), conv_ratio, peak_bytes (largest rank).\n"
             "Threads: OMP_NUM_THREADS (the OpenMP build of OpenBLAS shares them).\n",
             SGEMM_N, MAX_STEPS - 1);
@@ -144,28 +149,30 @@ static int sgemm_ref_make(sgemm_ref *r)
     return 1;
 }
 
-/* The best GFLOP/s of `calls` calls of a SGEMM_N^3 sgemm on all threads. */
-static double sgemm_ref_gflops(const sgemm_ref *r, int calls)
+/* GFLOP/s of one SGEMM_N^3 sgemm on all threads; *seconds (may be NULL) its time. */
+static double sgemm_ref_gflops(const sgemm_ref *r, double *seconds)
 {
-    double best = 0;
-    for (int i = 0; i < calls; i++) {
-        double t = wall_now();
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, SGEMM_N, SGEMM_N, SGEMM_N, 1.0f, r->a, SGEMM_N,
-                    r->b, SGEMM_N, 0.0f, r->c, SGEMM_N);
-        t = wall_now() - t;
-        double g = 2.0 * SGEMM_N * (double)SGEMM_N * SGEMM_N / t / 1e9;
-        best = g > best ? g : best;
-    }
-    return best;
+    double t = wall_now();
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, SGEMM_N, SGEMM_N, SGEMM_N, 1.0f, r->a, SGEMM_N, r->b,
+                SGEMM_N, 0.0f, r->c, SGEMM_N);
+    t = wall_now() - t;
+    if (seconds)
+        *seconds = t;
+    return 2.0 * SGEMM_N * (double)SGEMM_N * SGEMM_N / t / 1e9;
 }
 
 /* ---- the timestamped record stream ---------------------------------------- */
 
 /* The trainer's output stream: each complete line is parsed as it arrives and,
- * when it is a per-step record, the wall time of its arrival is kept. */
+ * when it is a per-step record, the wall time of its arrival is kept and the
+ * sgemm reference is run (the other ranks wait meanwhile: one runs at a time).
+ * wall[] is on a clock that stops during those sgemm calls. */
 typedef struct step_log {
-    double wall[MAX_STEPS + 1]; /* [k]: when the record of step k arrived (0: not yet) */
-    double sim[MAX_STEPS + 1];  /* [k]: its sim_time_s */
+    const sgemm_ref *ref;
+    double wall[MAX_STEPS + 1];  /* [k]: when the record of step k arrived (0: not yet) */
+    double sim[MAX_STEPS + 1];   /* [k]: its sim_time_s */
+    double sgemm[MAX_STEPS + 1]; /* [k]: GFLOP/s of the sgemm run right after it */
+    double paused;               /* seconds spent in those sgemm calls so far */
     char line[4096];
     size_t len;
 } step_log;
@@ -177,19 +184,20 @@ static void step_log_line(step_log *l, double now)
     json_t *step = json_object_get(j, "step");
     if (json_is_integer(step) && json_integer_value(step) >= 1 && json_integer_value(step) <= MAX_STEPS) {
         json_int_t k = json_integer_value(step);
-        l->wall[k] = now;
+        l->wall[k] = now - l->paused;
         l->sim[k] = json_number_value(json_object_get(j, "sim_time_s"));
+        l->sgemm[k] = sgemm_ref_gflops(l->ref, NULL);
+        l->paused += wall_now() - now; /* the sgemm and this parse: all of it is off the steps' clock */
     }
     json_decref(j);
 }
 
 static ssize_t step_log_write(void *cookie, const char *buf, size_t size)
 {
-    double now = wall_now();
     step_log *l = cookie;
     for (size_t i = 0; i < size; i++) {
         if (buf[i] == '\n') {
-            step_log_line(l, now);
+            step_log_line(l, wall_now());
             l->len = 0;
         } else if (l->len + 1 < sizeof l->line) {
             l->line[l->len++] = buf[i];
@@ -245,8 +253,8 @@ static usp_status check_flops(const bench_config *bc, const usp_model_config *m,
     return USP_OK;
 }
 
-/* Trains 1 + timed steps of `bc` on the simulator; fills r (but its sgemm figure). */
-static usp_status run_config(const bench_config *bc, int timed, bench_result *r)
+/* Trains 1 + timed steps of `bc` on the simulator, timing them beside `ref`; fills r. */
+static usp_status run_config(const bench_config *bc, int timed, const sgemm_ref *ref, bench_result *r)
 {
     usp_train_config c;
     usp_train_defaults(&c);
@@ -257,6 +265,7 @@ static usp_status run_config(const bench_config *bc, int timed, bench_result *r)
     step_log *log = calloc(1, sizeof *log);
     if (!log)
         return usp_error(USP_ERR_RUNTIME, "out of memory for the step log");
+    log->ref = ref;
     FILE *out = fopencookie(log, "w", (cookie_io_functions_t){.write = step_log_write});
     if (!out) {
         free(log);
@@ -273,12 +282,18 @@ static usp_status run_config(const bench_config *bc, int timed, bench_result *r)
         s = sim_world_run(w, usp_train_rank, &run);
     fclose(out);
     if (s == USP_OK && (log->wall[1] == 0 || log->wall[1 + timed] == 0))
-        s = usp_error(USP_ERR_RUNTIME, "%s: the trainer wrote no record for step 1 or %d (its --json records "
-                      "are how steps are timed)", bc->id, 1 + timed);
+        s = usp_error(USP_ERR_RUNTIME, "the trainer wrote no record for step 1 or %d (its --json records are "
+                      "how steps are timed)", 1 + timed);
     if (s == USP_OK) {
         r->timed = timed;
         r->step_s = (log->wall[1 + timed] - log->wall[1]) / timed;
         r->sim_step_s = (log->sim[1 + timed] - log->sim[1]) / timed;
+        r->sgemm_gflops = 0, r->sgemm_min = 1e300, r->sgemm_max = 0;
+        for (int k = 1; k <= 1 + timed; k++) {
+            r->sgemm_gflops += log->sgemm[k] / (1 + timed);
+            r->sgemm_min = log->sgemm[k] < r->sgemm_min ? log->sgemm[k] : r->sgemm_min;
+            r->sgemm_max = log->sgemm[k] > r->sgemm_max ? log->sgemm[k] : r->sgemm_max;
+        }
         count_flops(sim_world_trace(w), 1 + timed, r);
         r->params = usp_model_config_param_count(&c.model);
         const double tokens = (double)bc->batch * (double)bc->seq;
@@ -315,7 +330,7 @@ static void print_header(void)
            "then the timed steps\n", omp_get_max_threads(), wait_policy());
     printf("ops = FLOPs the ops reported (causal; attention backward = 2.5 x forward); 6P+attn = (6 P + 12 L C N) "
            "per token (llm.c/PaLM, non-causal)\n");
-    printf("sgemm: OpenBLAS %d^3, best of the calls just before and after each row; target ops/sgemm >= 0.40\n\n",
+    printf("sgemm: OpenBLAS %d^3, mean of the calls between the steps of each row; target ops/sgemm >= 0.40\n\n",
            SGEMM_N);
     printf("%-22s %5s %8s %9s %9s %5s %5s %8s %8s %8s %6s %6s %9s %9s\n", "config", "steps", "step s", "tokens/s",
            "ops GF", "gemm", "attn", "ops GF/s", "6P+a GF/s", "sgemm", "ops/sg", "6Pa/sg", "sim ms", "peak MiB");
@@ -343,6 +358,8 @@ static void print_row(const bench_config *bc, const bench_result *r, int json)
         json_object_set_new(j, "ops_gflops", json_real(ops_gf));
         json_object_set_new(j, "conv_gflops", json_real(conv_gf));
         json_object_set_new(j, "sgemm_gflops", json_real(r->sgemm_gflops));
+        json_object_set_new(j, "sgemm_min_gflops", json_real(r->sgemm_min));
+        json_object_set_new(j, "sgemm_max_gflops", json_real(r->sgemm_max));
         json_object_set_new(j, "ops_ratio", json_real(ops_gf / r->sgemm_gflops));
         json_object_set_new(j, "conv_ratio", json_real(conv_gf / r->sgemm_gflops));
         json_object_set_new(j, "peak_bytes", json_integer((json_int_t)r->peak_bytes));
@@ -421,7 +438,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "train: out of memory for the sgemm reference\n");
         return 1;
     }
-    sgemm_ref_gflops(&ref, 1); /* warm-up: OpenBLAS starts its threads and buffers */
+    sgemm_ref_gflops(&ref, NULL); /* warm-up: OpenBLAS starts its threads and buffers */
     if (!o.json)
         print_header();
     for (size_t i = 0; i < n && code < 0; i++) {
@@ -429,15 +446,12 @@ int main(int argc, char **argv)
         if (o.only && !strstr(bc->id, o.only))
             continue;
         bench_result r = {0};
-        double before = sgemm_ref_gflops(&ref, o.quick ? 1 : 2);
-        usp_status s = run_config(bc, o.timed ? o.timed : bc->timed, &r);
+        usp_status s = run_config(bc, o.timed ? o.timed : bc->timed, &ref, &r);
         if (s != USP_OK) {
             fprintf(stderr, "train: %s\n", usp_error_message());
             code = (int)s;
             break;
         }
-        double after = sgemm_ref_gflops(&ref, o.quick ? 1 : 2);
-        r.sgemm_gflops = before > after ? before : after;
         print_row(bc, &r, o.json);
     }
     free(ref.a), free(ref.b), free(ref.c);

@@ -279,6 +279,18 @@ static usp_status load_weights(trainer *t)
     return s;
 }
 
+usp_status usp_train_check(const usp_train_config *c, int64_t *padded_len)
+{
+    if (c->batch < 1 || c->batch % c->shape.dp != 0)
+        return usp_error(USP_ERR_CONFIG, "--batch %lld is not a multiple of the %d data-parallel replicas "
+                         "(W / (U R)); use --batch %d or a multiple", (long long)c->batch, c->shape.dp, c->shape.dp);
+    usp_layout_kind kind = c->attention_local ? USP_LAYOUT_CONTIGUOUS : usp_layout_for(1, c->shape.ring);
+    int64_t multiple = usp_seq_layout_multiple(kind, c->shape.ulysses, c->shape.ring);
+    *padded_len = c->pad ? (c->seq_len + multiple - 1) / multiple * multiple : c->seq_len;
+    usp_seq_layout check;
+    return usp_seq_layout_make(kind, *padded_len, c->shape.ulysses, c->shape.ring, &check);
+}
+
 static usp_status setup(trainer *t)
 {
     const usp_train_config *c = t->c;
@@ -286,16 +298,9 @@ static usp_status setup(trainer *t)
     if (!t->numerics && c->save_dir)
         return usp_error(USP_ERR_CONFIG, "--save %s with the %s backend: a run on shapes only has no weights to "
                          "save; drop --save or --meta", c->save_dir, usp_backend_name(BE));
+    USP_CHECK(usp_train_check(c, &t->N));
     USP_CHECK(usp_mesh_create(t->ctx->world, &c->shape, &t->mesh));
-    if (c->batch < 1 || c->batch % c->shape.dp != 0)
-        return usp_error(USP_ERR_CONFIG, "--batch %lld is not a multiple of the %d data-parallel replicas "
-                         "(W / (U R)); use --batch %d or a multiple", (long long)c->batch, c->shape.dp, c->shape.dp);
     t->B_local = c->batch / c->shape.dp;
-    usp_layout_kind kind = c->attention_local ? USP_LAYOUT_CONTIGUOUS : usp_layout_for(1, c->shape.ring);
-    int64_t multiple = usp_seq_layout_multiple(kind, c->shape.ulysses, c->shape.ring);
-    t->N = c->pad ? (c->seq_len + multiple - 1) / multiple * multiple : c->seq_len;
-    usp_seq_layout check;
-    USP_CHECK(usp_seq_layout_make(kind, t->N, c->shape.ulysses, c->shape.ring, &check));
     USP_CHECK(usp_data_open(c->data, c->seed, &t->data));
     if (t->data.vocab > c->model.vocab && t->data.kind != USP_DATA_TOKENS16 && t->data.kind != USP_DATA_TOKENS32)
         return usp_error(USP_ERR_CONFIG, "--data %s produces tokens up to %lld but model %s has a vocabulary of %lld",

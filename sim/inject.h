@@ -30,6 +30,7 @@ typedef struct sim_fault {
     int op;         /* usp_comm_kind, or -1 for any op */
     uint64_t call;  /* 1-based */
     char group[32]; /* group fault: name or prefix of the group to use ("" = default) */
+    int fired;      /* set by the simulator when the fault was injected */
 } sim_fault;
 
 /* Parses one --inject SPEC; a bad spec is USP_ERR_CONFIG with a message naming it. */

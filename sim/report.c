@@ -44,7 +44,7 @@ static int waits_for(const sim_world *w, const sim_rank *r, int *out, int max)
     int n = 0;
     if (r->op->kind != USP_OP_SEND && r->op->kind != USP_OP_RECV && r->op->kind != USP_OP_SENDRECV) {
         for (int j = 0; j < g->size && n < max; j++)
-            if (!g->posted[j])
+            if (!g->posted[j] && g->members[j] != r->id) /* a mismatching rank is not posted, nor waiting for itself */
                 out[n++] = g->members[j];
         return n;
     }

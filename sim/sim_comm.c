@@ -381,9 +381,10 @@ static usp_status sim_comm_issue(void *ctx, usp_comm_op *op)
 
     uint64_t any = ++r->calls_any, of_kind = ++r->calls_of_kind[op->kind];
     for (int i = 0; i < w->config.n_faults; i++) {
-        const sim_fault *f = &w->faults[i];
+        sim_fault *f = &w->faults[i];
         if (f->rank != r->id || !sim_fault_fires(f, op->kind, any, of_kind))
             continue;
+        f->fired = 1;
         usp_strbuf_printf(&w->injected, "  rank %d: %s at its call %llu, %s #%llu on %s (%s:%d)\n", r->id,
                           sim_fault_kind_name(f->kind), (unsigned long long)any, usp_comm_kind_name(op->kind),
                           (unsigned long long)sc->group->calls[sc->local] + 1, sc->group->name, op->site.file,

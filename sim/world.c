@@ -244,6 +244,21 @@ usp_status sim_world_run(sim_world *w, usp_rank_main_fn fn, void *arg)
     for (int i = 0; i < w->n; i++)
         if (w->ranks[i].result != USP_OK)
             return usp_error(w->ranks[i].result, "rank %d: %s", i, w->ranks[i].error.message);
+    /* A fault that never fired would let a test that expects a failure pass. */
+    for (int i = 0; i < w->config.n_faults; i++) {
+        const sim_fault *f = &w->faults[i];
+        if (f->fired)
+            continue;
+        const sim_rank *r = &w->ranks[f->rank];
+        const char *op = f->op < 0 ? "any" : usp_comm_kind_name((usp_comm_kind)f->op);
+        return usp_error(USP_ERR_CONFIG,
+                         "--inject %s:rank=%d,op=%s,call=%llu never fired: rank %d made %llu %s call%s (%llu counted "
+                         "calls in all), so nothing was injected; pick a call the schedule makes",
+                         sim_fault_kind_name(f->kind), f->rank, op, (unsigned long long)f->call, f->rank,
+                         (unsigned long long)(f->op < 0 ? r->calls_any : r->calls_of_kind[f->op]), op,
+                         (f->op < 0 ? r->calls_any : r->calls_of_kind[f->op]) == 1 ? "" : "s",
+                         (unsigned long long)r->calls_any);
+    }
     return USP_OK;
 }
 

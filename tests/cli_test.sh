@@ -182,5 +182,6 @@ if [[ -s $work/plan.json ]] && grep -q '"ph"' "$work/plan.json"; then passed=$((
     failed=$((failed + 1)); echo "FAIL: usp plan --trace wrote no Chrome trace"; fi
 rm -f "$work/plan.json"
 
+expect 2 "never fired" -- selftest --world 8 --ulysses 4 --inject skip:rank=0,op=sendrecv
 echo "cli: $passed passed, $failed failed"
 [[ $failed -eq 0 ]]

@@ -53,6 +53,8 @@ static usp_status build_config(const char *command, const train_options *o, usp_
         c->warmup = o->warmup;
     if (c->eval_only && !o->resume)
         return usp_error(USP_ERR_CONFIG, "usp eval needs --resume DIR (a checkpoint to evaluate)");
+    int64_t padded;
+    USP_CHECK(usp_train_check(c, &padded)); /* before any rank runs: the message then names no rank */
     if (o->dot) { /* a picture this build cannot write is an option error, found before anything runs */
         viz_format format;
         USP_CHECK(viz_format_of_path("--dot", o->dot, &format));
@@ -211,8 +213,8 @@ int cmd_train(int argc, char **argv)
     const char *command = argv[1];
     int eval = strcmp(command, "eval") == 0;
     train_options o = {.backend = "sim", .model = "tiny", .data = "passkey", .attention = "sp", .world = 4,
-                       .ring = 1, .seq = 64, .batch = 16, .steps = 4000, .warmup = -1, .log_every = 250,
-                       .eval_samples = eval ? 64 : 64, .seed = 1234, .lr = 3e-3};
+                       .ring = 1, .seq = 64, .batch = 16, .steps = 2000, .warmup = -1, .log_every = 250,
+                       .eval_samples = 64, .seed = 1234, .lr = 1e-2};
     const cli_option options[] = {
         {"--backend", CLI_STRING, &o.backend, "sim|nccl", "where the ranks run (default sim)", 0, -1},
         {"--world", CLI_INT, &o.world, "W", "ranks (simulated GPUs; default 4)", 1, 4096},
@@ -229,9 +231,9 @@ int cmd_train(int argc, char **argv)
         {"--seq", CLI_INT, &o.seq, "N", "sequence length (default 64: 16 tokens per rank by default)", 2, 1 << 30},
         {"--pad", CLI_FLAG, &o.pad, NULL, "pad a length that does not divide (padding is masked out of the loss)", 0, -1},
         {"--batch", CLI_INT, &o.batch, "B", "global batch: sequences per step over all DP replicas (default 16)", 1, 1 << 20},
-        {"--steps", CLI_INT, &o.steps, "S", "training steps: the length of the LR schedule (default 4000)", 0, 1 << 30},
+        {"--steps", CLI_INT, &o.steps, "S", "training steps: the length of the LR schedule (default 2000)", 0, 1 << 30},
         {"--until", CLI_INT, &o.until, "K", "stop after step K of the schedule (to --save and --resume later)", 0, 1 << 30},
-        {"--lr", CLI_DOUBLE, &o.lr, "X", "peak learning rate (default 3e-3; warmup then cosine to 10%)", 0, -1},
+        {"--lr", CLI_DOUBLE, &o.lr, "X", "peak learning rate (default 1e-2; warmup then cosine to 10%)", 0, -1},
         {"--warmup", CLI_INT, &o.warmup, "S", "warmup steps (default 10% of --steps)", 0, 1 << 30},
         {"--seed", CLI_INT, &o.seed, "S", "seed of the weights and the data (default 1234)", 0, 2147483647},
         {"--save", CLI_STRING, &o.save, "DIR", "write a Hugging Face style checkpoint at the end", 0, -1},
@@ -257,7 +259,7 @@ int cmd_train(int argc, char **argv)
                               "data, the fraction of samples whose key is retrieved, with the same mesh options as train."
                             : "Trains a transformer with sequence parallelism on the simulated cluster. Defaults: 4 ranks,\n"
                               "Ulysses 4, the tiny model on the passkey task (a key near the start, asked for at the\n"
-                              "end: only attention across shards can answer), 4000 steps (under a minute on 2 cores).\n"
+                              "end: only attention across shards can answer), 2000 steps (well under a minute on 2 cores).\n"
                               "Prints a progress line every --log-every steps and a summary with the passkey accuracy\n"
                               "on held-out samples.",
                        options);

@@ -1,7 +1,9 @@
 /* The `usp` command: parses the sub-command and hands over to it. Thin on
  * purpose: everything it runs lives in core/, sim/ and the backends. */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "tools/commands.h"
 
@@ -25,8 +27,22 @@ static void print_help(FILE *out)
             USP_VERSION);
 }
 
+/* libgomp reads OMP_WAIT_POLICY when it loads, before main: by default its idle
+ * threads spin, and on a shared 2-core machine a spinning pool takes the cores
+ * other work needs (measured: a training run 13x slower beside one other
+ * process, and no slower alone). So unless the user chose a policy, run again
+ * with passive waiting. */
+static void prefer_passive_openmp(char **argv)
+{
+    if (getenv("OMP_WAIT_POLICY"))
+        return;
+    setenv("OMP_WAIT_POLICY", "passive", 1);
+    execv("/proc/self/exe", argv); /* returns only when it fails: then go on as we are */
+}
+
 int main(int argc, char **argv)
 {
+    prefer_passive_openmp(argv);
     if (argc < 2) {
         print_help(stderr);
         return 2;
