@@ -10,6 +10,7 @@
  *   and about 80% of the A100's (an estimate; the nccl backend can measure it).
  * - memory: streaming kernels reach about 85% of the HBM datasheet bandwidth. */
 #include "sim/gpu_model.h"
+#include "sim/json_fields.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -76,76 +77,24 @@ double sim_gpu_op_seconds(const sim_gpu *gpu, usp_dtype dtype, const usp_op_cost
 
 /* --- the JSON reader ------------------------------------------------------ */
 
-/* Messages read "<where>: field '<prefix><key>' ...", e.g. "topology file x.json: field 'gpu.hbm_tbs' ...". */
-typedef struct json_at {
-    const char *where, *prefix;
-} json_at;
-
-/* A number field of `obj`: required, or optional (*out keeps its default), in
- * (lo, hi] or [lo, hi] when lo_ok (hi < 0: no upper bound). */
-static usp_status read_number(const json_t *obj, json_at at, const char *key, int required, double lo, int lo_ok,
-                              double hi, const char *hint, double *out)
-{
-    const json_t *v = json_object_get(obj, key);
-    if (!v) {
-        if (!required)
-            return USP_OK;
-        return usp_error(USP_ERR_CONFIG, "%s: field '%s%s' is missing (%s)", at.where, at.prefix, key, hint);
-    }
-    if (!json_is_number(v))
-        return usp_error(USP_ERR_CONFIG, "%s: field '%s%s' must be a number (%s), not %s", at.where, at.prefix,
-                         key, hint, json_is_string(v) ? "a string" : json_is_object(v) ? "an object"
-                                    : json_is_array(v) ? "an array" : "true, false or null");
-    double x = json_number_value(v);
-    if (x < lo || (x == lo && !lo_ok) || (hi >= 0 && x > hi)) {
-        char upper[64] = "";
-        if (hi >= 0)
-            snprintf(upper, sizeof upper, " and at most %g", hi);
-        return usp_error(USP_ERR_CONFIG, "%s: field '%s%s' is %g: it must be %s %g%s (%s)", at.where, at.prefix,
-                         key, x, lo_ok ? "at least" : "above", lo, upper, hint);
-    }
-    *out = x;
-    return USP_OK;
-}
-
-/* Unknown keys are typos more often than extensions: name them and the known ones. */
-static usp_status check_keys(const json_t *obj, json_at at, const char *const *known)
-{
-    const char *key;
-    json_t *value;
-    json_object_foreach((json_t *)obj, key, value) {
-        int ok = 0;
-        for (int i = 0; known[i] && !ok; i++)
-            ok = strcmp(known[i], key) == 0;
-        if (ok)
-            continue;
-        char list[256] = "";
-        for (int i = 0; known[i]; i++)
-            snprintf(list + strlen(list), sizeof list - strlen(list), "%s%s", i ? ", " : "", known[i]);
-        return usp_error(USP_ERR_CONFIG, "%s: unknown field '%s%s' (known here: %s)", at.where, at.prefix, key,
-                         list);
-    }
-    return USP_OK;
-}
-
-static usp_status read_peaks(const json_t *obj, json_at gpu_at, sim_gpu *g)
+static usp_status read_peaks(const json_t *obj, sim_json_at gpu_at, sim_gpu *g)
 {
     static const char *const known[] = {"fp64", "fp32", "tf32", "bf16", "fp8", NULL};
     char prefix[128];
     snprintf(prefix, sizeof prefix, "%speak_tflops.", gpu_at.prefix);
-    json_at at = {gpu_at.where, prefix};
+    sim_json_at at = {gpu_at.where, prefix};
     if (!json_is_object(obj))
         return usp_error(USP_ERR_CONFIG, "%s: field '%speak_tflops' must be an object such as "
                          "{\"bf16\": 989.4, \"fp32\": 67}", at.where, gpu_at.prefix);
-    USP_CHECK(check_keys(obj, at, known));
+    USP_CHECK(sim_json_check_keys(obj, at, known));
     const char *hint = "dense TFLOP/s, e.g. 989.4 for an H100's BF16";
     double bf16 = 0, fp32 = 0;
-    USP_CHECK(read_number(obj, at, "bf16", 1, 0, 0, -1, hint, &bf16));
-    USP_CHECK(read_number(obj, at, "fp32", 1, 0, 0, -1, hint, &fp32));
+    USP_CHECK(sim_json_number(obj, at, "bf16", 1, 0, 0, -1, hint, &bf16));
+    USP_CHECK(sim_json_number(obj, at, "fp32", 1, 0, 0, -1, hint, &fp32));
     double tf32 = fp32, fp8 = bf16, fp64 = fp32; /* absent: the unit below it */
-    USP_CHECK(read_number(obj, at, "tf32", 0, 0, 0, -1, hint, &tf32));
-    USP_CHECK(read_number(obj, at, "fp8", 0, 0, 0, -1, hint, &fp8));
-    USP_CHECK(read_number(obj, at, "fp64", 0, 0, 0, -1, hint, &fp64));
+    USP_CHECK(sim_json_number(obj, at, "tf32", 0, 0, 0, -1, hint, &tf32));
+    USP_CHECK(sim_json_number(obj, at, "fp8", 0, 0, 0, -1, hint, &fp8));
+    USP_CHECK(sim_json_number(obj, at, "fp64", 0, 0, 0, -1, hint, &fp64));
     g->peak_bf16 = bf16 * TERA, g->peak_fp32 = fp32 * TERA, g->peak_tf32 = tf32 * TERA;
     g->peak_fp8 = fp8 * TERA, g->peak_fp64 = fp64 * TERA;
     return USP_OK;
@@ -156,8 +105,8 @@ usp_status sim_gpu_from_json(const json_t *obj, const char *where, const char *p
     static const char *const known[] = {"name", "peak_tflops", "hbm_tbs", "memory_gb", "gemm_efficiency",
                                         "attention_efficiency", "attention_backward_efficiency",
                                         "memory_efficiency", NULL};
-    json_at at = {where, prefix};
-    USP_CHECK(check_keys(obj, at, known));
+    sim_json_at at = {where, prefix};
+    USP_CHECK(sim_json_check_keys(obj, at, known));
     sim_gpu g = {.gemm_efficiency = 0.7, .attention_efficiency = 0.5, .memory_efficiency = 0.85};
     const json_t *name = json_object_get(obj, "name");
     if (name && !json_is_string(name))
@@ -169,16 +118,16 @@ usp_status sim_gpu_from_json(const json_t *obj, const char *where, const char *p
                          "{\"bf16\": 989.4, \"fp32\": 67})", where, prefix);
     USP_CHECK(read_peaks(peaks, at, &g));
     double hbm = 0, mem = 0;
-    USP_CHECK(read_number(obj, at, "hbm_tbs", 1, 0, 0, -1, "HBM bandwidth in TB/s, e.g. 3.35", &hbm));
-    USP_CHECK(read_number(obj, at, "memory_gb", 1, 0, 0, -1, "memory capacity in GB, e.g. 80", &mem));
+    USP_CHECK(sim_json_number(obj, at, "hbm_tbs", 1, 0, 0, -1, "HBM bandwidth in TB/s, e.g. 3.35", &hbm));
+    USP_CHECK(sim_json_number(obj, at, "memory_gb", 1, 0, 0, -1, "memory capacity in GB, e.g. 80", &mem));
     g.hbm_bandwidth = hbm * TERA, g.memory_bytes = mem * 1e9;
     const char *eff = "a fraction of the peak, e.g. 0.7";
-    USP_CHECK(read_number(obj, at, "gemm_efficiency", 0, 0, 0, 1, eff, &g.gemm_efficiency));
-    USP_CHECK(read_number(obj, at, "attention_efficiency", 0, 0, 0, 1, eff, &g.attention_efficiency));
+    USP_CHECK(sim_json_number(obj, at, "gemm_efficiency", 0, 0, 0, 1, eff, &g.gemm_efficiency));
+    USP_CHECK(sim_json_number(obj, at, "attention_efficiency", 0, 0, 0, 1, eff, &g.attention_efficiency));
     g.attention_backward_efficiency = g.attention_efficiency;
-    USP_CHECK(read_number(obj, at, "attention_backward_efficiency", 0, 0, 0, 1, eff,
+    USP_CHECK(sim_json_number(obj, at, "attention_backward_efficiency", 0, 0, 0, 1, eff,
                           &g.attention_backward_efficiency));
-    USP_CHECK(read_number(obj, at, "memory_efficiency", 0, 0, 0, 1, eff, &g.memory_efficiency));
+    USP_CHECK(sim_json_number(obj, at, "memory_efficiency", 0, 0, 0, 1, eff, &g.memory_efficiency));
     *out = g;
     return USP_OK;
 }

@@ -20,6 +20,7 @@
  *   performance you get is usually determined by the bandwidth your CPU and
  *   memory can deliver"). */
 #include "sim/topology.h"
+#include "sim/json_fields.h"
 
 #include <jansson.h>
 #include <stdio.h>
@@ -272,62 +273,7 @@ usp_status sim_topology_check(const sim_topology *t)
     return USP_OK;
 }
 
-/* Messages read "<where>: field '<prefix><key>' ...". */
-typedef struct json_at {
-    const char *where, *prefix;
-} json_at;
-
-static const char *json_kind(const json_t *v)
-{
-    return json_is_string(v) ? "a string" : json_is_object(v) ? "an object" : json_is_array(v) ? "an array"
-           : json_is_number(v) ? "a number" : "true, false or null";
-}
-
-/* Unknown keys are typos more often than extensions: name them and the known ones. */
-static usp_status check_keys(const json_t *obj, json_at at, const char *const *known)
-{
-    const char *key;
-    json_t *value;
-    json_object_foreach((json_t *)obj, key, value) {
-        int ok = 0;
-        for (int i = 0; known[i] && !ok; i++)
-            ok = strcmp(known[i], key) == 0;
-        if (ok)
-            continue;
-        char list[256] = "";
-        for (int i = 0; known[i]; i++)
-            snprintf(list + strlen(list), sizeof list - strlen(list), "%s%s", i ? ", " : "", known[i]);
-        return usp_error(USP_ERR_CONFIG, "%s: unknown field '%s%s' (known here: %s)", at.where, at.prefix, key,
-                         list);
-    }
-    return USP_OK;
-}
-
-/* A number in (lo, hi] ([lo, hi] when lo_ok; hi < 0: unbounded); absent: *out keeps its default. */
-static usp_status read_number(const json_t *obj, json_at at, const char *key, int required, double lo, int lo_ok,
-                              double hi, const char *hint, double *out)
-{
-    const json_t *v = json_object_get(obj, key);
-    if (!v && !required)
-        return USP_OK;
-    if (!v)
-        return usp_error(USP_ERR_CONFIG, "%s: field '%s%s' is missing (%s)", at.where, at.prefix, key, hint);
-    if (!json_is_number(v))
-        return usp_error(USP_ERR_CONFIG, "%s: field '%s%s' must be a number (%s), not %s", at.where, at.prefix,
-                         key, hint, json_kind(v));
-    double x = json_number_value(v);
-    if (x < lo || (x == lo && !lo_ok) || (hi >= 0 && x > hi)) {
-        char upper[64] = "";
-        if (hi >= 0)
-            snprintf(upper, sizeof upper, " and at most %g", hi);
-        return usp_error(USP_ERR_CONFIG, "%s: field '%s%s' is %g: it must be %s %g%s (%s)", at.where, at.prefix,
-                         key, x, lo_ok ? "at least" : "above", lo, upper, hint);
-    }
-    *out = x;
-    return USP_OK;
-}
-
-static usp_status read_int(const json_t *obj, json_at at, const char *key, int required, int lo, const char *hint,
+static usp_status read_int(const json_t *obj, sim_json_at at, const char *key, int required, int lo, const char *hint,
                            int *out)
 {
     const json_t *v = json_object_get(obj, key);
@@ -337,7 +283,7 @@ static usp_status read_int(const json_t *obj, json_at at, const char *key, int r
         return usp_error(USP_ERR_CONFIG, "%s: field '%s%s' is missing (%s)", at.where, at.prefix, key, hint);
     if (!json_is_integer(v))
         return usp_error(USP_ERR_CONFIG, "%s: field '%s%s' must be a whole number (%s), not %s", at.where,
-                         at.prefix, key, hint, json_kind(v));
+                         at.prefix, key, hint, sim_json_kind(v));
     json_int_t x = json_integer_value(v);
     if (x < lo || x > 1 << 20)
         return usp_error(USP_ERR_CONFIG, "%s: field '%s%s' is %lld: it must be between %d and %d (%s)", at.where,
@@ -347,7 +293,7 @@ static usp_status read_int(const json_t *obj, json_at at, const char *key, int r
 }
 
 /* An object field, or NULL when it is absent and optional. */
-static usp_status read_object(const json_t *obj, json_at at, const char *key, int required, const char *hint,
+static usp_status read_object(const json_t *obj, sim_json_at at, const char *key, int required, const char *hint,
                               const json_t **out)
 {
     *out = json_object_get(obj, key);
@@ -355,12 +301,12 @@ static usp_status read_object(const json_t *obj, json_at at, const char *key, in
         return usp_error(USP_ERR_CONFIG, "%s: field '%s%s' is missing (%s)", at.where, at.prefix, key, hint);
     if (*out && !json_is_object(*out))
         return usp_error(USP_ERR_CONFIG, "%s: field '%s%s' must be an object (%s), not %s", at.where, at.prefix,
-                         key, hint, json_kind(*out));
+                         key, hint, sim_json_kind(*out));
     return USP_OK;
 }
 
 /* {"bandwidth_gbs": line rate GB/s per direction, "efficiency": (0, 1] (1), "latency_us": >= 0 (0)} */
-static usp_status read_link(const json_t *parent, json_at at, const char *key, const char *example,
+static usp_status read_link(const json_t *parent, sim_json_at at, const char *key, const char *example,
                             sim_link_class *out)
 {
     static const char *const known[] = {"bandwidth_gbs", "efficiency", "latency_us", NULL};
@@ -368,29 +314,29 @@ static usp_status read_link(const json_t *parent, json_at at, const char *key, c
     USP_CHECK(read_object(parent, at, key, 1, example, &obj));
     char prefix[128];
     snprintf(prefix, sizeof prefix, "%s%s.", at.prefix, key);
-    json_at in = {at.where, prefix};
-    USP_CHECK(check_keys(obj, in, known));
+    sim_json_at in = {at.where, prefix};
+    USP_CHECK(sim_json_check_keys(obj, in, known));
     double gbs = 0, eff = 1, lat = 0;
-    USP_CHECK(read_number(obj, in, "bandwidth_gbs", 1, 0, 0, -1, "line rate in GB/s per direction", &gbs));
-    USP_CHECK(read_number(obj, in, "efficiency", 0, 0, 0, 1, "the fraction of the line rate NCCL reaches", &eff));
-    USP_CHECK(read_number(obj, in, "latency_us", 0, 0, 1, -1, "microseconds to cross the link", &lat));
+    USP_CHECK(sim_json_number(obj, in, "bandwidth_gbs", 1, 0, 0, -1, "line rate in GB/s per direction", &gbs));
+    USP_CHECK(sim_json_number(obj, in, "efficiency", 0, 0, 0, 1, "the fraction of the line rate NCCL reaches", &eff));
+    USP_CHECK(sim_json_number(obj, in, "latency_us", 0, 0, 1, -1, "microseconds to cross the link", &lat));
     *out = (sim_link_class){gbs * GB, eff, lat * US};
     return USP_OK;
 }
 
-static usp_status read_fabric(const json_t *root, json_at at, sim_topology *t)
+static usp_status read_fabric(const json_t *root, sim_json_at at, sim_topology *t)
 {
     static const char *const known[] = {"kind", "gpu_link", "gpus_per_switch", "switches_per_socket",
                                         "switch_uplink", "host_bridge", "socket_link", NULL};
     const json_t *obj;
     USP_CHECK(read_object(root, at, "fabric", 1, "{\"kind\": \"nvswitch\" or \"pcie\", \"gpu_link\": {...}}", &obj));
-    json_at in = {at.where, "fabric."};
-    USP_CHECK(check_keys(obj, in, known));
+    sim_json_at in = {at.where, "fabric."};
+    USP_CHECK(sim_json_check_keys(obj, in, known));
     const json_t *kind = json_object_get(obj, "kind");
     const char *k = json_is_string(kind) ? json_string_value(kind) : NULL;
     if (!k || (strcmp(k, "nvswitch") != 0 && strcmp(k, "pcie") != 0))
         return usp_error(USP_ERR_CONFIG, "%s: field 'fabric.kind' is %s%s%s: it must be \"nvswitch\" or \"pcie\"",
-                         at.where, k ? "\"" : "", k ? k : kind ? json_kind(kind) : "missing", k ? "\"" : "");
+                         at.where, k ? "\"" : "", k ? k : kind ? sim_json_kind(kind) : "missing", k ? "\"" : "");
     t->fabric = strcmp(k, "pcie") == 0 ? SIM_FABRIC_PCIE : SIM_FABRIC_NVSWITCH;
     USP_CHECK(read_link(obj, in, "gpu_link", "{\"bandwidth_gbs\": 450, \"efficiency\": 0.82, \"latency_us\": 1.25}",
                         &t->gpu_link));
@@ -412,20 +358,20 @@ static usp_status read_fabric(const json_t *root, json_at at, sim_topology *t)
     return USP_OK;
 }
 
-static usp_status read_network(const json_t *root, json_at at, sim_topology *t)
+static usp_status read_network(const json_t *root, sim_json_at at, sim_topology *t)
 {
     static const char *const known[] = {"nics_per_node", "nic", NULL};
     const json_t *obj;
     USP_CHECK(read_object(root, at, "network", 0, "{\"nics_per_node\": 8, \"nic\": {...}}", &obj));
     if (!obj)
         return USP_OK;
-    json_at in = {at.where, "network."};
-    USP_CHECK(check_keys(obj, in, known));
+    sim_json_at in = {at.where, "network."};
+    USP_CHECK(sim_json_check_keys(obj, in, known));
     USP_CHECK(read_int(obj, in, "nics_per_node", 1, 1, "NICs in a node, e.g. 8: one per GPU", &t->nics_per_node));
     return read_link(obj, in, "nic", "{\"bandwidth_gbs\": 50, \"efficiency\": 0.95, \"latency_us\": 3}", &t->nic);
 }
 
-static usp_status read_gpu(const json_t *root, json_at at, sim_gpu *gpu)
+static usp_status read_gpu(const json_t *root, sim_json_at at, sim_gpu *gpu)
 {
     const json_t *v = json_object_get(root, "gpu");
     if (!v)
@@ -439,7 +385,7 @@ static usp_status read_gpu(const json_t *root, json_at at, sim_gpu *gpu)
     }
     if (!json_is_object(v))
         return usp_error(USP_ERR_CONFIG, "%s: field 'gpu' must be a preset name (%s) or an object, not %s", at.where,
-                         sim_gpu_preset_names(), json_kind(v));
+                         sim_gpu_preset_names(), sim_json_kind(v));
     return sim_gpu_from_json(v, at.where, "gpu.", gpu);
 }
 
@@ -447,20 +393,20 @@ static usp_status read_topology(const json_t *root, const char *where, sim_topol
 {
     static const char *const known[] = {"name", "gpu", "nodes", "gpus_per_node", "base_latency_us", "fabric",
                                         "network", NULL};
-    json_at at = {where, ""};
+    sim_json_at at = {where, ""};
     if (!json_is_object(root))
         return usp_error(USP_ERR_CONFIG, "%s: the file must hold one JSON object (see docs/cluster_model.md), "
-                         "not %s", where, json_kind(root));
-    USP_CHECK(check_keys(root, at, known));
+                         "not %s", where, sim_json_kind(root));
+    USP_CHECK(sim_json_check_keys(root, at, known));
     *t = (sim_topology){.nodes = 1, .base_latency = NCCL_BASE_LATENCY};
     const json_t *name = json_object_get(root, "name");
     if (name && !json_is_string(name))
-        return usp_error(USP_ERR_CONFIG, "%s: field 'name' must be a string, not %s", where, json_kind(name));
+        return usp_error(USP_ERR_CONFIG, "%s: field 'name' must be a string, not %s", where, sim_json_kind(name));
     snprintf(t->name, sizeof t->name, "%s", name ? json_string_value(name) : "custom");
     USP_CHECK(read_int(root, at, "nodes", 0, 1, "nodes in the cluster", &t->nodes));
     USP_CHECK(read_int(root, at, "gpus_per_node", 1, 1, "GPUs in one node, e.g. 8", &t->gpus_per_node));
     double base_us = t->base_latency / US;
-    USP_CHECK(read_number(root, at, "base_latency_us", 0, 0, 1, -1, "microseconds every NCCL call costs, e.g. 8.4",
+    USP_CHECK(sim_json_number(root, at, "base_latency_us", 0, 0, 1, -1, "microseconds every NCCL call costs, e.g. 8.4",
                           &base_us));
     t->base_latency = base_us * US;
     USP_CHECK(read_gpu(root, at, &t->gpu));

@@ -107,11 +107,7 @@ static int ends_with(const char *s, const char *suffix)
 static usp_status run_selftest(const selftest_options *o, int *exit_code)
 {
     if (o->dot) { /* a picture this build cannot write is an option error, before anything runs */
-        viz_format format;
-        USP_CHECK(viz_format_of_path("--dot", o->dot, &format));
-        if (format != VIZ_FORMAT_DOT && !viz_can_render())
-            return usp_error(USP_ERR_CONFIG, "--dot %s: this usp was built without Graphviz (libgvc), so it writes DOT "
-                             "text only: name the file .dot, or install libgraphviz-dev and rebuild", o->dot);
+        USP_CHECK(viz_check_output("--dot", o->dot));
     }
     usp_mesh_shape shape;
     USP_CHECK(usp_mesh_shape_make(o->world, o->ulysses > 0 ? o->ulysses : o->world / o->ring, o->ring, &shape));

@@ -56,11 +56,7 @@ static usp_status build_config(const char *command, const train_options *o, usp_
     int64_t padded;
     USP_CHECK(usp_train_check(c, &padded)); /* before any rank runs: the message then names no rank */
     if (o->dot) { /* a picture this build cannot write is an option error, found before anything runs */
-        viz_format format;
-        USP_CHECK(viz_format_of_path("--dot", o->dot, &format));
-        if (format != VIZ_FORMAT_DOT && !viz_can_render())
-            return usp_error(USP_ERR_CONFIG, "--dot %s: this usp was built without Graphviz (libgvc), so it writes DOT "
-                             "text only: name the file .dot, or install libgraphviz-dev and rebuild", o->dot);
+        USP_CHECK(viz_check_output("--dot", o->dot));
     }
     return USP_OK;
 }

@@ -85,11 +85,7 @@ static usp_status run_viz(viz_options *o)
                          "and/or --ring 2 or more", o->ulysses, o->ring);
     const char *picture = NULL;
     if (o->dot) { /* a bad file name is an option error, found before anything runs */
-        viz_format format;
-        USP_CHECK(viz_format_of_path("--dot", o->dot, &format));
-        if (format != VIZ_FORMAT_DOT && !viz_can_render())
-            return usp_error(USP_ERR_CONFIG, "--dot %s: this usp was built without Graphviz (libgvc), so it writes DOT "
-                             "text only: name the file .dot, or install libgraphviz-dev and rebuild", o->dot);
+        USP_CHECK(viz_check_output("--dot", o->dot));
         USP_CHECK(choose_picture(o, &picture));
     }
     if (o->world == 0)

@@ -123,3 +123,13 @@ usp_status viz_write_file(const char *option, const char *dot, const char *path)
     free(data);
     return s;
 }
+
+usp_status viz_check_output(const char *option, const char *path)
+{
+    viz_format format;
+    USP_CHECK(viz_format_of_path(option, path, &format));
+    if (format != VIZ_FORMAT_DOT && !viz_can_render())
+        return usp_error(USP_ERR_CONFIG, "%s %s: this usp was built without Graphviz (libgvc), so it writes DOT "
+                         "text only: name the file .dot, or install libgraphviz-dev and rebuild", option, path);
+    return USP_OK;
+}

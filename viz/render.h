@@ -18,6 +18,10 @@ usp_status viz_format_of_path(const char *option, const char *path, viz_format *
 /* 1 when this build renders SVG, PNG and PDF (it was built with libgvc). */
 int viz_can_render(void);
 
+/* Checks, before anything runs, that `path` (given to `option`) names a format
+ * this build can write: a known extension, and Graphviz for all but DOT. */
+usp_status viz_check_output(const char *option, const char *path);
+
 /* Lays `dot` out with Graphviz's dot engine and renders it as `format`
  * (not VIZ_FORMAT_DOT) into a malloc'd buffer *data of *size bytes. */
 usp_status viz_render(const char *dot, viz_format format, char **data, size_t *size);
