@@ -35,6 +35,8 @@ struct ring_attention {
     float *o_part;            /* [T,H,D] a block's partial output, before the merge */
     float *lse_part;          /* [H,T]   its log-sum-exp */
     float *lse_run;           /* [B][H,T] as one [H, count] slab per query run, at b*H*T + H*local_first */
+    size_t q_elems, lse_elems; /* of o_part and lse_part; buffers above are held during one call only, so
+                                  that a model's layers do not each keep theirs */
 };
 
 /* The block of keys y lies wholly in the future of queries x: every pair is masked. */
@@ -102,15 +104,7 @@ usp_status ring_attention_create(const ring_attention_config *c, ring_attention 
         USP_ASSERT(held == a->T, "ring rank %d holds %lld tokens, expected %lld", o, (long long)held,
                    (long long)a->T);
     }
-    for (int i = 0; i < 2 && R > 1; i++) /* R = 1: nothing travels */
-        USP_CHECK_GOTO(usp_buffer_alloc(c->backend, 4 * a->blk * sizeof(float), "comm", (void **)&a->buf[i]), s,
-                       fail);
-    USP_CHECK_GOTO(usp_buffer_alloc(c->backend, q_elems * sizeof(float), "attention workspace",
-                                    (void **)&a->o_part), s, fail);
-    USP_CHECK_GOTO(usp_buffer_alloc(c->backend, lse_elems * sizeof(float), "attention workspace",
-                                    (void **)&a->lse_part), s, fail);
-    USP_CHECK_GOTO(usp_buffer_alloc(c->backend, (size_t)c->batch * lse_elems * sizeof(float),
-                                    "attention workspace", (void **)&a->lse_run), s, fail);
+    a->q_elems = q_elems, a->lse_elems = lse_elems;
     *out = a;
     return USP_OK;
 fail:
@@ -122,12 +116,6 @@ void ring_attention_destroy(ring_attention *a)
 {
     if (!a)
         return;
-    usp_backend_t *be = a->c.backend;
-    usp_buffer_free(be, a->buf[0]);
-    usp_buffer_free(be, a->buf[1]);
-    usp_buffer_free(be, a->o_part);
-    usp_buffer_free(be, a->lse_part);
-    usp_buffer_free(be, a->lse_run);
     free(a->runs);
     free(a->n_runs);
     free(a->started);
@@ -191,6 +179,34 @@ static usp_status lse_slabs(ring_attention *a, const float *rows, float *out)
     return USP_OK;
 }
 
+/* The scratch of one call: two travelling buffers of K, V, dK, dV ("comm";
+ * none when R = 1) and the merge temporaries ("attention workspace"). */
+static usp_status hold_scratch(ring_attention *a)
+{
+    const ring_attention_config *c = &a->c;
+    usp_status s = USP_OK;
+    for (int i = 0; i < 2 && a->R > 1 && s == USP_OK; i++) /* R = 1: nothing travels */
+        s = usp_buffer_alloc(c->backend, 4 * a->blk * sizeof(float), "comm", (void **)&a->buf[i]);
+    if (s == USP_OK)
+        s = usp_buffer_alloc(c->backend, a->q_elems * sizeof(float), "attention workspace", (void **)&a->o_part);
+    if (s == USP_OK)
+        s = usp_buffer_alloc(c->backend, a->lse_elems * sizeof(float), "attention workspace", (void **)&a->lse_part);
+    if (s == USP_OK)
+        s = usp_buffer_alloc(c->backend, (size_t)c->batch * a->lse_elems * sizeof(float), "attention workspace",
+                             (void **)&a->lse_run);
+    return s;
+}
+
+static void release_scratch(ring_attention *a)
+{
+    usp_backend_t *be = a->c.backend;
+    float **held[] = {&a->buf[0], &a->buf[1], &a->o_part, &a->lse_part, &a->lse_run};
+    for (size_t i = 0; i < sizeof held / sizeof *held; i++) {
+        usp_buffer_free(be, *held[i]);
+        *held[i] = NULL;
+    }
+}
+
 static usp_status check_pointers(const ring_attention *a, const char *what, int n, const void *const *p)
 {
     if (!a)
@@ -201,10 +217,8 @@ static usp_status check_pointers(const ring_attention *a, const char *what, int 
     return USP_OK;
 }
 
-usp_status ring_attention_forward(ring_attention *a, const float *q, const float *k, const float *v, float *o,
-                                  float *lse)
+static usp_status forward(ring_attention *a, const float *q, const float *k, const float *v, float *o, float *lse)
 {
-    USP_CHECK(check_pointers(a, "forward", 5, (const void *const[]){q, k, v, o, lse}));
     const ring_attention_config *c = &a->c;
     int R = a->R, next = (a->r + 1) % R, prev = (a->r + R - 1) % R;
     size_t blk_bytes = a->blk * sizeof(float);
@@ -258,11 +272,9 @@ static usp_status backward_block(ring_attention *a, const float *q, const float 
     return USP_OK;
 }
 
-usp_status ring_attention_backward(ring_attention *a, const float *q, const float *k, const float *v,
-                                   const float *o, const float *lse, const float *d_o, float *dq, float *dk,
-                                   float *dv)
+static usp_status backward(ring_attention *a, const float *q, const float *k, const float *v, const float *o,
+                           const float *lse, const float *d_o, float *dq, float *dk, float *dv)
 {
-    USP_CHECK(check_pointers(a, "backward", 9, (const void *const[]){q, k, v, o, lse, d_o, dq, dk, dv}));
     const ring_attention_config *c = &a->c;
     int R = a->R, next = (a->r + 1) % R, prev = (a->r + R - 1) % R;
     size_t blk = a->blk, blk_bytes = blk * sizeof(float);
@@ -295,4 +307,27 @@ usp_status ring_attention_backward(ring_attention *a, const float *q, const floa
     USP_CHECK(usp_buffer_copy(c->backend, dk, a->buf[cur] + 2 * blk, blk_bytes, USP_COPY_DEVICE_TO_DEVICE,
                               c->stream));
     return usp_buffer_copy(c->backend, dv, a->buf[cur] + 3 * blk, blk_bytes, USP_COPY_DEVICE_TO_DEVICE, c->stream);
+}
+
+usp_status ring_attention_forward(ring_attention *a, const float *q, const float *k, const float *v, float *o,
+                                  float *lse)
+{
+    USP_CHECK(check_pointers(a, "forward", 5, (const void *const[]){q, k, v, o, lse}));
+    usp_status s = hold_scratch(a);
+    if (s == USP_OK)
+        s = forward(a, q, k, v, o, lse);
+    release_scratch(a);
+    return s;
+}
+
+usp_status ring_attention_backward(ring_attention *a, const float *q, const float *k, const float *v,
+                                   const float *o, const float *lse, const float *d_o, float *dq, float *dk,
+                                   float *dv)
+{
+    USP_CHECK(check_pointers(a, "backward", 9, (const void *const[]){q, k, v, o, lse, d_o, dq, dk, dv}));
+    usp_status s = hold_scratch(a);
+    if (s == USP_OK)
+        s = backward(a, q, k, v, o, lse, d_o, dq, dk, dv);
+    release_scratch(a);
+    return s;
 }
