@@ -321,11 +321,11 @@ static sim_comm *other_group(sim_rank *r, sim_comm *sc, const char *wanted)
 static void make_count_wrong(usp_comm_op *op, sim_rank *r, int local, int size)
 {
     if (op->kind == USP_OP_ALL_TO_ALL_V) {
-        size_t *arrays = malloc(4 * (size_t)size * sizeof *arrays); /* kept until the world goes */
+        size_t *arrays = malloc((size_t)size * sizeof *arrays); /* kept until the world goes */
         if (!arrays)
             return;
-        free(r->deferred_arrays);
-        r->deferred_arrays = arrays;
+        free(r->wrong_counts);
+        r->wrong_counts = arrays;
         memcpy(arrays, op->send_counts, (size_t)size * sizeof *arrays);
         arrays[(local + 1) % size] += 1;
         op->send_counts = arrays;

@@ -83,6 +83,7 @@ typedef struct sim_rank {
     usp_comm_op deferred;
     sim_comm *deferred_comm;
     size_t *deferred_arrays; /* copies of an all_to_all_v's counts and offsets */
+    size_t *wrong_counts;    /* a size fault's send counts (its own: a swap may hold deferred_arrays) */
 
     sim_comm **comms;        /* the rank's live handles */
     int n_comms, cap_comms;
