@@ -263,6 +263,7 @@ usp_status sim_world_run(sim_world *w, usp_rank_main_fn fn, void *arg)
 }
 
 const char *sim_world_report(const sim_world *w) { return usp_strbuf_text(&w->report); }
+int sim_world_size(const sim_world *w) { return w->n; }
 const usp_trace_t *sim_world_trace(const sim_world *w) { return w->trace; }
 
 size_t sim_world_peak_bytes(const sim_world *w, int rank)
@@ -293,6 +294,7 @@ void sim_world_destroy(sim_world *w)
             usp_comm_destroy(r->comms[r->n_comms - 1]->handle);
         free(r->comms);
         free(r->deferred_arrays);
+        free(r->wrong_counts);
         usp_backend_destroy(r->backend);
         sim_fiber_destroy(r->fiber);
     }

@@ -46,6 +46,9 @@ usp_status sim_world_run(sim_world *w, usp_rank_main_fn fn, void *arg);
 /* The deadlock, mismatch or crash report of the run ("" when there was none). */
 const char *sim_world_report(const sim_world *w);
 
+/* The number of ranks. */
+int sim_world_size(const sim_world *w);
+
 /* The run's trace (NULL when tracing is off). */
 const usp_trace_t *sim_world_trace(const sim_world *w);
 

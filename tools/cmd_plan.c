@@ -99,11 +99,8 @@ usp_status plan_run(const usp_train_config *train, const sim_cost_model *cost, c
         s = sim_world_run(w, usp_train_rank, &run);
     if (s == USP_OK)
         read_run(w, cost, &c, stats, out);
-    if (s == USP_OK && trace) { /* the modelled timeline of the step: Chrome JSON (Perfetto) or text */
-        size_t n = strlen(trace);
-        s = n > 5 && strcmp(trace + n - 5, ".json") == 0 ? viz_chrome_trace_write(sim_world_trace(w), trace)
-                                                         : usp_trace_write_text(sim_world_trace(w), trace);
-    }
+    if (s == USP_OK && trace) /* the modelled timeline of the step: Chrome JSON (Perfetto) or text */
+        s = viz_trace_write(sim_world_trace(w), trace);
     sim_world_destroy(w);
     free(stats);
     if (s != USP_OK)

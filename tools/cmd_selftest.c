@@ -13,8 +13,7 @@
 #include "tools/commands.h"
 #include "viz/chrome_trace.h"
 #include "viz/render.h"
-#include "viz/traffic.h"
-#include "viz/wait_graph.h"
+#include "viz/run_picture.h"
 
 typedef struct selftest_options {
     int world, ulysses, ring, layers, heads, kv_heads, head_dim, tokens, json;
@@ -72,36 +71,16 @@ static void print_summary(const sim_world *w, const usp_selftest_run *run, const
     printf("ok\n");
 }
 
-/* --dot: the wait-for graph when the run ended in a report (deadlock, mismatch,
- * rank failure), the traffic map when it succeeded; nothing otherwise. */
+/* --dot: the wait-for graph of a report, else the traffic map of the step. */
 static usp_status write_picture(const sim_world *w, usp_status run, const selftest_options *o,
                                 const usp_mesh_shape *shape, const sim_topology *cluster)
 {
-    sim_wait_graph g;
-    USP_CHECK(sim_world_wait_graph(w, &g));
-    usp_strbuf dot = {0};
-    usp_status s = USP_OK;
-    if (g.kind != SIM_REPORT_NONE) {
-        s = viz_dot_wait_graph(&g, &dot);
-    } else if (run == USP_OK) {
-        char caption[160];
-        snprintf(caption, sizeof caption, "usp selftest: one training step's communication, world %d = dp %d x ring %d "
-                 "x ulysses %d.", shape->world, shape->dp, shape->ring, shape->ulysses);
-        viz_traffic_options to = {.title = "Traffic map of the selftest step", .caption = caption};
-        viz_traffic_use_topology(&to, cluster);
-        s = viz_dot_traffic(sim_world_trace(w), shape->world, &to, &dot);
-    }
-    if (s == USP_OK && dot.len)
-        s = viz_write_file("--dot", usp_strbuf_text(&dot), o->dot);
-    usp_strbuf_free(&dot);
-    sim_wait_graph_free(&g);
-    return s;
-}
-
-static int ends_with(const char *s, const char *suffix)
-{
-    size_t n = strlen(s), k = strlen(suffix);
-    return n >= k && strcmp(s + n - k, suffix) == 0;
+    char caption[160];
+    snprintf(caption, sizeof caption, "usp selftest: one training step's communication, world %d = dp %d x ring %d "
+             "x ulysses %d.", shape->world, shape->dp, shape->ring, shape->ulysses);
+    viz_traffic_options to = {.title = "Traffic map of the selftest step", .caption = caption};
+    viz_traffic_use_topology(&to, cluster);
+    return viz_run_picture(w, run, &to, o->dot, NULL);
 }
 
 static usp_status run_selftest(const selftest_options *o, int *exit_code)
@@ -136,8 +115,7 @@ static usp_status run_selftest(const selftest_options *o, int *exit_code)
     snprintf(run_message, sizeof run_message, "%s", usp_error_message());
     usp_status output_status = USP_OK;
     if (o->trace && sim_world_trace(w)) /* the trace of a failed run is whole too: it helps to debug it */
-        output_status = ends_with(o->trace, ".json") ? viz_chrome_trace_write(sim_world_trace(w), o->trace)
-                                                     : usp_trace_write_text(sim_world_trace(w), o->trace);
+        output_status = viz_trace_write(sim_world_trace(w), o->trace);
     if (o->dot && output_status == USP_OK)
         output_status = write_picture(w, s, o, &shape, &config.cost.topology);
     if (s == USP_OK && output_status == USP_OK)

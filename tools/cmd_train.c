@@ -17,8 +17,7 @@
 #include "tools/commands.h"
 #include "viz/chrome_trace.h"
 #include "viz/render.h"
-#include "viz/traffic.h"
-#include "viz/wait_graph.h"
+#include "viz/run_picture.h"
 
 typedef struct train_options {
     const char *backend, *model, *data, *save, *resume, *attention, *trace, *dot, *topology;
@@ -94,46 +93,21 @@ static void print_summary(const usp_train_config *c, const usp_train_result *r, 
     printf("\n");
 }
 
-static int ends_with(const char *s, const char *suffix)
-{
-    size_t n = strlen(s), k = strlen(suffix);
-    return n >= k && strcmp(s + n - k, suffix) == 0;
-}
-
-/* --dot: the wait-for graph when the run ended in a report (deadlock, mismatch,
- * rank failure), the traffic map of the whole run, coloured by the links of the
- * modelled cluster, when it succeeded; nothing otherwise (*drawn says which). */
+/* --dot: the wait-for graph of a report, else the traffic map of the whole run,
+ * coloured by the links of the modelled cluster (*drawn says which, or NULL). */
 static usp_status write_picture(const sim_world *w, usp_status run, const char *command, const train_options *o,
                                 const usp_train_config *c, const sim_topology *cluster, const char **drawn)
 {
-    sim_wait_graph g;
-    USP_CHECK(sim_world_wait_graph(w, &g));
-    usp_strbuf dot = {0};
-    usp_status s = USP_OK;
-    *drawn = NULL;
-    if (g.kind != SIM_REPORT_NONE) {
-        s = viz_dot_wait_graph(&g, &dot);
-        *drawn = "wait-for picture";
-    } else if (run == USP_OK) {
-        char title[64], caption[320];
-        snprintf(title, sizeof title, "Traffic map of usp %s", command);
-        snprintf(caption, sizeof caption, "usp %s --model %s %s %d --seq %d --batch %d: world %d = dp %d x ring %d x "
-                 "ulysses %d on the modelled %s (%d node%s).", command, c->model.name,
-                 c->eval_only ? "--eval-samples" : "--steps", c->eval_only ? o->eval_samples : o->steps, o->seq,
-                 o->batch, c->shape.world, c->shape.dp, c->shape.ring, c->shape.ulysses, cluster->name, cluster->nodes,
-                 cluster->nodes > 1 ? "s" : "");
-        viz_traffic_options to = {.title = title, .caption = caption};
-        viz_traffic_use_topology(&to, cluster);
-        s = viz_dot_traffic(sim_world_trace(w), c->shape.world, &to, &dot);
-        *drawn = "traffic map";
-    }
-    if (s == USP_OK && dot.len)
-        s = viz_write_file("--dot", usp_strbuf_text(&dot), o->dot);
-    if (s != USP_OK)
-        *drawn = NULL;
-    usp_strbuf_free(&dot);
-    sim_wait_graph_free(&g);
-    return s;
+    char title[64], caption[320];
+    snprintf(title, sizeof title, "Traffic map of usp %s", command);
+    snprintf(caption, sizeof caption, "usp %s --model %s %s %d --seq %d --batch %d: world %d = dp %d x ring %d x "
+             "ulysses %d on the modelled %s (%d node%s).", command, c->model.name,
+             c->eval_only ? "--eval-samples" : "--steps", c->eval_only ? o->eval_samples : o->steps, o->seq,
+             o->batch, c->shape.world, c->shape.dp, c->shape.ring, c->shape.ulysses, cluster->name, cluster->nodes,
+             cluster->nodes > 1 ? "s" : "");
+    viz_traffic_options to = {.title = title, .caption = caption};
+    viz_traffic_use_topology(&to, cluster);
+    return viz_run_picture(w, run, &to, o->dot, drawn);
 }
 
 /* --trace (Chrome trace JSON for a .json name, plain text otherwise) and --dot
@@ -148,9 +122,8 @@ static usp_status write_outputs(const sim_world *w, usp_status run, const char *
     FILE *say = run != USP_OK ? stderr : c->json ? NULL : stdout;
     usp_status first = USP_OK;
     if (o->trace) {
-        int chrome = ends_with(o->trace, ".json");
-        usp_status s = chrome ? viz_chrome_trace_write(sim_world_trace(w), o->trace)
-                              : usp_trace_write_text(sim_world_trace(w), o->trace);
+        int chrome = viz_trace_path_is_json(o->trace);
+        usp_status s = viz_trace_write(sim_world_trace(w), o->trace);
         if (s != USP_OK)
             fprintf(stderr, "usp %s: %s\n", command, usp_error_message()), first = s;
         else if (say)

@@ -69,12 +69,6 @@ static usp_status draw(const viz_options *o, const char *picture, const viz_atte
     return s;
 }
 
-static int has_suffix(const char *s, const char *suffix)
-{
-    size_t n = strlen(s), k = strlen(suffix);
-    return n >= k && strcmp(s + n - k, suffix) == 0;
-}
-
 static usp_status run_viz(viz_options *o)
 {
     if (!o->dot && !o->trace)
@@ -100,8 +94,7 @@ static usp_status run_viz(viz_options *o)
     if (s == USP_OK && picture)
         s = draw(o, picture, &c, sim_world_trace(w));
     if (s == USP_OK && o->trace)
-        s = has_suffix(o->trace, ".json") ? viz_chrome_trace_write(sim_world_trace(w), o->trace)
-                                          : usp_trace_write_text(sim_world_trace(w), o->trace);
+        s = viz_trace_write(sim_world_trace(w), o->trace);
     if (s == USP_OK) {
         printf("usp viz: one attention layer on %d simulated ranks (DP %d x ring %d x Ulysses %d), %zu calls",
                c.shape.world, c.shape.dp, c.shape.ring, c.shape.ulysses, usp_trace_count(sim_world_trace(w)));

@@ -232,3 +232,14 @@ usp_status viz_chrome_trace_write(const usp_trace_t *t, const char *path)
     }
     return usp_atomic_file_commit(&f);
 }
+
+int viz_trace_path_is_json(const char *path)
+{
+    size_t n = strlen(path);
+    return n >= 5 && strcmp(path + n - 5, ".json") == 0;
+}
+
+usp_status viz_trace_write(const usp_trace_t *t, const char *path)
+{
+    return viz_trace_path_is_json(path) ? viz_chrome_trace_write(t, path) : usp_trace_write_text(t, path);
+}

@@ -21,4 +21,10 @@ usp_status viz_chrome_trace_text(const usp_trace_t *t, char **out);
 /* Writes it to `path`, whole or not at all. */
 usp_status viz_chrome_trace_write(const usp_trace_t *t, const char *path);
 
+/* 1 when `path` ends in .json: a --trace FILE that gets Chrome trace JSON. */
+int viz_trace_path_is_json(const char *path);
+
+/* --trace FILE: Chrome trace JSON when FILE ends in .json, the plain text dump otherwise. */
+usp_status viz_trace_write(const usp_trace_t *t, const char *path);
+
 #endif

@@ -1,0 +1,29 @@
+/* The picture of a finished run (see run_picture.h). */
+#include "viz/run_picture.h"
+
+#include "viz/render.h"
+#include "viz/wait_graph.h"
+
+usp_status viz_run_picture(const sim_world *w, usp_status run, const viz_traffic_options *traffic, const char *path,
+                           const char **drawn)
+{
+    const char *what = NULL;
+    sim_wait_graph g;
+    USP_CHECK(sim_world_wait_graph(w, &g));
+    usp_strbuf dot = {0};
+    usp_status s = USP_OK;
+    if (g.kind != SIM_REPORT_NONE) {
+        s = viz_dot_wait_graph(&g, &dot);
+        what = "wait-for picture";
+    } else if (run == USP_OK) {
+        s = viz_dot_traffic(sim_world_trace(w), sim_world_size(w), traffic, &dot);
+        what = "traffic map";
+    }
+    if (s == USP_OK && dot.len)
+        s = viz_write_file("--dot", usp_strbuf_text(&dot), path);
+    usp_strbuf_free(&dot);
+    sim_wait_graph_free(&g);
+    if (drawn)
+        *drawn = s == USP_OK ? what : NULL;
+    return s;
+}
