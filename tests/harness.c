@@ -2,6 +2,7 @@
 #include "tests/harness.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 usp_status harness_run(int world, usp_rank_main_fn fn, void *arg, const sim_fault *faults, int n_faults,
@@ -40,4 +41,21 @@ usp_status harness_expect_eq(const usp_rank_ctx *ctx, const char *what, size_t i
         return USP_OK;
     return usp_error(USP_ERR_RUNTIME, "rank %d of %d: %s: element %zu is %.17g, expected %.17g", ctx->rank,
                      ctx->world_size, what, index, got, want);
+}
+
+char *harness_read_file(const char *path, size_t *size)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return NULL;
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *text = calloc((size_t)n + 1, 1);
+    if (text && fread(text, 1, (size_t)n, f) != (size_t)n)
+        text[0] = '\0';
+    fclose(f);
+    if (size)
+        *size = (size_t)n;
+    return text;
 }

@@ -19,6 +19,10 @@ usp_status harness_upload(const usp_rank_ctx *ctx, const void *host, size_t byte
 /* Copies `bytes` of a backend buffer to `host`. */
 usp_status harness_download(const usp_rank_ctx *ctx, void *host, const void *dev, size_t bytes);
 
+/* The whole file at `path` (malloc'd, NUL-terminated; *size its bytes when size
+ * is not NULL), or NULL when it cannot be opened. */
+char *harness_read_file(const char *path, size_t *size);
+
 /* Returns a USP_ERR_RUNTIME naming the rank and `what` unless got == want. */
 usp_status harness_expect_eq(const usp_rank_ctx *ctx, const char *what, size_t index, double got, double want);
 

@@ -169,21 +169,6 @@ START_TEST(an_aborted_run_unwinds_every_rank)
 }
 END_TEST
 
-static char *read_file(const char *path)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *text = calloc((size_t)n + 1, 1);
-    if (text && fread(text, 1, (size_t)n, f) != (size_t)n)
-        text[0] = '\0';
-    fclose(f);
-    return text;
-}
-
 static void write_selftest_trace(const char *path, const char *inject)
 {
     usp_mesh_shape shape;
@@ -210,7 +195,7 @@ START_TEST(two_runs_write_byte_identical_traces)
     for (int k = 0; k < 2; k++) {
         write_selftest_trace("trace_a.txt", inject[k]);
         write_selftest_trace("trace_b.txt", inject[k]);
-        char *a = read_file("trace_a.txt"), *b = read_file("trace_b.txt");
+        char *a = harness_read_file("trace_a.txt", NULL), *b = harness_read_file("trace_b.txt", NULL);
         ck_assert_ptr_nonnull(a);
         ck_assert_ptr_nonnull(b);
         ck_assert_msg(strlen(a) > 1000, "the trace is too short to mean anything");

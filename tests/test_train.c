@@ -128,19 +128,6 @@ START_TEST(padding_gives_the_unpadded_single_rank_result)
 }
 END_TEST
 
-static char *slurp(const char *path, long *size)
-{
-    FILE *f = fopen(path, "rb");
-    ck_assert_msg(f != NULL, "cannot open %s", path);
-    fseek(f, 0, SEEK_END);
-    *size = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *data = malloc((size_t)*size);
-    ck_assert(fread(data, 1, (size_t)*size, f) == (size_t)*size);
-    fclose(f);
-    return data;
-}
-
 START_TEST(twenty_steps_equal_ten_then_resume_then_ten)
 {
     usp_model_config model = tiny_config(USP_FAMILY_LLAMA);
@@ -164,9 +151,10 @@ START_TEST(twenty_steps_equal_ten_then_resume_then_ten)
         char p1[512], p2[512];
         snprintf(p1, sizeof p1, "%s/%s", straight, files[i]);
         snprintf(p2, sizeof p2, "%s/%s", resumed, files[i]);
-        long n1, n2;
-        char *d1 = slurp(p1, &n1), *d2 = slurp(p2, &n2);
-        ck_assert_msg(n1 == n2 && memcmp(d1, d2, (size_t)n1) == 0, "%s differs after resume", files[i]);
+        size_t n1, n2;
+        char *d1 = harness_read_file(p1, &n1), *d2 = harness_read_file(p2, &n2);
+        ck_assert_msg(d1 && d2, "cannot read %s or %s", p1, p2);
+        ck_assert_msg(n1 == n2 && memcmp(d1, d2, n1) == 0, "%s differs after resume", files[i]);
         free(d1), free(d2);
     }
     ck_assert_double_eq(ra.loss, rc.loss);

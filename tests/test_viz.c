@@ -62,7 +62,7 @@ static void check_golden(const char *name, const char *dot)
         fputs(dot, f);
         fclose(f);
     }
-    char *want = viz_test_read_file(path, NULL);
+    char *want = harness_read_file(path, NULL);
     ck_assert_msg(want != NULL, "missing golden file %s (run with USP_UPDATE_GOLDEN=1 to make it)", path);
     size_t at = 0;
     while (want[at] && want[at] == dot[at])
@@ -275,7 +275,7 @@ START_TEST(svg_png_and_pdf_have_valid_headers)
         snprintf(path, sizeof path, "%s/%s", dir, names[i]);
         ck_assert_msg(viz_write_file("--dot", usp_strbuf_text(&dot), path) == USP_OK, "%s", usp_error_message());
         size_t size;
-        char *data = viz_test_read_file(path, &size);
+        char *data = harness_read_file(path, &size);
         ck_assert_ptr_nonnull(data);
         ck_assert_msg(size > 1000, "%s: only %zu bytes", names[i], size);
         if (i == 0)

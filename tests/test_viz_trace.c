@@ -209,7 +209,7 @@ START_TEST(chrome_trace_file_is_the_text_and_whole_or_nothing)
     viz_test_scratch_dir(dir, sizeof dir);
     snprintf(path, sizeof path, "%s/t.json", dir);
     ck_assert_int_eq(viz_chrome_trace_write(sim_world_trace(w), path), USP_OK);
-    char *file = viz_test_read_file(path, NULL);
+    char *file = harness_read_file(path, NULL);
     ck_assert_ptr_nonnull(file);
     ck_assert_str_eq(file, text);
     ck_assert_int_eq(strncmp(text, "{\"traceEvents\":[\n", 17), 0); /* one event a line, for grep and diff */

@@ -18,25 +18,6 @@
 #include <gvc.h>
 #endif
 
-/* The whole file at `path` (malloc'd, NUL-terminated; *size its bytes when size is
- * not NULL), or NULL when it cannot be opened. */
-static inline char *viz_test_read_file(const char *path, size_t *size)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *text = calloc((size_t)n + 1, 1);
-    if (text && fread(text, 1, (size_t)n, f) != (size_t)n)
-        text[0] = '\0';
-    fclose(f);
-    if (size)
-        *size = (size_t)n;
-    return text;
-}
-
 static inline int viz_test_file_exists(const char *path) { return access(path, F_OK) == 0; }
 
 /* A fresh scratch directory under /tmp. */

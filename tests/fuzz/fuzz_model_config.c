@@ -12,25 +12,13 @@
 #include <unistd.h>
 
 #include "core/model_config.h"
-
-static char dir[64];
-static char out_path[128];
-
-static void remove_dir(void)
-{
-    remove(out_path);
-    rmdir(dir);
-}
+#include "tests/fuzz/fuzz_scratch.h"
 
 int LLVMFuzzerInitialize(int *argc, char ***argv);
 int LLVMFuzzerInitialize(int *argc, char ***argv)
 {
     (void)argc, (void)argv;
-    snprintf(dir, sizeof dir, "/tmp/usp_fuzz_cfg_XXXXXX");
-    if (!mkdtemp(dir))
-        abort();
-    snprintf(out_path, sizeof out_path, "%s/config.json", dir);
-    atexit(remove_dir);
+    fuzz_scratch_make("cfg", "config.json");
     return 0;
 }
 

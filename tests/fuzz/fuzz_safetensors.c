@@ -14,25 +14,13 @@
 #include <unistd.h>
 
 #include "core/safetensors.h"
-
-static char dir[64];
-static char out_path[128];
-
-static void remove_dir(void)
-{
-    remove(out_path);
-    rmdir(dir);
-}
+#include "tests/fuzz/fuzz_scratch.h"
 
 int LLVMFuzzerInitialize(int *argc, char ***argv);
 int LLVMFuzzerInitialize(int *argc, char ***argv)
 {
     (void)argc, (void)argv;
-    snprintf(dir, sizeof dir, "/tmp/usp_fuzz_st_XXXXXX");
-    if (!mkdtemp(dir))
-        abort();
-    snprintf(out_path, sizeof out_path, "%s/out.safetensors", dir);
-    atexit(remove_dir);
+    fuzz_scratch_make("st", "out.safetensors");
     return 0;
 }
 
