@@ -5,7 +5,18 @@
  *
  * Shapes (n = B T rows: this rank's B sequences of T tokens each):
  *   residual stream [n, C]; q [n, H D]; k, v [n, Hkv D]; MLP hidden [n, F];
- *   logits [n, V]. Weights are replicated on every rank of the mesh. */
+ *   logits [n, V]. Weights, gradients and Adam state live in a parameter store
+ *   (core/param_store.h): whole on every rank, or sharded (ZeRO 1-3).
+ *
+ * Memory options (each exact up to the order of floating-point sums):
+ *   recompute_layers  keep only each layer's input; backward recomputes the
+ *                     layer's forward (attention and its all-to-alls included)
+ *                     before its backward, so one layer's activations are live;
+ *   tiled_mlp         the MLP runs `tile_rows` rows at a time, forward and
+ *                     backward, and keeps nothing of its [n, F] hidden: backward
+ *                     recomputes each tile's hidden (as Arctic's TiledMLP);
+ *   tiled_loss        lm_head, cross-entropy and the lm_head's backward run
+ *                     `tile_rows` rows at a time: the [n, V] logits never exist. */
 #ifndef USP_MODEL_H
 #define USP_MODEL_H
 
@@ -13,6 +24,7 @@
 #include "core/mesh.h"
 #include "core/model_params.h"
 #include "core/ops.h"
+#include "core/param_store.h"
 
 typedef struct usp_model usp_model;
 
@@ -24,6 +36,10 @@ typedef struct usp_model_setup {
     int attention_local;    /* 1: each rank attends only to its own tokens (no communication) */
     int64_t batch;          /* sequences on this rank */
     int64_t seq_len;        /* N, padded length */
+    usp_param_store *store; /* where weights live; NULL: the model makes a whole one (no optimizer state) */
+    int recompute_layers;   /* see the memory options above */
+    int tiled_mlp, tiled_loss;
+    int64_t tile_rows;      /* rows per tile (0: 1024) */
 } usp_model_setup;
 
 /* Allocates parameters, gradients and activations (categories "weights",
@@ -36,10 +52,9 @@ void usp_model_destroy(usp_model *m);
 /* The layout the model expects its tokens in (for the data loader). */
 const usp_seq_layout *usp_model_layout(const usp_model *m);
 
-/* The parameter table, and the parameter and gradient blocks (backend memory, table->total floats). */
+/* The parameter table; the model's store. */
 const usp_param_table *usp_model_params_table(const usp_model *m);
-float *usp_model_params(usp_model *m);
-float *usp_model_grads(usp_model *m);
+usp_param_store *usp_model_store(usp_model *m);
 
 /* Runs embedding and every layer up to the logits for `shards` (one per sequence on this rank). */
 usp_status usp_model_forward(usp_model *m, const usp_shard *shards);
@@ -48,11 +63,13 @@ usp_status usp_model_forward(usp_model *m, const usp_shard *shards);
 usp_status usp_model_argmax(usp_model *m, const int64_t *rows, int n, int32_t *out);
 
 /* Cross-entropy of the logits against the shards' targets; *loss_sum (host) is
- * the sum over valid targets (NaN on meta). Leaves dlogits = grad_scale * dloss/dlogits for backward. */
-usp_status usp_model_loss(usp_model *m, float grad_scale, double *loss_sum);
+ * the sum over valid targets (NaN on meta). With `with_grad`, also zeroes the
+ * gradients and runs the lm_head's backward for dloss/dlogits = grad_scale x
+ * (softmax - onehot), as usp_model_backward expects. */
+usp_status usp_model_loss(usp_model *m, float grad_scale, int with_grad, double *loss_sum);
 
-/* Zeroes the gradients, then backpropagates the last loss into them (local:
- * the caller all-reduces them over the mesh). */
+/* Backpropagates the last loss (run with_grad) into the store's gradients
+ * (this rank's part: the store sums them over the ranks, see param_store.h). */
 usp_status usp_model_backward(usp_model *m);
 
 #endif

@@ -22,7 +22,8 @@ typedef struct trainer {
     usp_data data;
     usp_shard *shards;        /* [B_local] */
     int64_t B_local, N;
-    float *adam_m, *adam_v;   /* backend, table total each */
+    usp_param_table table;
+    usp_param_store *store;   /* weights, gradients and Adam state (whole or ZeRO-sharded) */
     double *scalars;          /* backend, small reductions */
     int64_t step;             /* steps done */
     int numerics;             /* 0 on the meta backend: nothing is read back */
@@ -92,13 +93,13 @@ static double count_targets(const trainer *t)
 
 /* Forward and loss of the batch read; *loss = mean over the global batch's
  * valid targets. With `digits`, passkey answers predicted right per sample. */
-static usp_status forward_loss(trainer *t, float *grad_scale, double *loss, double *digits)
+static usp_status forward_loss(trainer *t, int with_grad, double *loss, double *digits)
 {
     double count = count_targets(t);
     USP_CHECK(sum_over(t, t->ctx->world, &count, 1));
     if (count < 1 && t->numerics) /* on meta the count is this rank's own, possibly 0 (padding) */
         return usp_error(USP_ERR_CONFIG, "the batch has no valid target token");
-    *grad_scale = (float)(1.0 / (count > 1 ? count : 1));
+    float grad_scale = (float)(1.0 / (count > 1 ? count : 1));
     USP_CHECK(usp_model_forward(t->model, t->shards));
     t->fwd_flops_mark = usp_backend_flops(BE);
     if (digits && !t->numerics)
@@ -118,37 +119,29 @@ static usp_status forward_loss(trainer *t, float *grad_scale, double *loss, doub
         }
     }
     double sum;
-    USP_CHECK(usp_model_loss(t->model, *grad_scale, &sum));
+    USP_CHECK(usp_model_loss(t->model, grad_scale, with_grad, &sum));
     USP_CHECK(sum_over(t, t->ctx->world, &sum, 1));
     *loss = sum / count;
     return USP_OK;
 }
 
-/* Sum over sp, then dp: every rank ends with the gradient of the global loss. */
+/* The store sums the gradients over the ranks (every rank, or each its shard,
+ * ends with the gradient of the global loss); clipping; AdamW. */
 static usp_status reduce_and_update(trainer *t, int64_t step)
 {
-    const usp_param_table *table = usp_model_params_table(t->model);
-    float *g = usp_model_grads(t->model), *p = usp_model_params(t->model);
-    size_t n = (size_t)table->total;
-    USP_CHECK(usp_comm_all_reduce(t->mesh.sp, g, g, n, USP_F32, USP_REDUCE_SUM, ST));
-    USP_CHECK(usp_comm_all_reduce(t->mesh.dp, g, g, n, USP_F32, USP_REDUCE_SUM, ST));
-    if (t->c->first_grads && t->ctx->rank == 0 && step == 1 && t->numerics)
-        USP_CHECK(usp_buffer_copy(BE, t->c->first_grads, g, n * sizeof(float), USP_COPY_DEVICE_TO_HOST, ST));
-    double sq;
-    USP_CHECK(usp_sum_squares(BE, &sq, g, (int64_t)n, ST));
-    double norm = sqrt(sq);
+    double norm;
+    USP_CHECK(usp_param_store_reduce_grads(t->store, &norm));
+    float *whole = usp_param_store_whole_grads(t->store);
+    if (t->c->first_grads && t->ctx->rank == 0 && step == 1 && t->numerics && whole)
+        USP_CHECK(usp_buffer_copy(BE, t->c->first_grads, whole, (size_t)t->table.total * sizeof(float),
+                                  USP_COPY_DEVICE_TO_HOST, ST));
     /* on meta the norm is unknown (0): count the clip, a step usually pays it early in training */
     if (t->c->grad_clip > 0 && (norm > t->c->grad_clip || !t->numerics))
-        USP_CHECK(usp_scale(BE, g, t->numerics ? (float)(t->c->grad_clip / norm) : 1.0f, (int64_t)n, ST));
-    float lr = (float)usp_train_lr(t->c, step);
-    for (int i = 0; i < table->n; i++) { /* no weight decay on norms and biases */
-        const usp_param_tensor *pt = &table->tensors[i];
-        float wd = pt->ndim == 2 ? (float)t->c->weight_decay : 0.0f;
-        USP_CHECK(usp_adamw_step(BE, p + pt->offset, g + pt->offset, t->adam_m + pt->offset, t->adam_v + pt->offset,
-                                 pt->count, lr, (float)t->c->beta1, (float)t->c->beta2, (float)t->c->eps, wd, step,
-                                 ST));
-    }
-    return USP_OK;
+        USP_CHECK(usp_param_store_scale_grads(t->store, t->numerics ? (float)(t->c->grad_clip / norm) : 1.0f));
+    usp_adamw_config a = {.lr = (float)usp_train_lr(t->c, step), .beta1 = (float)t->c->beta1,
+                          .beta2 = (float)t->c->beta2, .eps = (float)t->c->eps,
+                          .weight_decay = (float)t->c->weight_decay, .step = step};
+    return usp_param_store_adamw(t->store, &a);
 }
 
 /* The peak memory of every rank (a small all_gather, on log steps only). On
@@ -207,11 +200,10 @@ static usp_status evaluate(trainer *t, double *loss_out, double *accuracy)
         return usp_error(USP_ERR_RUNTIME, "out of memory for the evaluation");
     usp_status s = USP_OK;
     for (int64_t i = 0; i < batches && s == USP_OK; i++) {
-        float scale;
         double loss;
         s = read_batch(t, EVAL_SAMPLE_BASE + i * t->c->batch);
         if (s == USP_OK)
-            s = forward_loss(t, &scale, &loss, t->data.kind == USP_DATA_PASSKEY ? digits : NULL);
+            s = forward_loss(t, 0, &loss, t->data.kind == USP_DATA_PASSKEY ? digits : NULL);
         if (s == USP_OK && t->data.kind == USP_DATA_PASSKEY)
             s = sum_over(t, t->mesh.sp, digits, (int)t->B_local); /* the digits may sit on several SP ranks */
         for (int64_t b = 0; b < t->B_local && s == USP_OK && t->data.kind == USP_DATA_PASSKEY; b++)
@@ -227,22 +219,19 @@ static usp_status evaluate(trainer *t, double *loss_out, double *accuracy)
     return USP_OK;
 }
 
-/* Rank 0 writes the checkpoint (weights are the same on every rank). */
+/* Every rank gathers the whole arrays (a collective when they are sharded);
+ * rank 0 writes the checkpoint. */
 static usp_status save(trainer *t)
 {
-    if (t->ctx->rank != 0)
-        return USP_OK;
-    const usp_param_table *table = usp_model_params_table(t->model);
+    const usp_param_table *table = &t->table;
     size_t bytes = (size_t)table->total * sizeof(float);
     float *host = malloc(3 * bytes);
     if (!host)
         return usp_error(USP_ERR_RUNTIME, "out of memory saving a checkpoint of %zu bytes", bytes);
-    usp_status s = usp_buffer_copy(BE, host, usp_model_params(t->model), bytes, USP_COPY_DEVICE_TO_HOST, ST);
-    if (s == USP_OK)
-        s = usp_buffer_copy(BE, host + table->total, t->adam_m, bytes, USP_COPY_DEVICE_TO_HOST, ST);
-    if (s == USP_OK)
-        s = usp_buffer_copy(BE, host + 2 * table->total, t->adam_v, bytes, USP_COPY_DEVICE_TO_HOST, ST);
-    if (s == USP_OK)
+    usp_status s = USP_OK;
+    for (int a = 0; a < 3 && s == USP_OK; a++)
+        s = usp_param_store_read(t->store, (usp_param_array)a, host + a * table->total);
+    if (s == USP_OK && t->ctx->rank == 0)
         s = usp_checkpoint_save(t->c->save_dir, &t->c->model, table, host, host + table->total,
                                 host + 2 * table->total, t->step, t->c->seed);
     free(host);
@@ -255,7 +244,7 @@ static usp_status load_weights(trainer *t)
 {
     if (!t->numerics)
         return USP_OK;
-    const usp_param_table *table = usp_model_params_table(t->model);
+    const usp_param_table *table = &t->table;
     size_t bytes = (size_t)table->total * sizeof(float);
     float *host = calloc(3, bytes);
     if (!host)
@@ -269,12 +258,8 @@ static usp_status load_weights(trainer *t)
         usp_param_init(table, &t->c->model, t->c->seed, host);
     if (!has_optimizer)
         t->step = 0, memset(host + table->total, 0, 2 * bytes);
-    if (s == USP_OK)
-        s = usp_buffer_copy(BE, usp_model_params(t->model), host, bytes, USP_COPY_HOST_TO_DEVICE, ST);
-    if (s == USP_OK)
-        s = usp_buffer_copy(BE, t->adam_m, host + table->total, bytes, USP_COPY_HOST_TO_DEVICE, ST);
-    if (s == USP_OK)
-        s = usp_buffer_copy(BE, t->adam_v, host + 2 * table->total, bytes, USP_COPY_HOST_TO_DEVICE, ST);
+    for (int a = 0; a < 3 && s == USP_OK; a++)
+        s = usp_param_store_write(t->store, (usp_param_array)a, host + a * table->total);
     free(host);
     return s;
 }
@@ -305,12 +290,16 @@ static usp_status setup(trainer *t)
     if (t->data.vocab > c->model.vocab && t->data.kind != USP_DATA_TOKENS16 && t->data.kind != USP_DATA_TOKENS32)
         return usp_error(USP_ERR_CONFIG, "--data %s produces tokens up to %lld but model %s has a vocabulary of %lld",
                          c->data, (long long)t->data.vocab - 1, c->model.name, (long long)c->model.vocab);
+    USP_CHECK(usp_param_table_make(&c->model, &t->table));
+    usp_param_store_config pc = {.backend = BE, .stream = ST, .table = &t->table, .n_layer = (int)c->model.n_layer,
+                                 .zero_stage = c->zero_stage, .world = t->ctx->world, .sp = t->mesh.sp,
+                                 .dp = t->mesh.dp, .optimizer = 1};
+    USP_CHECK(usp_param_store_create(&pc, &t->store));
     usp_model_setup ms = {.config = &c->model, .backend = BE, .stream = ST, .mesh = &t->mesh,
-                          .attention_local = c->attention_local, .batch = t->B_local, .seq_len = t->N};
+                          .attention_local = c->attention_local, .batch = t->B_local, .seq_len = t->N,
+                          .store = t->store, .recompute_layers = c->recompute_layers, .tiled_mlp = c->tiled_mlp,
+                          .tiled_loss = c->tiled_loss, .tile_rows = c->tile_rows};
     USP_CHECK(usp_model_create(&ms, &t->model));
-    const usp_param_table *table = usp_model_params_table(t->model);
-    USP_CHECK(usp_buffer_alloc(BE, (size_t)table->total * sizeof(float), "optimizer", (void **)&t->adam_m));
-    USP_CHECK(usp_buffer_alloc(BE, (size_t)table->total * sizeof(float), "optimizer", (void **)&t->adam_v));
     USP_CHECK(usp_buffer_alloc(BE, (size_t)(t->ctx->world_size + c->batch + 64) * sizeof(double), "comm", (void **)&t->scalars));
     USP_CHECK(usp_calloc((void **)&t->shards, (size_t)t->B_local, sizeof *t->shards, "shards"));
     for (int64_t b = 0; b < t->B_local; b++)
@@ -323,10 +312,10 @@ static void teardown(trainer *t)
     for (int64_t b = 0; t->shards && b < t->B_local; b++)
         usp_shard_free(&t->shards[b]);
     free(t->shards);
-    usp_buffer_free(BE, t->adam_m);
-    usp_buffer_free(BE, t->adam_v);
     usp_buffer_free(BE, t->scalars);
     usp_model_destroy(t->model);
+    usp_param_store_destroy(t->store);
+    usp_param_table_free(&t->table);
     usp_data_close(&t->data);
     usp_mesh_destroy(&t->mesh);
 }
@@ -344,10 +333,9 @@ static usp_status run(trainer *t)
     t->log_clock = clock_now(t), t->log_step = t->step;
     while (t->step < until && s == USP_OK) {
         int64_t step = ++t->step;
-        float scale;
         double step_start = clock_now(t), flops_start = usp_backend_flops(BE);
         s = read_batch(t, (step - 1) * c->batch);
-        if (s == USP_OK) s = forward_loss(t, &scale, &loss, NULL);
+        if (s == USP_OK) s = forward_loss(t, 1, &loss, NULL);
         if (t->result && step == 1 && t->ctx->rank == 0)
             t->result->first_loss = loss;
         if (s == USP_OK) s = usp_model_backward(t->model);

@@ -4,8 +4,9 @@
  * count of valid targets is summed over the world first, so the loss is the
  * mean over every valid token of the global batch (never a mean of per-rank
  * means); forward, cross-entropy, backward; gradients all-reduced over sp and
- * then dp (weights are replicated on SP ranks); global-norm clipping; AdamW
- * with linear warmup and cosine decay. The same code runs on every backend.
+ * then dp (weights are replicated on SP ranks), or reduce-scattered over the
+ * world with ZeRO 2-3; global-norm clipping; AdamW with linear warmup and
+ * cosine decay. The same code runs on every backend.
  *
  * On a backend without numerics (meta) the step runs on shapes only: every op,
  * allocation and collective is issued as in a numeric run, but nothing is read
@@ -42,6 +43,10 @@ typedef struct usp_train_config {
     int64_t warmup;
     uint64_t seed;
     int attention_local;
+    int zero_stage;            /* 0-3: shard Adam state, then gradients, then weights over all ranks (param_store.h) */
+    int recompute_layers;      /* memory options of the model (model.h) */
+    int tiled_mlp, tiled_loss;
+    int64_t tile_rows;
     const char *save_dir, *resume_dir;
     int64_t log_every;
     int json;
@@ -49,7 +54,7 @@ typedef struct usp_train_config {
     int eval_only;             /* usp eval: no training steps */
     FILE *out;                 /* progress lines and JSON records (rank 0); NULL: none */
     float *first_grads;        /* tests: when set, rank 0 copies the all-reduced gradients of the
-                                  first step (before clipping) here, table->total floats */
+                                  first step (before clipping) here, table->total floats (ZeRO 0-1 only) */
     usp_train_step_stats *step_stats; /* when set, [world]: rank r writes entry r after each step */
 } usp_train_config;
 

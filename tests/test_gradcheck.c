@@ -21,11 +21,11 @@ typedef struct grad_case {
     char report[256];
 } grad_case;
 
-static usp_status loss_at(usp_model *m, const usp_shard *shard, double count, double *loss)
+static usp_status loss_at(usp_model *m, const usp_shard *shard, double count, int with_grad, double *loss)
 {
     double sum;
     USP_CHECK(usp_model_forward(m, shard));
-    USP_CHECK(usp_model_loss(m, (float)(1.0 / count), &sum));
+    USP_CHECK(usp_model_loss(m, (float)(1.0 / count), with_grad, &sum));
     *loss = sum / count;
     return USP_OK;
 }
@@ -53,10 +53,12 @@ static usp_status check_rank(const usp_rank_ctx *ctx, void *arg)
     USP_CHECK(usp_shard_alloc(&shard, N));
     USP_CHECK(usp_data_read_shard(&data, usp_model_layout(m), 0, 0, N, &shard));
     double count = N, loss, plus, minus;
-    USP_CHECK(usp_buffer_copy(ctx->backend, usp_model_params(m), w, bytes, USP_COPY_HOST_TO_DEVICE, NULL));
-    USP_CHECK(loss_at(m, &shard, count, &loss));
+    usp_param_store *store = usp_model_store(m);
+    USP_CHECK(usp_param_store_write(store, USP_ARRAY_WEIGHTS, w));
+    USP_CHECK(loss_at(m, &shard, count, 1, &loss));
     USP_CHECK(usp_model_backward(m));
-    USP_CHECK(usp_buffer_copy(ctx->backend, g, usp_model_grads(m), bytes, USP_COPY_DEVICE_TO_HOST, NULL));
+    USP_CHECK(usp_buffer_copy(ctx->backend, g, usp_param_store_whole_grads(store), bytes, USP_COPY_DEVICE_TO_HOST,
+                              NULL));
     gc->worst = 0;
     for (int i = 0; i < t->n; i++) {
         const usp_param_tensor *p = &t->tensors[i];
@@ -74,9 +76,8 @@ static usp_status check_rank(const usp_rank_ctx *ctx, void *arg)
                 memcpy(probe, w, bytes);
                 for (int64_t j = 0; j < p->count; j++)
                     probe[p->offset + j] += (float)(sign * h * g[p->offset + j] / norm);
-                USP_CHECK(usp_buffer_copy(ctx->backend, usp_model_params(m), probe, bytes, USP_COPY_HOST_TO_DEVICE,
-                                          NULL));
-                USP_CHECK(loss_at(m, &shard, count, sign < 0 ? &minus : &plus));
+                USP_CHECK(usp_param_store_write(store, USP_ARRAY_WEIGHTS, probe));
+                USP_CHECK(loss_at(m, &shard, count, 0, sign < 0 ? &minus : &plus));
             }
             d[k] = (plus - minus) / (2 * h);
         }

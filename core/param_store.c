@@ -1,0 +1,346 @@
+/* Weights, gradients and AdamW state, whole or sharded (see param_store.h). */
+#include "core/param_store.h"
+
+#include <math.h>
+#include <stdlib.h>
+
+typedef struct bucket {
+    int64_t start, len;   /* its range of the table, in elements */
+    int64_t shard;        /* ceil(len / W): the elements of one shard, padding included */
+    int64_t shard_at;     /* where its shard starts in the sharded arrays */
+    float *gathered;      /* stage 3: the whole weights while in use */
+    int weight_users;
+    float *grad_work;     /* stages 2-3: the whole gradient while backward fills it */
+    int grad_users;
+} bucket;
+
+struct usp_param_store {
+    usp_param_store_config c;
+    int W, rank, n_buckets;
+    bucket *buckets;
+    int64_t shard_total, max_shard;
+    float *weights;         /* whole at stages 0-2, this rank's shards at 3 */
+    float *grads;           /* whole at 0-1, shards at 2-3 */
+    float *adam_m, *adam_v; /* whole at 0, shards at 1-3 */
+    double *scalar;         /* backend memory for the norm's all-reduce */
+};
+
+#define BE (s->c.backend)
+#define ST (s->c.stream)
+
+static int is_sharded(const usp_param_store *s, const float *array)
+{
+    if (array == s->weights)
+        return s->c.zero_stage >= 3;
+    if (array == s->grads)
+        return s->c.zero_stage >= 2;
+    return s->c.zero_stage >= 1;
+}
+
+static int64_t array_elems(const usp_param_store *s, const float *array)
+{
+    return is_sharded(s, array) ? s->shard_total : s->c.table->total;
+}
+
+static usp_status alloc_array(usp_param_store *s, float **p, int64_t elems, const char *category)
+{
+    return usp_buffer_alloc(BE, (size_t)(elems > 0 ? elems : 1) * sizeof(float), category, (void **)p);
+}
+
+/* Buckets from the table's order: embeddings, then layer by layer, then the head. */
+static usp_status make_buckets(usp_param_store *s)
+{
+    const usp_param_table *t = s->c.table;
+    s->n_buckets = s->c.n_layer + 2;
+    USP_CHECK(usp_calloc((void **)&s->buckets, (size_t)s->n_buckets, sizeof *s->buckets, "parameter buckets"));
+    for (int b = 0; b < s->n_buckets; b++)
+        s->buckets[b].start = -1;
+    int seen_layer = 0;
+    for (int i = 0; i < t->n; i++) {
+        const usp_param_tensor *pt = &t->tensors[i];
+        seen_layer |= pt->layer >= 0;
+        bucket *b = &s->buckets[pt->layer >= 0 ? pt->layer + 1 : seen_layer ? s->c.n_layer + 1 : 0];
+        if (b->start < 0)
+            b->start = pt->offset;
+        USP_ASSERT(b->start + b->len == pt->offset, "bucket of tensor %d is not one contiguous range", i);
+        b->len += pt->count;
+    }
+    for (int i = 0; i < s->n_buckets; i++) {
+        bucket *b = &s->buckets[i];
+        b->start = b->start < 0 ? 0 : b->start;
+        b->shard = (b->len + s->W - 1) / s->W;
+        b->shard_at = s->shard_total;
+        s->shard_total += b->shard;
+        s->max_shard = b->shard > s->max_shard ? b->shard : s->max_shard;
+    }
+    return USP_OK;
+}
+
+usp_status usp_param_store_create(const usp_param_store_config *c, usp_param_store **out)
+{
+    *out = NULL;
+    if (c->zero_stage < 0 || c->zero_stage > 3)
+        return usp_error(USP_ERR_CONFIG, "--zero %d: the ZeRO stage is 0, 1, 2 or 3", c->zero_stage);
+    USP_ASSERT(c->zero_stage == 0 || c->world, "ZeRO stage %d without a world group", c->zero_stage);
+    usp_param_store *s;
+    USP_CHECK(usp_calloc((void **)&s, 1, sizeof *s, "the parameter store"));
+    s->c = *c;
+    s->W = c->zero_stage > 0 ? usp_comm_size(c->world) : 1;
+    s->rank = c->zero_stage > 0 ? usp_comm_rank(c->world) : 0;
+    usp_status st;
+    USP_CHECK_GOTO(make_buckets(s), st, fail);
+    const int64_t whole = c->table->total;
+    USP_CHECK_GOTO(alloc_array(s, &s->weights, c->zero_stage >= 3 ? s->shard_total : whole, "weights"), st, fail);
+    USP_CHECK_GOTO(alloc_array(s, &s->grads, c->zero_stage >= 2 ? s->shard_total : whole, "gradients"), st, fail);
+    if (c->optimizer) {
+        int64_t n = c->zero_stage >= 1 ? s->shard_total : whole;
+        USP_CHECK_GOTO(alloc_array(s, &s->adam_m, n, "optimizer"), st, fail);
+        USP_CHECK_GOTO(alloc_array(s, &s->adam_v, n, "optimizer"), st, fail);
+    }
+    USP_CHECK_GOTO(usp_buffer_alloc(BE, sizeof(double), "comm", (void **)&s->scalar), st, fail);
+    if (c->zero_stage >= 3) /* the padding of the shards stays zero */
+        USP_CHECK_GOTO(usp_buffer_zero(BE, s->weights, (size_t)s->shard_total * sizeof(float), ST), st, fail);
+    *out = s;
+    return USP_OK;
+fail:
+    usp_param_store_destroy(s);
+    return st;
+}
+
+void usp_param_store_destroy(usp_param_store *s)
+{
+    if (!s)
+        return;
+    for (int i = 0; s->buckets && i < s->n_buckets; i++) {
+        usp_buffer_free(BE, s->buckets[i].gathered);
+        usp_buffer_free(BE, s->buckets[i].grad_work);
+    }
+    usp_buffer_free(BE, s->weights);
+    usp_buffer_free(BE, s->grads);
+    usp_buffer_free(BE, s->adam_m);
+    usp_buffer_free(BE, s->adam_v);
+    usp_buffer_free(BE, s->scalar);
+    free(s->buckets);
+    free(s);
+}
+
+int usp_param_store_bucket(const usp_param_store *s, int layer)
+{
+    USP_ASSERT(layer >= -1 && layer <= s->c.n_layer, "layer %d of %d", layer, s->c.n_layer);
+    return layer + 1;
+}
+
+/* The part of bucket b this rank updates: [*lo, *lo + *count) of the table. */
+static void owned_range(const usp_param_store *s, const bucket *b, int64_t *lo, int64_t *count)
+{
+    if (s->c.zero_stage == 0) {
+        *lo = b->start, *count = b->len;
+        return;
+    }
+    int64_t first = (int64_t)s->rank * b->shard;
+    *lo = b->start + first;
+    *count = b->len - first < 0 ? 0 : b->len - first > b->shard ? b->shard : b->len - first;
+}
+
+/* Element `at` of the table (inside this rank's owned range of b) in `array`. */
+static float *element(const usp_param_store *s, float *array, const bucket *b, int64_t at)
+{
+    if (!is_sharded(s, array))
+        return array + at;
+    int64_t lo, count;
+    owned_range(s, b, &lo, &count);
+    return array + b->shard_at + (at - lo);
+}
+
+usp_status usp_param_store_weights(usp_param_store *s, int bucket_id, const float **out)
+{
+    bucket *b = &s->buckets[bucket_id];
+    if (s->c.zero_stage < 3) {
+        *out = s->weights + b->start;
+        return USP_OK;
+    }
+    if (b->weight_users++ == 0) {
+        USP_CHECK(alloc_array(s, &b->gathered, b->shard * s->W, "weights"));
+        USP_CHECK(usp_comm_all_gather(s->c.world, s->weights + b->shard_at, b->gathered, (size_t)b->shard, USP_F32,
+                                      ST));
+    }
+    *out = b->gathered;
+    return USP_OK;
+}
+
+usp_status usp_param_store_weights_done(usp_param_store *s, int bucket_id)
+{
+    bucket *b = &s->buckets[bucket_id];
+    if (s->c.zero_stage < 3)
+        return USP_OK;
+    USP_ASSERT(b->weight_users > 0, "bucket %d: weights dropped more often than used", bucket_id);
+    if (--b->weight_users == 0) {
+        usp_buffer_free(BE, b->gathered);
+        b->gathered = NULL;
+    }
+    return USP_OK;
+}
+
+usp_status usp_param_store_begin_backward(usp_param_store *s)
+{
+    return usp_buffer_zero(BE, s->grads, (size_t)array_elems(s, s->grads) * sizeof(float), ST);
+}
+
+usp_status usp_param_store_grads(usp_param_store *s, int bucket_id, float **out)
+{
+    bucket *b = &s->buckets[bucket_id];
+    if (s->c.zero_stage < 2) {
+        *out = s->grads + b->start;
+        return USP_OK;
+    }
+    if (b->grad_users++ == 0) {
+        USP_CHECK(alloc_array(s, &b->grad_work, b->shard * s->W, "gradients"));
+        USP_CHECK(usp_buffer_zero(BE, b->grad_work, (size_t)(b->shard * s->W) * sizeof(float), ST));
+    }
+    *out = b->grad_work;
+    return USP_OK;
+}
+
+usp_status usp_param_store_grads_done(usp_param_store *s, int bucket_id)
+{
+    bucket *b = &s->buckets[bucket_id];
+    if (s->c.zero_stage < 2)
+        return USP_OK;
+    USP_ASSERT(b->grad_users > 0, "bucket %d: gradient closed more often than opened", bucket_id);
+    if (--b->grad_users > 0)
+        return USP_OK;
+    usp_status st = usp_comm_reduce_scatter(s->c.world, b->grad_work, s->grads + b->shard_at, (size_t)b->shard,
+                                            USP_F32, USP_REDUCE_SUM, ST);
+    usp_buffer_free(BE, b->grad_work);
+    b->grad_work = NULL;
+    return st;
+}
+
+usp_status usp_param_store_reduce_grads(usp_param_store *s, double *norm)
+{
+    size_t n = (size_t)array_elems(s, s->grads);
+    double sq;
+    if (s->c.zero_stage < 2) {
+        if (s->c.sp)
+            USP_CHECK(usp_comm_all_reduce(s->c.sp, s->grads, s->grads, n, USP_F32, USP_REDUCE_SUM, ST));
+        if (s->c.dp)
+            USP_CHECK(usp_comm_all_reduce(s->c.dp, s->grads, s->grads, n, USP_F32, USP_REDUCE_SUM, ST));
+        USP_CHECK(usp_sum_squares(BE, &sq, s->grads, (int64_t)n, ST));
+    } else { /* each rank holds a disjoint shard of the summed gradient: add their squares */
+        USP_CHECK(usp_sum_squares(BE, &sq, s->grads, (int64_t)n, ST));
+        USP_CHECK(usp_buffer_copy(BE, s->scalar, &sq, sizeof sq, USP_COPY_HOST_TO_DEVICE, ST));
+        USP_CHECK(usp_comm_all_reduce(s->c.world, s->scalar, s->scalar, 1, USP_F64, USP_REDUCE_SUM, ST));
+        USP_CHECK(usp_buffer_copy(BE, &sq, s->scalar, sizeof sq, USP_COPY_DEVICE_TO_HOST, ST));
+    }
+    *norm = sqrt(sq);
+    return USP_OK;
+}
+
+usp_status usp_param_store_scale_grads(usp_param_store *s, float scale)
+{
+    return usp_scale(BE, s->grads, scale, array_elems(s, s->grads), ST);
+}
+
+/* Stages 1-2: every rank has updated its shard of the whole weights; gather
+ * them all, bucket by bucket, through one send and one receive buffer. */
+static usp_status gather_updated_weights(usp_param_store *s)
+{
+    float *send = NULL, *recv = NULL;
+    usp_status st = alloc_array(s, &send, s->max_shard, "comm");
+    if (st == USP_OK)
+        st = alloc_array(s, &recv, s->max_shard * s->W, "comm");
+    for (int i = 0; i < s->n_buckets && st == USP_OK; i++) {
+        const bucket *b = &s->buckets[i];
+        int64_t lo, count;
+        owned_range(s, b, &lo, &count);
+        if (b->shard == 0)
+            continue;
+        st = usp_buffer_zero(BE, send, (size_t)b->shard * sizeof(float), ST);
+        if (st == USP_OK && count > 0)
+            st = usp_buffer_copy(BE, send, s->weights + lo, (size_t)count * sizeof(float), USP_COPY_DEVICE_TO_DEVICE,
+                                 ST);
+        if (st == USP_OK)
+            st = usp_comm_all_gather(s->c.world, send, recv, (size_t)b->shard, USP_F32, ST);
+        if (st == USP_OK)
+            st = usp_buffer_copy(BE, s->weights + b->start, recv, (size_t)b->len * sizeof(float),
+                                 USP_COPY_DEVICE_TO_DEVICE, ST);
+    }
+    usp_buffer_free(BE, send);
+    usp_buffer_free(BE, recv);
+    return st;
+}
+
+usp_status usp_param_store_adamw(usp_param_store *s, const usp_adamw_config *a)
+{
+    USP_ASSERT(s->adam_m, "%s", "an AdamW step on a store made without optimizer state");
+    const usp_param_table *t = s->c.table;
+    for (int i = 0; i < s->n_buckets; i++) {
+        const bucket *b = &s->buckets[i];
+        int64_t lo, count;
+        owned_range(s, b, &lo, &count);
+        for (int k = 0; k < t->n && count > 0; k++) { /* the tensors that overlap the owned range */
+            const usp_param_tensor *pt = &t->tensors[k];
+            int64_t from = pt->offset > lo ? pt->offset : lo;
+            int64_t to = pt->offset + pt->count < lo + count ? pt->offset + pt->count : lo + count;
+            if (from >= to)
+                continue;
+            float wd = pt->ndim == 2 ? a->weight_decay : 0.0f;
+            USP_CHECK(usp_adamw_step(BE, element(s, s->weights, b, from), element(s, s->grads, b, from),
+                                     element(s, s->adam_m, b, from), element(s, s->adam_v, b, from), to - from,
+                                     a->lr, a->beta1, a->beta2, a->eps, wd, a->step, ST));
+        }
+    }
+    return s->c.zero_stage == 1 || s->c.zero_stage == 2 ? gather_updated_weights(s) : USP_OK;
+}
+
+static float *array_of(usp_param_store *s, usp_param_array which)
+{
+    return which == USP_ARRAY_WEIGHTS ? s->weights : which == USP_ARRAY_ADAM_M ? s->adam_m : s->adam_v;
+}
+
+usp_status usp_param_store_read(usp_param_store *s, usp_param_array which, float *host)
+{
+    float *array = array_of(s, which);
+    USP_ASSERT(array, "array %d is not held by this store", (int)which);
+    if (!is_sharded(s, array))
+        return usp_buffer_copy(BE, host, array, (size_t)s->c.table->total * sizeof(float), USP_COPY_DEVICE_TO_HOST,
+                               ST);
+    float *recv;
+    USP_CHECK(alloc_array(s, &recv, s->max_shard * s->W, "comm"));
+    usp_status st = USP_OK;
+    for (int i = 0; i < s->n_buckets && st == USP_OK; i++) {
+        const bucket *b = &s->buckets[i];
+        if (b->shard == 0)
+            continue;
+        st = usp_comm_all_gather(s->c.world, array + b->shard_at, recv, (size_t)b->shard, USP_F32, ST);
+        if (st == USP_OK)
+            st = usp_buffer_copy(BE, host + b->start, recv, (size_t)b->len * sizeof(float), USP_COPY_DEVICE_TO_HOST,
+                                 ST);
+    }
+    usp_buffer_free(BE, recv);
+    return st;
+}
+
+usp_status usp_param_store_write(usp_param_store *s, usp_param_array which, const float *host)
+{
+    float *array = array_of(s, which);
+    USP_ASSERT(array, "array %d is not held by this store", (int)which);
+    if (!is_sharded(s, array))
+        return usp_buffer_copy(BE, array, host, (size_t)s->c.table->total * sizeof(float), USP_COPY_HOST_TO_DEVICE,
+                               ST);
+    USP_CHECK(usp_buffer_zero(BE, array, (size_t)s->shard_total * sizeof(float), ST));
+    for (int i = 0; i < s->n_buckets; i++) {
+        const bucket *b = &s->buckets[i];
+        int64_t lo, count;
+        owned_range(s, b, &lo, &count);
+        if (count > 0)
+            USP_CHECK(usp_buffer_copy(BE, array + b->shard_at, host + lo, (size_t)count * sizeof(float),
+                                      USP_COPY_HOST_TO_DEVICE, ST));
+    }
+    return USP_OK;
+}
+
+float *usp_param_store_whole_grads(usp_param_store *s)
+{
+    return s->c.zero_stage < 2 ? s->grads : NULL;
+}

@@ -1,0 +1,88 @@
+/* The weights, gradients and AdamW state of one rank, whole or sharded over
+ * every rank of the world (the dp x sp ranks), as ZeRO does (Rajbhandari et
+ * al., "ZeRO: Memory Optimizations Toward Training Trillion Parameter Models",
+ * SC 2020):
+ *   stage 0  every rank holds everything; gradients are all-reduced over sp, then dp;
+ *   stage 1  Adam's moments are sharded: each rank updates its 1/W of the
+ *            weights from the all-reduced gradient, then the weights are all-gathered;
+ *   stage 2  gradients too: each bucket's gradient is reduce-scattered as soon
+ *            as backward has finished it, so only one bucket is ever whole;
+ *   stage 3  weights too: a bucket is all-gathered before it is used (forward,
+ *            and again in backward) and dropped after.
+ * Buckets are contiguous ranges of the parameter table: 0 = the embeddings,
+ * 1..L = the layers, L + 1 = the final norm and the lm_head. A bucket of n
+ * elements is split into W shards of ceil(n / W) (the last ones padded with
+ * zeros), rank r owning shard r, so collectives move equal counts. */
+#ifndef USP_PARAM_STORE_H
+#define USP_PARAM_STORE_H
+
+#include "core/comm.h"
+#include "core/model_params.h"
+#include "core/ops.h"
+
+typedef struct usp_param_store usp_param_store;
+
+typedef struct usp_param_store_config {
+    usp_backend_t *backend;
+    usp_stream_t *stream;
+    const usp_param_table *table;
+    int n_layer;
+    int zero_stage;       /* 0..3 */
+    usp_comm_t *world;    /* the ranks shards are spread over (stages 1-3) */
+    usp_comm_t *sp, *dp;  /* stages 0-1 all-reduce gradients over sp, then dp (NULL: no reduction) */
+    int optimizer;        /* 0: no Adam state (a model alone, in tests) */
+} usp_param_store_config;
+
+/* The optimizer's hyperparameters for one step. */
+typedef struct usp_adamw_config {
+    float lr, beta1, beta2, eps, weight_decay; /* no decay on 1-D tensors (norms, biases) */
+    int64_t step;                              /* 1-based, for bias correction */
+} usp_adamw_config;
+
+/* Which of the per-parameter arrays usp_param_store_read / _write move. */
+typedef enum usp_param_array { USP_ARRAY_WEIGHTS, USP_ARRAY_ADAM_M, USP_ARRAY_ADAM_V } usp_param_array;
+
+/* Allocates the rank's share of weights ("weights"), gradients ("gradients") and Adam state ("optimizer"). */
+usp_status usp_param_store_create(const usp_param_store_config *c, usp_param_store **out);
+
+/* Frees everything the store holds (NULL is a no-op). */
+void usp_param_store_destroy(usp_param_store *s);
+
+/* The bucket holding the tensors of `layer` (-1: the embeddings; n_layer: the final norm and lm_head). */
+int usp_param_store_bucket(const usp_param_store *s, int layer);
+
+/* The bucket's weights, whole, until the matching _weights_done (stage 3 all-gathers them; nested calls share one copy). */
+usp_status usp_param_store_weights(usp_param_store *s, int bucket, const float **out);
+
+/* Ends a use of the bucket's weights (stage 3 frees the gathered copy after the last). */
+usp_status usp_param_store_weights_done(usp_param_store *s, int bucket);
+
+/* Starts a backward pass: every gradient becomes zero. */
+usp_status usp_param_store_begin_backward(usp_param_store *s);
+
+/* Where backward accumulates the bucket's gradient, whole, until _grads_done (nested calls share it). */
+usp_status usp_param_store_grads(usp_param_store *s, int bucket, float **out);
+
+/* Ends the bucket's gradient (stages 2-3 reduce-scatter it into the shards after the last use). */
+usp_status usp_param_store_grads_done(usp_param_store *s, int bucket);
+
+/* After backward: sums the gradients over the ranks (stages 0-1 all-reduce;
+ * 2-3 have reduce-scattered them already) and returns their global L2 norm. */
+usp_status usp_param_store_reduce_grads(usp_param_store *s, double *norm);
+
+/* Multiplies every gradient by `scale` (clipping). */
+usp_status usp_param_store_scale_grads(usp_param_store *s, float scale);
+
+/* One AdamW step on the weights this rank owns; stages 1-2 then all-gather them. */
+usp_status usp_param_store_adamw(usp_param_store *s, const usp_adamw_config *a);
+
+/* Copies the whole array (table->total floats) to host on every rank (collective for sharded arrays). */
+usp_status usp_param_store_read(usp_param_store *s, usp_param_array which, float *host);
+
+/* Sets the array from a whole host copy (table->total floats; each rank keeps its share). */
+usp_status usp_param_store_write(usp_param_store *s, usp_param_array which, const float *host);
+
+/* The whole gradient block at stages 0-1 (after _reduce_grads: the summed gradient); NULL at 2-3. */
+float *usp_param_store_whole_grads(usp_param_store *s);
+
+#endif
