@@ -108,7 +108,7 @@ void usp_comm_op_traffic(const usp_comm_op *op, int rank, int size, uint64_t *by
 
 static int reducible(usp_dtype dtype)
 {
-    return dtype == USP_F32 || dtype == USP_F64 || dtype == USP_I64;
+    return dtype == USP_F32 || dtype == USP_F64 || dtype == USP_I64 || dtype == USP_BF16;
 }
 
 static usp_status bad_call(const usp_comm_t *c, const usp_comm_op *op, const char *why)
@@ -124,7 +124,7 @@ static usp_status check_op(const usp_comm_t *c, const usp_comm_op *op)
         return bad_call(c, op, "unknown dtype");
     int reduces = op->kind == USP_OP_ALL_REDUCE || op->kind == USP_OP_REDUCE_SCATTER;
     if (reduces && !reducible(op->dtype))
-        return bad_call(c, op, "reductions are over f32, f64 and i64 only");
+        return bad_call(c, op, "reductions are over f32, f64, i64 and bf16 only");
     if (op->kind == USP_OP_BROADCAST && (op->root < 0 || op->root >= c->size))
         return bad_call(c, op, "root is not a member of the group");
     int p2p = op->kind == USP_OP_SEND || op->kind == USP_OP_RECV || op->kind == USP_OP_SENDRECV;

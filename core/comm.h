@@ -90,7 +90,7 @@ void usp_comm_destroy(usp_comm_t *c);
     usp_comm_reduce_scatter_at(c, send, recv, count, dtype, op, stream, USP_HERE)
 
 /* recv = reduction of every rank's send (count); send == recv (in place) is allowed.
- * Reductions are over f32, f64 and i64, in rank order, so every rank gets the same bits. */
+ * Reductions are over f32, f64, i64 and bf16 (widened to f32 per step), in rank order, so every rank gets the same bits. */
 #define usp_comm_all_reduce(c, send, recv, count, dtype, op, stream) \
     usp_comm_all_reduce_at(c, send, recv, count, dtype, op, stream, USP_HERE)
 

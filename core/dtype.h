@@ -3,6 +3,7 @@
 #define USP_DTYPE_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 typedef enum usp_dtype {
     USP_F32 = 0,
@@ -18,5 +19,11 @@ size_t usp_dtype_size(usp_dtype dtype);
 
 /* Lower-case name ("f32", "bf16", ...). */
 const char *usp_dtype_name(usp_dtype dtype);
+
+/* f32 value of a bfloat16 bit pattern (exact: the upper half of an f32). */
+float usp_bf16_to_f32(uint16_t b);
+
+/* The bfloat16 nearest to x (ties to even; NaN stays NaN). */
+uint16_t usp_f32_to_bf16(float x);
 
 #endif

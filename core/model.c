@@ -19,7 +19,7 @@
 
 #define DEFAULT_TILE_ROWS 1024
 
-usp_status model_buffer(usp_model *m, float **p, int64_t elems, const char *category)
+usp_status model_buffer_as(usp_model *m, float **p, int64_t elems, usp_dtype storage, const char *category)
 {
     if (m->n_owned == m->cap_owned) {
         int cap = m->cap_owned ? 2 * m->cap_owned : 64;
@@ -29,9 +29,19 @@ usp_status model_buffer(usp_model *m, float **p, int64_t elems, const char *cate
         m->owned = grown;
         m->cap_owned = cap;
     }
-    USP_CHECK(usp_buffer_alloc(BE, (size_t)(elems > 0 ? elems : 1) * sizeof(float), category, (void **)p));
+    USP_CHECK(usp_buffer_alloc_as(BE, (size_t)(elems > 0 ? elems : 1), storage, category, (void **)p));
     m->owned[m->n_owned++] = *p;
     return USP_OK;
+}
+
+usp_status model_buffer(usp_model *m, float **p, int64_t elems, const char *category)
+{
+    return model_buffer_as(m, p, elems, USP_F32, category);
+}
+
+usp_status model_tensor(usp_model *m, float **p, int64_t elems, const char *category)
+{
+    return model_buffer_as(m, p, elems, m->s.storage, category);
 }
 
 /* The bucket of a tensor: its layer's, or the embeddings' / the head's. */
@@ -100,20 +110,20 @@ static usp_status alloc_activations(usp_model *m)
     const int64_t n = m->n, C = m->C, qd = m->H * m->D, kd = m->Hkv * m->D;
     const int sets = m->s.recompute_layers ? 1 : (int)m->c.n_layer;
     const char *a_ = "activations";
-    USP_CHECK(model_buffer(m, &m->residual, (m->c.n_layer + 1) * n * C, a_));
+    USP_CHECK(model_tensor(m, &m->residual, (m->c.n_layer + 1) * n * C, a_));
     for (int l = 0; l < sets; l++) {
         layer_acts *a = &m->acts[l];
-        USP_CHECK(model_buffer(m, &a->ln1, n * C, a_));
+        USP_CHECK(model_tensor(m, &a->ln1, n * C, a_));
         USP_CHECK(model_buffer(m, &a->ln1_mean, n, a_));
         USP_CHECK(model_buffer(m, &a->ln1_rstd, n, a_));
-        USP_CHECK(model_buffer(m, &a->q, n * qd, a_));
-        USP_CHECK(model_buffer(m, &a->k, n * kd, a_));
-        USP_CHECK(model_buffer(m, &a->v, n * kd, a_));
-        USP_CHECK(model_buffer(m, &a->att, n * qd, a_));
+        USP_CHECK(model_tensor(m, &a->q, n * qd, a_));
+        USP_CHECK(model_tensor(m, &a->k, n * kd, a_));
+        USP_CHECK(model_tensor(m, &a->v, n * kd, a_));
+        USP_CHECK(model_tensor(m, &a->att, n * qd, a_));
         if (m->s.attention_local)
             USP_CHECK(model_buffer(m, &a->att_lse, m->B * m->H * m->T, a_));
-        USP_CHECK(model_buffer(m, &a->mid, n * C, a_));
-        USP_CHECK(model_buffer(m, &a->ln2, n * C, a_));
+        USP_CHECK(model_tensor(m, &a->mid, n * C, a_));
+        USP_CHECK(model_tensor(m, &a->ln2, n * C, a_));
         USP_CHECK(model_buffer(m, &a->ln2_mean, n, a_));
         USP_CHECK(model_buffer(m, &a->ln2_rstd, n, a_));
     }
@@ -123,12 +133,12 @@ static usp_status alloc_activations(usp_model *m)
     USP_CHECK(model_buffer(m, (float **)&m->targets, n, a_));
     USP_CHECK(model_buffer(m, (float **)&m->positions, n, a_));
     const char *g = "gradients";
-    USP_CHECK(model_buffer(m, &m->d_x, n * C, g));
-    USP_CHECK(model_buffer(m, &m->d_h, n * C, g));
-    USP_CHECK(model_buffer(m, &m->d_att, n * qd, g));
-    USP_CHECK(model_buffer(m, &m->d_q, n * qd, g));
-    USP_CHECK(model_buffer(m, &m->d_k, n * kd, g));
-    USP_CHECK(model_buffer(m, &m->d_v, n * kd, g));
+    USP_CHECK(model_tensor(m, &m->d_x, n * C, g));
+    USP_CHECK(model_tensor(m, &m->d_h, n * C, g));
+    USP_CHECK(model_tensor(m, &m->d_att, n * qd, g));
+    USP_CHECK(model_tensor(m, &m->d_q, n * qd, g));
+    USP_CHECK(model_tensor(m, &m->d_k, n * kd, g));
+    USP_CHECK(model_tensor(m, &m->d_v, n * kd, g));
     return usp_malloc((void **)&m->host_targets, (size_t)n * sizeof(int32_t), "targets");
 }
 
@@ -139,7 +149,8 @@ static usp_status create_attention(usp_model *m)
     for (int l = 0; l < sets; l++) {
         ulysses_attention_config ac = {.backend = BE, .stream = ST, .ulysses = m->s.mesh->ulysses, .ring = ring,
                                        .batch = m->B, .seq_len = m->s.seq_len, .n_heads = m->H,
-                                       .n_kv_heads = m->Hkv, .head_dim = m->D, .causal = 1};
+                                       .n_kv_heads = m->Hkv, .head_dim = m->D, .causal = 1,
+                                       .storage = m->s.storage};
         USP_CHECK(ulysses_attention_create(&ac, &m->attn[l]));
     }
     m->layout = *ulysses_attention_layout(m->attn[0]);
@@ -356,8 +367,15 @@ static usp_status layer_forward(usp_model *m, int l)
     return model_drop_weights(m, l);
 }
 
+void usp_model_step_flops(const usp_model *m, double *forward, double *recompute)
+{
+    *forward = m->forward_flops, *recompute = m->recompute_flops;
+}
+
 usp_status usp_model_forward(usp_model *m, const usp_shard *shards)
 {
+    const double start = usp_backend_flops(BE);
+    m->recompute_flops = 0;
     USP_CHECK(upload_batch(m, shards));
     USP_CHECK(model_use_weights(m, -1));
     const float *wpe = model_param(m, USP_P_WPE, -1);
@@ -367,7 +385,9 @@ usp_status usp_model_forward(usp_model *m, const usp_shard *shards)
     for (int l = 0; l < m->c.n_layer; l++)
         USP_CHECK(layer_forward(m, l));
     m->head_grads_ready = 0;
-    return head_forward(m);
+    USP_CHECK(head_forward(m));
+    m->forward_flops = usp_backend_flops(BE) - start;
+    return USP_OK;
 }
 
 /* --- backward ------------------------------------------------------------- */
@@ -390,9 +410,11 @@ static usp_status layer_backward(usp_model *m, int l)
     USP_CHECK(model_use_weights(m, l));
     USP_CHECK(model_open_grads(m, l));
     if (m->s.recompute_layers) { /* the same ops on the same input: the same activations, bit for bit */
+        const double start = usp_backend_flops(BE);
         USP_CHECK(attention_block_forward(m, l, a, x));
         if (!m->s.tiled_mlp)
             USP_CHECK(mlp_recompute(m, l, a, a->ln2));
+        m->recompute_flops += usp_backend_flops(BE) - start;
     }
     /* MLP: x_out = mid + mlp(ln2); the residual passes d_x on to mid unchanged */
     USP_CHECK(mlp_backward(m, l, a, a->ln2, m->d_x, m->d_h));

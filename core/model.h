@@ -40,6 +40,7 @@ typedef struct usp_model_setup {
     int recompute_layers;   /* see the memory options above */
     int tiled_mlp, tiled_loss;
     int64_t tile_rows;      /* rows per tile (0: 1024) */
+    usp_dtype storage;      /* activations: USP_F32 (0), or USP_BF16 on meta (usp_buffer_alloc_as) */
 } usp_model_setup;
 
 /* Allocates parameters, gradients and activations (categories "weights",
@@ -55,6 +56,11 @@ const usp_seq_layout *usp_model_layout(const usp_model *m);
 /* The parameter table; the model's store. */
 const usp_param_table *usp_model_params_table(const usp_model *m);
 usp_param_store *usp_model_store(usp_model *m);
+
+/* The FLOPs of the last step: its forward pass up to the logits (with the
+ * tiled loss, the lm_head's tiles too), and the forward work backward did again
+ * (recomputed layers, tiled MLP hidden): model FLOPs exclude the latter. */
+void usp_model_step_flops(const usp_model *m, double *forward, double *recompute);
 
 /* Runs embedding and every layer up to the logits for `shards` (one per sequence on this rank). */
 usp_status usp_model_forward(usp_model *m, const usp_shard *shards);

@@ -6,7 +6,8 @@
  * d lnf = dlogits W, dW += dlogits^T lnf. Tiled, the rows go `tile` at a time
  * through one [tile, V] buffer, so the [n, V] logits (the largest activation of
  * a long sequence: 1M tokens x 32000 x 4 bytes = 131 GB) never exist; every row
- * gives the same numbers, dW is a sum over tiles. */
+ * gives the same numbers, dW is a sum over tiles. The logits are fp32 whatever
+ * the storage dtype: the cross-entropy of a 32000-way softmax needs it. */
 #include <math.h>
 #include <stdlib.h>
 
@@ -28,7 +29,7 @@ static float *lm_head_grad(const usp_model *m)
 usp_status head_alloc(usp_model *m)
 {
     const int64_t n = m->n;
-    USP_CHECK(model_buffer(m, &m->lnf, n * m->C, "activations"));
+    USP_CHECK(model_tensor(m, &m->lnf, n * m->C, "activations"));
     USP_CHECK(model_buffer(m, &m->lnf_mean, n, "activations"));
     USP_CHECK(model_buffer(m, &m->lnf_rstd, n, "activations"));
     USP_CHECK(model_buffer(m, &m->logits, (m->s.tiled_loss ? m->tile : n) * m->V, "activations"));
@@ -106,7 +107,9 @@ usp_status usp_model_loss(usp_model *m, float grad_scale, int with_grad, double 
         USP_CHECK(loss_rows(m, 0, m->n, m->logits, grad_scale, with_grad));
     for (int64_t r = 0; m->s.tiled_loss && r < m->n; r += m->tile) {
         int64_t rows = m->n - r < m->tile ? m->n - r : m->tile;
+        const double start = usp_backend_flops(BE);
         USP_CHECK(model_linear(m, rows, m->logits, m->lnf + r * m->C, lm_head(m), NULL, m->C, m->V));
+        m->forward_flops += usp_backend_flops(BE) - start;
         USP_CHECK(loss_rows(m, r, rows, m->logits, grad_scale, with_grad));
     }
     USP_CHECK(model_drop_weights(m, head_layer(m)));

@@ -31,6 +31,8 @@ struct usp_model {
     const float **weights;             /* [L + 2]: each bucket's whole weights while in use */
     float **grads;                     /* [L + 2]: each bucket's gradient while backward fills it */
     int head_grads_ready;              /* the loss has run the head's backward */
+    double forward_flops;              /* this step's forward up to the logits (the tiled loss's included) */
+    double recompute_flops;            /* this step's forward work done again in backward */
     float *residual;                   /* [L + 1, n, C]: each layer's input, and the last output */
     layer_acts *acts;                  /* [L], or [1] when layers are recomputed */
     ulysses_attention **attn;          /* as acts; NULL with local attention */
@@ -47,8 +49,12 @@ struct usp_model {
 #define BE (m->s.backend)
 #define ST (m->s.stream)
 
-/* Allocates a model-owned buffer of `elems` floats (freed by usp_model_destroy). */
+/* Allocates a model-owned buffer of `elems` elements stored as `storage` (freed by usp_model_destroy). */
+usp_status model_buffer_as(usp_model *m, float **p, int64_t elems, usp_dtype storage, const char *category);
+
+/* model_buffer_as in fp32 (statistics, logits, losses, ids), and in the model's storage dtype (tensors). */
 usp_status model_buffer(usp_model *m, float **p, int64_t elems, const char *category);
+usp_status model_tensor(usp_model *m, float **p, int64_t elems, const char *category);
 
 /* The tensor's weights (its bucket must be in use) and gradient (its bucket open for backward). */
 const float *model_param(const usp_model *m, usp_param_kind kind, int layer);

@@ -13,17 +13,17 @@ usp_status mlp_alloc(usp_model *m)
 {
     const int sets = m->s.recompute_layers ? 1 : (int)m->c.n_layer;
     if (m->s.tiled_mlp) {
-        USP_CHECK(model_buffer(m, &m->tile_up, m->tile * m->UP, "activations"));
-        USP_CHECK(model_buffer(m, &m->tile_act, m->tile * m->F, "activations"));
+        USP_CHECK(model_tensor(m, &m->tile_up, m->tile * m->UP, "activations"));
+        USP_CHECK(model_tensor(m, &m->tile_act, m->tile * m->F, "activations"));
     } else {
         for (int l = 0; l < sets; l++) {
-            USP_CHECK(model_buffer(m, &m->acts[l].up, m->n * m->UP, "activations"));
-            USP_CHECK(model_buffer(m, &m->acts[l].act, m->n * m->F, "activations"));
+            USP_CHECK(model_tensor(m, &m->acts[l].up, m->n * m->UP, "activations"));
+            USP_CHECK(model_tensor(m, &m->acts[l].act, m->n * m->F, "activations"));
         }
     }
     const int64_t rows = m->s.tiled_mlp ? m->tile : m->n;
-    USP_CHECK(model_buffer(m, &m->d_up, rows * m->UP, "gradients"));
-    return model_buffer(m, &m->d_act, rows * m->F, "gradients");
+    USP_CHECK(model_tensor(m, &m->d_up, rows * m->UP, "gradients"));
+    return model_tensor(m, &m->d_act, rows * m->F, "gradients");
 }
 
 /* up [rows, UP] (SwiGLU: gate rows then up rows) and act [rows, F] from h [rows, C]. */
@@ -89,7 +89,9 @@ usp_status mlp_backward(usp_model *m, int l, layer_acts *a, const float *h, cons
         return rows_backward(m, l, m->n, h, a->up, a->act, dout, d_h);
     for (int64_t r = 0; r < m->n; r += m->tile) {
         int64_t rows = m->n - r < m->tile ? m->n - r : m->tile;
+        const double start = usp_backend_flops(BE);
         USP_CHECK(hidden(m, l, rows, h + r * C, m->tile_up, m->tile_act));
+        m->recompute_flops += usp_backend_flops(BE) - start;
         USP_CHECK(rows_backward(m, l, rows, h + r * C, m->tile_up, m->tile_act, dout + r * C, d_h + r * C));
     }
     return USP_OK;

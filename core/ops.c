@@ -71,7 +71,7 @@ static category_use *category_slot(usp_backend_t *be, const char *name)
     return &be->categories[be->n_categories++];
 }
 
-usp_status usp_buffer_alloc(usp_backend_t *be, size_t bytes, const char *category, void **out)
+static usp_status allocate(usp_backend_t *be, size_t bytes, size_t counted, const char *category, void **out)
 {
     *out = NULL;
     category = category ? category : "other";
@@ -89,12 +89,12 @@ usp_status usp_buffer_alloc(usp_backend_t *be, size_t bytes, const char *categor
         return s;
     size_t at = upper_bound(be, (uintptr_t)ptr);
     memmove(be->live + at + 1, be->live + at, (be->n_live - at) * sizeof *be->live);
-    be->live[at] = (allocation){(uintptr_t)ptr, bytes, category};
+    be->live[at] = (allocation){(uintptr_t)ptr, bytes, counted, category};
     be->n_live++;
-    be->in_use += bytes;
+    be->in_use += counted;
     category_use *c = category_slot(be, category);
     if (c)
-        c->now += bytes;
+        c->now += counted;
     if (be->in_use > be->peak) {
         be->peak = be->in_use;
         for (int i = 0; i < be->n_categories; i++)
@@ -102,6 +102,19 @@ usp_status usp_buffer_alloc(usp_backend_t *be, size_t bytes, const char *categor
     }
     *out = ptr;
     return USP_OK;
+}
+
+usp_status usp_buffer_alloc(usp_backend_t *be, size_t bytes, const char *category, void **out)
+{
+    return allocate(be, bytes, bytes, category, out);
+}
+
+usp_status usp_buffer_alloc_as(usp_backend_t *be, size_t elems, usp_dtype storage, const char *category, void **out)
+{
+    if (storage != USP_F32 && be->iface->has_numerics)
+        return usp_error(USP_ERR_CONFIG, "%s storage on the %s backend, which computes in fp32 only: plan %s with "
+                         "--meta or usp plan", usp_dtype_name(storage), be->iface->name, usp_dtype_name(storage));
+    return allocate(be, elems * sizeof(float), elems * usp_dtype_size(storage), category, out);
 }
 
 void usp_buffer_free(usp_backend_t *be, void *ptr)
@@ -112,10 +125,10 @@ void usp_buffer_free(usp_backend_t *be, void *ptr)
     USP_ASSERT(at > 0 && be->live[at - 1].addr == (uintptr_t)ptr,
                "usp_buffer_free of %p, which this %s backend did not allocate", ptr, be->iface->name);
     at--;
-    be->in_use -= be->live[at].bytes;
+    be->in_use -= be->live[at].counted;
     category_use *c = category_slot(be, be->live[at].category);
     if (c)
-        c->now -= be->live[at].bytes;
+        c->now -= be->live[at].counted;
     memmove(be->live + at, be->live + at + 1, (be->n_live - at - 1) * sizeof *be->live);
     be->n_live--;
     be->iface->free(be->context, ptr);
@@ -139,7 +152,7 @@ size_t usp_backend_bytes_in_category(const usp_backend_t *be, const char *catego
     size_t sum = 0;
     for (size_t i = 0; i < be->n_live; i++)
         if (strcmp(be->live[i].category, category) == 0)
-            sum += be->live[i].bytes;
+            sum += be->live[i].counted;
     return sum;
 }
 

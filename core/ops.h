@@ -76,6 +76,13 @@ void usp_backend_destroy(usp_backend_t *be);
  * literal: "weights", "activations", "comm", ...) groups it in the accounting. */
 usp_status usp_buffer_alloc(usp_backend_t *be, size_t bytes, const char *category, void **out);
 
+/* Allocates `elems` float-sized elements to be stored as `storage` (USP_F32,
+ * or USP_BF16 for mixed precision): the accounting counts elems x the
+ * storage's size. Only USP_F32 on a backend with numerics (the cpu backend
+ * computes in fp32; a narrower dtype there is a USP_ERR_CONFIG); on meta the
+ * addresses stay float-sized, as the model code indexes float elements. */
+usp_status usp_buffer_alloc_as(usp_backend_t *be, size_t elems, usp_dtype storage, const char *category, void **out);
+
 /* Frees a buffer from usp_buffer_alloc (NULL is a no-op). */
 void usp_buffer_free(usp_backend_t *be, void *ptr);
 

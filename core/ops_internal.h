@@ -13,7 +13,8 @@
  * the communicator: ranks never share memory). */
 typedef struct allocation {
     uintptr_t addr;
-    size_t bytes;
+    size_t bytes;       /* addressable */
+    size_t counted;     /* in the accounting: bytes, or fewer for narrower storage on meta */
     const char *category;
 } allocation;
 

@@ -22,6 +22,7 @@ struct usp_param_store {
     float *weights;         /* whole at stages 0-2, this rank's shards at 3 */
     float *grads;           /* whole at 0-1, shards at 2-3 */
     float *adam_m, *adam_v; /* whole at 0, shards at 1-3 */
+    float *master;          /* fp32 weights when the weights are stored narrower; sharded as Adam's */
     double *scalar;         /* backend memory for the norm's all-reduce */
 };
 
@@ -37,14 +38,20 @@ static int is_sharded(const usp_param_store *s, const float *array)
     return s->c.zero_stage >= 1;
 }
 
+/* The dtype an array is stored and moved in. */
+static usp_dtype storage_of(const usp_param_store *s, const float *array)
+{
+    return array == s->weights || array == s->grads ? s->c.storage : USP_F32;
+}
+
 static int64_t array_elems(const usp_param_store *s, const float *array)
 {
     return is_sharded(s, array) ? s->shard_total : s->c.table->total;
 }
 
-static usp_status alloc_array(usp_param_store *s, float **p, int64_t elems, const char *category)
+static usp_status alloc_array(usp_param_store *s, float **p, int64_t elems, usp_dtype storage, const char *category)
 {
-    return usp_buffer_alloc(BE, (size_t)(elems > 0 ? elems : 1) * sizeof(float), category, (void **)p);
+    return usp_buffer_alloc_as(BE, (size_t)(elems > 0 ? elems : 1), storage, category, (void **)p);
 }
 
 /* Buckets from the table's order: embeddings, then layer by layer, then the head. */
@@ -90,12 +97,15 @@ usp_status usp_param_store_create(const usp_param_store_config *c, usp_param_sto
     usp_status st;
     USP_CHECK_GOTO(make_buckets(s), st, fail);
     const int64_t whole = c->table->total;
-    USP_CHECK_GOTO(alloc_array(s, &s->weights, c->zero_stage >= 3 ? s->shard_total : whole, "weights"), st, fail);
-    USP_CHECK_GOTO(alloc_array(s, &s->grads, c->zero_stage >= 2 ? s->shard_total : whole, "gradients"), st, fail);
+    const usp_dtype sd = c->storage;
+    USP_CHECK_GOTO(alloc_array(s, &s->weights, c->zero_stage >= 3 ? s->shard_total : whole, sd, "weights"), st, fail);
+    USP_CHECK_GOTO(alloc_array(s, &s->grads, c->zero_stage >= 2 ? s->shard_total : whole, sd, "gradients"), st, fail);
     if (c->optimizer) {
         int64_t n = c->zero_stage >= 1 ? s->shard_total : whole;
-        USP_CHECK_GOTO(alloc_array(s, &s->adam_m, n, "optimizer"), st, fail);
-        USP_CHECK_GOTO(alloc_array(s, &s->adam_v, n, "optimizer"), st, fail);
+        if (sd != USP_F32)
+            USP_CHECK_GOTO(alloc_array(s, &s->master, n, USP_F32, "optimizer"), st, fail);
+        USP_CHECK_GOTO(alloc_array(s, &s->adam_m, n, USP_F32, "optimizer"), st, fail);
+        USP_CHECK_GOTO(alloc_array(s, &s->adam_v, n, USP_F32, "optimizer"), st, fail);
     }
     USP_CHECK_GOTO(usp_buffer_alloc(BE, sizeof(double), "comm", (void **)&s->scalar), st, fail);
     if (c->zero_stage >= 3) /* the padding of the shards stays zero */
@@ -119,6 +129,7 @@ void usp_param_store_destroy(usp_param_store *s)
     usp_buffer_free(BE, s->grads);
     usp_buffer_free(BE, s->adam_m);
     usp_buffer_free(BE, s->adam_v);
+    usp_buffer_free(BE, s->master);
     usp_buffer_free(BE, s->scalar);
     free(s->buckets);
     free(s);
@@ -160,9 +171,9 @@ usp_status usp_param_store_weights(usp_param_store *s, int bucket_id, const floa
         return USP_OK;
     }
     if (b->weight_users++ == 0) {
-        USP_CHECK(alloc_array(s, &b->gathered, b->shard * s->W, "weights"));
-        USP_CHECK(usp_comm_all_gather(s->c.world, s->weights + b->shard_at, b->gathered, (size_t)b->shard, USP_F32,
-                                      ST));
+        USP_CHECK(alloc_array(s, &b->gathered, b->shard * s->W, s->c.storage, "weights"));
+        USP_CHECK(usp_comm_all_gather(s->c.world, s->weights + b->shard_at, b->gathered, (size_t)b->shard,
+                                      s->c.storage, ST));
     }
     *out = b->gathered;
     return USP_OK;
@@ -194,7 +205,7 @@ usp_status usp_param_store_grads(usp_param_store *s, int bucket_id, float **out)
         return USP_OK;
     }
     if (b->grad_users++ == 0) {
-        USP_CHECK(alloc_array(s, &b->grad_work, b->shard * s->W, "gradients"));
+        USP_CHECK(alloc_array(s, &b->grad_work, b->shard * s->W, s->c.storage, "gradients"));
         USP_CHECK(usp_buffer_zero(BE, b->grad_work, (size_t)(b->shard * s->W) * sizeof(float), ST));
     }
     *out = b->grad_work;
@@ -210,7 +221,7 @@ usp_status usp_param_store_grads_done(usp_param_store *s, int bucket_id)
     if (--b->grad_users > 0)
         return USP_OK;
     usp_status st = usp_comm_reduce_scatter(s->c.world, b->grad_work, s->grads + b->shard_at, (size_t)b->shard,
-                                            USP_F32, USP_REDUCE_SUM, ST);
+                                            s->c.storage, USP_REDUCE_SUM, ST);
     usp_buffer_free(BE, b->grad_work);
     b->grad_work = NULL;
     return st;
@@ -222,9 +233,9 @@ usp_status usp_param_store_reduce_grads(usp_param_store *s, double *norm)
     double sq;
     if (s->c.zero_stage < 2) {
         if (s->c.sp)
-            USP_CHECK(usp_comm_all_reduce(s->c.sp, s->grads, s->grads, n, USP_F32, USP_REDUCE_SUM, ST));
+            USP_CHECK(usp_comm_all_reduce(s->c.sp, s->grads, s->grads, n, s->c.storage, USP_REDUCE_SUM, ST));
         if (s->c.dp)
-            USP_CHECK(usp_comm_all_reduce(s->c.dp, s->grads, s->grads, n, USP_F32, USP_REDUCE_SUM, ST));
+            USP_CHECK(usp_comm_all_reduce(s->c.dp, s->grads, s->grads, n, s->c.storage, USP_REDUCE_SUM, ST));
         USP_CHECK(usp_sum_squares(BE, &sq, s->grads, (int64_t)n, ST));
     } else { /* each rank holds a disjoint shard of the summed gradient: add their squares */
         USP_CHECK(usp_sum_squares(BE, &sq, s->grads, (int64_t)n, ST));
@@ -241,14 +252,15 @@ usp_status usp_param_store_scale_grads(usp_param_store *s, float scale)
     return usp_scale(BE, s->grads, scale, array_elems(s, s->grads), ST);
 }
 
-/* Stages 1-2: every rank has updated its shard of the whole weights; gather
- * them all, bucket by bucket, through one send and one receive buffer. */
-static usp_status gather_updated_weights(usp_param_store *s)
+/* Stages 1-2: every rank has updated its shard of the weights (in `from`: the
+ * whole weights, or the master shards); gather them all into the whole
+ * weights, bucket by bucket, through one send and one receive buffer. */
+static usp_status gather_updated_weights(usp_param_store *s, float *from)
 {
     float *send = NULL, *recv = NULL;
-    usp_status st = alloc_array(s, &send, s->max_shard, "comm");
+    usp_status st = alloc_array(s, &send, s->max_shard, s->c.storage, "comm");
     if (st == USP_OK)
-        st = alloc_array(s, &recv, s->max_shard * s->W, "comm");
+        st = alloc_array(s, &recv, s->max_shard * s->W, s->c.storage, "comm");
     for (int i = 0; i < s->n_buckets && st == USP_OK; i++) {
         const bucket *b = &s->buckets[i];
         int64_t lo, count;
@@ -257,10 +269,10 @@ static usp_status gather_updated_weights(usp_param_store *s)
             continue;
         st = usp_buffer_zero(BE, send, (size_t)b->shard * sizeof(float), ST);
         if (st == USP_OK && count > 0)
-            st = usp_buffer_copy(BE, send, s->weights + lo, (size_t)count * sizeof(float), USP_COPY_DEVICE_TO_DEVICE,
-                                 ST);
+            st = usp_buffer_copy(BE, send, element(s, from, b, lo), (size_t)count * sizeof(float),
+                                 USP_COPY_DEVICE_TO_DEVICE, ST);
         if (st == USP_OK)
-            st = usp_comm_all_gather(s->c.world, send, recv, (size_t)b->shard, USP_F32, ST);
+            st = usp_comm_all_gather(s->c.world, send, recv, (size_t)b->shard, s->c.storage, ST);
         if (st == USP_OK)
             st = usp_buffer_copy(BE, s->weights + b->start, recv, (size_t)b->len * sizeof(float),
                                  USP_COPY_DEVICE_TO_DEVICE, ST);
@@ -274,6 +286,7 @@ usp_status usp_param_store_adamw(usp_param_store *s, const usp_adamw_config *a)
 {
     USP_ASSERT(s->adam_m, "%s", "an AdamW step on a store made without optimizer state");
     const usp_param_table *t = s->c.table;
+    float *updated = s->master ? s->master : s->weights; /* what AdamW updates */
     for (int i = 0; i < s->n_buckets; i++) {
         const bucket *b = &s->buckets[i];
         int64_t lo, count;
@@ -285,12 +298,17 @@ usp_status usp_param_store_adamw(usp_param_store *s, const usp_adamw_config *a)
             if (from >= to)
                 continue;
             float wd = pt->ndim == 2 ? a->weight_decay : 0.0f;
-            USP_CHECK(usp_adamw_step(BE, element(s, s->weights, b, from), element(s, s->grads, b, from),
+            USP_CHECK(usp_adamw_step(BE, element(s, updated, b, from), element(s, s->grads, b, from),
                                      element(s, s->adam_m, b, from), element(s, s->adam_v, b, from), to - from,
                                      a->lr, a->beta1, a->beta2, a->eps, wd, a->step, ST));
         }
     }
-    return s->c.zero_stage == 1 || s->c.zero_stage == 2 ? gather_updated_weights(s) : USP_OK;
+    if (s->c.zero_stage == 1 || s->c.zero_stage == 2)
+        return gather_updated_weights(s, updated);
+    if (!s->master) /* stages 0 and 3 updated the weights they hold in place */
+        return USP_OK;
+    int64_t n = array_elems(s, s->weights); /* the master has the weights' shape: round it into them */
+    return usp_buffer_copy(BE, s->weights, s->master, (size_t)n * sizeof(float), USP_COPY_DEVICE_TO_DEVICE, ST);
 }
 
 static float *array_of(usp_param_store *s, usp_param_array which)
@@ -306,13 +324,13 @@ usp_status usp_param_store_read(usp_param_store *s, usp_param_array which, float
         return usp_buffer_copy(BE, host, array, (size_t)s->c.table->total * sizeof(float), USP_COPY_DEVICE_TO_HOST,
                                ST);
     float *recv;
-    USP_CHECK(alloc_array(s, &recv, s->max_shard * s->W, "comm"));
+    USP_CHECK(alloc_array(s, &recv, s->max_shard * s->W, storage_of(s, array), "comm"));
     usp_status st = USP_OK;
     for (int i = 0; i < s->n_buckets && st == USP_OK; i++) {
         const bucket *b = &s->buckets[i];
         if (b->shard == 0)
             continue;
-        st = usp_comm_all_gather(s->c.world, array + b->shard_at, recv, (size_t)b->shard, USP_F32, ST);
+        st = usp_comm_all_gather(s->c.world, array + b->shard_at, recv, (size_t)b->shard, storage_of(s, array), ST);
         if (st == USP_OK)
             st = usp_buffer_copy(BE, host + b->start, recv, (size_t)b->len * sizeof(float), USP_COPY_DEVICE_TO_HOST,
                                  ST);

@@ -12,7 +12,13 @@
  * Buckets are contiguous ranges of the parameter table: 0 = the embeddings,
  * 1..L = the layers, L + 1 = the final norm and the lm_head. A bucket of n
  * elements is split into W shards of ceil(n / W) (the last ones padded with
- * zeros), rank r owning shard r, so collectives move equal counts. */
+ * zeros), rank r owning shard r, so collectives move equal counts.
+ *
+ * Mixed precision (storage USP_BF16, shapes only: usp_buffer_alloc_as): the
+ * weights the model reads and the gradients it writes are bf16 (2 + 2 bytes a
+ * parameter), AdamW updates fp32 master weights and moments (4 + 4 + 4, counted
+ * as "optimizer" and sharded with it), then rounds the master into the bf16
+ * weights: the 2 + 2 + 12 bytes of the ZeRO paper. */
 #ifndef USP_PARAM_STORE_H
 #define USP_PARAM_STORE_H
 
@@ -31,6 +37,7 @@ typedef struct usp_param_store_config {
     usp_comm_t *world;    /* the ranks shards are spread over (stages 1-3) */
     usp_comm_t *sp, *dp;  /* stages 0-1 all-reduce gradients over sp, then dp (NULL: no reduction) */
     int optimizer;        /* 0: no Adam state (a model alone, in tests) */
+    usp_dtype storage;    /* weights and gradients: USP_F32 (0), or USP_BF16 with fp32 master weights */
 } usp_param_store_config;
 
 /* The optimizer's hyperparameters for one step. */

@@ -186,9 +186,9 @@ static usp_status hold_scratch(ring_attention *a)
     const ring_attention_config *c = &a->c;
     usp_status s = USP_OK;
     for (int i = 0; i < 2 && a->R > 1 && s == USP_OK; i++) /* R = 1: nothing travels */
-        s = usp_buffer_alloc(c->backend, 4 * a->blk * sizeof(float), "comm", (void **)&a->buf[i]);
+        s = usp_buffer_alloc_as(c->backend, 4 * a->blk, c->storage, "comm", (void **)&a->buf[i]);
     if (s == USP_OK)
-        s = usp_buffer_alloc(c->backend, a->q_elems * sizeof(float), "attention workspace", (void **)&a->o_part);
+        s = usp_buffer_alloc_as(c->backend, a->q_elems, c->storage, "attention workspace", (void **)&a->o_part);
     if (s == USP_OK)
         s = usp_buffer_alloc(c->backend, a->lse_elems * sizeof(float), "attention workspace", (void **)&a->lse_part);
     if (s == USP_OK)
@@ -235,7 +235,7 @@ static usp_status forward(ring_attention *a, const float *q, const float *k, con
          * No send after the last step. */
         if (s + 1 < R)
             USP_CHECK(usp_comm_sendrecv(c->ring, a->buf[cur], 2 * a->blk, next, a->buf[cur ^ 1], 2 * a->blk, prev,
-                                        USP_F32, c->stream));
+                                        c->storage, c->stream));
         const float *kb = s == 0 ? k : a->buf[cur], *vb = s == 0 ? v : a->buf[cur] + a->blk;
         USP_CHECK(forward_block(a, q, kb, vb, o, (a->r - s + R) % R));
         cur ^= 1;
@@ -298,10 +298,10 @@ static usp_status backward(ring_attention *a, const float *q, const float *k, co
         /* dK/dV are complete for this step only after the compute, so the send follows it. After
          * step R-1 we hold block r+1: one more hop of dK/dV alone takes it home. */
         if (s + 1 < R)
-            USP_CHECK(usp_comm_sendrecv(c->ring, b, 4 * blk, next, nb, 4 * blk, prev, USP_F32, c->stream));
+            USP_CHECK(usp_comm_sendrecv(c->ring, b, 4 * blk, next, nb, 4 * blk, prev, c->storage, c->stream));
         else
-            USP_CHECK(usp_comm_sendrecv(c->ring, b + 2 * blk, 2 * blk, next, nb + 2 * blk, 2 * blk, prev, USP_F32,
-                                        c->stream));
+            USP_CHECK(usp_comm_sendrecv(c->ring, b + 2 * blk, 2 * blk, next, nb + 2 * blk, 2 * blk, prev,
+                                        c->storage, c->stream));
         cur ^= 1;
     }
     USP_CHECK(usp_buffer_copy(c->backend, dk, a->buf[cur] + 2 * blk, blk_bytes, USP_COPY_DEVICE_TO_DEVICE,

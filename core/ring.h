@@ -38,6 +38,7 @@ typedef struct ring_attention_config {
     int64_t batch, n_heads, n_kv_heads, head_dim; /* the heads this rank attends for */
     int causal;
     float scale;
+    usp_dtype storage;     /* of the travelling blocks: USP_F32 (0), or USP_BF16 on meta */
 } ring_attention_config;
 
 /* Checks the config and allocates the scratch (two travelling buffers of

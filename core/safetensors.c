@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "core/atomic_file.h"
+#include "core/dtype.h"
 
 #if !defined(__BYTE_ORDER__) || __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "safetensors data is little-endian; this reader copies it as is and needs a little-endian host"
@@ -56,14 +57,6 @@ float usp_st_f16_to_f32(uint16_t h)
         }
         bits = sign | (e << 23) | ((mant & 0x3ffu) << 13);
     }
-    float f;
-    memcpy(&f, &bits, sizeof f);
-    return f;
-}
-
-float usp_st_bf16_to_f32(uint16_t b)
-{
-    uint32_t bits = (uint32_t)b << 16;
     float f;
     memcpy(&f, &bits, sizeof f);
     return f;
@@ -345,7 +338,7 @@ usp_status usp_safetensors_read_f32(const usp_safetensors *st, const usp_st_tens
             goto short_read;
         }
         for (size_t i = 0; i < k; i++)
-            dst[at + i] = t->dtype == USP_ST_F16 ? usp_st_f16_to_f32(half[i]) : usp_st_bf16_to_f32(half[i]);
+            dst[at + i] = t->dtype == USP_ST_F16 ? usp_st_f16_to_f32(half[i]) : usp_bf16_to_f32(half[i]);
         at += k;
     }
     free(half);

@@ -60,8 +60,6 @@ const char *usp_st_dtype_name(usp_st_dtype dtype);
 /* f32 value of an IEEE binary16 bit pattern (exact: subnormals, infinities, NaN). */
 float usp_st_f16_to_f32(uint16_t h);
 
-/* f32 value of a bfloat16 bit pattern (exact: the upper half of an f32). */
-float usp_st_bf16_to_f32(uint16_t b);
 
 typedef struct usp_st_entry {
     const char *name;

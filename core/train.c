@@ -27,7 +27,6 @@ typedef struct trainer {
     double *scalars;          /* backend, small reductions */
     int64_t step;             /* steps done */
     int numerics;             /* 0 on the meta backend: nothing is read back */
-    double fwd_flops_mark;    /* the backend's FLOP counter at the end of the last forward */
     double log_clock;         /* modelled clock at the last progress line, and its step */
     int64_t log_step;
 } trainer;
@@ -101,7 +100,6 @@ static usp_status forward_loss(trainer *t, int with_grad, double *loss, double *
         return usp_error(USP_ERR_CONFIG, "the batch has no valid target token");
     float grad_scale = (float)(1.0 / (count > 1 ? count : 1));
     USP_CHECK(usp_model_forward(t->model, t->shards));
-    t->fwd_flops_mark = usp_backend_flops(BE);
     if (digits && !t->numerics)
         memset(digits, 0, (size_t)t->B_local * sizeof *digits);
     if (digits && t->numerics) {
@@ -264,6 +262,18 @@ static usp_status load_weights(trainer *t)
     return s;
 }
 
+static usp_status copy_last_weights(trainer *t)
+{
+    float *host = malloc((size_t)t->table.total * sizeof *host);
+    if (!host)
+        return usp_error(USP_ERR_RUNTIME, "out of memory copying the weights");
+    usp_status s = usp_param_store_read(t->store, USP_ARRAY_WEIGHTS, host);
+    if (s == USP_OK && t->ctx->rank == 0)
+        memcpy(t->c->last_weights, host, (size_t)t->table.total * sizeof *host);
+    free(host);
+    return s;
+}
+
 usp_status usp_train_check(const usp_train_config *c, int64_t *padded_len)
 {
     if (c->batch < 1 || c->batch % c->shape.dp != 0)
@@ -283,6 +293,10 @@ static usp_status setup(trainer *t)
     if (!t->numerics && c->save_dir)
         return usp_error(USP_ERR_CONFIG, "--save %s with the %s backend: a run on shapes only has no weights to "
                          "save; drop --save or --meta", c->save_dir, usp_backend_name(BE));
+    if (t->numerics && c->storage != USP_F32)
+        return usp_error(USP_ERR_CONFIG, "--dtype %s with the %s backend, which computes in fp32: mixed precision "
+                         "is planned on shapes only (add --meta, or use usp plan)", usp_dtype_name(c->storage),
+                         usp_backend_name(BE));
     USP_CHECK(usp_train_check(c, &t->N));
     USP_CHECK(usp_mesh_create(t->ctx->world, &c->shape, &t->mesh));
     t->B_local = c->batch / c->shape.dp;
@@ -293,12 +307,12 @@ static usp_status setup(trainer *t)
     USP_CHECK(usp_param_table_make(&c->model, &t->table));
     usp_param_store_config pc = {.backend = BE, .stream = ST, .table = &t->table, .n_layer = (int)c->model.n_layer,
                                  .zero_stage = c->zero_stage, .world = t->ctx->world, .sp = t->mesh.sp,
-                                 .dp = t->mesh.dp, .optimizer = 1};
+                                 .dp = t->mesh.dp, .optimizer = 1, .storage = c->storage};
     USP_CHECK(usp_param_store_create(&pc, &t->store));
     usp_model_setup ms = {.config = &c->model, .backend = BE, .stream = ST, .mesh = &t->mesh,
                           .attention_local = c->attention_local, .batch = t->B_local, .seq_len = t->N,
                           .store = t->store, .recompute_layers = c->recompute_layers, .tiled_mlp = c->tiled_mlp,
-                          .tiled_loss = c->tiled_loss, .tile_rows = c->tile_rows};
+                          .tiled_loss = c->tiled_loss, .tile_rows = c->tile_rows, .storage = c->storage};
     USP_CHECK(usp_model_create(&ms, &t->model));
     USP_CHECK(usp_buffer_alloc(BE, (size_t)(t->ctx->world_size + c->batch + 64) * sizeof(double), "comm", (void **)&t->scalars));
     USP_CHECK(usp_calloc((void **)&t->shards, (size_t)t->B_local, sizeof *t->shards, "shards"));
@@ -340,10 +354,12 @@ static usp_status run(trainer *t)
             t->result->first_loss = loss;
         if (s == USP_OK) s = usp_model_backward(t->model);
         if (s == USP_OK) s = reduce_and_update(t, step);
-        if (s == USP_OK && c->step_stats)
-            c->step_stats[t->ctx->rank] = (usp_train_step_stats){
-                .fwd_flops = t->fwd_flops_mark - flops_start, .step_flops = usp_backend_flops(BE) - flops_start,
-                .start_s = step_start, .end_s = clock_now(t)};
+        if (s == USP_OK && c->step_stats) {
+            usp_train_step_stats *st = &c->step_stats[t->ctx->rank];
+            usp_model_step_flops(t->model, &st->fwd_flops, &st->recompute_flops);
+            st->step_flops = usp_backend_flops(BE) - flops_start;
+            st->start_s = step_start, st->end_s = clock_now(t);
+        }
         tokens += (double)c->batch * (double)c->seq_len;
         if (s == USP_OK && c->out && (step % c->log_every == 0 || step == until)) {
             s = gather_peaks(t, peaks);
@@ -352,6 +368,8 @@ static usp_status run(trainer *t)
         }
     }
     free(peaks);
+    if (s == USP_OK && c->last_weights && t->numerics)
+        s = copy_last_weights(t);
     double wall = wall_now() - start, accuracy = -1;
     if (s == USP_OK && c->save_dir)
         s = save(t);

@@ -25,8 +25,9 @@
 
 /* One rank's figures of the last step it ran (for usp plan). */
 typedef struct usp_train_step_stats {
-    double fwd_flops;      /* FLOPs its ops reported from the step's start to the logits (the forward pass) */
+    double fwd_flops;      /* FLOPs its ops reported for the forward pass, to the logits (usp_model_step_flops) */
     double step_flops;     /* ... over the whole step: forward, loss, backward, reductions, AdamW */
+    double recompute_flops; /* the part of step_flops that recomputed forward work (not model FLOPs) */
     double start_s, end_s; /* its modelled clock when the step started and ended */
 } usp_train_step_stats;
 
@@ -47,6 +48,7 @@ typedef struct usp_train_config {
     int recompute_layers;      /* memory options of the model (model.h) */
     int tiled_mlp, tiled_loss;
     int64_t tile_rows;
+    usp_dtype storage;         /* USP_F32, or USP_BF16 mixed precision (shapes only: see usp_buffer_alloc_as) */
     const char *save_dir, *resume_dir;
     int64_t log_every;
     int json;
@@ -55,6 +57,8 @@ typedef struct usp_train_config {
     FILE *out;                 /* progress lines and JSON records (rank 0); NULL: none */
     float *first_grads;        /* tests: when set, rank 0 copies the all-reduced gradients of the
                                   first step (before clipping) here, table->total floats (ZeRO 0-1 only) */
+    float *last_weights;       /* tests: when set, rank 0 copies the weights after the last step here,
+                                  table->total floats (every rank joins the gather of sharded ones) */
     usp_train_step_stats *step_stats; /* when set, [world]: rank r writes entry r after each step */
 } usp_train_config;
 

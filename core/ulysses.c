@@ -67,9 +67,10 @@ static usp_status split_heads(ulysses_attention *a)
     return USP_OK;
 }
 
+/* A buffer of `elems` elements in the configured storage dtype (lse: always fp32). */
 static usp_status alloc(ulysses_attention *a, float **p, int64_t elems, const char *category)
 {
-    return usp_buffer_alloc(a->c.backend, (size_t)elems * sizeof(float), category, (void **)p);
+    return usp_buffer_alloc_as(a->c.backend, (size_t)elems, a->c.storage, category, (void **)p);
 }
 
 usp_status ulysses_attention_create(const ulysses_attention_config *c, ulysses_attention **out)
@@ -98,7 +99,8 @@ usp_status ulysses_attention_create(const ulysses_attention_config *c, ulysses_a
     USP_CHECK_GOTO(alloc(a, &a->o_all, B * a->NU * nq * D, "activations"), s, fail);
     USP_CHECK_GOTO(alloc(a, &a->k_all, B * a->NU * nkv * D, "activations"), s, fail);
     USP_CHECK_GOTO(alloc(a, &a->v_all, B * a->NU * nkv * D, "activations"), s, fail);
-    USP_CHECK_GOTO(alloc(a, &a->lse, B * nq * a->NU, "activations"), s, fail);
+    USP_CHECK_GOTO(usp_buffer_alloc(c->backend, (size_t)(B * nq * a->NU) * sizeof(float), "activations",
+                                    (void **)&a->lse), s, fail);
     /* the largest exchange sends or receives T tokens of the most heads any rank has, U times */
     int64_t most = 0;
     for (int j = 0; j < a->U; j++) {
@@ -112,7 +114,8 @@ usp_status ulysses_attention_create(const ulysses_attention_config *c, ulysses_a
         USP_CHECK_GOTO(usp_seq_layout_make(a->layout.kind, c->seq_len, 1, R, &ring_layout), s, fail);
         ring_attention_config rc = {.backend = c->backend, .ring = c->ring, .stream = c->stream,
                                     .layout = ring_layout, .batch = B, .n_heads = nq, .n_kv_heads = nkv,
-                                    .head_dim = D, .causal = c->causal, .scale = a->c.scale};
+                                    .head_dim = D, .causal = c->causal, .scale = a->c.scale,
+                                    .storage = c->storage};
         USP_CHECK_GOTO(ring_attention_create(&rc, &a->ring), s, fail);
     }
     *out = a;
@@ -144,8 +147,8 @@ static usp_status exchange(ulysses_attention *a)
     for (int j = 0; j < a->U; j++)
         even &= sc[j] == sc[0] && rc[j] == sc[0];
     if (even)
-        return usp_comm_all_to_all(a->c.ulysses, a->send, a->recv, sc[0], USP_F32, a->c.stream);
-    return usp_comm_all_to_all_v(a->c.ulysses, a->send, sc, so, a->recv, rc, ro, USP_F32, a->c.stream);
+        return usp_comm_all_to_all(a->c.ulysses, a->send, a->recv, sc[0], a->c.storage, a->c.stream);
+    return usp_comm_all_to_all_v(a->c.ulysses, a->send, sc, so, a->recv, rc, ro, a->c.storage, a->c.stream);
 }
 
 /* Sequence -> heads: x [B, T, Htot, D] (this rank's tokens, all heads) becomes

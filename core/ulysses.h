@@ -38,6 +38,7 @@ typedef struct ulysses_attention_config {
     int64_t n_heads, n_kv_heads, head_dim;
     int causal;
     float scale;          /* 0: 1/sqrt(head_dim) */
+    usp_dtype storage;    /* of activations and exchanges: USP_F32 (0), or USP_BF16 on meta */
 } ulysses_attention_config;
 
 /* Checks the shape (N divisible as the layout needs, heads) and allocates the

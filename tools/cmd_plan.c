@@ -3,10 +3,10 @@
  * The plan is not a formula: it is one step of the training code (core/train.c)
  * on the meta backend, so its memory is what the code allocates and its time
  * what the simulator's cost model charges for the ops and collectives the code
- * issues. What the code cannot do yet (bf16 storage, ZeRO, activation
- * checkpointing, tiled MLP and loss), the plan does not pretend to do either:
- * it names the categories that dominate instead. --sweep runs the step once
- * per U x R split of the sequence-parallel degree and ranks them. */
+ * issues, with the memory options the code has (bf16 storage, ZeRO 0-3, layer
+ * recomputation, tiled MLP and loss). A step that does not fit is run again
+ * with more options (plan_fit.c) to say which would make it fit. --sweep runs
+ * the step once per U x R split of the sequence-parallel degree and ranks them. */
 #include "tools/cmd_plan.h"
 
 #include <jansson.h>
@@ -21,6 +21,7 @@
 #include "tools/cli.h"
 #include "tools/cluster_options.h"
 #include "tools/commands.h"
+#include "tools/memory_options.h"
 
 #define GB 1e9 /* decimal, as GPU memory is marketed */
 
@@ -55,6 +56,7 @@ static void read_run(const sim_world *w, const sim_cost_model *cost, const usp_t
     for (int r = 0; r < W; r++) {
         out->fwd_flops += stats[r].fwd_flops;
         out->step_flops += stats[r].step_flops;
+        out->recompute_flops += stats[r].recompute_flops;
         first_start = stats[r].start_s < first_start ? stats[r].start_s : first_start;
         if (stats[r].end_s > last_end)
             last_end = stats[r].end_s, out->critical_rank = r;
@@ -71,7 +73,8 @@ static void read_run(const sim_world *w, const sim_cost_model *cost, const usp_t
     out->tokens = (double)c->batch * (double)c->seq_len;
     out->tokens_per_s = out->step_time_s > 0 ? out->tokens / out->step_time_s : 0;
     out->peak_flops = sim_gpu_peak_flops(&cost->topology.gpu, cost->dtype);
-    out->mfu = out->step_time_s > 0 ? out->step_flops / (out->step_time_s * W * out->peak_flops) : 0;
+    double model_flops = out->step_flops - out->recompute_flops; /* MFU counts no work done twice */
+    out->mfu = out->step_time_s > 0 ? model_flops / (out->step_time_s * W * out->peak_flops) : 0;
     out->capacity_bytes = cost->topology.gpu.memory_bytes;
     out->fits = (double)out->peak_bytes[out->peak_rank] <= out->capacity_bytes;
     read_breakdown(w, out->peak_rank, out);
@@ -113,6 +116,7 @@ usp_status plan_run(const usp_train_config *train, const sim_cost_model *cost, c
 typedef struct plan_options {
     const char *model, *data, *topology, *trace;
     int world, ulysses, ring, nodes, seq, batch, pad, sweep, json;
+    memory_options memory;
 } plan_options;
 
 static usp_status build_config(const plan_options *o, usp_train_config *c)
@@ -127,7 +131,7 @@ static usp_status build_config(const plan_options *o, usp_train_config *c)
     USP_CHECK(usp_mesh_shape_make(o->world, ulysses > 0 ? ulysses : 1, o->ring, &c->shape));
     c->data = o->data, c->seq_len = o->seq, c->pad = o->pad;
     c->batch = o->batch > 0 ? o->batch : c->shape.dp; /* default: one sequence per replica */
-    return USP_OK;
+    return memory_options_apply(&o->memory, c);
 }
 
 static double wall_now(void)
@@ -159,7 +163,7 @@ static void print_dominant(const plan_result *r, size_t total)
     }
 }
 
-static void print_memory(const plan_result *r)
+static void print_memory(const plan_result *r, const plan_fit *fit)
 {
     const int W = r->shape.world;
     size_t total = r->peak_bytes[r->peak_rank], least = total;
@@ -178,8 +182,15 @@ static void print_memory(const plan_result *r)
     }
     printf("does not fit: needs %s of %.0f GB (", fmt_bytes(b, sizeof b, (double)total), r->capacity_bytes / GB);
     print_dominant(r, total);
-    printf(").\n  The code keeps everything in fp32 and has no bf16 storage, ZeRO, activation checkpointing\n"
-           "  or tiled MLP/loss yet, so the plan is what it allocates today (docs/planning.md).\n");
+    printf(")");
+    if (fit->found)
+        printf(";\n  would fit with %s: %s, %.4f s a step (planned the same way)\n", fit->options,
+               fmt_bytes(a, sizeof a, (double)fit->peak_bytes), fit->step_time_s);
+    else if (fit->tries)
+        printf(";\n  even with %s it needs %s: use more GPUs (--world) or a shorter --seq\n", fit->options,
+               fmt_bytes(a, sizeof a, (double)fit->peak_bytes));
+    else
+        printf(", with every memory option on: use more GPUs (--world) or a shorter --seq\n");
 }
 
 static void print_time(const plan_result *r)
@@ -193,7 +204,10 @@ static void print_time(const plan_result *r)
     printf("  exposed communication  %10.4f s  %5.1f%%  (step - compute: every call blocks here)\n",
            r->exposed_comm_s, 100 * r->exposed_comm_s / step);
     printf("tokens/s: %.0f\n", r->tokens_per_s);
-    printf("FLOPs: forward %.4g PFLOP, step %.4g PFLOP (all ranks)\n", r->fwd_flops / 1e15, r->step_flops / 1e15);
+    printf("FLOPs: forward %.4g PFLOP, step %.4g PFLOP (all ranks", r->fwd_flops / 1e15, r->step_flops / 1e15);
+    if (r->recompute_flops > 0)
+        printf("; %.4g PFLOP of it recomputed, not counted in MFU", r->recompute_flops / 1e15);
+    printf(")\n");
     printf("MFU: %.1f%% of %d x %.1f TFLOP/s\n", 100 * r->mfu, r->shape.world, r->peak_flops / 1e12);
 }
 
@@ -216,6 +230,7 @@ static json_t *result_json(const plan_result *r)
     json_object_set_new(j, "peak_bytes", peaks);
     json_object_set_new(j, "memory_at_peak", at_peak);
     json_object_set_new(j, "peak_rank", json_integer(r->peak_rank));
+    json_object_set_new(j, "recompute_flops", json_real(r->recompute_flops));
     return j;
 }
 
@@ -312,6 +327,12 @@ static usp_status run(const plan_options *o)
     } else {
         s = plan_run(&c, &sc.cost, o->trace, &best);
     }
+    plan_fit fit = {0};
+    if (s == USP_OK && !best.fits) {
+        usp_train_config tried = c;
+        tried.shape = best.shape; /* with --sweep: the fastest split */
+        s = plan_would_fit(&tried, &sc.cost, &fit);
+    }
     wall = wall_now() - wall;
     if (s == USP_OK && o->json) {
         json_t *j = result_json(&best);
@@ -322,6 +343,14 @@ static usp_status run(const plan_options *o)
             json_object_set_new(j, "nodes", json_integer(t->nodes));
             json_object_set_new(j, "gpu", json_string(t->gpu.name));
             json_object_set_new(j, "dtype", json_string(usp_dtype_name(sc.cost.dtype)));
+            json_object_set_new(j, "storage", json_string(usp_dtype_name(c.storage)));
+            json_object_set_new(j, "zero", json_integer(c.zero_stage));
+            json_object_set_new(j, "recompute", json_boolean(c.recompute_layers));
+            json_object_set_new(j, "tiled_mlp", json_boolean(c.tiled_mlp));
+            json_object_set_new(j, "tiled_loss", json_boolean(c.tiled_loss));
+            json_object_set_new(j, "would_fit_with", fit.found ? json_string(fit.options) : json_null());
+            if (fit.tries)
+                json_object_set_new(j, "would_fit_bytes", json_integer((json_int_t)fit.peak_bytes));
             json_object_set_new(j, "seq", json_integer(c.seq_len));
             json_object_set_new(j, "batch", json_integer(c.batch));
             json_object_set_new(j, "wall_s", json_real(wall));
@@ -343,16 +372,21 @@ static usp_status run(const plan_options *o)
         printf("usp plan: model %s (%.3g %s parameters), world %d = dp %d x ring %d x ulysses %d, seq %lld, batch %lld\n",
                c.model.name, params >= 1e9 ? params / 1e9 : params / 1e6, params >= 1e9 ? "B" : "M", c.shape.world, c.shape.dp,
                best.shape.ring, best.shape.ulysses, (long long)c.seq_len, (long long)c.batch);
-        printf("cluster: %s, %d node%s of %d x %s (%.0f GB); compute modelled in %s, memory as the code allocates "
-               "it (fp32)\n", t->name, t->nodes, t->nodes > 1 ? "s" : "", t->gpus_per_node, t->gpu.name,
-               t->gpu.memory_bytes / GB, usp_dtype_name(sc.cost.dtype));
+        printf("cluster: %s, %d node%s of %d x %s (%.0f GB); compute modelled in %s\n", t->name, t->nodes,
+               t->nodes > 1 ? "s" : "", t->gpus_per_node, t->gpu.name, t->gpu.memory_bytes / GB,
+               usp_dtype_name(sc.cost.dtype));
+        printf("memory as the code allocates it: %s storage, ZeRO %d%s%s%s\n",
+               c.storage == USP_F32 ? "fp32" : "bf16 (fp32 master weights and Adam state)", c.zero_stage,
+               c.recompute_layers ? ", recomputed layers" : "", c.tiled_mlp ? ", tiled MLP" : "",
+               c.tiled_loss ? ", tiled loss" : "");
         if (o->sweep) {
             print_sweep(sweep, n_sweep);
             printf("\nthe fastest, U %d x R %d:\n", best.shape.ulysses, best.shape.ring);
         }
-        print_memory(&best);
+        print_memory(&best, &fit);
         print_time(&best);
-        printf("planned in %.2f s (one step on the meta backend%s)\n", wall, o->sweep ? " per split" : "");
+        printf("planned in %.2f s (one step on the meta backend%s%s)\n", wall, o->sweep ? " per split" : "",
+               fit.tries ? ", and one per option tried" : "");
     }
     plan_sweep_free(sweep, n_sweep);
     if (!o->sweep)
@@ -362,7 +396,8 @@ static usp_status run(const plan_options *o)
 
 int cmd_plan(int argc, char **argv)
 {
-    plan_options o = {.model = "tiny", .data = "passkey", .world = 4, .ring = 1, .seq = 64};
+    plan_options o = {.model = "tiny", .data = "passkey", .world = 4, .ring = 1, .seq = 64,
+                      .memory = MEMORY_OPTIONS_DEFAULTS};
     const cli_option options[] = {
         {"--model", CLI_STRING, &o.model, "NAME|FILE",
          "tiny (default), gpt2-124m, llama-1b, llama-7b, llama-13b, or a Hugging Face config.json", 0, -1},
@@ -381,6 +416,7 @@ int cmd_plan(int argc, char **argv)
          "write the step's modelled timeline: Chrome trace JSON (Perfetto) when FILE ends in .json, text otherwise",
          0, -1},
         {"--json", CLI_FLAG, &o.json, NULL, "print one JSON summary object (fields in docs/planning.md)", 0, -1},
+        MEMORY_OPTIONS(o.memory),
         {0},
     };
     int help;
@@ -393,9 +429,10 @@ int cmd_plan(int argc, char **argv)
                        "allocated or computed) in the simulator, and prints: memory per rank by category at the\n"
                        "peak against the GPU's capacity, the modelled time per step split into compute,\n"
                        "communication and exposed communication, tokens/s and MFU; --sweep ranks the U x R splits.\n"
-                       "The memory is what the code allocates today: everything in fp32, no bf16 storage, ZeRO,\n"
-                       "activation checkpointing or tiled MLP/loss (not implemented yet; the plan does not fake\n"
-                       "them). Compute is modelled in bf16 on the topology's GPUs. See docs/planning.md.",
+                       "The memory is what the code allocates with the memory options given; a step that does not\n"
+                       "fit is planned again with more of them (bf16, tiled loss, ZeRO 1-2, tiled MLP, recomputation,\n"
+                       "ZeRO 3) to say which would make it fit. Compute is modelled in bf16 on the topology's GPUs.\n"
+                       "See docs/planning.md.",
                        options);
         return 0;
     }

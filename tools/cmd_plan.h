@@ -16,6 +16,7 @@ typedef struct plan_result {
     usp_mesh_shape shape;
     double tokens;                 /* batch x seq: real tokens per step */
     double fwd_flops, step_flops;  /* summed over the ranks: the forward pass, the whole step */
+    double recompute_flops;        /* the part of step_flops that recomputed forward work */
     /* The rank whose step ends last sets the step time; the split is that rank's:
      * step = compute + comm + wait, and exposed = step - compute = comm + wait
      * (every call blocks in the simulator, so nothing overlaps compute). */
@@ -23,7 +24,7 @@ typedef struct plan_result {
     double step_time_s, compute_time_s, comm_time_s, wait_time_s, exposed_comm_s;
     double tokens_per_s;
     double peak_flops;             /* one GPU's dense peak in the model's dtype */
-    double mfu;                    /* step_flops / (step_time x world x peak_flops) */
+    double mfu;                    /* model FLOPs (step - recompute) / (step_time x world x peak_flops) */
     size_t *peak_bytes;            /* [world] */
     int peak_rank;                 /* the rank with the largest peak (lowest on ties) */
     int n_categories;              /* that rank's memory by category at its peak, largest first */
@@ -58,5 +59,19 @@ usp_status plan_sweep(const usp_train_config *train, const sim_cost_model *cost,
 
 /* Frees a sweep from plan_sweep. */
 void plan_sweep_free(plan_sweep_entry *e, int n);
+
+/* What plan_would_fit found: the options (added to the run's own) that make
+ * the step fit, or, when none does, the peak with all of them. */
+typedef struct plan_fit {
+    int found;
+    char options[160];     /* "--dtype bf16 --tiled-loss --zero 1" */
+    size_t peak_bytes;     /* the largest rank's peak with them */
+    double step_time_s;    /* the modelled step with them */
+    int tries;             /* steps run to find out */
+} plan_fit;
+
+/* Adds memory options to `train` one at a time (bf16, tiled loss, ZeRO 1, 2,
+ * tiled MLP, recomputation, ZeRO 3), running a step after each, until it fits. */
+usp_status plan_would_fit(const usp_train_config *train, const sim_cost_model *cost, plan_fit *out);
 
 #endif

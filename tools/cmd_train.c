@@ -15,6 +15,7 @@
 #include "tools/cli.h"
 #include "tools/cluster_options.h"
 #include "tools/commands.h"
+#include "tools/memory_options.h"
 #include "viz/chrome_trace.h"
 #include "viz/render.h"
 #include "viz/run_picture.h"
@@ -25,6 +26,7 @@ typedef struct train_options {
     int seq, batch, steps, until, warmup, log_every, eval_samples, seed;
     double lr;
     cli_list inject;
+    memory_options memory;
 } train_options;
 
 static usp_status build_config(const char *command, const train_options *o, usp_train_config *c)
@@ -50,6 +52,7 @@ static usp_status build_config(const char *command, const train_options *o, usp_
     c->eval_samples = o->eval_samples, c->eval_only = !strcmp(command, "eval"), c->out = stdout;
     if (o->warmup >= 0)
         c->warmup = o->warmup;
+    USP_CHECK(memory_options_apply(&o->memory, c));
     if (c->eval_only && !o->resume)
         return usp_error(USP_ERR_CONFIG, "usp eval needs --resume DIR (a checkpoint to evaluate)");
     int64_t padded;
@@ -183,7 +186,7 @@ int cmd_train(int argc, char **argv)
     int eval = strcmp(command, "eval") == 0;
     train_options o = {.backend = "sim", .model = "tiny", .data = "passkey", .attention = "sp", .world = 4,
                        .ring = 1, .seq = 64, .batch = 16, .steps = 2000, .warmup = -1, .log_every = 250,
-                       .eval_samples = 64, .seed = 1234, .lr = 1e-2};
+                       .eval_samples = 64, .seed = 1234, .lr = 1e-2, .memory = MEMORY_OPTIONS_DEFAULTS};
     const cli_option options[] = {
         {"--backend", CLI_STRING, &o.backend, "sim|nccl", "where the ranks run (default sim)", 0, -1},
         {"--world", CLI_INT, &o.world, "W", "ranks (simulated GPUs; default 4)", 1, 4096},
@@ -216,6 +219,7 @@ int cmd_train(int argc, char **argv)
          "picture (.dot, .svg, .png, .pdf): the wait-for graph of a deadlock/mismatch, else the traffic map", 0, -1},
         {"--json", CLI_FLAG, &o.json, NULL, "one JSON object per line: per-step records, then a summary", 0, -1},
         {"--meta", CLI_FLAG, &o.meta, NULL, "run on shapes only (meta backend): modelled time and memory, no loss", 0, -1},
+        MEMORY_OPTIONS(o.memory),
         {0},
     };
     int help;

@@ -1,0 +1,295 @@
+/* The memory options (core/model.h, core/param_store.h): each trains as the
+ * plain step does, each lowers the peak by what its closed form says, and the
+ * meta backend (the planner) counts the same bytes as the numeric run.
+ *
+ * Tolerances: recomputing a layer runs the same ops on the same input, so it
+ * is bit for bit the plain step. Tiles and ZeRO's reduce-scatter sum the same
+ * numbers in another order (weight gradients over tiles; gradients over the
+ * world in one reduction instead of sp then dp), so after three AdamW steps the
+ * weights may differ by rounding: within 1e-5 of each tensor's largest value
+ * (with eps raised so that AdamW does not amplify rounding noise: config_for). */
+#include <check.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backends/meta/meta_backend.h"
+#include "core/dtype.h"
+#include "core/model_params.h"
+#include "core/train.h"
+#include "tests/harness.h"
+#include "tests/check_main.h"
+
+static usp_model_config small_model(usp_model_family family)
+{
+    usp_model_config c;
+    ck_assert_int_eq(usp_model_config_preset(family == USP_FAMILY_GPT2 ? "gpt2-124m" : "tiny", &c), USP_OK);
+    c.vocab = 128, c.n_layer = 3, c.d_model = 32, c.n_head = 4, c.max_seq = 64;
+    c.n_kv_head = family == USP_FAMILY_GPT2 ? 4 : 2;
+    c.d_ff = family == USP_FAMILY_GPT2 ? 128 : 48;
+    snprintf(c.name, sizeof c.name, "test-%s", family == USP_FAMILY_GPT2 ? "gpt2" : "llama");
+    return c;
+}
+
+typedef struct options {
+    const char *name;
+    int zero, recompute, tiled_mlp, tiled_loss;
+    usp_dtype storage;
+} options;
+
+static usp_train_config config_for(usp_model_family family, int world, int ulysses, int ring, const options *o)
+{
+    usp_train_config c;
+    usp_train_defaults(&c);
+    c.model = small_model(family);
+    ck_assert_int_eq(usp_mesh_shape_make(world, ulysses, ring, &c.shape), USP_OK);
+    c.data = "passkey", c.seq_len = 64, c.batch = 2, c.steps = 10, c.until = 3, c.warmup = 2, c.out = NULL;
+    /* AdamW moves an element by about lr x g / (|g| + eps): with the default eps (1e-8), an element whose
+     * gradient is rounding noise (the key bias's is 0 in exact arithmetic: softmax ignores a constant
+     * added to a row of scores) moves by whatever the noise is, and another summation order makes
+     * other noise. eps 1e-4 keeps such elements still and real gradients (1e-3 and up) moving. */
+    c.eps = 1e-4;
+    c.zero_stage = o->zero, c.recompute_layers = o->recompute, c.tiled_mlp = o->tiled_mlp;
+    c.tiled_loss = o->tiled_loss, c.tile_rows = 7, c.storage = o->storage; /* 7 divides no row count here */
+    return c;
+}
+
+/* Trains c for its steps; the last loss and the final weights. */
+static void train(const usp_train_config *config, double *loss, float *weights)
+{
+    usp_train_config c = *config;
+    c.last_weights = weights;
+    usp_train_result result = {.passkey_accuracy = -1};
+    usp_train_run run = {.config = &c, .result = &result};
+    char report[4096];
+    usp_status s = harness_run(c.shape.world, usp_train_rank, &run, NULL, 0, report, sizeof report);
+    ck_assert_msg(s == USP_OK, "%s", report);
+    *loss = result.loss;
+}
+
+/* max over tensors of |a - b| / max |b|; *which: the tensor */
+static double worst_tensor_error(const usp_param_table *t, const float *a, const float *b, int *which)
+{
+    double worst = 0;
+    *which = 0;
+    for (int i = 0; i < t->n; i++) {
+        double diff = 0, scale = 1e-30;
+        for (int64_t j = 0; j < t->tensors[i].count; j++) {
+            int64_t k = t->tensors[i].offset + j;
+            diff = fmax(diff, fabs((double)a[k] - b[k]));
+            scale = fmax(scale, fabs((double)b[k]));
+        }
+        if (diff / scale > worst)
+            worst = diff / scale, *which = i;
+    }
+    return worst;
+}
+
+static const options variants[] = {
+    {.name = "recompute", .recompute = 1},  {.name = "tiled mlp", .tiled_mlp = 1}, {.name = "tiled loss", .tiled_loss = 1},
+    {.name = "zero 1", .zero = 1},          {.name = "zero 2", .zero = 2},         {.name = "zero 3", .zero = 3},
+    {.name = "all", .zero = 3, .recompute = 1, .tiled_mlp = 1, .tiled_loss = 1},
+};
+#define N_VARIANTS (int)(sizeof variants / sizeof *variants)
+
+START_TEST(every_option_trains_like_the_plain_step)
+{
+    /* Llama on the hybrid (ZeRO over 2 Ulysses x 2 ring ranks); GPT-2 (tied embeddings) on DP 2 x U 2 */
+    const usp_model_family family = _i == 0 ? USP_FAMILY_LLAMA : USP_FAMILY_GPT2;
+    const int ulysses = 2, ring = _i == 0 ? 2 : 1;
+    const options plain = {.name = "plain"};
+    usp_train_config base = config_for(family, 4, ulysses, ring, &plain);
+    usp_param_table table;
+    ck_assert_int_eq(usp_param_table_make(&base.model, &table), USP_OK);
+    float *ref = calloc((size_t)table.total, sizeof *ref), *got = calloc((size_t)table.total, sizeof *got);
+    double ref_loss, loss;
+    train(&base, &ref_loss, ref);
+    for (int v = 0; v < N_VARIANTS; v++) {
+        usp_train_config c = config_for(family, 4, ulysses, ring, &variants[v]);
+        memset(got, 0, (size_t)table.total * sizeof *got);
+        train(&c, &loss, got);
+        int which;
+        double err = worst_tensor_error(&table, got, ref, &which);
+        const usp_param_tensor *wt = &table.tensors[which];
+        if (!strcmp(variants[v].name, "recompute")) {
+            ck_assert_msg(loss == ref_loss && err == 0, "%s recompute: loss %.9g vs %.9g, tensor %d off by %.3g",
+                          base.model.name, loss, ref_loss, which, err);
+            continue;
+        }
+        ck_assert_msg(fabs(loss - ref_loss) <= 1e-5 * fabs(ref_loss), "%s %s: loss %.9g vs %.9g", base.model.name,
+                      variants[v].name, loss, ref_loss);
+        ck_assert_msg(err <= 1e-5, "%s %s: weights of tensor %d (kind %d, layer %d) off by %.3g of its largest",
+                      base.model.name, variants[v].name, which, wt->kind, wt->layer, err);
+    }
+    free(ref), free(got);
+    usp_param_table_free(&table);
+}
+END_TEST
+
+/* One step on the simulator with `factory` (NULL: cpu); the world is kept for inspection. */
+static sim_world *run_step(const usp_train_config *config, sim_backend_factory factory)
+{
+    usp_train_config c = *config;
+    c.until = 1;
+    sim_config sc = sim_config_default(c.shape.world);
+    sc.make_backend = factory, sc.trace = 0, sc.stack_bytes = (size_t)1 << 20;
+    sim_world *w;
+    ck_assert_int_eq(sim_world_create(&sc, &w), USP_OK);
+    usp_train_result result = {.passkey_accuracy = -1};
+    usp_train_run run = {.config = &c, .result = &result};
+    usp_status s = sim_world_run(w, usp_train_rank, &run);
+    ck_assert_msg(s == USP_OK, "%s", usp_error_message());
+    return w;
+}
+
+/* Bytes of `category` at rank 0's peak (0 when absent). */
+static size_t at_peak(const sim_world *w, const char *category)
+{
+    const char *names[16];
+    size_t bytes[16];
+    int n = usp_backend_peak_breakdown(sim_world_backend(w, 0), names, bytes, 16);
+    for (int i = 0; i < n; i++)
+        if (!strcmp(names[i], category))
+            return bytes[i];
+    return 0;
+}
+
+START_TEST(meta_counts_what_the_numeric_run_allocates)
+{
+    for (int v = 0; v < N_VARIANTS; v++) {
+        usp_train_config c = config_for(USP_FAMILY_LLAMA, 4, 2, 2, &variants[v]);
+        sim_world *wn = run_step(&c, NULL), *wm = run_step(&c, usp_backend_meta_create);
+        for (int r = 0; r < 4; r++)
+            ck_assert_msg(sim_world_peak_bytes(wn, r) == sim_world_peak_bytes(wm, r), "%s rank %d: %zu vs %zu",
+                          variants[v].name, r, sim_world_peak_bytes(wn, r), sim_world_peak_bytes(wm, r));
+        sim_world_destroy(wn);
+        sim_world_destroy(wm);
+    }
+}
+END_TEST
+
+/* ceil(len / W) summed over the buckets: embeddings, each layer, final norm + lm_head. */
+static int64_t shard_elems(const usp_param_table *t, int n_layer, int W)
+{
+    int64_t len[64] = {0};
+    int seen_layer = 0;
+    for (int i = 0; i < t->n; i++) {
+        seen_layer |= t->tensors[i].layer >= 0;
+        int b = t->tensors[i].layer >= 0 ? t->tensors[i].layer + 1 : seen_layer ? n_layer + 1 : 0;
+        len[b] += t->tensors[i].count;
+    }
+    int64_t sum = 0;
+    for (int b = 0; b < n_layer + 2; b++)
+        sum += (len[b] + W - 1) / W;
+    return sum;
+}
+
+START_TEST(each_option_saves_what_its_closed_form_says)
+{
+    const options plain = {.name = "plain"}, zero1 = {.name = "zero 1", .zero = 1}, loss = {.name = "tiled loss", .tiled_loss = 1};
+    const options bf16 = {.name = "bf16", .storage = USP_BF16}, recompute = {.name = "recompute", .recompute = 1};
+    usp_train_config c = config_for(USP_FAMILY_LLAMA, 4, 4, 1, &plain);
+    usp_param_table t;
+    ck_assert_int_eq(usp_param_table_make(&c.model, &t), USP_OK);
+    const size_t P = (size_t)t.total, V = (size_t)c.model.vocab, n = (size_t)(c.batch * c.seq_len / 4);
+    sim_world *w0 = run_step(&c, usp_backend_meta_create);
+    const size_t peak0 = sim_world_peak_bytes(w0, 0);
+    ck_assert_uint_eq(at_peak(w0, "weights"), 4 * P);
+    ck_assert_uint_eq(at_peak(w0, "optimizer"), 8 * P);
+
+    /* ZeRO 1: Adam's two moments, 4 bytes each, for this rank's shard of every bucket */
+    c = config_for(USP_FAMILY_LLAMA, 4, 4, 1, &zero1);
+    sim_world *w = run_step(&c, usp_backend_meta_create);
+    ck_assert_uint_eq(at_peak(w, "optimizer"), 8 * (size_t)shard_elems(&t, (int)c.model.n_layer, 4));
+    ck_assert_uint_lt(sim_world_peak_bytes(w, 0), peak0);
+    sim_world_destroy(w);
+
+    /* bf16 mixed precision: 2-byte weights, fp32 master + m + v (12 bytes), 2-byte parameter gradients */
+    c = config_for(USP_FAMILY_LLAMA, 4, 4, 1, &bf16);
+    w = run_step(&c, usp_backend_meta_create);
+    ck_assert_uint_eq(at_peak(w, "weights"), 2 * P);
+    ck_assert_uint_eq(at_peak(w, "optimizer"), 12 * P);
+    ck_assert_uint_lt(at_peak(w, "activations"), at_peak(w0, "activations"));
+    sim_world_destroy(w);
+
+    /* tiled loss: the logits buffer is 7 rows of V instead of n rows */
+    c = config_for(USP_FAMILY_LLAMA, 4, 4, 1, &loss);
+    w = run_step(&c, usp_backend_meta_create);
+    ck_assert_uint_eq(at_peak(w0, "activations") - at_peak(w, "activations"), 4 * (n - 7) * V);
+    sim_world_destroy(w);
+
+    /* recomputation keeps one layer's set instead of L: the peak drops by at least (L - 1) layers' q */
+    c = config_for(USP_FAMILY_LLAMA, 4, 4, 1, &recompute);
+    w = run_step(&c, usp_backend_meta_create);
+    const size_t q_bytes = 4 * n * (size_t)c.model.d_model;
+    ck_assert_uint_ge(at_peak(w0, "activations") - at_peak(w, "activations"), (size_t)(c.model.n_layer - 1) * q_bytes);
+    sim_world_destroy(w);
+    sim_world_destroy(w0);
+    usp_param_table_free(&t);
+}
+END_TEST
+
+START_TEST(bf16_storage_is_refused_where_the_numbers_are_fp32)
+{
+    const options bf16 = {.name = "bf16", .storage = USP_BF16};
+    usp_train_config c = config_for(USP_FAMILY_LLAMA, 2, 2, 1, &bf16);
+    usp_train_result result = {.passkey_accuracy = -1};
+    usp_train_run run = {.config = &c, .result = &result};
+    char report[4096];
+    usp_status s = harness_run(2, usp_train_rank, &run, NULL, 0, report, sizeof report);
+    ck_assert_int_eq(s, USP_ERR_CONFIG);
+    ck_assert_msg(strstr(usp_error_message(), "--dtype bf16") && strstr(usp_error_message(), "--meta"), "%s",
+                  usp_error_message());
+}
+END_TEST
+
+START_TEST(bf16_rounds_to_nearest_even)
+{
+    /* 1 + 2^-8 lies halfway between 1 and 1 + 2^-7: ties go to the even 1; just above goes up */
+    ck_assert_float_eq(usp_bf16_to_f32(usp_f32_to_bf16(1.0f + 0x1p-8f)), 1.0f);
+    ck_assert_float_eq(usp_bf16_to_f32(usp_f32_to_bf16(1.0f + 0x1p-8f + 0x1p-20f)), 1.0f + 0x1p-7f);
+    ck_assert_float_eq(usp_bf16_to_f32(usp_f32_to_bf16(1.0f + 3 * 0x1p-8f)), 1.0f + 0x1p-6f); /* odd: up */
+    ck_assert_float_eq(usp_bf16_to_f32(usp_f32_to_bf16(-2.5f)), -2.5f);
+    ck_assert(isnan(usp_bf16_to_f32(usp_f32_to_bf16(NAN))));
+    ck_assert(isinf(usp_bf16_to_f32(usp_f32_to_bf16(INFINITY))));
+}
+END_TEST
+
+/* An all_reduce in bf16 sums in rank order, rounding after every addition. */
+static usp_status bf16_sum_rank(const usp_rank_ctx *ctx, void *arg)
+{
+    (void)arg;
+    uint16_t mine[2] = {usp_f32_to_bf16(ctx->rank == 0 ? 1.0f : 0x1p-8f), usp_f32_to_bf16((float)(ctx->rank + 1))};
+    void *buf;
+    USP_CHECK(harness_upload(ctx, mine, sizeof mine, &buf));
+    USP_CHECK(usp_comm_all_reduce(ctx->world, buf, buf, 2, USP_BF16, USP_REDUCE_SUM, ctx->stream));
+    uint16_t got[2];
+    USP_CHECK(harness_download(ctx, got, buf, sizeof got));
+    usp_buffer_free(ctx->backend, buf);
+    /* ((1 + 2^-8) -> 1) + 2^-8 -> 1, twice more: 1, where an f32 sum would give 1 + 3 x 2^-8 */
+    USP_CHECK(harness_expect_eq(ctx, "bf16 sum of 1 and three 2^-8", 0, usp_bf16_to_f32(got[0]), 1.0));
+    return harness_expect_eq(ctx, "bf16 sum of 1..4", 1, usp_bf16_to_f32(got[1]), 10.0);
+}
+
+START_TEST(bf16_all_reduce_rounds_each_step)
+{
+    char report[2048];
+    ck_assert_msg(harness_run(4, bf16_sum_rank, NULL, NULL, 0, report, sizeof report) == USP_OK, "%s", report);
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("memory_options");
+    TCase *tc = tcase_create("memory_options");
+    tcase_set_timeout(tc, 120);
+    tcase_add_loop_test(tc, every_option_trains_like_the_plain_step, 0, 2);
+    tcase_add_test(tc, meta_counts_what_the_numeric_run_allocates);
+    tcase_add_test(tc, each_option_saves_what_its_closed_form_says);
+    tcase_add_test(tc, bf16_storage_is_refused_where_the_numbers_are_fp32);
+    tcase_add_test(tc, bf16_rounds_to_nearest_even);
+    tcase_add_test(tc, bf16_all_reduce_rounds_each_step);
+    suite_add_tcase(s, tc);
+    return check_main_run(s);
+}

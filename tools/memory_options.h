@@ -1,0 +1,36 @@
+/* The memory options shared by `usp train` and `usp plan`: ZeRO stage, layer
+ * recomputation, tiled MLP and loss, storage dtype (see core/model.h,
+ * core/param_store.h and docs/planning.md). */
+#ifndef USP_TOOLS_MEMORY_OPTIONS_H
+#define USP_TOOLS_MEMORY_OPTIONS_H
+
+#include "core/train.h"
+#include "tools/cli.h"
+
+typedef struct memory_options {
+    int zero, recompute, tiled_mlp, tiled_loss, tile_rows;
+    const char *dtype;
+} memory_options;
+
+#define MEMORY_OPTIONS_DEFAULTS {.dtype = "fp32", .tile_rows = 1024}
+
+/* The options' table entries, to put in a command's cli_option array. */
+#define MEMORY_OPTIONS(o)                                                                                          \
+    {"--dtype", CLI_STRING, &(o).dtype, "fp32|bf16",                                                               \
+     "storage: fp32 (default), or bf16 mixed precision with fp32 master weights and Adam state (shapes only: "    \
+     "--meta, usp plan)", 0, -1},                                                                                  \
+    {"--zero", CLI_INT, &(o).zero, "S",                                                                            \
+     "ZeRO stage over all ranks: 1 shards Adam state, 2 also gradients, 3 also weights (default 0)", 0, 3},       \
+    {"--recompute", CLI_FLAG, &(o).recompute, NULL,                                                                \
+     "keep only each layer's input; backward recomputes the layer (activation checkpointing)", 0, -1},            \
+    {"--tiled-mlp", CLI_FLAG, &(o).tiled_mlp, NULL,                                                                \
+     "run the MLP --tile-rows rows at a time, keeping none of its hidden for backward", 0, -1},                    \
+    {"--tiled-loss", CLI_FLAG, &(o).tiled_loss, NULL,                                                              \
+     "run lm_head and the loss --tile-rows rows at a time: the [tokens, vocab] logits never exist", 0, -1},        \
+    {"--tile-rows", CLI_INT, &(o).tile_rows, "R", "rows per tile of --tiled-mlp and --tiled-loss (default 1024)", \
+     1, 1 << 30}
+
+/* Copies the options into the run's config (a bad --dtype is a config error naming it). */
+usp_status memory_options_apply(const memory_options *o, usp_train_config *c);
+
+#endif
