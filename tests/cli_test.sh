@@ -177,6 +177,14 @@ check "train leaves no temporary or stray files" test -z "$(ls "$tr" | grep -v -
 
 # usp plan: the modelled step, its timeline for Perfetto
 expect 0 "does not fit" -- plan --model llama-7b --seq 1048576 --world 8 --topology dgx-h100
+expect 0 "would fit with --dtype bf16" -- plan --model llama-7b --seq 1048576 --world 8 --topology dgx-h100
+# memory options: bad values name the option; bf16 needs shapes only
+expect 2 "--dtype fp16: expected fp32 or bf16" -- plan --dtype fp16
+expect 2 "--zero" -- train --zero 4 --steps 1
+expect 2 "--dtype bf16 with the cpu backend" -- train --dtype bf16 --steps 1
+expect 0 "storage bf16 (fp32 master weights and Adam state), ZeRO 3, recomputed layers, tiled MLP, tiled loss" -- \
+    plan --dtype bf16 --zero 3 --recompute --tiled-mlp --tiled-loss --tile-rows 100
+expect 0 "done" -- train --meta --dtype bf16 --zero 2 --steps 2 --eval-samples 0
 expect 0 "planned in" -- plan --seq 4096 --world 4 --trace "$work/plan.json"
 if [[ -s $work/plan.json ]] && grep -q '"ph"' "$work/plan.json"; then passed=$((passed + 1)); else
     failed=$((failed + 1)); echo "FAIL: usp plan --trace wrote no Chrome trace"; fi

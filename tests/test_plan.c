@@ -144,7 +144,7 @@ START_TEST(llama_7b_at_a_million_tokens_matches_the_closed_form)
     plan_result r;
     ck_assert_int_eq(plan_run(&c, &h100, NULL, &r), USP_OK);
     check_forward_flops(&r, gemm, attention);
-    /* fp32 today: 7B weights, gradients and two Adam moments are 16 bytes a parameter already */
+    /* fp32 by default: 7B weights, gradients and two Adam moments are 16 bytes a parameter already */
     ck_assert(!r.fits && r.peak_bytes[0] > 16.0 * 6.7e9);
     ck_assert(r.step_time_s > 0 && r.mfu > 0 && r.mfu < 1);
     plan_result_free(&r);
@@ -156,6 +156,49 @@ START_TEST(llama_7b_at_a_million_tokens_matches_the_closed_form)
     check_forward_flops(&r, gemm, attention);
     ck_assert(r.step_time_s > 0 && r.comm_time_s > 0);
     plan_result_free(&r);
+}
+END_TEST
+
+/* The ladder of plan_fit.c: the first cumulative set of options that fits, checked against plain plan_runs. */
+START_TEST(a_step_that_does_not_fit_gets_the_options_that_make_it_fit)
+{
+    usp_train_config c = config_of("tiny", 4, 4, 1, 16384, 1); /* 4096 rows a rank: the loss has 4 tiles */
+    sim_cost_model h100 = cluster("dgx-h100", 1);
+    plan_result plain, bf16, bf16_loss;
+    ck_assert_int_eq(plan_run(&c, &h100, NULL, &plain), USP_OK);
+    usp_train_config b = c;
+    b.storage = USP_BF16;
+    ck_assert_int_eq(plan_run(&b, &h100, NULL, &bf16), USP_OK);
+    b.tiled_loss = 1;
+    ck_assert_int_eq(plan_run(&b, &h100, NULL, &bf16_loss), USP_OK);
+    const size_t p0 = plain.peak_bytes[plain.peak_rank], p1 = bf16.peak_bytes[bf16.peak_rank];
+    const size_t p2 = bf16_loss.peak_bytes[bf16_loss.peak_rank];
+    ck_assert(p2 < p1 && p1 < p0);
+
+    plan_fit fit;
+    h100.topology.gpu.memory_bytes = (double)p0 - 1; /* bf16 alone is enough */
+    ck_assert_int_eq(plan_would_fit(&c, &h100, &fit), USP_OK);
+    ck_assert(fit.found && fit.tries == 1);
+    ck_assert_str_eq(fit.options, "--dtype bf16");
+    ck_assert_uint_eq(fit.peak_bytes, p1);
+
+    h100.topology.gpu.memory_bytes = (double)p1 - 1; /* bf16 and the tiled loss */
+    ck_assert_int_eq(plan_would_fit(&c, &h100, &fit), USP_OK);
+    ck_assert(fit.found && fit.tries == 2);
+    ck_assert_str_eq(fit.options, "--dtype bf16 --tiled-loss");
+    ck_assert_uint_eq(fit.peak_bytes, p2);
+
+    h100.topology.gpu.memory_bytes = 1e6; /* nothing fits in 1 MB: every option tried, ZeRO 3 last */
+    ck_assert_int_eq(plan_would_fit(&c, &h100, &fit), USP_OK);
+    ck_assert(!fit.found && fit.tries == 7);
+    ck_assert_str_eq(fit.options, "--dtype bf16 --tiled-loss --zero 3 --tiled-mlp --recompute");
+    plan_result_free(&plain), plan_result_free(&bf16), plan_result_free(&bf16_loss);
+
+    /* issue 5's configuration: 1.55 TB a rank in fp32; the options the plan names fit it in 80 GB */
+    c = config_of("llama-7b", 8, 8, 1, 1048576, 1);
+    h100 = cluster("dgx-h100", 1);
+    ck_assert_int_eq(plan_would_fit(&c, &h100, &fit), USP_OK);
+    ck_assert_msg(fit.found && fit.peak_bytes <= 80e9, "%s: %zu bytes", fit.options, fit.peak_bytes);
 }
 END_TEST
 
@@ -413,6 +456,7 @@ int main(void)
     tcase_add_test(t, sweep_prefers_a_hybrid_on_pcie_and_ulysses_on_nvswitch);
     tcase_add_test(t, sweep_skips_splits_the_heads_do_not_allow);
     tcase_add_test(t, plan_json_has_the_contract_fields);
+    tcase_add_test(t, a_step_that_does_not_fit_gets_the_options_that_make_it_fit);
     tcase_add_test(t, llama_7b_at_a_million_tokens_matches_the_closed_form);
     suite_add_tcase(s, t);
     return check_main_run(s);

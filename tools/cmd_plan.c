@@ -375,7 +375,7 @@ static usp_status run(const plan_options *o)
         printf("cluster: %s, %d node%s of %d x %s (%.0f GB); compute modelled in %s\n", t->name, t->nodes,
                t->nodes > 1 ? "s" : "", t->gpus_per_node, t->gpu.name, t->gpu.memory_bytes / GB,
                usp_dtype_name(sc.cost.dtype));
-        printf("memory as the code allocates it: %s storage, ZeRO %d%s%s%s\n",
+        printf("memory as the code allocates it: storage %s, ZeRO %d%s%s%s\n",
                c.storage == USP_F32 ? "fp32" : "bf16 (fp32 master weights and Adam state)", c.zero_stage,
                c.recompute_layers ? ", recomputed layers" : "", c.tiled_mlp ? ", tiled MLP" : "",
                c.tiled_loss ? ", tiled loss" : "");
