@@ -92,24 +92,56 @@ static void share_links(const sim_flow_set *s, flow_work *w, int n_active)
     }
 }
 
-usp_status sim_flow_run(const sim_flow_set *s, double *finish, double *seconds)
+/* Every flow's bytes left at the start; the flows that move anything become
+ * active (the others finish at 0). Returns how many are active. */
+static int start_flows(const sim_flow_set *s, flow_work *w, double *finish)
 {
-    *seconds = 0.0;
-    if (s->n_flows == 0)
-        return USP_OK;
-    flow_work w;
-    void *block;
-    USP_CHECK(work_alloc(s, &w, &block));
-    build_incidence(s, &w);
     int n_active = 0;
     for (int f = 0; f < s->n_flows; f++) {
         int moves = s->bytes[f] > 0.0 && s->path_start[f + 1] > s->path_start[f];
-        w.remaining[f] = moves ? s->bytes[f] : 0.0;
+        w->remaining[f] = moves ? s->bytes[f] : 0.0;
+        w->rate[f] = 0.0;
         if (moves)
-            w.active[n_active++] = f;
+            w->active[n_active++] = f;
         else if (finish)
             finish[f] = 0.0;
     }
+    return n_active;
+}
+
+/* The work arrays of a run (freed with *block), its incidence and its active flows. */
+static usp_status work_start(const sim_flow_set *s, flow_work *w, void **block, double *finish, int *n_active)
+{
+    USP_CHECK(work_alloc(s, w, block));
+    build_incidence(s, w);
+    *n_active = start_flows(s, w, finish);
+    return USP_OK;
+}
+
+usp_status sim_flow_rates(const sim_flow_set *s, double *rate)
+{
+    flow_work w;
+    void *block;
+    int n_active;
+    if (s->n_flows == 0)
+        return USP_OK;
+    USP_CHECK(work_start(s, &w, &block, NULL, &n_active));
+    share_links(s, &w, n_active);
+    for (int f = 0; f < s->n_flows; f++)
+        rate[f] = w.rate[f];
+    free(block);
+    return USP_OK;
+}
+
+usp_status sim_flow_run(const sim_flow_set *s, double *finish, double *seconds)
+{
+    flow_work w;
+    void *block;
+    int n_active;
+    *seconds = 0.0;
+    if (s->n_flows == 0)
+        return USP_OK;
+    USP_CHECK(work_start(s, &w, &block, finish, &n_active));
     double t = 0.0;
     while (n_active > 0) {
         share_links(s, &w, n_active);

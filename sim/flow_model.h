@@ -36,4 +36,10 @@ typedef struct sim_flow_set {
  * (it crosses no link: nothing limits it). USP_ERR_RUNTIME when out of memory. */
 usp_status sim_flow_run(const sim_flow_set *set, double *finish, double *seconds);
 
+/* The max-min fair rates (bytes/s) the flows start at, written to rate[n_flows]:
+ * the allocation sim_flow_run holds until the first flow finishes (0 for a flow
+ * that moves nothing). For a caller that advances time itself and re-shares when
+ * flows come and go (sim/p2p_flows.h). USP_ERR_RUNTIME when out of memory. */
+usp_status sim_flow_rates(const sim_flow_set *set, double *rate);
+
 #endif
