@@ -34,6 +34,7 @@ void sim_abort(sim_world *w, usp_status status)
         memset(w->groups[g]->posted, 0, (size_t)w->groups[g]->size * sizeof *w->groups[g]->posted);
         w->groups[g]->n_posted = 0;
     }
+    sim_p2p_flows_clear(w->p2p); /* their ranks were woken above: nothing will complete them */
 }
 
 /* World ranks `r` waits for: the members missing from its collective, or the

@@ -5,8 +5,11 @@
  * complete. A collective completes when the last member of the group posts
  * it; every member must post the same op, count, dtype, root and reduce op,
  * checked as each one arrives. A transfer completes when the sender's send
- * and the receiver's receive are both posted. All participants' clocks move
- * to max(arrival times) + the cost of the transfer. */
+ * and the receiver's receive are both posted; a collective's participants'
+ * clocks move to max(arrival times) + its cost. A matched transfer starts at
+ * the later of its two posts and moves with the other transfers in flight,
+ * sharing the links they cross (sim/p2p_flows.h); its sender and receiver
+ * resume when the scheduler has moved the flows past its end. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -249,17 +252,49 @@ static void try_transfer(sim_world *w, sim_group *g, sim_rank *sender, sim_rank 
         return;
     }
     double start = s->t_post > d->t_post ? s->t_post : d->t_post;
-    double end = start + sim_cost_transfer(&w->config.cost, sender->id, receiver->id,
-                                           s->count * usp_dtype_size(s->dtype));
+    st = sim_p2p_flows_submit(w->p2p, start, sender->id, receiver->id, s->count * usp_dtype_size(s->dtype));
+    if (st != USP_OK) {
+        usp_strbuf_printf(&w->report, "transfer on %s failed: %s\n", g->name, usp_error_message());
+        sim_abort(w, st);
+        return;
+    }
     sender->send_pending = receiver->recv_pending = 0;
     sim_rank *both[2] = {sender, receiver};
     for (int i = 0; i < 2; i++) {
         usp_comm_op *op = both[i]->op;
         op->t_start = start > op->t_start ? start : op->t_start;
-        op->t_end = end > op->t_end ? end : op->t_end;
-        if (!both[i]->send_pending && !both[i]->recv_pending)
-            finish_op(both[i]);
+        both[i]->in_flight++;
     }
+}
+
+/* One part of r's call (its send or its receive) has arrived at t_end. */
+static void transfer_part_done(sim_rank *r, double t_end, void (*woke)(void *ctx, int rank), void *ctx)
+{
+    usp_comm_op *op = r->op;
+    op->t_end = t_end > op->t_end ? t_end : op->t_end;
+    if (--r->in_flight == 0 && !r->send_pending && !r->recv_pending) {
+        finish_op(r);
+        woke(ctx, r->id);
+    }
+}
+
+typedef struct transfer_done_ctx {
+    sim_world *w;
+    void (*woke)(void *ctx, int rank);
+    void *woke_ctx;
+} transfer_done_ctx;
+
+static void transfer_done(void *ctx, int src, int dst, double t_end)
+{
+    transfer_done_ctx *c = ctx;
+    transfer_part_done(&c->w->ranks[src], t_end, c->woke, c->woke_ctx);
+    transfer_part_done(&c->w->ranks[dst], t_end, c->woke, c->woke_ctx);
+}
+
+usp_status sim_transfers_advance(sim_world *w, double t, void (*woke)(void *ctx, int rank), void *ctx)
+{
+    transfer_done_ctx c = {w, woke, ctx};
+    return sim_p2p_flows_advance(w->p2p, t, transfer_done, &c);
 }
 
 static void post_p2p(sim_world *w, sim_rank *r, sim_comm *sc)
@@ -294,7 +329,7 @@ static usp_status post_and_wait(sim_comm *sc, usp_comm_op *op)
     sim_fiber_yield(r->fiber);
     usp_status wake = r->wake;
     r->op = NULL;
-    r->send_pending = r->recv_pending = 0;
+    r->send_pending = r->recv_pending = r->in_flight = 0;
     if (wake != USP_OK)
         return usp_error(wake, "%s on %s at %s:%d did not complete: %s", usp_comm_kind_name(op->kind),
                          sc->group->name, op->site.file, op->site.line, w->abort_reason);

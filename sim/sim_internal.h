@@ -6,6 +6,7 @@
 #include "core/comm_impl.h"
 #include "core/strbuf.h"
 #include "sim/fiber.h"
+#include "sim/p2p_flows.h"
 #include "sim/world.h"
 
 typedef enum sim_rank_state { RANK_READY, RANK_BLOCKED, RANK_DONE } sim_rank_state;
@@ -74,6 +75,7 @@ typedef struct sim_rank {
     sim_comm *op_comm;
     uint64_t op_seq;         /* its index among the rank's calls on that group */
     int send_pending, recv_pending; /* point-to-point parts not matched yet */
+    int in_flight;           /* point-to-point parts matched and still moving (w->p2p) */
     usp_status wake;         /* what the call returns when the rank is resumed */
 
     /* Fault injection. */
@@ -98,6 +100,7 @@ struct sim_world {
     sim_group **groups;
     int n_groups, cap_groups;
     usp_trace_t *trace;
+    sim_p2p_flows *p2p;      /* matched transfers in flight, sharing links (made with the ranks) */
     usp_rank_main_fn main_fn;
     void *main_arg;
     sim_rank *current;       /* the rank whose fiber runs, NULL in the scheduler */
@@ -114,6 +117,9 @@ extern const usp_comm_i sim_comm_iface;
 usp_status sim_group_create(struct sim_world *w, const char *name, int size, const int *members,
                             sim_group **out);
 usp_status sim_comm_open(struct sim_world *w, sim_group *g, int local, usp_comm_t **out);
+/* Moves the transfers in flight to time t (an event time of sim_p2p_flows_next);
+ * each rank whose call completes is READY and passed to woke(ctx, rank). */
+usp_status sim_transfers_advance(struct sim_world *w, double t, void (*woke)(void *ctx, int rank), void *ctx);
 
 /* collectives.c: moves the data of a matched collective / transfer; checks the buffers first. */
 usp_status sim_move_collective(struct sim_world *w, sim_group *g);

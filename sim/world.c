@@ -1,5 +1,7 @@
 /* The scheduler of the simulated cluster: ranks as fibers, one at a time,
- * the runnable rank with the smallest virtual time first. */
+ * the runnable rank with the smallest virtual time first, and the transfers
+ * in flight moved in time order between them. */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -70,6 +72,7 @@ static void rank_fiber_main(void *arg)
 static usp_status make_ranks(sim_world *w)
 {
     USP_CHECK(sim_cost_model_check(&w->config.cost, w->n));
+    USP_CHECK(sim_p2p_flows_create(&w->config.cost.topology, &w->p2p));
     int *everyone;
     USP_CHECK(usp_malloc((void **)&everyone, (size_t)w->n * sizeof *everyone, "the world group"));
     for (int i = 0; i < w->n; i++)
@@ -116,10 +119,12 @@ static sim_rank *next_rank(sim_world *w)
 /* The ready queue: READY ranks in a binary heap by (clock, id), the order of
  * next_rank, so that picking the next rank costs O(log W) rather than a scan
  * of every rank at every call (at W = 512 the scan was a quarter of a plan's
- * run time). A rank becomes READY only when a call it waits in completes, and
- * a call completes only when a participant posts (sim_comm.c); so after rank r
- * yields, the ranks that may have become READY are r and the participants of
- * r's call: its group's members for a collective, its peers for a transfer.
+ * run time). A rank becomes READY only when a call it waits in completes: a
+ * collective when a participant posts (sim_comm.c), a transfer when the
+ * scheduler moves the flows past its end (on_woken queues those ranks); so
+ * after rank r yields, the ranks that may have become READY are r and the
+ * participants of r's call: its group's members for a collective, its peers
+ * for a transfer.
  * A READY rank's clock does not move until it runs, so keys never go stale.
  * An abort wakes every rank: from then on the scheduler scans. */
 typedef struct ready_queue {
@@ -171,6 +176,15 @@ static sim_rank *ready_pop(ready_queue *q, sim_world *w)
     return NULL;
 }
 
+/* The rank ready_pop would return, left in the queue; NULL if none. */
+static sim_rank *ready_peek(ready_queue *q, sim_world *w)
+{
+    sim_rank *r = ready_pop(q, w);
+    if (r)
+        ready_push(q, w, r->id);
+    return r;
+}
+
 /* r has yielded inside a call: queue it and the call's participants that are READY now. */
 static void ready_push_participants(ready_queue *q, sim_world *w, const sim_rank *r)
 {
@@ -189,6 +203,39 @@ static void ready_push_participants(ready_queue *q, sim_world *w, const sim_rank
         ready_push(q, w, g->members[r->op->recv_peer]);
 }
 
+/* A rank whose transfer completed: onto the ready queue (when there is one). */
+typedef struct woken_ctx {
+    ready_queue *q;
+    sim_world *w;
+    int queue;
+} woken_ctx;
+
+static void on_woken(void *ctx, int rank)
+{
+    woken_ctx *c = ctx;
+    if (c->queue)
+        ready_push(c->q, c->w, rank);
+}
+
+/* Moves the transfers in flight through their events up to `horizon` (the next
+ * rank's clock): a transfer that starts or finishes before a rank runs must be
+ * seen first, so that the flows' time never passes a rank that may still post
+ * (sim/p2p_flows.h). Returns 1 when an event was processed. */
+static int move_transfers(sim_world *w, double horizon, woken_ctx *ctx)
+{
+    int has;
+    double t;
+    usp_status s = sim_p2p_flows_next(w->p2p, horizon, &has, &t);
+    if (s == USP_OK && has)
+        s = sim_transfers_advance(w, t, on_woken, ctx);
+    if (s != USP_OK) {
+        usp_strbuf_printf(&w->report, "transfers in flight failed: %s\n", usp_error_message());
+        sim_abort(w, s);
+        return 1;
+    }
+    return has;
+}
+
 static void run_scheduler(sim_world *w)
 {
     ready_queue q = {.heap = malloc((size_t)w->n * sizeof *q.heap), .queued = calloc((size_t)w->n, 1)};
@@ -197,11 +244,16 @@ static void run_scheduler(sim_world *w)
         ready_push(&q, w, i);
     for (;;) {
         queue &= w->abort_status == USP_OK;
-        sim_rank *r = queue ? ready_pop(&q, w) : next_rank(w);
+        sim_rank *r = queue ? ready_peek(&q, w) : next_rank(w);
 #ifndef NDEBUG /* debug builds check the queue against the scan (small worlds: the scan is O(W)) */
         USP_ASSERT(!queue || w->n > 64 || r == next_rank(w), "the ready queue chose rank %d, the scan rank %d",
                    r ? r->id : -1, next_rank(w) ? next_rank(w)->id : -1);
 #endif
+        woken_ctx woken = {&q, w, queue};
+        if (move_transfers(w, r ? r->clock : INFINITY, &woken))
+            continue;
+        if (queue && r)
+            ready_pop(&q, w);
         if (!r) {
             int blocked = 0;
             for (int i = 0; i < w->n; i++)
@@ -304,6 +356,7 @@ void sim_world_destroy(sim_world *w)
     }
     free(w->groups);
     free(w->ranks);
+    sim_p2p_flows_destroy(w->p2p);
     free(w->faults);
     usp_trace_destroy(w->trace);
     usp_strbuf_free(&w->report);

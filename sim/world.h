@@ -3,7 +3,9 @@
  * Each rank runs the same main function as a fiber; one runs at a time. At
  * every communication call the rank yields, and the scheduler resumes the
  * runnable rank with the smallest virtual time (ties by rank id), so the same
- * inputs give the same trace, byte for byte. Collectives are matched as NCCL
+ * inputs give the same trace, byte for byte. Matched point-to-point transfers
+ * share links while they move (sim/p2p_flows.h); the scheduler moves them
+ * through their starts and finishes in time order, between the ranks' turns. Collectives are matched as NCCL
  * matches them; a mismatch is reported when the second rank arrives, and a
  * deadlock (no rank can run, some are blocked) when it happens: never by a
  * timeout. Either aborts the run: every blocked call returns
