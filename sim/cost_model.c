@@ -1,6 +1,7 @@
 /* Collectives and transfers priced on the topology (see cost_model.h). */
 #include "sim/cost_model.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -64,22 +65,25 @@ static double ring_hops(usp_comm_kind kind, int n)
     return kind == USP_OP_ALL_REDUCE || kind == USP_OP_BARRIER ? 2.0 * f : f;
 }
 
-static double latency_of(const sim_topology *t, usp_comm_kind kind, int n, const int *members, const uint64_t *bytes)
+/* Seconds of latency from GPU a to GPU b: the links of the route between them. */
+static double route_latency(const sim_topology *t, int a, int b)
 {
     int links[SIM_ROUTE_MAX];
+    return sim_topology_route_latency(t, links, sim_topology_route(t, a, b, links));
+}
+
+static double latency_of(const sim_topology *t, usp_comm_kind kind, int n, const int *members, const uint64_t *bytes)
+{
     double hops = 0.0;
     if (is_ring(kind)) {
-        for (int i = 0; i < n; i++) {
-            int k = sim_topology_route(t, members[i], members[(i + 1) % n], links);
-            hops += sim_topology_route_latency(t, links, k);
-        }
+        for (int i = 0; i < n; i++)
+            hops += route_latency(t, members[i], members[(i + 1) % n]);
         return t->base_latency + ring_hops(kind, n) * hops;
     }
     for (int i = 0; i < n; i++)
         for (int j = 0; j < n; j++)
             if (bytes[(size_t)i * n + j] > 0) {
-                int k = sim_topology_route(t, members[i], members[j], links);
-                double l = sim_topology_route_latency(t, links, k);
+                double l = route_latency(t, members[i], members[j]);
                 hops = l > hops ? l : hops;
             }
     return t->base_latency + hops;
@@ -180,27 +184,12 @@ static usp_status build_alloc(flow_build *b, const sim_topology *t, size_t flows
     return USP_OK;
 }
 
-usp_status sim_cost_collective(const sim_cost_model *m, usp_comm_kind kind, int n, const int *members,
-                               const uint64_t *bytes, double *seconds)
+/* The makespan of the collective's transfers under max-min sharing: each
+ * member's bytes to each peer, a ring edge between nodes split over rails.
+ * `flows` bounds the number of transfers (rails included). */
+static usp_status transfers_makespan(const sim_topology *t, int ring, int spans_nodes, size_t flows, int n,
+                                     const int *members, const uint64_t *bytes, double *makespan)
 {
-    const sim_topology *t = &m->topology;
-    *seconds = 0.0;
-    if (n < 2)
-        return USP_OK; /* nothing crosses a link */
-    int ring = is_ring(kind), spans_nodes = 0;
-    size_t flows = 0;
-    for (int i = 0; i < n; i++) {
-        spans_nodes |= sim_topology_node_of(t, members[i]) != sim_topology_node_of(t, members[0]);
-        for (int j = 0; j < n; j++)
-            flows += bytes[(size_t)i * n + j] > 0 && members[i] != members[j];
-    }
-    if (ring && spans_nodes)
-        flows *= (size_t)(t->gpus_per_node < n ? t->gpus_per_node : n); /* at most that many rails an edge */
-    double latency = latency_of(t, kind, n, members, bytes);
-    if (flows == 0) {
-        *seconds = latency;
-        return USP_OK;
-    }
     flow_build b;
     void *block;
     USP_CHECK(build_alloc(&b, t, flows, n, &block));
@@ -220,10 +209,119 @@ usp_status sim_cost_collective(const sim_cost_model *m, usp_comm_kind kind, int 
         }
     sim_flow_set set = {.n_flows = b.n_flows, .bytes = b.bytes, .path_start = b.path_start, .links = b.links,
                         .n_links = b.n_links, .capacity = b.capacity};
-    double makespan;
-    usp_status s = sim_flow_run(&set, NULL, &makespan);
+    usp_status s = sim_flow_run(&set, NULL, makespan);
     free(block);
-    USP_CHECK(s);
-    *seconds = latency + makespan;
+    return s;
+}
+
+/* --- NCCL's tree all-reduce ----------------------------------------------------
+ * Across nodes NCCL runs an all-reduce as a ring or as a tree (a chain through
+ * each node's GPUs under a double binary tree of nodes: Sanders, Speck and
+ * Traff, "Two-tree algorithms for full bandwidth broadcast, reduction and
+ * scan", 2009; NCCL src/graph/trees.cc) and picks, per call, the one its
+ * tuning model (src/graph/tuning.cc, ncclTopoTuneModel) predicts faster:
+ * time = latency + bytes / algbw for each.
+ *
+ * Bandwidth. The message is split in halves, one per tree. A node is an inner
+ * node (two children) of one tree and a leaf of the other: as the inner node
+ * it receives S/2 from each child and sends S/2 up (reduce), then receives S/2
+ * and sends S/2 to each child (broadcast); as the leaf it sends S/2 up and
+ * receives S/2. That is 2S out and 2S in through the node's network links
+ * (its GPU's NIC when a node holds one GPU of the group), where a ring moves
+ * 2(n-1)/n S. With busbw the bandwidth a GPU's links give, the ring's algbw is
+ * busbw n / (2(n-1)) and the tree's busbw / 2: tuning.cc converts bus to
+ * algorithm bandwidth with those two ratios, from one bandwidth per channel for
+ * both (the intra-node one up to 2 nodes, the network's beyond), and gives the
+ * tree 92% of it. So here the tree's busbw is 0.92 x the ring's on the same
+ * group, as the flow model prices the ring (its makespan M = 2(n-1)/n S /
+ * busbw), and the tree moves its bytes in M x n / (n-1) / 0.92.
+ *
+ * Latency (tuning.cc): base + 2 x ((ppn - 1) x intra-node hop + log2(nodes) x
+ * inter-node hop), up the chain and the tree (reduce) and back down
+ * (broadcast); log2 rounded down as NCCL's log2i. An intra-node hop costs the
+ * route between consecutive members of a node's chain (the group's members on
+ * that node in group order; the longest chain of the nodes counts), an
+ * inter-node hop the route between the chains' heads (the first member on each
+ * node) of consecutive nodes, the slowest. The base is the ring's 8.4 us: one
+ * per-call cost for every algorithm (NCCL's Simple tree has base 0 but larger
+ * per-hop chunk latencies).
+ *
+ * Not modelled: the per-channel cap on the tree's busbw (perChMaxTreeBws,
+ * 36-41 GB/s a channel on Hopper: not binding with NCCL's 16+ channels), and
+ * that on 2 nodes the two trees are one edge each, so a node moves S rather
+ * than 2S (NCCL's model does not see it either). */
+#define TREE_BUS_EFFICIENCY 0.92
+
+static usp_status tree_latency(const sim_topology *t, int n, const int *members, double *latency)
+{
+    double *chain; /* [nodes] each node's chain latency so far */
+    int *last;     /* [nodes] the chain's last member so far on each node, -1 before its head */
+    USP_CHECK(usp_malloc((void **)&chain, (size_t)t->nodes * (sizeof *chain + sizeof *last), "a tree's chains"));
+    last = (int *)(chain + t->nodes);
+    for (int k = 0; k < t->nodes; k++)
+        last[k] = -1, chain[k] = 0.0;
+    double longest_chain = 0.0, inter = 0.0;
+    int nodes = 0, prev_head = -1;
+    for (int i = 0; i < n; i++) {
+        int g = members[i], k = sim_topology_node_of(t, g);
+        if (last[k] < 0) {
+            if (prev_head >= 0)
+                inter = fmax(inter, route_latency(t, prev_head, g));
+            prev_head = g, nodes++;
+        } else {
+            chain[k] += route_latency(t, last[k], g);
+            longest_chain = fmax(longest_chain, chain[k]);
+        }
+        last[k] = g;
+    }
+    free(chain);
+    int log2_nodes = 0;
+    while (nodes >>= 1)
+        log2_nodes++;
+    *latency = t->base_latency + 2.0 * (longest_chain + log2_nodes * inter);
+    return USP_OK;
+}
+
+usp_status sim_cost_collective(const sim_cost_model *m, usp_comm_kind kind, int n, const int *members,
+                               const uint64_t *bytes, double *seconds)
+{
+    return sim_cost_collective_algo(m, kind, n, members, bytes, SIM_ALGO_AUTO, seconds, NULL);
+}
+
+usp_status sim_cost_collective_algo(const sim_cost_model *m, usp_comm_kind kind, int n, const int *members,
+                                    const uint64_t *bytes, sim_algorithm request, double *seconds,
+                                    sim_algorithm *used)
+{
+    const sim_topology *t = &m->topology;
+    int ring = is_ring(kind), spans_nodes = 0;
+    *seconds = 0.0;
+    if (used)
+        *used = ring ? SIM_ALGO_RING : SIM_ALGO_DIRECT;
+    if (n < 2)
+        return USP_OK; /* nothing crosses a link */
+    size_t flows = 0;
+    for (int i = 0; i < n; i++) {
+        spans_nodes |= sim_topology_node_of(t, members[i]) != sim_topology_node_of(t, members[0]);
+        for (int j = 0; j < n; j++)
+            flows += bytes[(size_t)i * n + j] > 0 && members[i] != members[j];
+    }
+    if (ring && spans_nodes)
+        flows *= (size_t)(t->gpus_per_node < n ? t->gpus_per_node : n); /* at most that many rails an edge */
+    double makespan = 0.0;
+    if (flows > 0)
+        USP_CHECK(transfers_makespan(t, ring, spans_nodes, flows, n, members, bytes, &makespan));
+    *seconds = latency_of(t, kind, n, members, bytes) + makespan;
+    /* NCCL's tree: all-reduce only, across nodes only (inside one node these presets run the ring) */
+    int reduces = kind == USP_OP_ALL_REDUCE || kind == USP_OP_BARRIER;
+    if (!reduces || !spans_nodes || request == SIM_ALGO_RING)
+        return USP_OK;
+    double tree;
+    USP_CHECK(tree_latency(t, n, members, &tree));
+    tree += makespan * n / (n - 1) / TREE_BUS_EFFICIENCY;
+    if (request == SIM_ALGO_TREE || tree < *seconds) {
+        *seconds = tree;
+        if (used)
+            *used = SIM_ALGO_TREE;
+    }
     return USP_OK;
 }

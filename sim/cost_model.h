@@ -20,10 +20,17 @@
  * base + 2(n-1)/n (or (n-1)/n) x the sum of the ring's edge latencies; an
  * all-to-all or a transfer costs base + its slowest route's latency.
  *
+ * An all-reduce across nodes is priced as NCCL's tuning model picks it: the
+ * ring, or the tree (intra-node chains under a double binary tree of nodes:
+ * latency 2 x (chain + log2(nodes) x network hop), algbw = busbw / 2 at 92% of
+ * the ring's busbw), whichever is faster; the math is in cost_model.c.
+ *
+ * Point-to-point transfers posted by ranks share links over virtual time
+ * (sim/p2p_flows.h); sim_cost_transfer is one transfer alone.
+ *
  * Not modelled: NVLink SHARP (NVLS: NCCL's default all-reduce inside an H100
- * node, about 480 GB/s busbw against the ring's 370), NCCL's tree algorithm
- * across nodes, and contention between point-to-point transfers matched at
- * different times (each transfer is priced alone when it is matched). */
+ * node, about 480 GB/s busbw against the ring's 370), and contention between a
+ * collective and other traffic (each collective is priced on an idle cluster). */
 #ifndef USP_SIM_COST_MODEL_H
 #define USP_SIM_COST_MODEL_H
 
@@ -54,8 +61,26 @@ double sim_cost_compute(const sim_cost_model *m, const usp_op_cost *cost);
 double sim_cost_transfer(const sim_cost_model *m, int src, int dst, uint64_t bytes);
 
 /* Seconds a collective of `kind` takes over the world ranks members[n], when
- * member i sends bytes[i * n + j] to member j. USP_ERR_RUNTIME when out of memory. */
+ * member i sends bytes[i * n + j] to member j (usp_comm_op_traffic: an
+ * all-reduce as its ring), with the algorithm NCCL would pick.
+ * USP_ERR_RUNTIME when out of memory. */
 usp_status sim_cost_collective(const sim_cost_model *m, usp_comm_kind kind, int n, const int *members,
                                const uint64_t *bytes, double *seconds);
+
+/* The algorithms a collective is priced with. */
+typedef enum sim_algorithm {
+    SIM_ALGO_AUTO,   /* (a request) what NCCL's tuning model picks */
+    SIM_ALGO_RING,   /* ring: all-reduce, all-gather, reduce-scatter, broadcast (a chain), barrier */
+    SIM_ALGO_TREE,   /* all-reduce across nodes: intra-node chains under a double binary tree of nodes */
+    SIM_ALGO_DIRECT, /* pairwise transfers: all-to-all, send/recv */
+} sim_algorithm;
+
+/* sim_cost_collective with the algorithm: `request` SIM_ALGO_AUTO prices NCCL's
+ * choice, SIM_ALGO_RING or SIM_ALGO_TREE that algorithm where it applies (the
+ * tree: an all-reduce or barrier over more than one node; otherwise the
+ * collective's only one); the algorithm priced goes to *used when non-NULL. */
+usp_status sim_cost_collective_algo(const sim_cost_model *m, usp_comm_kind kind, int n, const int *members,
+                                    const uint64_t *bytes, sim_algorithm request, double *seconds,
+                                    sim_algorithm *used);
 
 #endif

@@ -55,8 +55,10 @@ static const int *ranks_from(int first, int n)
 }
 
 /* Seconds of `kind` over members[n] with `count` bytes (u8 elements), through
- * usp_comm_op_traffic as the simulator builds it. */
-static double collective(const sim_cost_model *m, usp_comm_kind kind, int n, const int *members, size_t count)
+ * usp_comm_op_traffic as the simulator builds it, with the algorithm `request`;
+ * the one priced goes to *used when non-NULL. */
+static double collective_as(const sim_cost_model *m, usp_comm_kind kind, int n, const int *members, size_t count,
+                            sim_algorithm request, sim_algorithm *used)
 {
     uint64_t *bytes = malloc((size_t)n * n * sizeof *bytes);
     ck_assert_ptr_nonnull(bytes);
@@ -64,9 +66,15 @@ static double collective(const sim_cost_model *m, usp_comm_kind kind, int n, con
     for (int i = 0; i < n; i++)
         usp_comm_op_traffic(&op, i, n, bytes + (size_t)i * n);
     double t;
-    ck_assert_int_eq(sim_cost_collective(m, kind, n, members, bytes, &t), USP_OK);
+    ck_assert_int_eq(sim_cost_collective_algo(m, kind, n, members, bytes, request, &t, used), USP_OK);
     free(bytes);
     return t;
+}
+
+/* The same with the algorithm NCCL would pick. */
+static double collective(const sim_cost_model *m, usp_comm_kind kind, int n, const int *members, size_t count)
+{
+    return collective_as(m, kind, n, members, count, SIM_ALGO_AUTO, NULL);
 }
 
 /* --- item 1: closed forms -------------------------------------------------- */
@@ -193,6 +201,57 @@ START_TEST(small_all_reduce_costs_the_measured_latency_floor)
     sim_cost_model m = model("dgx-h100", 1);
     double t = collective(&m, USP_OP_ALL_REDUCE, 8, ranks_from(0, 8), 8);
     ck_assert_msg(t >= 40 * US && t <= 47 * US, "8-byte all-reduce on 8 GPUs: %.1f us, measured 40-47 us", t / US);
+}
+END_TEST
+
+START_TEST(small_all_reduce_across_nodes_takes_the_tree)
+{
+    /* 8 bytes over N dgx-h100 nodes (n = 8N GPUs). Tree: up the 7 NVLink hops of a node's
+     * chain and log2 N NIC hops of the tree of nodes, then down:
+     *     base + 2 (7 x 2.5 us + log2(N) x 6 us)            = 67.4 us (N 4), 91.4 us (N 16)
+     * Ring: 2(n-1) hops over a ring with n - N NVLink edges and N NIC edges:
+     *     base + 2(n-1)/n ((n - N) x 2.5 us + N x 6 us)     = 190.5 us, 754.5 us
+     * The bytes add under 1e-5 of either. On one node the ring is the only choice. */
+    for (int N = 4, log2N = 2; N <= 16; N *= 4, log2N += 2) {
+        sim_cost_model m = model("dgx-h100", N);
+        int n = 8 * N;
+        sim_algorithm used;
+        double tree = BASE + 2 * (7 * NVLINK_HOP + log2N * NIC_HOP);
+        double ring = BASE + 2.0 * (n - 1) / n * ((n - N) * NVLINK_HOP + N * NIC_HOP);
+        double t = collective_as(&m, USP_OP_ALL_REDUCE, n, ranks_from(0, n), 8, SIM_ALGO_AUTO, &used);
+        ck_assert_msg(used == SIM_ALGO_TREE && fabs(t - tree) < 1e-5 * tree, "N %d: %.9g s, tree %.9g", N, t, tree);
+        double r = collective_as(&m, USP_OP_ALL_REDUCE, n, ranks_from(0, n), 8, SIM_ALGO_RING, &used);
+        ck_assert_msg(used == SIM_ALGO_RING && fabs(r - ring) < 1e-5 * ring, "N %d: ring %.9g, want %.9g", N, r, ring);
+        ck_assert(t < r);
+    }
+    sim_cost_model one = model("dgx-h100", 1);
+    sim_algorithm used;
+    collective_as(&one, USP_OP_ALL_REDUCE, 8, ranks_from(0, 8), 8, SIM_ALGO_TREE, &used);
+    ck_assert_int_eq(used, SIM_ALGO_RING);
+}
+END_TEST
+
+START_TEST(large_all_reduce_on_two_nodes_takes_the_faster_estimate)
+{
+    /* 1 GiB over 2 dgx-h100 nodes (n = 16). Ring (NVLink-bound, see above):
+     *     base + 2(15/16) (14 x 2.5 + 2 x 6) us + 2(15/16) S / 370 GB/s   = 5.54 ms
+     * Tree: busbw 0.92 x the ring's 370 and algbw = busbw / 2:
+     *     base + 2 (7 x 2.5 + 1 x 6) us + 2 S / (0.92 x 370 GB/s)         = 6.36 ms
+     * so NCCL's model keeps the ring; below about 51 MB the tree's 41 us less latency
+     * wins (4 MiB: tree). */
+    const double S = (double)(1 << 30), f = 15.0 / 16;
+    sim_cost_model m = model("dgx-h100", 2);
+    double ring = BASE + 2 * f * (14 * NVLINK_HOP + 2 * NIC_HOP) + 2 * f * S / NVLINK4;
+    double tree = BASE + 2 * (7 * NVLINK_HOP + NIC_HOP) + 2 * S / (0.92 * NVLINK4);
+    sim_algorithm used, forced;
+    double t = collective_as(&m, USP_OP_ALL_REDUCE, 16, ranks_from(0, 16), (size_t)S, SIM_ALGO_AUTO, &used);
+    expect_close(collective_as(&m, USP_OP_ALL_REDUCE, 16, ranks_from(0, 16), (size_t)S, SIM_ALGO_TREE, &forced), tree,
+                 "1 GiB by tree");
+    ck_assert_int_eq(forced, SIM_ALGO_TREE);
+    ck_assert_int_eq(used, SIM_ALGO_RING);
+    expect_close(t, ring, "1 GiB: the ring, the faster");
+    collective_as(&m, USP_OP_ALL_REDUCE, 16, ranks_from(0, 16), (size_t)4 << 20, SIM_ALGO_AUTO, &used);
+    ck_assert_int_eq(used, SIM_ALGO_TREE);
 }
 END_TEST
 
@@ -526,6 +585,8 @@ static Suite *topology_suite(void)
     tcase_add_test(t, all_to_all_across_nodes_follows_the_nic_rule);
     tcase_add_test(t, ring_collectives_follow_their_bus_factors);
     tcase_add_test(t, small_all_reduce_costs_the_measured_latency_floor);
+    tcase_add_test(t, small_all_reduce_across_nodes_takes_the_tree);
+    tcase_add_test(t, large_all_reduce_on_two_nodes_takes_the_faster_estimate);
     tcase_add_test(t, pcie_all_to_all_is_bound_by_the_host_bridges);
     suite_add_tcase(s, t);
     t = tcase_create("validation");
