@@ -90,6 +90,30 @@ static double count_targets(const trainer *t)
     return n;
 }
 
+/* digits[b]: the answer digits of sequence b this rank predicts right. Every
+ * rank calls the argmax once, with the rows it holds answers in (maybe none):
+ * with ZeRO 3 it gathers the lm_head's weights, a collective. */
+static usp_status count_right_digits(trainer *t, double *digits)
+{
+    const usp_seq_layout *l = usp_model_layout(t->model);
+    int64_t *rows = malloc((size_t)(t->B_local * l->per_rank) * sizeof *rows);
+    int32_t *guess = malloc((size_t)(t->B_local * l->per_rank) * sizeof *guess);
+    int n = 0;
+    for (int64_t b = 0; rows && guess && b < t->B_local; b++)
+        for (int64_t i = 0; i < l->per_rank; i++)
+            if (usp_data_is_answer(&t->data, t->shards[b].positions[i], t->c->seq_len))
+                rows[n++] = b * l->per_rank + i;
+    usp_status s = rows && guess ? usp_model_argmax(t->model, rows, n, guess)
+                                 : usp_error(USP_ERR_RUNTIME, "out of memory for the answer rows");
+    memset(digits, 0, (size_t)t->B_local * sizeof *digits);
+    for (int k = 0; k < n && s == USP_OK && t->numerics; k++) {
+        int64_t b = rows[k] / l->per_rank, i = rows[k] % l->per_rank;
+        digits[b] += guess[k] == t->shards[b].targets[i];
+    }
+    free(rows), free(guess);
+    return s;
+}
+
 /* Forward and loss of the batch read; *loss = mean over the global batch's
  * valid targets. With `digits`, passkey answers predicted right per sample. */
 static usp_status forward_loss(trainer *t, int with_grad, double *loss, double *digits)
@@ -100,22 +124,8 @@ static usp_status forward_loss(trainer *t, int with_grad, double *loss, double *
         return usp_error(USP_ERR_CONFIG, "the batch has no valid target token");
     float grad_scale = (float)(1.0 / (count > 1 ? count : 1));
     USP_CHECK(usp_model_forward(t->model, t->shards));
-    if (digits && !t->numerics)
-        memset(digits, 0, (size_t)t->B_local * sizeof *digits);
-    if (digits && t->numerics) {
-        const usp_seq_layout *l = usp_model_layout(t->model);
-        for (int64_t b = 0; b < t->B_local; b++) {
-            digits[b] = 0;
-            for (int64_t i = 0; i < l->per_rank; i++) {
-                if (!usp_data_is_answer(&t->data, t->shards[b].positions[i], t->c->seq_len))
-                    continue;
-                int64_t row = b * l->per_rank + i;
-                int32_t guess;
-                USP_CHECK(usp_model_argmax(t->model, &row, 1, &guess));
-                digits[b] += guess == t->shards[b].targets[i];
-            }
-        }
-    }
+    if (digits)
+        USP_CHECK(count_right_digits(t, digits));
     double sum;
     USP_CHECK(usp_model_loss(t->model, grad_scale, with_grad, &sum));
     USP_CHECK(sum_over(t, t->ctx->world, &sum, 1));

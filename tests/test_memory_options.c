@@ -50,6 +50,7 @@ static usp_train_config config_for(usp_model_family family, int world, int ulyss
      * added to a row of scores) moves by whatever the noise is, and another summation order makes
      * other noise. eps 1e-4 keeps such elements still and real gradients (1e-3 and up) moving. */
     c.eps = 1e-4;
+    c.eval_samples = 2; /* the evaluation's argmax: a collective with ZeRO 3 and the tiled loss */
     c.zero_stage = o->zero, c.recompute_layers = o->recompute, c.tiled_mlp = o->tiled_mlp;
     c.tiled_loss = o->tiled_loss, c.tile_rows = 7, c.storage = o->storage; /* 7 divides no row count here */
     return c;
