@@ -57,7 +57,12 @@ section "One PCIe Gen4 box (2 GPUs a switch, 2 switches a socket, 2 sockets)"
 plan_sweep "${model[@]}" --seq 65536 --world 8 --topology pcie-gen4
 claim "usp plan exits 0" test "$RC" = 0
 read -r fu fr <<<"$(fastest)"
-claim "PCIe: a hybrid is the fastest split (U $fu x R $fr)" test "$fr" -gt 1 -a "$fu" -gt 1
+best_mixed=$(awk '$1 > 1 && $2 > 1 { print $1, $2, $3; exit }' rows.txt)
+read -r mu mr mstep <<<"$best_mixed"
+u8_step=$(awk '$1 == 8 && $2 == 1 { print $3 }' rows.txt)
+claim "PCIe: a mixed split (U $mu x R $mr, $mstep s) ranks above pure Ulysses ($u8_step s)" \
+    eval 'is_number "$mstep" && awk_true "$mstep < $u8_step"'
+claim "PCIe: pure Ulysses is not the fastest split (the fastest: U $fu x R $fr)" test "$fu" != 8
 claim "PCIe: pure Ulysses is the slowest split" test "$(tail -n 1 rows.txt | cut -d' ' -f1-2)" = "8 1"
 pcie_u8=$(comm_of 8 1)
 claim "PCIe: pure Ulysses communicates at least 10x longer than on NVSwitch ($pcie_u8 s vs $dgx_u8 s)" \
