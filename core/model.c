@@ -52,33 +52,48 @@ static int bucket_of(const usp_model *m, const usp_param_tensor *t)
     return t->kind == USP_P_WTE || t->kind == USP_P_WPE ? 0 : (int)m->c.n_layer + 1;
 }
 
-/* The offset of the first tensor of bucket b in the table. */
-static int64_t bucket_start(const usp_model *m, int b)
+/* The lookups model_param and model_grad make on every call: tensor by (layer, kind), bucket starts. */
+static usp_status index_table(usp_model *m)
 {
-    for (int i = 0; i < m->table.n; i++)
-        if (bucket_of(m, &m->table.tensors[i]) == b)
-            return m->table.tensors[i].offset;
-    return 0;
+    const int L = (int)m->c.n_layer;
+    USP_CHECK(usp_calloc((void **)&m->tensor_of, (size_t)(L + 1) * USP_P_KIND_COUNT, sizeof *m->tensor_of,
+                         "the tensor index"));
+    USP_CHECK(usp_calloc((void **)&m->bucket_start, (size_t)L + 2, sizeof *m->bucket_start, "the bucket index"));
+    for (int b = 0; b < L + 2; b++)
+        m->bucket_start[b] = -1;
+    for (int i = 0; i < m->table.n; i++) {
+        const usp_param_tensor *t = &m->table.tensors[i];
+        m->tensor_of[(t->layer + 1) * USP_P_KIND_COUNT + t->kind] = t;
+        int b = bucket_of(m, t);
+        if (m->bucket_start[b] < 0)
+            m->bucket_start[b] = t->offset;
+    }
+    return USP_OK;
+}
+
+static const usp_param_tensor *tensor(const usp_model *m, usp_param_kind kind, int layer)
+{
+    return m->tensor_of[(layer + 1) * USP_P_KIND_COUNT + kind];
 }
 
 const float *model_param(const usp_model *m, usp_param_kind kind, int layer)
 {
-    const usp_param_tensor *t = usp_param_find(&m->table, kind, layer);
+    const usp_param_tensor *t = tensor(m, kind, layer);
     if (!t)
         return NULL;
     int b = bucket_of(m, t);
     USP_ASSERT(m->weights[b], "the weights of bucket %d are read outside model_use_weights", b);
-    return m->weights[b] + (t->offset - bucket_start(m, b));
+    return m->weights[b] + (t->offset - m->bucket_start[b]);
 }
 
 float *model_grad(const usp_model *m, usp_param_kind kind, int layer)
 {
-    const usp_param_tensor *t = usp_param_find(&m->table, kind, layer);
+    const usp_param_tensor *t = tensor(m, kind, layer);
     if (!t)
         return NULL;
     int b = bucket_of(m, t);
     USP_ASSERT(m->grads[b], "the gradient of bucket %d is written outside model_open_grads", b);
-    return m->grads[b] + (t->offset - bucket_start(m, b));
+    return m->grads[b] + (t->offset - m->bucket_start[b]);
 }
 
 usp_status model_use_weights(usp_model *m, int layer)
@@ -195,6 +210,7 @@ usp_status usp_model_create(const usp_model_setup *setup, usp_model **out)
     usp_status s;
     USP_CHECK_GOTO(usp_model_config_check(&m->c), s, fail);
     USP_CHECK_GOTO(usp_param_table_make(&m->c, &m->table), s, fail);
+    USP_CHECK_GOTO(index_table(m), s, fail);
     const usp_mesh_shape *sh = &setup->mesh->shape;
     m->B = setup->batch, m->C = m->c.d_model, m->H = m->c.n_head, m->Hkv = m->c.n_kv_head;
     m->D = m->C / m->H, m->F = m->c.d_ff, m->V = m->c.vocab;
@@ -234,6 +250,7 @@ void usp_model_destroy(usp_model *m)
     if (m->owns_store)
         usp_param_store_destroy(m->store);
     free(m->owned), free(m->attn), free(m->acts), free(m->host_targets), free(m->weights), free(m->grads);
+    free(m->tensor_of), free(m->bucket_start);
     usp_param_table_free(&m->table);
     free(m);
 }

@@ -28,6 +28,8 @@ struct usp_model {
     int64_t tile;                      /* rows per tile of the tiled MLP / loss */
     usp_param_store *store;
     int owns_store;
+    const usp_param_tensor **tensor_of; /* [(L + 1) x USP_P_KIND_COUNT]: by (layer + 1, kind); NULL if none */
+    int64_t *bucket_start;             /* [L + 2]: the table offset of each bucket's first tensor */
     const float **weights;             /* [L + 2]: each bucket's whole weights while in use */
     float **grads;                     /* [L + 2]: each bucket's gradient while backward fills it */
     int head_grads_ready;              /* the loss has run the head's backward */

@@ -62,8 +62,11 @@ void ops_report_cost(usp_backend_t *be, const char *op, double flops, double byt
  * new one; NULL when the table is full (the category then goes uncounted in the breakdown). */
 static category_use *category_slot(usp_backend_t *be, const char *name)
 {
+    for (int i = 0; i < be->n_categories; i++) /* the same literal, usually: no string compared */
+        if (be->categories[i].name == name)
+            return &be->categories[i];
     for (int i = 0; i < be->n_categories; i++)
-        if (be->categories[i].name == name || strcmp(be->categories[i].name, name) == 0)
+        if (strcmp(be->categories[i].name, name) == 0)
             return &be->categories[i];
     if (be->n_categories == CATEGORIES_MAX)
         return NULL;
