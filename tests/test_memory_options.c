@@ -113,6 +113,8 @@ START_TEST(every_option_trains_like_the_plain_step)
         int which;
         double err = worst_tensor_error(&table, got, ref, &which);
         const usp_param_tensor *wt = &table.tensors[which];
+        printf("%s %-10s loss %.9g (plain %.9g), weights off by %.3g of a tensor's largest\n", base.model.name,
+               variants[v].name, loss, ref_loss, err);
         if (!strcmp(variants[v].name, "recompute")) {
             ck_assert_msg(loss == ref_loss && err == 0, "%s recompute: loss %.9g vs %.9g, tensor %d off by %.3g",
                           base.model.name, loss, ref_loss, which, err);
