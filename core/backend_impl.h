@@ -86,12 +86,12 @@ typedef struct usp_backend_i {
     /* SwiGLU backward; dgate and dup overwritten. */
     usp_status (*swiglu_backward)(void *ctx, float *dgate, float *dup, const float *gate, const float *up,
                                   const float *dout, int64_t n, usp_stream_t *stream);
-    /* Rotary embedding of x [n, H, D] in place. */
+    /* Rotary embedding of x [n, H, D] in place (inv_freq: NULL, or D/2 host values overriding theta's). */
     usp_status (*rope_forward)(void *ctx, float *x, const int32_t *positions, int64_t n, int64_t H, int64_t D,
-                               float theta, usp_stream_t *stream);
+                               float theta, const double *inv_freq, usp_stream_t *stream);
     /* Inverse rotary rotation of dx [n, H, D] in place. */
     usp_status (*rope_backward)(void *ctx, float *dx, const int32_t *positions, int64_t n, int64_t H, int64_t D,
-                                float theta, usp_stream_t *stream);
+                                float theta, const double *inv_freq, usp_stream_t *stream);
     /* Fused softmax cross-entropy; losses or dlogits may be NULL, dlogits may equal logits. */
     usp_status (*cross_entropy)(void *ctx, float *losses, float *dlogits, const float *logits,
                                 const int32_t *targets, int64_t n, int64_t V, float grad_scale,

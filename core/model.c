@@ -174,11 +174,6 @@ static usp_status create_attention(usp_model *m)
 
 static usp_status check_setup(const usp_model *m, const usp_model_setup *setup)
 {
-    /* rope scaling changes the numbers, never a shape: a run on shapes only (meta) may plan such a model */
-    if (m->c.positions == USP_POS_ROPE && m->c.rope_scaling.kind != USP_ROPE_SCALING_NONE &&
-        usp_backend_has_numerics(setup->backend))
-        return usp_error(USP_ERR_CONFIG, "model %s asks for Llama 3's rope_scaling, which the model code does not "
-                         "apply yet; use a config without rope_scaling (e.g. --model tiny or llama-7b)", m->c.name);
     if (m->c.positions == USP_POS_LEARNED && setup->seq_len > m->c.max_seq)
         return usp_error(USP_ERR_CONFIG, "--seq %lld is longer than the %lld learned positions of model %s",
                          (long long)setup->seq_len, (long long)m->c.max_seq, m->c.name);
@@ -211,6 +206,13 @@ usp_status usp_model_create(const usp_model_setup *setup, usp_model **out)
     USP_CHECK_GOTO(usp_model_config_check(&m->c), s, fail);
     USP_CHECK_GOTO(usp_param_table_make(&m->c, &m->table), s, fail);
     USP_CHECK_GOTO(index_table(m), s, fail);
+    if (m->c.positions == USP_POS_ROPE && m->c.rope_scaling.kind != USP_ROPE_SCALING_NONE) {
+        int64_t half = usp_model_config_head_dim(&m->c) / 2;
+        USP_CHECK_GOTO(usp_malloc((void **)&m->rope_inv_freq, (size_t)half * sizeof(double), "rope frequencies"), s,
+                       fail);
+        for (int64_t i = 0; i < half; i++)
+            m->rope_inv_freq[i] = usp_model_config_rope_inv_freq(&m->c, i);
+    }
     const usp_mesh_shape *sh = &setup->mesh->shape;
     m->B = setup->batch, m->C = m->c.d_model, m->H = m->c.n_head, m->Hkv = m->c.n_kv_head;
     m->D = m->C / m->H, m->F = m->c.d_ff, m->V = m->c.vocab;
@@ -250,7 +252,7 @@ void usp_model_destroy(usp_model *m)
     if (m->owns_store)
         usp_param_store_destroy(m->store);
     free(m->owned), free(m->attn), free(m->acts), free(m->host_targets), free(m->weights), free(m->grads);
-    free(m->tensor_of), free(m->bucket_start);
+    free(m->tensor_of), free(m->bucket_start), free(m->rope_inv_freq);
     usp_param_table_free(&m->table);
     free(m);
 }
@@ -360,8 +362,9 @@ static usp_status attention_block_forward(usp_model *m, int l, layer_acts *a, co
     USP_CHECK(linear(m, a->k, a->ln1, w_qkv + qd * C, b_qkv ? b_qkv + qd : NULL, C, kd));
     USP_CHECK(linear(m, a->v, a->ln1, w_qkv + (qd + kd) * C, b_qkv ? b_qkv + qd + kd : NULL, C, kd));
     if (m->c.positions == USP_POS_ROPE) {
-        USP_CHECK(usp_rope_forward(BE, a->q, m->positions, n, m->H, m->D, m->c.rope_theta, ST));
-        USP_CHECK(usp_rope_forward(BE, a->k, m->positions, n, m->Hkv, m->D, m->c.rope_theta, ST));
+        const float theta = m->c.rope_theta;
+        USP_CHECK(usp_rope_forward(BE, a->q, m->positions, n, m->H, m->D, theta, m->rope_inv_freq, ST));
+        USP_CHECK(usp_rope_forward(BE, a->k, m->positions, n, m->Hkv, m->D, theta, m->rope_inv_freq, ST));
     }
     USP_CHECK(attention_forward(m, l, a));
     USP_CHECK(linear(m, a->mid, a->att, model_param(m, USP_P_ATTN_O_W, l), model_param(m, USP_P_ATTN_O_B, l), qd,
@@ -442,8 +445,9 @@ static usp_status layer_backward(usp_model *m, int l)
                               m->d_x, a->att, model_param(m, USP_P_ATTN_O_W, l), qd, C));
     USP_CHECK(attention_backward(m, l, a));
     if (m->c.positions == USP_POS_ROPE) {
-        USP_CHECK(usp_rope_backward(BE, m->d_q, m->positions, n, m->H, m->D, m->c.rope_theta, ST));
-        USP_CHECK(usp_rope_backward(BE, m->d_k, m->positions, n, m->Hkv, m->D, m->c.rope_theta, ST));
+        const float theta = m->c.rope_theta;
+        USP_CHECK(usp_rope_backward(BE, m->d_q, m->positions, n, m->H, m->D, theta, m->rope_inv_freq, ST));
+        USP_CHECK(usp_rope_backward(BE, m->d_k, m->positions, n, m->Hkv, m->D, theta, m->rope_inv_freq, ST));
     }
     const float *w = model_param(m, USP_P_QKV_W, l);
     float *dw = model_grad(m, USP_P_QKV_W, l), *db = model_grad(m, USP_P_QKV_B, l);

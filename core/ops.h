@@ -198,13 +198,14 @@ usp_status usp_swiglu_backward(usp_backend_t *be, float *dgate, float *dup, cons
 
 /* Rotary embeddings in place on x [n, H, D], Hugging Face Llama convention (rotate_half: dims i and
  * i + D/2 form a pair, inv_freq_i = theta^(-2i/D)), angle = positions[row] * inv_freq_i; positions
- * [n] are GLOBAL token positions. D even. */
+ * [n] are GLOBAL token positions. D even. `inv_freq` (host memory, D/2 values; NULL: theta's) gives
+ * other frequencies, e.g. Llama 3's scaled ones (usp_model_config_rope_inv_freq). */
 usp_status usp_rope_forward(usp_backend_t *be, float *x, const int32_t *positions, int64_t n, int64_t H, int64_t D,
-                            float theta, usp_stream_t *stream);
+                            float theta, const double *inv_freq, usp_stream_t *stream);
 
 /* RoPE backward in place on dx [n, H, D]: the transpose (= inverse) rotation. */
 usp_status usp_rope_backward(usp_backend_t *be, float *dx, const int32_t *positions, int64_t n, int64_t H,
-                             int64_t D, float theta, usp_stream_t *stream);
+                             int64_t D, float theta, const double *inv_freq, usp_stream_t *stream);
 
 /* Fused softmax cross-entropy over logits [n, V], targets [n]: losses [n] = -log softmax(logits[i])[targets[i]]
  * (0 where targets[i] < 0: ignored); dlogits [n, V] = grad_scale * (softmax(logits[i]) - onehot(targets[i]))

@@ -218,7 +218,7 @@ usp_status usp_swiglu_backward(usp_backend_t *be, float *dgate, float *dup, cons
 }
 
 static usp_status rope_checks(const usp_backend_t *be, const char *op, const float *x, const int32_t *positions,
-                              int64_t n, int64_t H, int64_t D, float theta)
+                              int64_t n, int64_t H, int64_t D, float theta, const double *inv_freq)
 {
     if (n < 0 || H < 1 || D < 2 || D % 2 != 0)
         return usp_error(USP_ERR_CONFIG,
@@ -228,6 +228,10 @@ static usp_status rope_checks(const usp_backend_t *be, const char *op, const flo
     if (!(theta > 0.0f) || isinf(theta))
         return usp_error(USP_ERR_CONFIG, "%s: rope theta = %g; it must be finite and > 0 (10000 is usual)", op,
                          (double)theta);
+    for (int64_t i = 0; inv_freq && i < D / 2; i++)
+        if (!(inv_freq[i] > 0.0) || isinf(inv_freq[i]))
+            return usp_error(USP_ERR_CONFIG, "%s: inverse frequency %lld = %g; each must be finite and > 0", op,
+                             (long long)i, inv_freq[i]);
     if (n == 0)
         return USP_OK;
     NEED(x, n * H * D); NEED(positions, n);
@@ -242,23 +246,23 @@ static void rope_cost(usp_backend_t *be, const char *op, int64_t n, int64_t H, i
 }
 
 usp_status usp_rope_forward(usp_backend_t *be, float *x, const int32_t *positions, int64_t n, int64_t H, int64_t D,
-                            float theta, usp_stream_t *stream)
+                            float theta, const double *inv_freq, usp_stream_t *stream)
 {
-    USP_CHECK(rope_checks(be, "rope_forward", x, positions, n, H, D, theta));
+    USP_CHECK(rope_checks(be, "rope_forward", x, positions, n, H, D, theta, inv_freq));
     if (n == 0)
         return USP_OK;
     rope_cost(be, "rope_forward", n, H, D);
-    return LAYER_CALL(rope_forward, x, positions, n, H, D, theta, stream);
+    return LAYER_CALL(rope_forward, x, positions, n, H, D, theta, inv_freq, stream);
 }
 
 usp_status usp_rope_backward(usp_backend_t *be, float *dx, const int32_t *positions, int64_t n, int64_t H,
-                             int64_t D, float theta, usp_stream_t *stream)
+                             int64_t D, float theta, const double *inv_freq, usp_stream_t *stream)
 {
-    USP_CHECK(rope_checks(be, "rope_backward", dx, positions, n, H, D, theta));
+    USP_CHECK(rope_checks(be, "rope_backward", dx, positions, n, H, D, theta, inv_freq));
     if (n == 0)
         return USP_OK;
     rope_cost(be, "rope_backward", n, H, D);
-    return LAYER_CALL(rope_backward, dx, positions, n, H, D, theta, stream);
+    return LAYER_CALL(rope_backward, dx, positions, n, H, D, theta, inv_freq, stream);
 }
 
 usp_status usp_cross_entropy(usp_backend_t *be, float *losses, float *dlogits, const float *logits,

@@ -358,6 +358,13 @@ usp_status usp_param_store_write(usp_param_store *s, usp_param_array which, cons
     return USP_OK;
 }
 
+usp_status usp_param_store_zero(usp_param_store *s, usp_param_array which)
+{
+    float *array = array_of(s, which);
+    USP_ASSERT(array, "array %d is not held by this store", (int)which);
+    return usp_buffer_zero(BE, array, (size_t)array_elems(s, array) * sizeof(float), ST);
+}
+
 float *usp_param_store_whole_grads(usp_param_store *s)
 {
     return s->c.zero_stage < 2 ? s->grads : NULL;

@@ -89,6 +89,9 @@ usp_status usp_param_store_read(usp_param_store *s, usp_param_array which, float
 /* Sets the array from a whole host copy (table->total floats; each rank keeps its share). */
 usp_status usp_param_store_write(usp_param_store *s, usp_param_array which, const float *host);
 
+/* Sets the array to zero (this rank's share of it). */
+usp_status usp_param_store_zero(usp_param_store *s, usp_param_array which);
+
 /* The whole gradient block at stages 0-1 (after _reduce_grads: the summed gradient); NULL at 2-3. */
 float *usp_param_store_whole_grads(usp_param_store *s);
 

@@ -254,7 +254,8 @@ static usp_status load_weights(trainer *t)
         return USP_OK;
     const usp_param_table *table = &t->table;
     size_t bytes = (size_t)table->total * sizeof(float);
-    float *host = calloc(3, bytes);
+    int arrays = t->c->resume_dir ? 3 : 1; /* fresh weights: no host copy of Adam's zeros */
+    float *host = calloc((size_t)arrays, bytes);
     if (!host)
         return usp_error(USP_ERR_RUNTIME, "out of memory for %zu bytes of weights", bytes);
     usp_status s = USP_OK;
@@ -264,11 +265,13 @@ static usp_status load_weights(trainer *t)
                                 host + 2 * table->total, &t->step, &has_optimizer);
     else
         usp_param_init(table, &t->c->model, t->c->seed, host);
-    if (!has_optimizer)
-        t->step = 0, memset(host + table->total, 0, 2 * bytes);
-    for (int a = 0; a < 3 && s == USP_OK; a++)
+    for (int a = 0; a < (has_optimizer ? 3 : 1) && s == USP_OK; a++)
         s = usp_param_store_write(t->store, (usp_param_array)a, host + a * table->total);
     free(host);
+    if (!has_optimizer)
+        t->step = 0;
+    for (int a = USP_ARRAY_ADAM_M; a <= USP_ARRAY_ADAM_V && !has_optimizer && s == USP_OK; a++)
+        s = usp_param_store_zero(t->store, (usp_param_array)a);
     return s;
 }
 

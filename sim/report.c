@@ -205,7 +205,7 @@ static void snapshot(sim_world *w, sim_report_kind kind, const sim_rank *a, cons
 
 usp_status sim_report_stall(sim_world *w)
 {
-    int first = -1, crashed_wait = 0;
+    int first = -1, crashed_wait = 0, failed = -1;
     for (int i = 0; i < w->n; i++) {
         const sim_rank *r = &w->ranks[i];
         if (r->state != RANK_BLOCKED)
@@ -213,8 +213,19 @@ usp_status sim_report_stall(sim_world *w)
         if (first < 0)
             first = i;
         int who[256], n = waits_for(w, r, who, 256);
-        for (int k = 0; k < n; k++)
+        for (int k = 0; k < n; k++) {
             crashed_wait |= w->ranks[who[k]].crash.crashed;
+            if (failed < 0 && w->ranks[who[k]].state == RANK_DONE && w->ranks[who[k]].result != USP_OK)
+                failed = who[k];
+        }
+    }
+    if (failed >= 0 && !crashed_wait) { /* the cause is that rank's own error: say it first, with its status */
+        const sim_rank *f = &w->ranks[failed];
+        snapshot(w, SIM_REPORT_RANK_FAILURE, NULL, NULL);
+        usp_strbuf_printf(&w->report, "rank %d failed: %s\nthe other ranks wait for it:\n", failed, f->error.message);
+        describe_chain(w, first);
+        describe_ranks(w);
+        return f->result;
     }
     snapshot(w, crashed_wait ? SIM_REPORT_RANK_FAILURE : SIM_REPORT_DEADLOCK, NULL, NULL);
     usp_strbuf *b = &w->report;

@@ -185,6 +185,8 @@ expect 2 "--dtype bf16 with the cpu backend" -- train --dtype bf16 --steps 1
 expect 0 "storage bf16 (fp32 master weights and Adam state), ZeRO 3, recomputed layers, tiled MLP, tiled loss" -- \
     plan --dtype bf16 --zero 3 --recompute --tiled-mlp --tiled-loss --tile-rows 100
 expect 0 "done" -- train --meta --dtype bf16 --zero 2 --steps 2 --eval-samples 0
+# a model too big for this machine's memory: a clean exit 1 that points to planning, not the kernel's OOM killer
+USP_CPU_MEMORY_LIMIT=3000000 expect 1 "planned on shapes only (usp plan, or usp train --meta)" -- train --steps 1
 expect 0 "planned in" -- plan --seq 4096 --world 4 --trace "$work/plan.json"
 if [[ -s $work/plan.json ]] && grep -q '"ph"' "$work/plan.json"; then passed=$((passed + 1)); else
     failed=$((failed + 1)); echo "FAIL: usp plan --trace wrote no Chrome trace"; fi

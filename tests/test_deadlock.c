@@ -207,6 +207,30 @@ START_TEST(two_runs_write_byte_identical_traces)
 }
 END_TEST
 
+/* Rank 2 fails with its own error (out of memory, say) while the others wait for it in a
+ * collective: the run ends with rank 2's status and message first, not as a deadlock. */
+static usp_status one_rank_fails(const usp_rank_ctx *ctx, void *arg)
+{
+    (void)arg;
+    if (ctx->rank == 2)
+        return usp_error(USP_ERR_RUNTIME, "out of memory: pretend");
+    void *a;
+    USP_CHECK(harness_upload(ctx, NULL, 4 * sizeof(float), &a));
+    usp_status s = usp_comm_all_reduce(ctx->world, a, a, 4, USP_F32, USP_REDUCE_SUM, NULL);
+    usp_buffer_free(ctx->backend, a);
+    return s;
+}
+
+START_TEST(a_rank_that_fails_on_its_own_ends_the_run_with_its_error)
+{
+    char report[REPORT_SIZE];
+    usp_status s = harness_run(4, one_rank_fails, NULL, NULL, 0, report, sizeof report);
+    ck_assert_int_eq(s, USP_ERR_RUNTIME);
+    ck_assert_msg(strncmp(report, "rank 2 failed: out of memory: pretend\n", 38) == 0, "%s", report);
+    ck_assert_msg(strstr(report, "rank 0: blocked in all_reduce #1 on world") != NULL, "%s", report);
+}
+END_TEST
+
 START_TEST(bad_inject_specs_are_configuration_errors)
 {
     const char *bad[] = {"skip", "jump:rank=1", "skip:rank=x", "skip:call=1", "skip:rank=1,call=0",
@@ -237,6 +261,7 @@ Suite *deadlock_suite(void)
     tcase_add_test(t, an_aborted_run_unwinds_every_rank);
     tcase_add_test(t, two_runs_write_byte_identical_traces);
     tcase_add_test(t, bad_inject_specs_are_configuration_errors);
+    tcase_add_test(t, a_rank_that_fails_on_its_own_ends_the_run_with_its_error);
     suite_add_tcase(s, t);
     return s;
 }

@@ -17,6 +17,7 @@
 
 typedef struct grad_case {
     usp_model_config config;
+    double loss;  /* at the test's weights */
     double worst;
     char report[256];
 } grad_case;
@@ -56,6 +57,7 @@ static usp_status check_rank(const usp_rank_ctx *ctx, void *arg)
     usp_param_store *store = usp_model_store(m);
     USP_CHECK(usp_param_store_write(store, USP_ARRAY_WEIGHTS, w));
     USP_CHECK(loss_at(m, &shard, count, 1, &loss));
+    gc->loss = loss;
     USP_CHECK(usp_model_backward(m));
     USP_CHECK(usp_buffer_copy(ctx->backend, g, usp_param_store_whole_grads(store), bytes, USP_COPY_DEVICE_TO_HOST,
                               NULL));
@@ -98,17 +100,31 @@ static usp_status check_rank(const usp_rank_ctx *ctx, void *arg)
 
 START_TEST(gradients_match_finite_differences)
 {
-    const char *presets[] = {"tiny", "gpt2-124m"};
-    for (int f = 0; f < 2; f++) {
+    /* tiny is Llama; the third case is Llama with Llama 3's rope scaling, set so that its four
+     * frequency pairs (head dim 8, wavelengths 6.3, 63, 628, 6283) fall in all three regimes:
+     * kept (below 64/4), blended, divided by the factor (above 64) */
+    const char *presets[] = {"tiny", "gpt2-124m", "tiny"};
+    double unscaled_loss = 0;
+    for (int f = 0; f < 3; f++) {
         grad_case gc;
         ck_assert_int_eq(usp_model_config_preset(presets[f], &gc.config), USP_OK);
+        if (f == 2) {
+            gc.config.rope_scaling = (usp_rope_scaling){.kind = USP_ROPE_SCALING_LLAMA3, .factor = 8,
+                                                        .low_freq_factor = 1, .high_freq_factor = 4,
+                                                        .original_max_pos = 64};
+            snprintf(gc.config.name, sizeof gc.config.name, "tiny with llama3 rope scaling");
+        }
         gc.config.vocab = 128, gc.config.n_layer = 2, gc.config.d_model = 32, gc.config.n_head = 4;
-        gc.config.max_seq = 64, gc.config.d_ff = f ? 128 : 48, gc.config.n_kv_head = f ? 4 : 2;
-        if (f == 0)
+        gc.config.max_seq = 64, gc.config.d_ff = f == 1 ? 128 : 48, gc.config.n_kv_head = f == 1 ? 4 : 2;
+        if (f != 1)
             gc.config.tied_embeddings = 0; /* Llama: check lm_head too; GPT-2 stays tied */
         char report[1024];
         ck_assert_msg(harness_run(1, check_rank, &gc, NULL, 0, report, sizeof report) == USP_OK, "%s", report);
         ck_assert_msg(gc.worst <= 1e-3, "relative error %.3g at %s", gc.worst, gc.report);
+        if (f == 0)
+            unscaled_loss = gc.loss;
+        if (f == 2) /* the same weights and tokens: only the scaled frequencies differ */
+            ck_assert_msg(fabs(gc.loss - unscaled_loss) > 1e-6, "rope scaling changed nothing: loss %.9g", gc.loss);
     }
 }
 END_TEST

@@ -219,6 +219,7 @@ typedef struct rope_case {
     usp_backend_t *be;
     int64_t n, H, D;
     float theta;
+    const double *inv_freq; /* NULL: theta's */
     int32_t *pos;
     float *x, *y, *w;
 } rope_case;
@@ -228,16 +229,21 @@ static double rope_loss(void *p)
     rope_case *t = p;
     const int64_t m = t->n * t->H * t->D;
     memcpy(t->y, t->x, (size_t)m * sizeof *t->y);
-    ck_assert_int_eq(usp_rope_forward(t->be, t->y, t->pos, t->n, t->H, t->D, t->theta, NULL), USP_OK);
+    ck_assert_int_eq(usp_rope_forward(t->be, t->y, t->pos, t->n, t->H, t->D, t->theta, t->inv_freq, NULL), USP_OK);
     return dot(t->y, t->w, m);
 }
 
+/* _i = 0: theta's frequencies; 1: a table of other ones (as Llama 3's scaled frequencies are given) */
 START_TEST(rope_matches_hugging_face_rotate_half_and_its_transpose)
 {
     const int32_t pos[] = {0, 1, 7, 1000, 65537, 1000003};
     /* D = 72: 36 pairs, more than the kernel's batch of 32 angles */
     rope_case t = {.be = new_backend(), .n = 6, .H = 3, .D = 72, .theta = 10000.0f};
     const int64_t m = t.n * t.H * t.D, half = t.D / 2;
+    double table[36];
+    for (int64_t k = 0; k < half; k++) /* theta's, every third divided by 8: not what theta gives */
+        table[k] = pow(t.theta, -2.0 * (double)k / (double)t.D) / (k % 3 == 2 ? 8.0 : 1.0);
+    t.inv_freq = _i ? table : NULL;
     t.pos = ibuf(t.be, t.n, pos), t.x = fbuf(t.be, m, 1), t.y = fbuf(t.be, m, 0), t.w = fbuf(t.be, m, 1);
     rope_loss(&t);
     double *want = dvec(m);
@@ -245,7 +251,7 @@ START_TEST(rope_matches_hugging_face_rotate_half_and_its_transpose)
         for (int64_t h = 0; h < t.H; h++)
             for (int64_t j = 0; j < t.D; j++) { /* q * cos + rotate_half(q) * sin, rotate_half = cat(-x2, x1) */
                 const int64_t k = j % half, at = (i * t.H + h) * t.D;
-                const double angle = pos[i] * pow(t.theta, -2.0 * (double)k / (double)t.D);
+                const double angle = pos[i] * (_i ? table[k] : pow(t.theta, -2.0 * (double)k / (double)t.D));
                 const double rot = j < half ? -(double)t.x[at + j + half] : (double)t.x[at + j - half];
                 want[at + j] = t.x[at + j] * cos(angle) + rot * sin(angle);
             }
@@ -254,12 +260,12 @@ START_TEST(rope_matches_hugging_face_rotate_half_and_its_transpose)
     /* backward against finite differences, then backward(forward(x)) = x */
     float *dx = fbuf(t.be, m, 0);
     memcpy(dx, t.w, (size_t)m * sizeof *dx);
-    ck_assert_int_eq(usp_rope_backward(t.be, dx, t.pos, t.n, t.H, t.D, t.theta, NULL), USP_OK);
+    ck_assert_int_eq(usp_rope_backward(t.be, dx, t.pos, t.n, t.H, t.D, t.theta, t.inv_freq, NULL), USP_OK);
     float *zero = calloc((size_t)m, sizeof *zero);
     double *fd = finite_differences(rope_loss, &t, t.x, m);
     expect_grad(dx, zero, fd, m, "rope dx");
     rope_loss(&t);
-    ck_assert_int_eq(usp_rope_backward(t.be, t.y, t.pos, t.n, t.H, t.D, t.theta, NULL), USP_OK);
+    ck_assert_int_eq(usp_rope_backward(t.be, t.y, t.pos, t.n, t.H, t.D, t.theta, t.inv_freq, NULL), USP_OK);
     double *x = dvec(m);
     for (int64_t k = 0; k < m; k++)
         x[k] = t.x[k];
@@ -276,7 +282,7 @@ static double rope_score(usp_backend_t *be, const float *a, const float *b, int3
     int32_t both[] = {p, q};
     int32_t *pos = ibuf(be, 2, both);
     memcpy(x, a, (size_t)D * sizeof *x), memcpy(x + D, b, (size_t)D * sizeof *x);
-    ck_assert_int_eq(usp_rope_forward(be, x, pos, 2, 1, D, 500000.0f, NULL), USP_OK);
+    ck_assert_int_eq(usp_rope_forward(be, x, pos, 2, 1, D, 500000.0f, NULL, NULL), USP_OK);
     const double s = dot(x, x + D, D);
     usp_buffer_free(be, x), usp_buffer_free(be, pos);
     return s;
@@ -309,7 +315,7 @@ int main(void)
     tcase_add_test(t, rmsnorm_matches_reference_and_finite_differences);
     tcase_add_test(t, gelu_matches_reference_and_finite_differences);
     tcase_add_test(t, swiglu_matches_reference_and_finite_differences);
-    tcase_add_test(t, rope_matches_hugging_face_rotate_half_and_its_transpose);
+    tcase_add_loop_test(t, rope_matches_hugging_face_rotate_half_and_its_transpose, 0, 2);
     tcase_add_test(t, rope_score_depends_only_on_the_position_difference);
     suite_add_tcase(s, t);
     return check_main_run(s);

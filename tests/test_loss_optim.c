@@ -262,8 +262,8 @@ static void call_every_op(usp_backend_t *be, int64_t n, float *f, int32_t *ids)
     ck_assert_int_eq(usp_gelu_tanh_backward(be, f, f, f, n, NULL), USP_OK);
     ck_assert_int_eq(usp_swiglu_forward(be, f, f, f, n, NULL), USP_OK);
     ck_assert_int_eq(usp_swiglu_backward(be, f, f, f, f, f, n, NULL), USP_OK);
-    ck_assert_int_eq(usp_rope_forward(be, f, ids, n, 2, 4, 1e4f, NULL), USP_OK);
-    ck_assert_int_eq(usp_rope_backward(be, f, ids, n, 2, 4, 1e4f, NULL), USP_OK);
+    ck_assert_int_eq(usp_rope_forward(be, f, ids, n, 2, 4, 1e4f, NULL, NULL), USP_OK);
+    ck_assert_int_eq(usp_rope_backward(be, f, ids, n, 2, 4, 1e4f, NULL, NULL), USP_OK);
     ck_assert_int_eq(usp_cross_entropy(be, f, f, f, ids, n, 8, 1.0f, NULL), USP_OK);
     ck_assert_int_eq(usp_adamw_step(be, f, f, f, f, n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 1, NULL), USP_OK);
     ck_assert_int_eq(usp_sum_squares(be, &ss, f, n, NULL), USP_OK);
@@ -294,9 +294,12 @@ START_TEST(bad_arguments_are_status_values_naming_the_input)
     ck_assert_ptr_nonnull(strstr(usp_error_message(), "C = 0"));
     ck_assert_int_eq(usp_rmsnorm_forward(be, x, NULL, x, w, 8, 8, -1.0f, NULL), USP_ERR_CONFIG);
     ck_assert_ptr_nonnull(strstr(usp_error_message(), "eps = -1"));
-    ck_assert_int_eq(usp_rope_forward(be, x, pos, 8, 1, 7, 1e4f, NULL), USP_ERR_CONFIG);
+    ck_assert_int_eq(usp_rope_forward(be, x, pos, 8, 1, 7, 1e4f, NULL, NULL), USP_ERR_CONFIG);
     ck_assert_ptr_nonnull(strstr(usp_error_message(), "D = 7"));
-    ck_assert_int_eq(usp_rope_forward(be, x, pos, 8, 1, 8, 0.0f, NULL), USP_ERR_CONFIG);
+    ck_assert_int_eq(usp_rope_forward(be, x, pos, 8, 1, 8, 0.0f, NULL, NULL), USP_ERR_CONFIG);
+    const double bad_freq[4] = {1.0, 0.5, -0.25, 0.125};
+    ck_assert_int_eq(usp_rope_forward(be, x, pos, 8, 1, 8, 1e4f, bad_freq, NULL), USP_ERR_CONFIG);
+    ck_assert_ptr_nonnull(strstr(usp_error_message(), "inverse frequency 2 = -0.25"));
     ck_assert_int_eq(usp_scale(be, x, 1.0f, -1, NULL), USP_ERR_CONFIG);
     /* buffers: one row too many for x, a host array, a NULL that is needed */
     ck_assert_int_eq(usp_gelu_tanh_forward(be, x, x, 65, NULL), USP_ERR_RUNTIME);

@@ -348,7 +348,7 @@ END_TEST
 
 START_TEST(meta_plans_a_model_the_numeric_code_refuses)
 {
-    /* llama-1b's Llama 3 rope scaling changes numbers, not shapes */
+    /* llama-1b (Llama 3 rope scaling) plans */
     usp_train_config c = config_of("llama-1b", 4, 4, 1, 4096, 1);
     sim_cost_model m = cluster("dgx-h100", 1);
     plan_result r;

@@ -4,8 +4,12 @@
 #include "backends/cpu/cpu_backend.h"
 
 #include <cblas.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "backends/cpu/cpu_attention.h"
 #include "backends/cpu/cpu_layers.h"
@@ -13,21 +17,71 @@
 
 #include <math.h>
 
+#define HEADER 64 /* before each buffer: its size, for the shared budget (64 keeps the alignment) */
+
+static atomic_size_t budget_used;
+static size_t budget_limit; /* 0: not read yet */
+static const char *budget_source = "the memory this machine had available";
+
+/* The process's memory budget (see cpu_backend.h), read once. */
+static size_t memory_budget(void)
+{
+    if (budget_limit)
+        return budget_limit;
+    const char *env = getenv("USP_CPU_MEMORY_LIMIT");
+    unsigned long long limit = 0;
+    if (env && *env) {
+        limit = strtoull(env, NULL, 10);
+        budget_source = "USP_CPU_MEMORY_LIMIT";
+    }
+    FILE *f = limit ? NULL : fopen("/proc/meminfo", "r");
+    char line[256];
+    while (f && fgets(line, sizeof line, f))
+        if (sscanf(line, "MemAvailable: %llu kB", &limit) == 1) {
+            limit *= 1024;
+            break;
+        }
+    if (f)
+        fclose(f);
+    if (!limit) /* no /proc: free pages */
+        limit = (unsigned long long)sysconf(_SC_AVPHYS_PAGES) * (unsigned long long)sysconf(_SC_PAGESIZE);
+    budget_limit = limit ? (size_t)limit : SIZE_MAX;
+    return budget_limit;
+}
+
 static usp_status cpu_alloc(void *ctx, size_t bytes, void **out)
 {
     (void)ctx;
-    size_t rounded = (bytes + 63) / 64 * 64;
-    *out = aligned_alloc(64, rounded);
-    if (!*out)
-        return usp_error(USP_ERR_RUNTIME, "out of memory: the cpu backend could not allocate %zu bytes",
-                         bytes);
+    *out = NULL;
+    const size_t rounded = (bytes + 63) / 64 * 64 + HEADER, limit = memory_budget();
+    size_t used = atomic_fetch_add(&budget_used, rounded) + rounded;
+    if (used > limit) {
+        atomic_fetch_sub(&budget_used, rounded);
+        return usp_error(USP_ERR_RUNTIME, "out of memory: %zu more bytes would take the simulated ranks' buffers "
+                         "to %.1f MB, more than the %.1f MB of %s; a model this size is planned on shapes only "
+                         "(usp plan, or usp train --meta), or run on fewer ranks",
+                         bytes, (double)used / 1e6, (double)limit / 1e6, budget_source);
+    }
+    char *block = aligned_alloc(64, rounded);
+    if (!block) {
+        atomic_fetch_sub(&budget_used, rounded);
+        return usp_error(USP_ERR_RUNTIME, "out of memory: the cpu backend could not allocate %zu bytes", bytes);
+    }
+    memcpy(block, &rounded, sizeof rounded);
+    *out = block + HEADER;
     return USP_OK;
 }
 
 static void cpu_free(void *ctx, void *ptr)
 {
     (void)ctx;
-    free(ptr);
+    if (!ptr)
+        return;
+    char *block = (char *)ptr - HEADER;
+    size_t rounded;
+    memcpy(&rounded, block, sizeof rounded);
+    atomic_fetch_sub(&budget_used, rounded);
+    free(block);
 }
 
 static usp_status cpu_copy(void *ctx, void *dst, const void *src, size_t bytes, usp_copy_kind kind,

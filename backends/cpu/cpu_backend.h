@@ -1,4 +1,12 @@
-/* The CPU compute backend: host memory, OpenMP, CBLAS (OpenBLAS). */
+/* The CPU compute backend: host memory, OpenMP, CBLAS (OpenBLAS).
+ *
+ * Every simulated rank's buffers live in this one process, and Linux
+ * overcommits: a model too big for the machine would be killed by the kernel
+ * mid-run rather than fail an allocation. So the cpu backends of a process
+ * share one budget, the memory available when the first buffer is allocated
+ * (MemAvailable of /proc/meminfo; USP_CPU_MEMORY_LIMIT, in bytes, overrides
+ * it), and an allocation past it fails cleanly (USP_ERR_RUNTIME) with a
+ * message that points to planning on shapes only. */
 #ifndef USP_CPU_BACKEND_H
 #define USP_CPU_BACKEND_H
 

@@ -357,14 +357,15 @@ SIMD_CLONES static void rope_apply(float *row, const float *cs, const float *sn,
 }
 
 /* Hugging Face Llama's rotate_half: dims j and j + D/2 of each head form a pair,
- * angle = position * theta^(-2j/D); sign = -1 rotates by minus the angle, the
+ * angle = position * theta^(-2j/D) (or * table[j]); sign = -1 rotates by minus the angle, the
  * transpose (and inverse). The angle and its cos/sin are computed in double: at
  * position 10^6 a float angle is off by up to 0.03 rad, more than the relative
  * position it encodes (Hugging Face computes it in float32; the two agree to
  * float precision at the positions checkpoints are trained at, a few thousand).
  * The frequencies are the running product (theta^(-2/D))^j, off from pow() by j
  * ulps of a double. */
-static void rope_rotate(float *x, const int32_t *positions, int64_t n, int64_t H, int64_t D, float theta, double sign)
+static void rope_rotate(float *x, const int32_t *positions, int64_t n, int64_t H, int64_t D, float theta,
+                        const double *table, double sign)
 {
     const int64_t half = D / 2;
     const double ratio = pow((double)theta, -2.0 / (double)D);
@@ -376,7 +377,7 @@ static void rope_rotate(float *x, const int32_t *positions, int64_t n, int64_t H
             const int64_t len = min64(ROPE_BATCH, half - j0);
             for (int64_t j = 0; j < len; j++, inv_freq *= ratio) {
                 double s, c;
-                sincos((double)positions[i] * inv_freq, &s, &c);
+                sincos((double)positions[i] * (table ? table[j0 + j] : inv_freq), &s, &c);
                 cs[j] = (float)c, sn[j] = (float)(sign * s);
             }
             rope_apply(x + i * H * D, cs, sn, H, D, j0, len);
@@ -385,19 +386,19 @@ static void rope_rotate(float *x, const int32_t *positions, int64_t n, int64_t H
 }
 
 usp_status cpu_rope_forward(void *ctx, float *x, const int32_t *positions, int64_t n, int64_t H, int64_t D,
-                            float theta, usp_stream_t *stream)
+                            float theta, const double *inv_freq, usp_stream_t *stream)
 {
     (void)ctx, (void)stream;
-    rope_rotate(x, positions, n, H, D, theta, 1.0);
+    rope_rotate(x, positions, n, H, D, theta, inv_freq, 1.0);
     return USP_OK;
 }
 
 /* The forward is y = R x with R orthogonal, so dx = R^T dy: the rotation by -angle. */
 usp_status cpu_rope_backward(void *ctx, float *dx, const int32_t *positions, int64_t n, int64_t H, int64_t D,
-                             float theta, usp_stream_t *stream)
+                             float theta, const double *inv_freq, usp_stream_t *stream)
 {
     (void)ctx, (void)stream;
-    rope_rotate(dx, positions, n, H, D, theta, -1.0);
+    rope_rotate(dx, positions, n, H, D, theta, inv_freq, -1.0);
     return USP_OK;
 }
 

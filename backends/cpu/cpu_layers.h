@@ -40,10 +40,10 @@ usp_status cpu_swiglu_backward(void *ctx, float *dgate, float *dup, const float 
                                const float *dout, int64_t n, usp_stream_t *stream);
 /* Rotary embedding of x [n, H, D] in place (rotate_half pairs). */
 usp_status cpu_rope_forward(void *ctx, float *x, const int32_t *positions, int64_t n, int64_t H, int64_t D,
-                            float theta, usp_stream_t *stream);
+                            float theta, const double *inv_freq, usp_stream_t *stream);
 /* The inverse (transposed) rotation of dx [n, H, D] in place. */
 usp_status cpu_rope_backward(void *ctx, float *dx, const int32_t *positions, int64_t n, int64_t H, int64_t D,
-                             float theta, usp_stream_t *stream);
+                             float theta, const double *inv_freq, usp_stream_t *stream);
 /* Fused softmax cross-entropy over logits [n, V]; losses and dlogits each optional. */
 usp_status cpu_cross_entropy(void *ctx, float *losses, float *dlogits, const float *logits, const int32_t *targets,
                              int64_t n, int64_t V, float grad_scale, usp_stream_t *stream);
