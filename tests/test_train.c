@@ -1,7 +1,7 @@
 /* Training end to end on the simulator: gradients against finite differences,
  * the same loss and gradients whatever the mesh (the silent SP bugs: shifted
  * labels, local positions, per-rank loss means, missing reductions), padding,
- * and bit-exact resume. */
+ * and bit-exact resume (also from ZeRO 3's sharded state). */
 #include <check.h>
 #include <math.h>
 #include <stdio.h>
@@ -25,7 +25,7 @@ static usp_model_config tiny_config(usp_model_family family)
 }
 
 typedef struct run_spec {
-    int world, ulysses, ring, pad, local;
+    int world, ulysses, ring, pad, local, zero;
     int64_t seq, batch, steps, until;
     const char *save, *resume;
 } run_spec;
@@ -40,7 +40,7 @@ static usp_status train(const usp_model_config *model, const run_spec *r, double
     ck_assert_int_eq(usp_mesh_shape_make(r->world, r->ulysses, r->ring, &c.shape), USP_OK);
     c.data = "passkey", c.seq_len = r->seq, c.pad = r->pad, c.batch = r->batch, c.steps = r->steps;
     c.until = r->until, c.attention_local = r->local, c.save_dir = r->save, c.resume_dir = r->resume;
-    c.log_every = 1000, c.out = stdout, c.first_grads = grads, c.warmup = 2;
+    c.log_every = 1000, c.out = stdout, c.first_grads = grads, c.warmup = 2, c.zero_stage = r->zero;
     usp_train_result result = {.passkey_accuracy = -1};
     usp_train_run run = {.config = &c, .result = &result};
     char report[4096];
@@ -128,6 +128,7 @@ START_TEST(padding_gives_the_unpadded_single_rank_result)
 }
 END_TEST
 
+/* _i = 0: whole weights; 1: ZeRO 3, whose checkpoint gathers the shards and whose resume scatters them */
 START_TEST(twenty_steps_equal_ten_then_resume_then_ten)
 {
     usp_model_config model = tiny_config(USP_FAMILY_LLAMA);
@@ -141,6 +142,7 @@ START_TEST(twenty_steps_equal_ten_then_resume_then_ten)
     run_spec b = {.world = 4, .ulysses = 2, .ring = 2, .seq = 64, .batch = 2, .steps = 20, .until = 10, .save = half};
     run_spec c = {.world = 4, .ulysses = 2, .ring = 2, .seq = 64, .batch = 2, .steps = 20, .resume = half,
                   .save = resumed};
+    a.zero = b.zero = c.zero = _i ? 3 : 0;
     usp_train_result ra, rc;
     train(&model, &a, NULL, NULL, &ra);
     train(&model, &b, NULL, NULL, NULL);
@@ -171,7 +173,7 @@ int main(void)
     tcase_set_timeout(t, 300);
     tcase_add_test(t, every_mesh_gives_the_single_rank_loss_and_gradients);
     tcase_add_test(t, padding_gives_the_unpadded_single_rank_result);
-    tcase_add_test(t, twenty_steps_equal_ten_then_resume_then_ten);
+    tcase_add_loop_test(t, twenty_steps_equal_ten_then_resume_then_ten, 0, 2);
     suite_add_tcase(s, t);
     return check_main_run(s);
 }
