@@ -44,29 +44,14 @@ usp_status model_tensor(usp_model *m, float **p, int64_t elems, const char *cate
     return model_buffer_as(m, p, elems, m->s.storage, category);
 }
 
-/* The bucket of a tensor: its layer's, or the embeddings' / the head's. */
-static int bucket_of(const usp_model *m, const usp_param_tensor *t)
-{
-    if (t->layer >= 0)
-        return t->layer + 1;
-    return t->kind == USP_P_WTE || t->kind == USP_P_WPE ? 0 : (int)m->c.n_layer + 1;
-}
-
-/* The lookups model_param and model_grad make on every call: tensor by (layer, kind), bucket starts. */
+/* model_param and model_grad look tensors up on every call: by (layer, kind), once. */
 static usp_status index_table(usp_model *m)
 {
-    const int L = (int)m->c.n_layer;
-    USP_CHECK(usp_calloc((void **)&m->tensor_of, (size_t)(L + 1) * USP_P_KIND_COUNT, sizeof *m->tensor_of,
+    USP_CHECK(usp_calloc((void **)&m->tensor_of, (size_t)(m->c.n_layer + 1) * USP_P_KIND_COUNT, sizeof *m->tensor_of,
                          "the tensor index"));
-    USP_CHECK(usp_calloc((void **)&m->bucket_start, (size_t)L + 2, sizeof *m->bucket_start, "the bucket index"));
-    for (int b = 0; b < L + 2; b++)
-        m->bucket_start[b] = -1;
     for (int i = 0; i < m->table.n; i++) {
         const usp_param_tensor *t = &m->table.tensors[i];
         m->tensor_of[(t->layer + 1) * USP_P_KIND_COUNT + t->kind] = t;
-        int b = bucket_of(m, t);
-        if (m->bucket_start[b] < 0)
-            m->bucket_start[b] = t->offset;
     }
     return USP_OK;
 }
@@ -79,27 +64,18 @@ static const usp_param_tensor *tensor(const usp_model *m, usp_param_kind kind, i
 const float *model_param(const usp_model *m, usp_param_kind kind, int layer)
 {
     const usp_param_tensor *t = tensor(m, kind, layer);
-    if (!t)
-        return NULL;
-    int b = bucket_of(m, t);
-    USP_ASSERT(m->weights[b], "the weights of bucket %d are read outside model_use_weights", b);
-    return m->weights[b] + (t->offset - m->bucket_start[b]);
+    return t ? usp_param_store_tensor_weights(m->store, t) : NULL;
 }
 
 float *model_grad(const usp_model *m, usp_param_kind kind, int layer)
 {
     const usp_param_tensor *t = tensor(m, kind, layer);
-    if (!t)
-        return NULL;
-    int b = bucket_of(m, t);
-    USP_ASSERT(m->grads[b], "the gradient of bucket %d is written outside model_open_grads", b);
-    return m->grads[b] + (t->offset - m->bucket_start[b]);
+    return t ? usp_param_store_tensor_grads(m->store, t) : NULL;
 }
 
 usp_status model_use_weights(usp_model *m, int layer)
 {
-    int b = usp_param_store_bucket(m->store, layer);
-    return usp_param_store_weights(m->store, b, &m->weights[b]);
+    return usp_param_store_weights(m->store, usp_param_store_bucket(m->store, layer));
 }
 
 usp_status model_drop_weights(usp_model *m, int layer)
@@ -109,8 +85,7 @@ usp_status model_drop_weights(usp_model *m, int layer)
 
 usp_status model_open_grads(usp_model *m, int layer)
 {
-    int b = usp_param_store_bucket(m->store, layer);
-    return usp_param_store_grads(m->store, b, &m->grads[b]);
+    return usp_param_store_grads(m->store, usp_param_store_bucket(m->store, layer));
 }
 
 usp_status model_close_grads(usp_model *m, int layer)
@@ -221,8 +196,6 @@ usp_status usp_model_create(const usp_model_setup *setup, usp_model **out)
     const size_t L = (size_t)m->c.n_layer;
     USP_CHECK_GOTO(usp_calloc((void **)&m->acts, L, sizeof *m->acts, "activations"), s, fail);
     USP_CHECK_GOTO(usp_calloc((void **)&m->attn, L, sizeof *m->attn, "attention"), s, fail);
-    USP_CHECK_GOTO(usp_calloc((void **)&m->weights, L + 2, sizeof *m->weights, "weight buckets"), s, fail);
-    USP_CHECK_GOTO(usp_calloc((void **)&m->grads, L + 2, sizeof *m->grads, "gradient buckets"), s, fail);
     if (setup->attention_local)
         USP_CHECK_GOTO(usp_seq_layout_make(USP_LAYOUT_CONTIGUOUS, setup->seq_len, sh->ulysses, sh->ring, &m->layout),
                        s, fail);
@@ -251,8 +224,7 @@ void usp_model_destroy(usp_model *m)
         usp_buffer_free(BE, m->owned[i]);
     if (m->owns_store)
         usp_param_store_destroy(m->store);
-    free(m->owned), free(m->attn), free(m->acts), free(m->host_targets), free(m->weights), free(m->grads);
-    free(m->tensor_of), free(m->bucket_start), free(m->rope_inv_freq);
+    free(m->owned), free(m->attn), free(m->acts), free(m->host_targets), free(m->tensor_of), free(m->rope_inv_freq);
     usp_param_table_free(&m->table);
     free(m);
 }
@@ -455,8 +427,8 @@ static usp_status layer_backward(usp_model *m, int l)
     USP_CHECK(linear_backward(m, m->d_h, 1, dw + qd * C, db ? db + qd : NULL, m->d_k, a->ln1, w + qd * C, C, kd));
     USP_CHECK(linear_backward(m, m->d_h, 1, dw + (qd + kd) * C, db ? db + qd + kd : NULL, m->d_v, a->ln1,
                               w + (qd + kd) * C, C, kd));
-    USP_CHECK(model_norm_backward(m, m->d_x, model_grad(m, USP_P_NORM1_W, l), model_grad(m, USP_P_NORM1_B, l), m->d_h, x,
-                            model_param(m, USP_P_NORM1_W, l), a->ln1_mean, a->ln1_rstd));
+    USP_CHECK(model_norm_backward(m, m->d_x, model_grad(m, USP_P_NORM1_W, l), model_grad(m, USP_P_NORM1_B, l),
+                                  m->d_h, x, model_param(m, USP_P_NORM1_W, l), a->ln1_mean, a->ln1_rstd));
     USP_CHECK(model_close_grads(m, l));
     return model_drop_weights(m, l);
 }

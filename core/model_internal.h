@@ -29,10 +29,7 @@ struct usp_model {
     usp_param_store *store;
     int owns_store;
     const usp_param_tensor **tensor_of; /* [(L + 1) x USP_P_KIND_COUNT]: by (layer + 1, kind); NULL if none */
-    int64_t *bucket_start;             /* [L + 2]: the table offset of each bucket's first tensor */
     double *rope_inv_freq;             /* host [D / 2]: Llama 3's scaled frequencies; NULL: theta's */
-    const float **weights;             /* [L + 2]: each bucket's whole weights while in use */
-    float **grads;                     /* [L + 2]: each bucket's gradient while backward fills it */
     int head_grads_ready;              /* the loss has run the head's backward */
     double forward_flops;              /* this step's forward up to the logits (the tiled loss's included) */
     double recompute_flops;            /* this step's forward work done again in backward */

@@ -9,7 +9,7 @@ typedef struct bucket {
     int64_t shard;        /* ceil(len / W): the elements of one shard, padding included */
     int64_t shard_at;     /* where its shard starts in the sharded arrays */
     float *gathered;      /* stage 3: the whole weights while in use */
-    int weight_users;
+    int weight_users;     /* uses open now (every stage: tensors are read only inside one) */
     float *grad_work;     /* stages 2-3: the whole gradient while backward fills it */
     int grad_users;
 } bucket;
@@ -163,29 +163,47 @@ static float *element(const usp_param_store *s, float *array, const bucket *b, i
     return array + b->shard_at + (at - lo);
 }
 
-usp_status usp_param_store_weights(usp_param_store *s, int bucket_id, const float **out)
+/* The bucket holding tensor t: its layer's, else the embeddings' (before the
+ * layers in the table) or the head's (after them), as make_buckets groups them. */
+static const bucket *bucket_of(const usp_param_store *s, const usp_param_tensor *t)
+{
+    if (t->layer >= 0)
+        return &s->buckets[t->layer + 1];
+    return &s->buckets[t->offset < s->buckets[1].start ? 0 : s->c.n_layer + 1];
+}
+
+const float *usp_param_store_tensor_weights(const usp_param_store *s, const usp_param_tensor *t)
+{
+    const bucket *b = bucket_of(s, t);
+    USP_ASSERT(b->weight_users > 0, "the weights of bucket %d are read outside usp_param_store_weights",
+               (int)(b - s->buckets));
+    return (s->c.zero_stage >= 3 ? b->gathered : s->weights + b->start) + (t->offset - b->start);
+}
+
+float *usp_param_store_tensor_grads(const usp_param_store *s, const usp_param_tensor *t)
+{
+    const bucket *b = bucket_of(s, t);
+    USP_ASSERT(b->grad_users > 0, "the gradient of bucket %d is written outside usp_param_store_grads",
+               (int)(b - s->buckets));
+    return (s->c.zero_stage >= 2 ? b->grad_work : s->grads + b->start) + (t->offset - b->start);
+}
+
+usp_status usp_param_store_weights(usp_param_store *s, int bucket_id)
 {
     bucket *b = &s->buckets[bucket_id];
-    if (s->c.zero_stage < 3) {
-        *out = s->weights + b->start;
-        return USP_OK;
-    }
-    if (b->weight_users++ == 0) {
+    if (b->weight_users++ == 0 && s->c.zero_stage >= 3) {
         USP_CHECK(alloc_array(s, &b->gathered, b->shard * s->W, s->c.storage, "weights"));
         USP_CHECK(usp_comm_all_gather(s->c.world, s->weights + b->shard_at, b->gathered, (size_t)b->shard,
                                       s->c.storage, ST));
     }
-    *out = b->gathered;
     return USP_OK;
 }
 
 usp_status usp_param_store_weights_done(usp_param_store *s, int bucket_id)
 {
     bucket *b = &s->buckets[bucket_id];
-    if (s->c.zero_stage < 3)
-        return USP_OK;
     USP_ASSERT(b->weight_users > 0, "bucket %d: weights dropped more often than used", bucket_id);
-    if (--b->weight_users == 0) {
+    if (--b->weight_users == 0 && s->c.zero_stage >= 3) {
         usp_buffer_free(BE, b->gathered);
         b->gathered = NULL;
     }
@@ -197,28 +215,21 @@ usp_status usp_param_store_begin_backward(usp_param_store *s)
     return usp_buffer_zero(BE, s->grads, (size_t)array_elems(s, s->grads) * sizeof(float), ST);
 }
 
-usp_status usp_param_store_grads(usp_param_store *s, int bucket_id, float **out)
+usp_status usp_param_store_grads(usp_param_store *s, int bucket_id)
 {
     bucket *b = &s->buckets[bucket_id];
-    if (s->c.zero_stage < 2) {
-        *out = s->grads + b->start;
-        return USP_OK;
-    }
-    if (b->grad_users++ == 0) {
+    if (b->grad_users++ == 0 && s->c.zero_stage >= 2) {
         USP_CHECK(alloc_array(s, &b->grad_work, b->shard * s->W, s->c.storage, "gradients"));
         USP_CHECK(usp_buffer_zero(BE, b->grad_work, (size_t)(b->shard * s->W) * sizeof(float), ST));
     }
-    *out = b->grad_work;
     return USP_OK;
 }
 
 usp_status usp_param_store_grads_done(usp_param_store *s, int bucket_id)
 {
     bucket *b = &s->buckets[bucket_id];
-    if (s->c.zero_stage < 2)
-        return USP_OK;
     USP_ASSERT(b->grad_users > 0, "bucket %d: gradient closed more often than opened", bucket_id);
-    if (--b->grad_users > 0)
+    if (--b->grad_users > 0 || s->c.zero_stage < 2)
         return USP_OK;
     usp_status st = usp_comm_reduce_scatter(s->c.world, b->grad_work, s->grads + b->shard_at, (size_t)b->shard,
                                             s->c.storage, USP_REDUCE_SUM, ST);

@@ -58,8 +58,9 @@ void usp_param_store_destroy(usp_param_store *s);
 /* The bucket holding the tensors of `layer` (-1: the embeddings; n_layer: the final norm and lm_head). */
 int usp_param_store_bucket(const usp_param_store *s, int layer);
 
-/* The bucket's weights, whole, until the matching _weights_done (stage 3 all-gathers them; nested calls share one copy). */
-usp_status usp_param_store_weights(usp_param_store *s, int bucket, const float **out);
+/* Starts a use of the bucket's weights, until the matching _weights_done
+ * (stage 3 all-gathers them; nested uses share one copy). */
+usp_status usp_param_store_weights(usp_param_store *s, int bucket);
 
 /* Ends a use of the bucket's weights (stage 3 frees the gathered copy after the last). */
 usp_status usp_param_store_weights_done(usp_param_store *s, int bucket);
@@ -67,8 +68,12 @@ usp_status usp_param_store_weights_done(usp_param_store *s, int bucket);
 /* Starts a backward pass: every gradient becomes zero. */
 usp_status usp_param_store_begin_backward(usp_param_store *s);
 
-/* Where backward accumulates the bucket's gradient, whole, until _grads_done (nested calls share it). */
-usp_status usp_param_store_grads(usp_param_store *s, int bucket, float **out);
+/* Opens the bucket's gradient, whole, for backward to accumulate into until _grads_done (nested opens share it). */
+usp_status usp_param_store_grads(usp_param_store *s, int bucket);
+
+/* Tensor t's weights inside its bucket's whole copy (the bucket in use), and its gradient (the bucket open). */
+const float *usp_param_store_tensor_weights(const usp_param_store *s, const usp_param_tensor *t);
+float *usp_param_store_tensor_grads(const usp_param_store *s, const usp_param_tensor *t);
 
 /* Ends the bucket's gradient (stages 2-3 reduce-scatter it into the shards after the last use). */
 usp_status usp_param_store_grads_done(usp_param_store *s, int bucket);
