@@ -1,6 +1,7 @@
 /* Test helpers (see harness.h). */
 #include "tests/harness.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,6 +21,48 @@ usp_status harness_run(int world, usp_rank_main_fn fn, void *arg, const sim_faul
                                                                                  : sim_world_report(w));
     sim_world_destroy(w);
     return s;
+}
+
+usp_status harness_train(const usp_train_config *config, usp_train_result *result, char *report, size_t report_size)
+{
+    usp_train_result mine = {.passkey_accuracy = -1};
+    usp_train_run run = {.config = config, .result = &mine};
+    usp_status s = harness_run(config->shape.world, usp_train_rank, &run, NULL, 0, report, report_size);
+    if (result)
+        *result = mine;
+    return s;
+}
+
+usp_status harness_train_world(const usp_train_config *config, sim_backend_factory factory, sim_world **out)
+{
+    sim_config sc = sim_config_default(config->shape.world);
+    sc.make_backend = factory, sc.trace = 0, sc.stack_bytes = (size_t)1 << 20;
+    USP_CHECK(sim_world_create(&sc, out));
+    usp_train_result result = {.passkey_accuracy = -1};
+    usp_train_run run = {.config = config, .result = &result};
+    usp_status s = sim_world_run(*out, usp_train_rank, &run);
+    if (s != USP_OK) {
+        sim_world_destroy(*out);
+        *out = NULL;
+    }
+    return s;
+}
+
+double harness_worst_tensor_error(const usp_param_table *t, const float *a, const float *b, int *which)
+{
+    double worst = 0;
+    *which = 0;
+    for (int i = 0; i < t->n; i++) {
+        double diff = 0, scale = 1e-30;
+        for (int64_t j = 0; j < t->tensors[i].count; j++) {
+            int64_t k = t->tensors[i].offset + j;
+            diff = fmax(diff, fabs((double)a[k] - b[k]));
+            scale = fmax(scale, fabs((double)b[k]));
+        }
+        if (diff / scale > worst)
+            worst = diff / scale, *which = i;
+    }
+    return worst;
 }
 
 usp_status harness_upload(const usp_rank_ctx *ctx, const void *host, size_t bytes, void **dev)

@@ -5,13 +5,25 @@
 
 #include <stddef.h>
 
+#include "core/model_params.h"
 #include "core/rank.h"
+#include "core/train.h"
 #include "sim/world.h"
 
 /* Runs fn on `world` ranks with the default config (plus `faults`); returns the
  * run's status. When `report` is non-NULL, the report text is copied there. */
 usp_status harness_run(int world, usp_rank_main_fn fn, void *arg, const sim_fault *faults, int n_faults,
                        char *report, size_t report_size);
+
+/* Runs the training `config` on its world (cpu backends); *result is rank 0's (may be NULL). */
+usp_status harness_train(const usp_train_config *config, usp_train_result *result, char *report, size_t report_size);
+
+/* Runs the training `config` on a world whose backends `factory` makes (NULL: cpu) and keeps the world for
+ * inspection (*out; destroy it), or returns the run's error. */
+usp_status harness_train_world(const usp_train_config *config, sim_backend_factory factory, sim_world **out);
+
+/* The largest, over the table's tensors, of max |a - b| / max |b| within the tensor; *which: that tensor. */
+double harness_worst_tensor_error(const usp_param_table *t, const float *a, const float *b, int *which);
 
 /* Allocates a backend buffer of `bytes` and copies `host` into it (host may be NULL: zeroed). */
 usp_status harness_upload(const usp_rank_ctx *ctx, const void *host, size_t bytes, void **dev);

@@ -61,30 +61,10 @@ static void train(const usp_train_config *config, double *loss, float *weights)
 {
     usp_train_config c = *config;
     c.last_weights = weights;
-    usp_train_result result = {.passkey_accuracy = -1};
-    usp_train_run run = {.config = &c, .result = &result};
+    usp_train_result result;
     char report[4096];
-    usp_status s = harness_run(c.shape.world, usp_train_rank, &run, NULL, 0, report, sizeof report);
-    ck_assert_msg(s == USP_OK, "%s", report);
+    ck_assert_msg(harness_train(&c, &result, report, sizeof report) == USP_OK, "%s", report);
     *loss = result.loss;
-}
-
-/* max over tensors of |a - b| / max |b|; *which: the tensor */
-static double worst_tensor_error(const usp_param_table *t, const float *a, const float *b, int *which)
-{
-    double worst = 0;
-    *which = 0;
-    for (int i = 0; i < t->n; i++) {
-        double diff = 0, scale = 1e-30;
-        for (int64_t j = 0; j < t->tensors[i].count; j++) {
-            int64_t k = t->tensors[i].offset + j;
-            diff = fmax(diff, fabs((double)a[k] - b[k]));
-            scale = fmax(scale, fabs((double)b[k]));
-        }
-        if (diff / scale > worst)
-            worst = diff / scale, *which = i;
-    }
-    return worst;
 }
 
 static const options variants[] = {
@@ -111,7 +91,7 @@ START_TEST(every_option_trains_like_the_plain_step)
         memset(got, 0, (size_t)table.total * sizeof *got);
         train(&c, &loss, got);
         int which;
-        double err = worst_tensor_error(&table, got, ref, &which);
+        double err = harness_worst_tensor_error(&table, got, ref, &which);
         const usp_param_tensor *wt = &table.tensors[which];
         printf("%s %-10s loss %.9g (plain %.9g), weights off by %.3g of a tensor's largest\n", base.model.name,
                variants[v].name, loss, ref_loss, err);
@@ -135,14 +115,8 @@ static sim_world *run_step(const usp_train_config *config, sim_backend_factory f
 {
     usp_train_config c = *config;
     c.until = 1;
-    sim_config sc = sim_config_default(c.shape.world);
-    sc.make_backend = factory, sc.trace = 0, sc.stack_bytes = (size_t)1 << 20;
     sim_world *w;
-    ck_assert_int_eq(sim_world_create(&sc, &w), USP_OK);
-    usp_train_result result = {.passkey_accuracy = -1};
-    usp_train_run run = {.config = &c, .result = &result};
-    usp_status s = sim_world_run(w, usp_train_rank, &run);
-    ck_assert_msg(s == USP_OK, "%s", usp_error_message());
+    ck_assert_msg(harness_train_world(&c, factory, &w) == USP_OK, "%s", usp_error_message());
     return w;
 }
 
@@ -237,11 +211,8 @@ START_TEST(bf16_storage_is_refused_where_the_numbers_are_fp32)
 {
     const options bf16 = {.name = "bf16", .storage = USP_BF16};
     usp_train_config c = config_for(USP_FAMILY_LLAMA, 2, 2, 1, &bf16);
-    usp_train_result result = {.passkey_accuracy = -1};
-    usp_train_run run = {.config = &c, .result = &result};
     char report[4096];
-    usp_status s = harness_run(2, usp_train_rank, &run, NULL, 0, report, sizeof report);
-    ck_assert_int_eq(s, USP_ERR_CONFIG);
+    ck_assert_int_eq(harness_train(&c, NULL, report, sizeof report), USP_ERR_CONFIG);
     ck_assert_msg(strstr(usp_error_message(), "--dtype bf16") && strstr(usp_error_message(), "--meta"), "%s",
                   usp_error_message());
 }

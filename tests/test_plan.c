@@ -17,6 +17,7 @@
 #include "core/train.h"
 #include "sim/world.h"
 #include "tests/check_main.h"
+#include "tests/harness.h"
 #include "tools/cmd_plan.h"
 #include "tools/commands.h"
 
@@ -52,14 +53,8 @@ static sim_world *run_step(const usp_train_config *c, sim_backend_factory factor
 {
     usp_train_config run_config = *c;
     run_config.step_stats = stats;
-    sim_config sc = sim_config_default(c->shape.world);
-    sc.make_backend = factory, sc.trace = 0, sc.stack_bytes = (size_t)1 << 20;
     sim_world *w;
-    ck_assert_int_eq(sim_world_create(&sc, &w), USP_OK);
-    usp_train_result result = {.passkey_accuracy = -1};
-    usp_train_run run = {.config = &run_config, .result = &result};
-    usp_status s = sim_world_run(w, usp_train_rank, &run);
-    ck_assert_msg(s == USP_OK, "%s", usp_error_message());
+    ck_assert_msg(harness_train_world(&run_config, factory, &w) == USP_OK, "%s", usp_error_message());
     return w;
 }
 

@@ -41,33 +41,15 @@ static usp_status train(const usp_model_config *model, const run_spec *r, double
     c.data = "passkey", c.seq_len = r->seq, c.pad = r->pad, c.batch = r->batch, c.steps = r->steps;
     c.until = r->until, c.attention_local = r->local, c.save_dir = r->save, c.resume_dir = r->resume;
     c.log_every = 1000, c.out = stdout, c.first_grads = grads, c.warmup = 2, c.zero_stage = r->zero;
-    usp_train_result result = {.passkey_accuracy = -1};
-    usp_train_run run = {.config = &c, .result = &result};
+    usp_train_result result;
     char report[4096];
-    usp_status s = harness_run(r->world, usp_train_rank, &run, NULL, 0, report, sizeof report);
+    usp_status s = harness_train(&c, &result, report, sizeof report);
     ck_assert_msg(s == USP_OK, "W=%d U=%d R=%d: %s", r->world, r->ulysses, r->ring, report);
     if (first_loss)
         *first_loss = result.first_loss;
     if (result_out)
         *result_out = result;
     return s;
-}
-
-/* max over tensors of |a - b| / max |b|, per tensor of the table */
-static double worst_tensor_error(const usp_param_table *t, const float *a, const float *b, int *worst)
-{
-    double worst_err = 0;
-    for (int i = 0; i < t->n; i++) {
-        double diff = 0, scale = 1e-30;
-        for (int64_t j = 0; j < t->tensors[i].count; j++) {
-            int64_t k = t->tensors[i].offset + j;
-            diff = fmax(diff, fabs((double)a[k] - b[k]));
-            scale = fmax(scale, fabs((double)b[k]));
-        }
-        if (diff / scale > worst_err)
-            worst_err = diff / scale, *worst = i;
-    }
-    return worst_err;
 }
 
 START_TEST(every_mesh_gives_the_single_rank_loss_and_gradients)
@@ -90,7 +72,7 @@ START_TEST(every_mesh_gives_the_single_rank_loss_and_gradients)
             r.seq = 64, r.batch = 2, r.steps = 10, r.until = 1;
             train(&model, &r, &loss, got, NULL);
             int worst = 0;
-            double err = worst_tensor_error(&table, got, ref, &worst);
+            double err = harness_worst_tensor_error(&table, got, ref, &worst);
             ck_assert_msg(fabs(loss - ref_loss) <= 1e-5 * fabs(ref_loss), "%s U=%d R=%d DP=%d: loss %.9f vs %.9f",
                           model.name, r.ulysses, r.ring, r.world / (r.ulysses * r.ring), loss, ref_loss);
             ck_assert_msg(err <= 1e-5, "%s U=%d R=%d: gradient of tensor %d (kind %d, layer %d) off by %.3g relative",
@@ -118,7 +100,7 @@ START_TEST(padding_gives_the_unpadded_single_rank_result)
         r.seq = 125, r.batch = 2, r.steps = 10, r.until = 1, r.pad = 1;
         train(&model, &r, &loss, got, NULL);
         int worst = 0;
-        double err = worst_tensor_error(&table, got, ref, &worst);
+        double err = harness_worst_tensor_error(&table, got, ref, &worst);
         ck_assert_msg(fabs(loss - ref_loss) <= 1e-5 * fabs(ref_loss), "padded U=%d R=%d: loss %.9f vs %.9f",
                       r.ulysses, r.ring, loss, ref_loss);
         ck_assert_msg(err <= 1e-5, "padded U=%d R=%d: tensor %d off by %.3g", r.ulysses, r.ring, worst, err);
