@@ -1,18 +1,32 @@
 /* The communicator: a process group and its collectives, shaped like NCCL.
  *
  * Buffers are backend memory (core/ops.h) and every call carries a stream, so
- * the NCCL backend maps each call onto one NCCL call; the simulator executes
- * synchronously. Counts are in elements of `dtype`. Each call is made through
+ * the NCCL backend maps each call onto one NCCL call; the simulator runs each
+ * call when every party has posted it. Counts are in elements of `dtype`. Each call is made through
  * a macro that records its call site (file:line), and every completed call
  * leaves a trace event (core/trace.h).
  *
  * Matching is NCCL's: the k-th collective a rank issues on a group is one
  * collective with the k-th of every other member; they must agree on op,
  * count, dtype, root and reduce op. Point-to-point calls match in order per
- * (sender, receiver) pair. Blocking: in the simulator every call returns when
- * its data has arrived; on NCCL a call returns once enqueued on the stream,
- * and the data is there after the stream is synchronised. Code must be
- * correct under both (never read a receive buffer before synchronising). */
+ * (sender, receiver) pair.
+ *
+ * Ordering (the contract of core/ops.h, as NCCL keeps it): a call is enqueued
+ * on `stream` in order with the compute ops there. It reads its send buffer
+ * after the work enqueued before it on that stream, and its receive buffer
+ * holds the data for the work enqueued after it on that stream; the host sees
+ * the data only through usp_buffer_download (or a copy and a synchronise).
+ * Host arrays (all_to_all_v's counts and offsets) are read before the call
+ * returns. A call may return before its peers have called (NCCL) or after the
+ * data has arrived (the simulator): code must be right under both. So nothing
+ * here blocks the host until a peer arrives, a barrier orders streams and not
+ * hosts, and every member must issue its matching calls in the same order on
+ * every path, or the real backends hang where the simulator reports a
+ * deadlock. To overlap communication with compute, issue it on a stream of its
+ * own (usp_stream_create) and join the streams with events: the buffer a call
+ * receives into must not be read, nor the buffer it sends be overwritten, by
+ * another stream until an event recorded after the call is waited for
+ * (core/ring.c passes K/V blocks this way). */
 #ifndef USP_COMM_H
 #define USP_COMM_H
 
@@ -98,7 +112,8 @@ void usp_comm_destroy(usp_comm_t *c);
 #define usp_comm_broadcast(c, send, recv, count, dtype, root, stream) \
     usp_comm_broadcast_at(c, send, recv, count, dtype, root, stream, USP_HERE)
 
-/* Point to point: blocks until the peer's matching receive (send) is posted. */
+/* Point to point: a send to `peer` matches that peer's next receive from this rank. A send
+ * whose receive is never posted hangs a real backend (the simulator reports the deadlock). */
 #define usp_comm_send(c, send, count, dtype, peer, stream) \
     usp_comm_send_at(c, send, count, dtype, peer, stream, USP_HERE)
 #define usp_comm_recv(c, recv, count, dtype, peer, stream) \
@@ -109,7 +124,8 @@ void usp_comm_destroy(usp_comm_t *c);
 #define usp_comm_sendrecv(c, send, send_count, dst, recv, recv_count, src, dtype, stream) \
     usp_comm_sendrecv_at(c, send, send_count, dst, recv, recv_count, src, dtype, stream, USP_HERE)
 
-/* Returns on each rank once every member has called it. */
+/* Work enqueued on `stream` after the barrier runs after every member has reached it (on
+ * NCCL a one-element all-reduce): it orders streams, it does not make the host wait. */
 #define usp_comm_barrier(c, stream) usp_comm_barrier_at(c, stream, USP_HERE)
 
 /* NCCL's ncclCommSplit: a collective over `c`; members with the same color form

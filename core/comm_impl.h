@@ -45,9 +45,9 @@ typedef struct usp_comm_op {
 typedef struct usp_comm_i {
     int api_version; /* USP_COMM_API_VERSION */
     const char *name;
-    /* Runs or enqueues `op`. Blocking in the simulator (returns when the data
-     * has arrived, or with USP_ERR_COLLECTIVE / USP_ERR_RANK_FAILED when the
-     * run was aborted); the NCCL backend returns once the op is enqueued. */
+    /* Enqueues `op` on op->stream, in the order of core/comm.h. The simulator
+     * returns when the data has arrived, or with USP_ERR_COLLECTIVE /
+     * USP_ERR_RANK_FAILED when the run was aborted; NCCL once it is enqueued. */
     usp_status (*issue)(void *ctx, usp_comm_op *op);
     /* Frees the context of one rank's handle. Local, not collective. */
     void (*destroy)(void *ctx);

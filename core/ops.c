@@ -27,6 +27,7 @@ usp_status usp_backend_create(const usp_backend_i *iface, void *ctx, usp_backend
 
 const char *usp_backend_name(const usp_backend_t *be) { return be->iface->name; }
 int usp_backend_has_numerics(const usp_backend_t *be) { return be->iface->has_numerics; }
+int usp_backend_defers(const usp_backend_t *be) { return be->iface->synchronize != NULL; }
 
 void usp_backend_destroy(usp_backend_t *be)
 {

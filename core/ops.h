@@ -98,6 +98,9 @@ const char *usp_backend_name(const usp_backend_t *be);
 /* 1 when buffers hold real numbers; 0 on the meta backend (shapes only). */
 int usp_backend_has_numerics(const usp_backend_t *be);
 
+/* 1 when ops may return before their work is done (the stream and event calls then do something). */
+int usp_backend_defers(const usp_backend_t *be);
+
 /* Frees every buffer still allocated, then the backend. */
 void usp_backend_destroy(usp_backend_t *be);
 

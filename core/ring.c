@@ -37,6 +37,9 @@ struct ring_attention {
     float *lse_run;           /* [B][H,T] as one [H, count] slab per query run, at b*H*T + H*local_first */
     size_t q_elems, lse_elems; /* of o_part and lse_part; buffers above are held during one call only, so
                                   that a model's layers do not each keep theirs */
+    usp_stream_t *comm_stream; /* forward's sendrecvs, beside the attention on c.stream (NULL on the CPU) */
+    usp_event_t *arrived;      /* on comm_stream: the last block received */
+    usp_event_t *consumed;     /* on c.stream: the last block's attention is done, its buffer may be refilled */
 };
 
 /* The block of keys y lies wholly in the future of queries x: every pair is masked. */
@@ -105,6 +108,11 @@ usp_status ring_attention_create(const ring_attention_config *c, ring_attention 
                    (long long)a->T);
     }
     a->q_elems = q_elems, a->lse_elems = lse_elems;
+    if (R > 1) {
+        USP_CHECK_GOTO(usp_stream_create(c->backend, &a->comm_stream), s, fail);
+        USP_CHECK_GOTO(usp_event_create(c->backend, &a->arrived), s, fail);
+        USP_CHECK_GOTO(usp_event_create(c->backend, &a->consumed), s, fail);
+    }
     *out = a;
     return USP_OK;
 fail:
@@ -116,6 +124,9 @@ void ring_attention_destroy(ring_attention *a)
 {
     if (!a)
         return;
+    usp_event_destroy(a->c.backend, a->arrived);
+    usp_event_destroy(a->c.backend, a->consumed);
+    (void)usp_stream_destroy(a->c.backend, a->comm_stream);
     free(a->runs);
     free(a->n_runs);
     free(a->started);
@@ -228,14 +239,23 @@ static usp_status forward(ring_attention *a, const float *q, const float *k, con
         USP_CHECK(usp_buffer_copy(c->backend, a->buf[0] + a->blk, v, blk_bytes, USP_COPY_DEVICE_TO_DEVICE,
                                   c->stream));
     }
+    /* Double buffering on two streams: step s receives block s+1 into buf[cur ^ 1] on the comm
+     * stream while the attention of block s reads buf[cur] on the compute stream. Two events keep it
+     * right: the receive into a buffer waits until the attention that read it last (step s-1) is done
+     * (`consumed`), and the attention of a block waits for its arrival (`arrived`). No send after the
+     * last step; the last attention waited for the last arrival, which joins the streams again. */
     int cur = 0;
     for (int s = 0; s < R; s++) {
-        /* Post the next block's transfer before computing on this one (double buffering), so a
-         * communicator on its own stream can overlap the two; the simulator runs them in turn.
-         * No send after the last step. */
-        if (s + 1 < R)
+        if (s + 1 < R) {
+            USP_CHECK(usp_event_record(c->backend, a->consumed, c->stream));
+            USP_CHECK(usp_stream_wait_event(c->backend, a->comm_stream, a->consumed));
             USP_CHECK(usp_comm_sendrecv(c->ring, a->buf[cur], 2 * a->blk, next, a->buf[cur ^ 1], 2 * a->blk, prev,
-                                        c->storage, c->stream));
+                                        c->storage, a->comm_stream));
+        }
+        if (s > 0)
+            USP_CHECK(usp_stream_wait_event(c->backend, c->stream, a->arrived));
+        if (s + 1 < R)
+            USP_CHECK(usp_event_record(c->backend, a->arrived, a->comm_stream));
         const float *kb = s == 0 ? k : a->buf[cur], *vb = s == 0 ? v : a->buf[cur] + a->blk;
         USP_CHECK(forward_block(a, q, kb, vb, o, (a->r - s + R) % R));
         cur ^= 1;
@@ -295,7 +315,8 @@ static usp_status backward(ring_attention *a, const float *q, const float *k, co
     for (int s = 0; s < R; s++) {
         float *b = a->buf[cur], *nb = a->buf[cur ^ 1];
         USP_CHECK(backward_block(a, q, o, d_o, dq, b, b + blk, b + 2 * blk, b + 3 * blk, (a->r - s + R) % R));
-        /* dK/dV are complete for this step only after the compute, so the send follows it. After
+        /* dK/dV are complete for this step only after the compute, so the send follows it on the
+         * same stream (no overlap: that would need K/V sent ahead of their gradients). After
          * step R-1 we hold block r+1: one more hop of dK/dV alone takes it home. */
         if (s + 1 < R)
             USP_CHECK(usp_comm_sendrecv(c->ring, b, 4 * blk, next, nb, 4 * blk, prev, c->storage, c->stream));

@@ -5,7 +5,14 @@
  * buffer is checked to lie inside memory its rank allocated through its own
  * backend: ranks share no memory, and a buffer too small for the count is an
  * error here rather than a silent overwrite. Reductions run in rank order,
- * so every rank gets the same bits, run after run. */
+ * so every rank gets the same bits, run after run.
+ *
+ * A rank whose backend defers its work (the lazy backend) gets its data late,
+ * as a real backend would give it: the copies land in a staging buffer, and
+ * a host function on the receiver's stream moves them into the receive
+ * buffer when that stream reaches the call. Work on another stream that reads
+ * the buffer without waiting for an event recorded after the call then reads
+ * the old contents, and its test fails. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -219,6 +226,60 @@ static void broadcast(usp_comm_op **ops, int size)
             memcpy(ops[j]->recv, root->send, bytes);
 }
 
+typedef struct late_delivery {
+    void *dst;
+    size_t bytes;
+    unsigned char data[];
+} late_delivery;
+
+static void deliver(void *arg)
+{
+    late_delivery *d = arg;
+    memcpy(d->dst, d->data, d->bytes);
+    free(d);
+}
+
+/* When `r`'s backend defers its work: points op->recv at a staging copy of its `bytes` (the parts a
+ * call leaves alone must come back unchanged) and returns it; otherwise returns NULL. */
+static usp_status stage_receive(const sim_rank *r, usp_comm_op *op, size_t bytes, late_delivery **out)
+{
+    *out = NULL;
+    if (bytes == 0 || !usp_backend_defers(r->backend))
+        return USP_OK;
+    late_delivery *d = malloc(sizeof *d + bytes);
+    if (!d)
+        return usp_error(USP_ERR_RUNTIME, "out of memory staging %zu received bytes for rank %d", bytes, r->id);
+    d->dst = op->recv;
+    d->bytes = bytes;
+    memcpy(d->data, op->recv, bytes);
+    op->recv = d->data;
+    *out = d;
+    return USP_OK;
+}
+
+/* Points op->recv back at the receive buffer and queues the delivery on the receiver's stream. */
+static usp_status queue_delivery(const sim_rank *r, usp_comm_op *op, late_delivery *d)
+{
+    if (!d)
+        return USP_OK;
+    op->recv = d->dst;
+    return usp_launch_host_func(r->backend, op->stream, deliver, d);
+}
+
+static usp_status move_collective(usp_comm_op **ops, int size)
+{
+    switch (ops[0]->kind) {
+    case USP_OP_ALL_TO_ALL: all_to_all(ops, size); break;
+    case USP_OP_ALL_TO_ALL_V: all_to_all_v(ops, size); break;
+    case USP_OP_ALL_GATHER: all_gather(ops, size); break;
+    case USP_OP_REDUCE_SCATTER:
+    case USP_OP_ALL_REDUCE: return reduce(ops, size);
+    case USP_OP_BROADCAST: broadcast(ops, size); break;
+    default: break;
+    }
+    return USP_OK;
+}
+
 usp_status sim_move_collective(sim_world *w, sim_group *g)
 {
     for (int i = 0; i < g->size; i++)
@@ -226,16 +287,27 @@ usp_status sim_move_collective(sim_world *w, sim_group *g)
     if (!usp_backend_has_numerics(w->ranks[g->members[0]].backend))
         return USP_OK;
     usp_comm_op **ops = g->posted;
-    switch (ops[0]->kind) {
-    case USP_OP_ALL_TO_ALL: all_to_all(ops, g->size); break;
-    case USP_OP_ALL_TO_ALL_V: all_to_all_v(ops, g->size); break;
-    case USP_OP_ALL_GATHER: all_gather(ops, g->size); break;
-    case USP_OP_REDUCE_SCATTER:
-    case USP_OP_ALL_REDUCE: return reduce(ops, g->size);
-    case USP_OP_BROADCAST: broadcast(ops, g->size); break;
-    default: break;
+    late_delivery **late = calloc((size_t)g->size, sizeof *late);
+    if (!late)
+        return usp_error(USP_ERR_RUNTIME, "out of memory moving a collective's data");
+    usp_status s = USP_OK;
+    for (int i = 0; i < g->size && s == USP_OK; i++) {
+        size_t send, recv;
+        buffer_extents(ops[i], i, g->size, &send, &recv);
+        s = stage_receive(&w->ranks[g->members[i]], ops[i], recv, &late[i]);
     }
-    return USP_OK;
+    if (s == USP_OK)
+        s = move_collective(ops, g->size);
+    for (int i = 0; i < g->size; i++) {
+        usp_status d = s == USP_OK ? queue_delivery(&w->ranks[g->members[i]], ops[i], late[i]) : USP_OK;
+        if (s != USP_OK && late[i]) { /* nothing delivered: the receive buffer stays as it was */
+            ops[i]->recv = late[i]->dst;
+            free(late[i]);
+        }
+        s = s == USP_OK ? d : s;
+    }
+    free(late);
+    return s;
 }
 
 usp_status sim_move_p2p(sim_world *w, const sim_rank *sender, const sim_rank *receiver)
@@ -244,8 +316,12 @@ usp_status sim_move_p2p(sim_world *w, const sim_rank *sender, const sim_rank *re
     int n = sender->op_comm->group->size;
     USP_CHECK(check_buffers(sender, s, sender->op_comm->local, n));
     USP_CHECK(check_buffers(receiver, d, receiver->op_comm->local, n));
-    if (usp_backend_has_numerics(sender->backend))
-        memcpy(d->recv, s->send, s->count * usp_dtype_size(s->dtype));
     (void)w;
-    return USP_OK;
+    if (!usp_backend_has_numerics(sender->backend))
+        return USP_OK;
+    size_t bytes = s->count * usp_dtype_size(s->dtype);
+    late_delivery *late;
+    USP_CHECK(stage_receive(receiver, receiver->op, bytes, &late));
+    memcpy(receiver->op->recv, s->send, bytes);
+    return queue_delivery(receiver, receiver->op, late);
 }

@@ -20,6 +20,14 @@ struct usp_event {
     uint64_t ticket;
 };
 
+/* Memory freed in the default stream's order while another stream still held older work: released
+ * once no stream has work older than the free, so a missing event gives wrong numbers, not a crash. */
+typedef struct grave {
+    struct grave *next;
+    void *ptr;
+    uint64_t ticket; /* of the free */
+} grave;
+
 typedef struct live_buffer {
     uintptr_t addr;
     size_t bytes;
@@ -32,6 +40,7 @@ struct lazy_device {
     uint64_t tickets;
     usp_status error;      /* the first failure of a queued op since the last synchronisation */
     int discarding;        /* destroying: copies to the host are dropped */
+    grave *graves;
     live_buffer *live;     /* sorted by address */
     size_t n_live, cap_live;
 };
@@ -81,12 +90,6 @@ usp_status lazy_device_alloc(lazy_device *d, size_t bytes, void **out)
     return USP_OK;
 }
 
-static usp_status run_free(const lazy_op *op)
-{
-    cpu()->free(NULL, op->p[0]);
-    return USP_OK;
-}
-
 static usp_stream_t *stream_or_default(lazy_device *d, usp_stream_t *s) { return s ? s : &d->default_stream; }
 
 static lazy_op *append(lazy_device *d, usp_stream_t *stream)
@@ -105,10 +108,60 @@ static lazy_op *append(lazy_device *d, usp_stream_t *stream)
     return op;
 }
 
+/* 1 when a stream other than the default one still holds work enqueued before `ticket`. */
+static int older_work_elsewhere(const lazy_device *d, uint64_t ticket)
+{
+    for (const usp_stream_t *s = d->created; s; s = s->next_created)
+        if (s->head && s->head->ticket < ticket)
+            return 1;
+    return 0;
+}
+
+static void release_graves(lazy_device *d)
+{
+    for (grave **at = &d->graves; *at;) {
+        grave *g = *at;
+        if (!d->discarding && older_work_elsewhere(d, g->ticket)) {
+            at = &g->next;
+            continue;
+        }
+        *at = g->next;
+        cpu()->free(NULL, g->ptr);
+        free(g);
+    }
+}
+
+/* The free of op->p[0] (op->z[0] bytes) reached its turn on the default stream. Work enqueued
+ * earlier on another stream and not run yet must not use it: on a GPU it would run on freed memory. */
+static usp_status run_free(lazy_device *d, const lazy_op *op)
+{
+    uintptr_t lo = (uintptr_t)op->frees, hi = lo + op->z[0];
+    usp_status st = USP_OK;
+    for (const usp_stream_t *s = d->created; s && st == USP_OK; s = s->next_created)
+        for (const lazy_op *o = s->head; o && o->ticket < op->ticket && st == USP_OK; o = o->next)
+            for (int i = 0; i < LAZY_MAX_POINTERS; i++)
+                if ((uintptr_t)o->p[i] >= lo && (uintptr_t)o->p[i] < hi) {
+                    st = usp_error(USP_ERR_RUNTIME, "lazy backend: a buffer was freed while %s, enqueued before "
+                                   "the free on another stream, still uses it: wait for an event recorded after "
+                                   "that work on the default stream before usp_buffer_free", o->name);
+                    break;
+                }
+    grave *g = malloc(sizeof *g);
+    if (!g || !older_work_elsewhere(d, op->ticket)) {
+        free(g);
+        cpu()->free(NULL, op->frees);
+        return st;
+    }
+    *g = (grave){d->graves, op->frees, op->ticket};
+    d->graves = g;
+    return st;
+}
+
 void lazy_device_free(lazy_device *d, void *ptr)
 {
     size_t at = upper_bound(d, (uintptr_t)ptr);
     USP_ASSERT(at > 0 && d->live[at - 1].addr == (uintptr_t)ptr, "lazy backend: free of %p, not a live buffer", ptr);
+    size_t bytes = d->live[at - 1].bytes;
     memmove(d->live + at - 1, d->live + at, (d->n_live - at) * sizeof *d->live);
     d->n_live--;
     lazy_op *op = append(d, NULL);
@@ -117,9 +170,9 @@ void lazy_device_free(lazy_device *d, void *ptr)
         cpu()->free(NULL, ptr);
         return;
     }
-    op->run = run_free;
     op->name = "free";
-    op->p[0] = ptr;
+    op->frees = ptr;
+    op->z[0] = bytes;
 }
 
 usp_status lazy_device_enqueue(lazy_device *d, usp_stream_t *stream, const char *name, lazy_run_fn run,
@@ -155,6 +208,8 @@ static void execute(lazy_device *d, lazy_op *op)
         run_until(d, op->wait_stream, op->wait_ticket);
     else if (op->host_fn)
         op->host_fn(op->host_arg);
+    else if (op->frees)
+        st = run_free(d, op);
     else if (op->run && !(d->discarding && op->writes_host))
         st = op->run(op);
     if (st != USP_OK && d->error == USP_OK)
@@ -178,6 +233,7 @@ static void run_until(lazy_device *d, usp_stream_t *s, uint64_t ticket)
 usp_status lazy_device_synchronize(lazy_device *d, usp_stream_t *stream)
 {
     run_until(d, stream_or_default(d, stream), UINT64_MAX);
+    release_graves(d);
     usp_status st = d->error;
     d->error = USP_OK;
     return st;
@@ -191,6 +247,7 @@ void lazy_device_destroy(lazy_device *d)
     for (usp_stream_t *s = d->created; s; s = s->next_created)
         run_until(d, s, UINT64_MAX);
     run_until(d, &d->default_stream, UINT64_MAX);
+    release_graves(d);
     while (d->created) {
         usp_stream_t *next = d->created->next_created;
         free(d->created);

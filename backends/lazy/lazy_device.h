@@ -36,6 +36,7 @@ struct lazy_op {
     size_t z[6];
     usp_attention_shape shape;
     usp_gemm_desc gemm;
+    void *frees;                /* a deferred free of this buffer (op->z[0] bytes) */
     int writes_host;            /* a copy to host memory (dropped when the device is destroyed) */
     void *owned;                /* host memory the op owns: a staged upload, inv_freq; freed after it runs */
     void (*host_fn)(void *arg); /* launch_host_func */
