@@ -109,7 +109,8 @@ static const strided_params copy_2d_bytes = {5, 6, 10, 7}; /* rows of 6 bytes at
 static void run_accumulate_2d(conformance_run *r, const void *params)
 {
     const strided_params *p = params;
-    float *dst = conformance_input(r, p->rows * p->dst_stride, 1), *src = conformance_input(r, p->rows * p->src_stride, 1);
+    float *dst = conformance_input(r, p->rows * p->dst_stride, 1);
+    float *src = conformance_input(r, p->rows * p->src_stride, 1);
     CONFORMANCE_OK(r, usp_accumulate_2d(r->be, dst, (size_t)p->dst_stride, src, (size_t)p->src_stride,
                                         (size_t)p->row, (size_t)p->rows, NULL));
     conformance_download(r, "dst", dst, p->rows * p->dst_stride);
@@ -216,7 +217,8 @@ static void run_embedding_forward(conformance_run *r, const void *params)
     const int with_wpe = ((const with_params *)params)->with;
     int32_t *tokens = conformance_ids(r, emb_tokens, EMB_N);
     int32_t *positions = with_wpe ? conformance_ids(r, emb_positions, EMB_N) : NULL;
-    float *wte = conformance_input(r, EMB_V * EMB_C, 1), *wpe = with_wpe ? conformance_input(r, EMB_P * EMB_C, 1) : NULL;
+    float *wte = conformance_input(r, EMB_V * EMB_C, 1);
+    float *wpe = with_wpe ? conformance_input(r, EMB_P * EMB_C, 1) : NULL;
     float *out = conformance_output_buffer(r, EMB_N * EMB_C);
     CONFORMANCE_OK(r, usp_embedding_forward(r->be, out, tokens, positions, wte, wpe, EMB_N, EMB_C, NULL));
     conformance_download(r, "out", out, EMB_N * EMB_C);
@@ -227,7 +229,8 @@ static void run_embedding_backward(conformance_run *r, const void *params)
     const int with_wpe = ((const with_params *)params)->with;
     int32_t *tokens = conformance_ids(r, emb_tokens, EMB_N);
     int32_t *positions = with_wpe ? conformance_ids(r, emb_positions, EMB_N) : NULL;
-    float *dwte = conformance_input(r, EMB_V * EMB_C, 1), *dwpe = with_wpe ? conformance_input(r, EMB_P * EMB_C, 1) : NULL;
+    float *dwte = conformance_input(r, EMB_V * EMB_C, 1);
+    float *dwpe = with_wpe ? conformance_input(r, EMB_P * EMB_C, 1) : NULL;
     float *dout = conformance_input(r, EMB_N * EMB_C, 1);
     CONFORMANCE_OK(r, usp_embedding_backward(r->be, dwte, dwpe, dout, tokens, positions, EMB_N, EMB_C, NULL));
     conformance_download(r, "dwte", dwte, EMB_V * EMB_C);
@@ -256,7 +259,8 @@ static void run_layernorm_forward(conformance_run *r, const void *params)
     const int with = ((const with_params *)params)->with;
     float *inp = norm_input(r), *weight = conformance_input(r, NORM_C, 1);
     float *bias = with ? conformance_input(r, NORM_C, 1) : NULL;
-    float *mean = with ? conformance_output_buffer(r, NORM_N) : NULL, *rstd = with ? conformance_output_buffer(r, NORM_N) : NULL;
+    float *mean = with ? conformance_output_buffer(r, NORM_N) : NULL;
+    float *rstd = with ? conformance_output_buffer(r, NORM_N) : NULL;
     float *out = conformance_output_buffer(r, NORM_N * NORM_C);
     CONFORMANCE_OK(r, usp_layernorm_forward(r->be, out, mean, rstd, inp, weight, bias, NORM_N, NORM_C, NORM_EPS, NULL));
     conformance_download(r, "out", out, NORM_N * NORM_C);
@@ -290,7 +294,8 @@ static void run_rmsnorm_forward(conformance_run *r, const void *params)
 {
     const int with = ((const with_params *)params)->with;
     float *inp = norm_input(r), *weight = conformance_input(r, NORM_C, 1);
-    float *rstd = with ? conformance_output_buffer(r, NORM_N) : NULL, *out = conformance_output_buffer(r, NORM_N * NORM_C);
+    float *rstd = with ? conformance_output_buffer(r, NORM_N) : NULL;
+    float *out = conformance_output_buffer(r, NORM_N * NORM_C);
     CONFORMANCE_OK(r, usp_rmsnorm_forward(r->be, out, rstd, inp, weight, NORM_N, NORM_C, NORM_EPS, NULL));
     conformance_download(r, "out", out, NORM_N * NORM_C);
     if (with)
@@ -304,7 +309,8 @@ static void run_rmsnorm_backward(conformance_run *r, const void *params)
     float *inp = norm_input(r), *weight = conformance_input(r, NORM_C, 1);
     float *out = conformance_output_buffer(r, nc), *rstd = conformance_output_buffer(r, NORM_N);
     CONFORMANCE_OK(r, usp_rmsnorm_forward(r->be, out, rstd, inp, weight, NORM_N, NORM_C, NORM_EPS, NULL));
-    float *dout = conformance_input(r, nc, 1), *dinp = conformance_input(r, nc, 1), *dweight = conformance_input(r, NORM_C, 1);
+    float *dout = conformance_input(r, nc, 1), *dinp = conformance_input(r, nc, 1);
+    float *dweight = conformance_input(r, NORM_C, 1);
     CONFORMANCE_OK(r, usp_rmsnorm_backward(r->be, dinp, dweight, dout, inp, weight, rstd, NORM_N, NORM_C, NULL));
     conformance_download(r, "dinp", dinp, nc);
     conformance_download(r, "dweight", dweight, NORM_C);
@@ -314,41 +320,35 @@ static void run_rmsnorm_backward(conformance_run *r, const void *params)
 
 #define ACT_N 777
 
-static void run_gelu_forward(conformance_run *r, const void *params)
-{
-    (void)params;
-    float *inp = conformance_input(r, ACT_N, 4), *out = conformance_output_buffer(r, ACT_N);
-    CONFORMANCE_OK(r, usp_gelu_tanh_forward(r->be, out, inp, ACT_N, NULL));
-    conformance_download(r, "out", out, ACT_N);
-}
+typedef struct pass_params {
+    int backward;
+} pass_params;
 
-static void run_gelu_backward(conformance_run *r, const void *params)
-{
-    (void)params;
-    float *inp = conformance_input(r, ACT_N, 4), *dout = conformance_input(r, ACT_N, 1);
-    float *dinp = conformance_output_buffer(r, ACT_N);
-    CONFORMANCE_OK(r, usp_gelu_tanh_backward(r->be, dinp, inp, dout, ACT_N, NULL));
-    conformance_download(r, "dinp", dinp, ACT_N);
-}
+static const pass_params forward_pass = {0}, backward_pass = {1};
 
-static void run_swiglu_forward(conformance_run *r, const void *params)
+/* Forward: out = gelu(inp); backward: dinp = gelu'(inp) dout, overwritten. */
+static void run_gelu(conformance_run *r, const void *params)
 {
-    (void)params;
-    float *gate = conformance_input(r, ACT_N, 4), *up = conformance_input(r, ACT_N, 4);
+    const int backward = ((const pass_params *)params)->backward;
+    float *inp = conformance_input(r, ACT_N, 4), *dout = backward ? conformance_input(r, ACT_N, 1) : NULL;
     float *out = conformance_output_buffer(r, ACT_N);
-    CONFORMANCE_OK(r, usp_swiglu_forward(r->be, out, gate, up, ACT_N, NULL));
-    conformance_download(r, "out", out, ACT_N);
+    CONFORMANCE_OK(r, backward ? usp_gelu_tanh_backward(r->be, out, inp, dout, ACT_N, NULL)
+                               : usp_gelu_tanh_forward(r->be, out, inp, ACT_N, NULL));
+    conformance_download(r, backward ? "dinp" : "out", out, ACT_N);
 }
 
-static void run_swiglu_backward(conformance_run *r, const void *params)
+/* Forward: out = silu(gate) up; backward: dgate and dup, overwritten. */
+static void run_swiglu(conformance_run *r, const void *params)
 {
-    (void)params;
+    const int backward = ((const pass_params *)params)->backward;
     float *gate = conformance_input(r, ACT_N, 4), *up = conformance_input(r, ACT_N, 4);
-    float *dout = conformance_input(r, ACT_N, 1);
-    float *dgate = conformance_output_buffer(r, ACT_N), *dup = conformance_output_buffer(r, ACT_N);
-    CONFORMANCE_OK(r, usp_swiglu_backward(r->be, dgate, dup, gate, up, dout, ACT_N, NULL));
-    conformance_download(r, "dgate", dgate, ACT_N);
-    conformance_download(r, "dup", dup, ACT_N);
+    float *dout = backward ? conformance_input(r, ACT_N, 1) : NULL;
+    float *out = conformance_output_buffer(r, ACT_N), *dup = backward ? conformance_output_buffer(r, ACT_N) : NULL;
+    CONFORMANCE_OK(r, backward ? usp_swiglu_backward(r->be, out, dup, gate, up, dout, ACT_N, NULL)
+                               : usp_swiglu_forward(r->be, out, gate, up, ACT_N, NULL));
+    conformance_download(r, backward ? "dgate" : "out", out, ACT_N);
+    if (backward)
+        conformance_download(r, "dup", dup, ACT_N);
 }
 
 /* ---- rope --------------------------------------------------------------------------------- */
@@ -508,10 +508,10 @@ const conformance_case conformance_cases[] = {
     {"rmsnorm forward with rstd", run_rmsnorm_forward, &with_it, SLOT(rmsnorm_forward), 1e-5},
     {"rmsnorm forward, rstd NULL", run_rmsnorm_forward, &without_it, SLOT(rmsnorm_forward), 1e-5},
     {"rmsnorm backward", run_rmsnorm_backward, NULL, SLOT(rmsnorm_backward), 1e-5},
-    {"gelu forward", run_gelu_forward, NULL, SLOT(gelu_tanh_forward), 1e-6},
-    {"gelu backward", run_gelu_backward, NULL, SLOT(gelu_tanh_backward), 1e-6},
-    {"swiglu forward", run_swiglu_forward, NULL, SLOT(swiglu_forward), 1e-6},
-    {"swiglu backward", run_swiglu_backward, NULL, SLOT(swiglu_backward), 1e-6},
+    {"gelu forward", run_gelu, &forward_pass, SLOT(gelu_tanh_forward), 1e-6},
+    {"gelu backward", run_gelu, &backward_pass, SLOT(gelu_tanh_backward), 1e-6},
+    {"swiglu forward", run_swiglu, &forward_pass, SLOT(swiglu_forward), 1e-6},
+    {"swiglu backward", run_swiglu, &backward_pass, SLOT(swiglu_backward), 1e-6},
     {"rope forward, theta, D 72", run_rope, &rope_fwd, SLOT(rope_forward), 1e-5},
     {"rope backward, theta, D 72", run_rope, &rope_bwd, SLOT(rope_backward), 1e-5},
     {"rope forward, inv_freq table", run_rope, &rope_fwd_table, SLOT(rope_forward), 1e-5},

@@ -255,8 +255,9 @@ static void expect_outputs_match(const conformance_case *c, const case_result *g
         const conformance_output *g = &got->run.out[k], *w = &ref->run.out[k];
         if (!w->host) {
             const double e = fabs(g->scalar - w->scalar) / (w->scalar != 0.0 ? fabs(w->scalar) : 1.0);
-            ck_assert_msg(e <= c->tol, "case \"%s\" on %s: %s = %.17g, the cpu backend's %.17g: error %g > tolerance %g",
-                          c->name, backend, w->name, g->scalar, w->scalar, e, c->tol);
+            ck_assert_msg(e <= c->tol,
+                          "case \"%s\" on %s: %s = %.17g, the cpu backend's %.17g: error %g > tolerance %g", c->name,
+                          backend, w->name, g->scalar, w->scalar, e, c->tol);
             continue;
         }
         if (c->tol == 0.0) { /* bitwise: copies and single correctly rounded operations */
