@@ -3,14 +3,17 @@
  * In the spirit of ggml-backend: a `static const` table of function pointers
  * filled with designated initializers, plus a context. The wrappers in
  * core/ops.c check arguments, count memory and report costs, so a backend
- * only does the work. All slots run on the backend's stream and may return
- * before the work is done, unless they say "blocking". */
+ * only does the work. The ordering contract is core/ops.h's: every slot that
+ * takes a stream enqueues its work there and may return before it is done,
+ * unless it says "blocking"; host memory a slot reads is read before it
+ * returns. A backend that completes every op before returning (cpu, meta)
+ * leaves the stream and event slots NULL. */
 #ifndef USP_BACKEND_IMPL_H
 #define USP_BACKEND_IMPL_H
 
 #include "core/ops.h"
 
-#define USP_BACKEND_API_VERSION 1
+#define USP_BACKEND_API_VERSION 2
 
 typedef struct usp_backend_i {
     int api_version; /* USP_BACKEND_API_VERSION */
@@ -19,15 +22,24 @@ typedef struct usp_backend_i {
 
     /* Allocates device memory. Blocking. */
     usp_status (*alloc)(void *ctx, size_t bytes, void **out);
-    /* Frees device memory from alloc. Blocking. */
+    /* Frees device memory from alloc, after the work enqueued so far on the default stream. */
     void (*free)(void *ctx, void *ptr);
-    /* Copies bytes; kind says which side is host memory. */
+    /* Copies bytes; kind says which side is host memory (a host source is read before returning). */
     usp_status (*copy)(void *ctx, void *dst, const void *src, size_t bytes, usp_copy_kind kind,
                        usp_stream_t *stream);
     /* Zeroes device memory. */
     usp_status (*zero)(void *ctx, void *ptr, size_t bytes, usp_stream_t *stream);
-    /* (optional) Waits for the stream; NULL: every slot completes before it returns. */
+    /* (optional) Waits for the stream. Blocking. NULL: every slot completes before it returns. */
     usp_status (*synchronize)(void *ctx, usp_stream_t *stream);
+    /* (optional, all six or none, with synchronize) Streams and events, CUDA's semantics (core/ops.h). */
+    usp_status (*stream_create)(void *ctx, usp_stream_t **out);
+    void (*stream_destroy)(void *ctx, usp_stream_t *stream); /* after synchronize */
+    usp_status (*event_create)(void *ctx, usp_event_t **out);
+    void (*event_destroy)(void *ctx, usp_event_t *event);
+    usp_status (*event_record)(void *ctx, usp_event_t *event, usp_stream_t *stream);
+    usp_status (*stream_wait_event)(void *ctx, usp_stream_t *stream, usp_event_t *event);
+    /* (optional) Runs fn(arg) on the host in the stream's order; NULL: the wrapper calls it at once. */
+    usp_status (*launch_host_func)(void *ctx, usp_stream_t *stream, void (*fn)(void *arg), void *arg);
     /* Batched row-major GEMM. */
     usp_status (*gemm)(void *ctx, const usp_gemm_desc *g, usp_stream_t *stream);
     /* 2-D strided copy of device memory (the pack/unpack around all-to-all). */

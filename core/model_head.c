@@ -68,7 +68,7 @@ usp_status usp_model_argmax(usp_model *m, const int64_t *rows, int n, int32_t *o
             logits = m->logits;
         }
         if (s == USP_OK)
-            s = usp_buffer_copy(BE, row, logits, (size_t)m->V * sizeof *row, USP_COPY_DEVICE_TO_HOST, ST);
+            s = usp_buffer_download(BE, row, logits, (size_t)m->V * sizeof *row, ST);
         int32_t best = 0;
         for (int64_t v = 1; v < m->V; v++)
             if (row[v] > row[best])
@@ -117,7 +117,7 @@ usp_status usp_model_loss(usp_model *m, float grad_scale, int with_grad, double 
     float *losses = malloc((size_t)m->n * sizeof *losses);
     if (!losses)
         return usp_error(USP_ERR_RUNTIME, "out of memory reading losses");
-    usp_status s = usp_buffer_copy(BE, losses, m->losses, (size_t)m->n * sizeof *losses, USP_COPY_DEVICE_TO_HOST, ST);
+    usp_status s = usp_buffer_download(BE, losses, m->losses, (size_t)m->n * sizeof *losses, ST);
     double sum = 0; /* in row order, in double: the same bits on every run */
     for (int64_t i = 0; i < m->n && usp_backend_has_numerics(BE); i++)
         sum += m->host_targets[i] >= 0 ? (double)losses[i] : 0.0;

@@ -12,6 +12,11 @@ usp_status usp_backend_create(const usp_backend_i *iface, void *ctx, usp_backend
     USP_ASSERT(iface && iface->api_version == USP_BACKEND_API_VERSION,
                "backend interface version %d, expected %d", iface ? iface->api_version : -1,
                USP_BACKEND_API_VERSION);
+    int stream_slots = !!iface->stream_create + !!iface->stream_destroy + !!iface->event_create +
+                       !!iface->event_destroy + !!iface->event_record + !!iface->stream_wait_event;
+    USP_ASSERT(stream_slots == 0 || (stream_slots == 6 && iface->synchronize),
+               "backend %s fills %d of the 6 stream and event slots (all or none, with synchronize)", iface->name,
+               stream_slots);
     usp_backend_t *be;
     USP_CHECK(usp_calloc((void **)&be, 1, sizeof *be, "a backend"));
     be->iface = iface;
@@ -196,6 +201,58 @@ usp_status usp_backend_synchronize(usp_backend_t *be, usp_stream_t *stream)
     if (!be->iface->synchronize)
         return USP_OK;
     return be->iface->synchronize(be->context, stream);
+}
+
+usp_status usp_buffer_download(usp_backend_t *be, void *host, const void *src, size_t bytes, usp_stream_t *stream)
+{
+    USP_CHECK(usp_buffer_copy(be, host, src, bytes, USP_COPY_DEVICE_TO_HOST, stream));
+    return usp_backend_synchronize(be, stream);
+}
+
+usp_status usp_stream_create(usp_backend_t *be, usp_stream_t **out)
+{
+    *out = NULL;
+    return be->iface->stream_create ? be->iface->stream_create(be->context, out) : USP_OK;
+}
+
+usp_status usp_stream_destroy(usp_backend_t *be, usp_stream_t *stream)
+{
+    if (!stream)
+        return USP_OK;
+    usp_status s = usp_backend_synchronize(be, stream);
+    be->iface->stream_destroy(be->context, stream);
+    return s;
+}
+
+usp_status usp_event_create(usp_backend_t *be, usp_event_t **out)
+{
+    *out = NULL;
+    return be->iface->event_create ? be->iface->event_create(be->context, out) : USP_OK;
+}
+
+void usp_event_destroy(usp_backend_t *be, usp_event_t *event)
+{
+    if (event)
+        be->iface->event_destroy(be->context, event);
+}
+
+usp_status usp_event_record(usp_backend_t *be, usp_event_t *event, usp_stream_t *stream)
+{
+    return event ? be->iface->event_record(be->context, event, stream) : USP_OK;
+}
+
+usp_status usp_stream_wait_event(usp_backend_t *be, usp_stream_t *stream, usp_event_t *event)
+{
+    return event ? be->iface->stream_wait_event(be->context, stream, event) : USP_OK;
+}
+
+usp_status usp_launch_host_func(usp_backend_t *be, usp_stream_t *stream, void (*fn)(void *arg), void *arg)
+{
+    if (!be->iface->launch_host_func) {
+        fn(arg);
+        return USP_OK;
+    }
+    return be->iface->launch_host_func(be->context, stream, fn, arg);
 }
 
 usp_status usp_gemm(usp_backend_t *be, const usp_gemm_desc *g, usp_stream_t *stream)

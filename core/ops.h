@@ -1,4 +1,4 @@
-/* Compute ops: the interface every backend (cpu, meta, cuda) fills.
+/* Compute ops: the interface every backend (cpu, meta, lazy, cuda) fills.
  *
  * Model code calls only these functions. Buffers are backend memory (device
  * pointers on CUDA, fake addresses on the meta backend): code never reads them
@@ -7,7 +7,36 @@
  * reports the same numbers) to an optional cost sink: the simulator turns that
  * into virtual time. Every allocation is counted (current and peak bytes, and
  * by category) whatever the backend, so the planner's memory is the real
- * code's memory. */
+ * code's memory.
+ *
+ * Ordering and completion: CUDA's stream semantics, kept by every backend and
+ * enforced in tests by the lazy backend (backends/lazy/), which runs nothing
+ * until it must.
+ * - An op is enqueued on a stream (NULL: the backend's default stream) and may
+ *   return before it has run. Ops on one stream run in the order issued. An op
+ *   returns the errors its arguments show; an error found while running is
+ *   returned by a later synchronisation point.
+ * - Host memory an op reads (the source of a host-to-device copy, a GEMM
+ *   descriptor, an attention shape, rope's inv_freq) is read before the call
+ *   returns: the caller may reuse it at once.
+ * - A device-to-host usp_buffer_copy only enqueues the copy: the host
+ *   destination holds the data after usp_backend_synchronize on that stream.
+ *   usp_buffer_download is the blocking form. Blocking calls, which return
+ *   with their work done: usp_buffer_download, usp_sum_squares,
+ *   usp_backend_synchronize, and the allocation calls.
+ * - usp_buffer_free is stream-ordered (cudaFreeAsync on the default stream):
+ *   work already enqueued on the default stream that reads or writes the
+ *   buffer runs first, then the memory is released; the accounting drops at
+ *   once. Work on another stream that uses the buffer must be joined to the
+ *   default stream with an event before the free. (Stream-ordered frees were
+ *   chosen over arenas carved from the meta run: scratch sizes depend on the
+ *   call, and a CUDA pool allocator gives the same without a second plan.)
+ * - Streams and events order work across queues: usp_event_record marks the
+ *   point a stream has reached, usp_stream_wait_event makes later work on
+ *   another stream wait for it (cudaEventRecord / cudaStreamWaitEvent). This
+ *   is how communication on its own stream overlaps compute (core/ring.c).
+ *   On backends that complete every op before returning (cpu, meta) the
+ *   stream and event calls give NULL handles and do nothing. */
 #ifndef USP_OPS_H
 #define USP_OPS_H
 
@@ -83,18 +112,46 @@ usp_status usp_buffer_alloc(usp_backend_t *be, size_t bytes, const char *categor
  * addresses stay float-sized, as the model code indexes float elements. */
 usp_status usp_buffer_alloc_as(usp_backend_t *be, size_t elems, usp_dtype storage, const char *category, void **out);
 
-/* Frees a buffer from usp_buffer_alloc (NULL is a no-op). */
+/* Frees a buffer from usp_buffer_alloc, stream-ordered (see above; NULL is a no-op). */
 void usp_buffer_free(usp_backend_t *be, void *ptr);
 
-/* Copies `bytes` between host and backend memory, or within backend memory. */
+/* Copies `bytes` between host and backend memory, or within backend memory (device to host:
+ * the host data is there after usp_backend_synchronize; see above). */
 usp_status usp_buffer_copy(usp_backend_t *be, void *dst, const void *src, size_t bytes,
                            usp_copy_kind kind, usp_stream_t *stream);
 
 /* Sets `bytes` of backend memory to zero. */
 usp_status usp_buffer_zero(usp_backend_t *be, void *ptr, size_t bytes, usp_stream_t *stream);
 
-/* Waits until every op queued on `stream` has finished. */
+/* Copies `bytes` of backend memory at `src` to host memory `host` and waits: blocking. */
+usp_status usp_buffer_download(usp_backend_t *be, void *host, const void *src, size_t bytes, usp_stream_t *stream);
+
+/* Waits until every op queued on `stream` (and what it waits for) has finished. Blocking. */
 usp_status usp_backend_synchronize(usp_backend_t *be, usp_stream_t *stream);
+
+typedef struct usp_event usp_event_t; /* a point in a stream's work */
+
+/* Creates a stream of its own (NULL on backends that complete every op at once). */
+usp_status usp_stream_create(usp_backend_t *be, usp_stream_t **out);
+
+/* Synchronises and destroys a stream from usp_stream_create (NULL is a no-op). */
+usp_status usp_stream_destroy(usp_backend_t *be, usp_stream_t *stream);
+
+/* Creates an event (NULL on backends that complete every op at once). */
+usp_status usp_event_create(usp_backend_t *be, usp_event_t **out);
+
+/* Destroys an event (NULL is a no-op); work already waiting on it is unaffected. */
+void usp_event_destroy(usp_backend_t *be, usp_event_t *event);
+
+/* Marks in `event` the work enqueued on `stream` so far. */
+usp_status usp_event_record(usp_backend_t *be, usp_event_t *event, usp_stream_t *stream);
+
+/* Work enqueued on `stream` from now on runs after the work `event` marks. */
+usp_status usp_stream_wait_event(usp_backend_t *be, usp_stream_t *stream, usp_event_t *event);
+
+/* Runs fn(arg) on the host in `stream`'s order (cudaLaunchHostFunc): after the work enqueued
+ * before it, before the work enqueued after it; at once on backends that complete every op at once. */
+usp_status usp_launch_host_func(usp_backend_t *be, usp_stream_t *stream, void (*fn)(void *arg), void *arg);
 
 /* 1 when [ptr, ptr+bytes) lies inside one live buffer of this backend. */
 int usp_backend_owns(const usp_backend_t *be, const void *ptr, size_t bytes);

@@ -252,7 +252,7 @@ usp_status usp_param_store_reduce_grads(usp_param_store *s, double *norm)
         USP_CHECK(usp_sum_squares(BE, &sq, s->grads, (int64_t)n, ST));
         USP_CHECK(usp_buffer_copy(BE, s->scalar, &sq, sizeof sq, USP_COPY_HOST_TO_DEVICE, ST));
         USP_CHECK(usp_comm_all_reduce(s->c.world, s->scalar, s->scalar, 1, USP_F64, USP_REDUCE_SUM, ST));
-        USP_CHECK(usp_buffer_copy(BE, &sq, s->scalar, sizeof sq, USP_COPY_DEVICE_TO_HOST, ST));
+        USP_CHECK(usp_buffer_download(BE, &sq, s->scalar, sizeof sq, ST));
     }
     *norm = sqrt(sq);
     return USP_OK;
@@ -332,8 +332,7 @@ usp_status usp_param_store_read(usp_param_store *s, usp_param_array which, float
     float *array = array_of(s, which);
     USP_ASSERT(array, "array %d is not held by this store", (int)which);
     if (!is_sharded(s, array))
-        return usp_buffer_copy(BE, host, array, (size_t)s->c.table->total * sizeof(float), USP_COPY_DEVICE_TO_HOST,
-                               ST);
+        return usp_buffer_download(BE, host, array, (size_t)s->c.table->total * sizeof(float), ST);
     float *recv;
     USP_CHECK(alloc_array(s, &recv, s->max_shard * s->W, storage_of(s, array), "comm"));
     usp_status st = USP_OK;
@@ -343,8 +342,7 @@ usp_status usp_param_store_read(usp_param_store *s, usp_param_array which, float
             continue;
         st = usp_comm_all_gather(s->c.world, array + b->shard_at, recv, (size_t)b->shard, storage_of(s, array), ST);
         if (st == USP_OK)
-            st = usp_buffer_copy(BE, host + b->start, recv, (size_t)b->len * sizeof(float), USP_COPY_DEVICE_TO_HOST,
-                                 ST);
+            st = usp_buffer_download(BE, host + b->start, recv, (size_t)b->len * sizeof(float), ST);
     }
     usp_buffer_free(BE, recv);
     return st;

@@ -57,8 +57,7 @@ static usp_status expect(selftest *t, size_t at, size_t n, int src, int dst, int
 {
     if (!usp_backend_has_numerics(t->ctx->backend))
         return USP_OK;
-    USP_CHECK(usp_buffer_copy(t->ctx->backend, t->host, t->dev_recv + at, n * sizeof(float),
-                              USP_COPY_DEVICE_TO_HOST, t->ctx->stream));
+    USP_CHECK(usp_buffer_download(t->ctx->backend, t->host, t->dev_recv + at, n * sizeof(float), t->ctx->stream));
     size_t i = 0;
     while (i < n && t->host[i] == payload(src, dst, tag, i))
         i++;
@@ -131,8 +130,7 @@ static float group_sum(usp_comm_t *g, int tag, size_t i)
 
 static usp_status check_sum(selftest *t, usp_comm_t *g, size_t n, int tag, const char *what)
 {
-    USP_CHECK(usp_buffer_copy(t->ctx->backend, t->host, t->dev_recv, n * sizeof(float),
-                              USP_COPY_DEVICE_TO_HOST, t->ctx->stream));
+    USP_CHECK(usp_buffer_download(t->ctx->backend, t->host, t->dev_recv, n * sizeof(float), t->ctx->stream));
     size_t i = 0;
     while (i < n && usp_backend_has_numerics(t->ctx->backend) && t->host[i] == group_sum(g, tag, i))
         i++;
@@ -151,10 +149,10 @@ static usp_status reductions(selftest *t, size_t grad_n)
     int64_t tokens = (int64_t)t->ctx->rank + 1;
     USP_CHECK(usp_buffer_copy(be, t->dev_send, &loss, sizeof loss, USP_COPY_HOST_TO_DEVICE, st));
     USP_CHECK(usp_comm_all_reduce(t->mesh.sp, t->dev_send, t->dev_recv, 1, USP_F64, USP_REDUCE_SUM, st));
-    USP_CHECK(usp_buffer_copy(be, &loss, t->dev_recv, sizeof loss, USP_COPY_DEVICE_TO_HOST, st));
+    USP_CHECK(usp_buffer_download(be, &loss, t->dev_recv, sizeof loss, st));
     USP_CHECK(usp_buffer_copy(be, t->dev_send, &tokens, sizeof tokens, USP_COPY_HOST_TO_DEVICE, st));
     USP_CHECK(usp_comm_all_reduce(t->mesh.sp, t->dev_send, t->dev_recv, 1, USP_I64, USP_REDUCE_SUM, st));
-    USP_CHECK(usp_buffer_copy(be, &tokens, t->dev_recv, sizeof tokens, USP_COPY_DEVICE_TO_HOST, st));
+    USP_CHECK(usp_buffer_download(be, &tokens, t->dev_recv, sizeof tokens, st));
     int64_t want_tokens = 0;
     for (int j = 0; j < usp_comm_size(t->mesh.sp); j++)
         want_tokens += usp_comm_world_rank(t->mesh.sp, j) + 1;
@@ -178,8 +176,7 @@ static usp_status sharded(selftest *t, size_t shard)
     size_t n = (size_t)usp_comm_size(dp);
     USP_CHECK(put(t, 0, n * shard, 0, 9));
     USP_CHECK(usp_comm_reduce_scatter(dp, t->dev_send, t->dev_recv, shard, USP_F32, USP_REDUCE_SUM, t->ctx->stream));
-    USP_CHECK(usp_buffer_copy(t->ctx->backend, t->host, t->dev_recv, shard * sizeof(float),
-                              USP_COPY_DEVICE_TO_HOST, t->ctx->stream));
+    USP_CHECK(usp_buffer_download(t->ctx->backend, t->host, t->dev_recv, shard * sizeof(float), t->ctx->stream));
     size_t first = (size_t)usp_comm_rank(dp) * shard, i = 0;
     while (i < shard && usp_backend_has_numerics(t->ctx->backend) && t->host[i] == group_sum(dp, 9, first + i))
         i++;
@@ -203,7 +200,7 @@ static usp_status world_ops(selftest *t, size_t n)
     double id = (double)t->ctx->rank;
     USP_CHECK(usp_buffer_copy(t->ctx->backend, t->dev_send, &id, sizeof id, USP_COPY_HOST_TO_DEVICE, t->ctx->stream));
     USP_CHECK(usp_comm_all_reduce(w, t->dev_send, t->dev_recv, 1, USP_F64, USP_REDUCE_MAX, t->ctx->stream));
-    USP_CHECK(usp_buffer_copy(t->ctx->backend, &id, t->dev_recv, sizeof id, USP_COPY_DEVICE_TO_HOST, t->ctx->stream));
+    USP_CHECK(usp_buffer_download(t->ctx->backend, &id, t->dev_recv, sizeof id, t->ctx->stream));
     if (usp_backend_has_numerics(t->ctx->backend))
         tally(t, id == (double)root, "max all-reduce over the world", 0, id, root);
     return USP_OK;

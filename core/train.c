@@ -68,7 +68,7 @@ static usp_status sum_over(trainer *t, usp_comm_t *group, double *values, int n)
 {
     USP_CHECK(usp_buffer_copy(BE, t->scalars, values, (size_t)n * sizeof *values, USP_COPY_HOST_TO_DEVICE, ST));
     USP_CHECK(usp_comm_all_reduce(group, t->scalars, t->scalars, (size_t)n, USP_F64, USP_REDUCE_SUM, ST));
-    return usp_buffer_copy(BE, values, t->scalars, (size_t)n * sizeof *values, USP_COPY_DEVICE_TO_HOST, ST);
+    return usp_buffer_download(BE, values, t->scalars, (size_t)n * sizeof *values, ST);
 }
 
 /* Reads this rank's shards of the B_local sequences of DP replica d at `first_sample`. */
@@ -141,8 +141,7 @@ static usp_status reduce_and_update(trainer *t, int64_t step)
     USP_CHECK(usp_param_store_reduce_grads(t->store, &norm));
     float *whole = usp_param_store_whole_grads(t->store);
     if (t->c->first_grads && t->ctx->rank == 0 && step == 1 && t->numerics && whole)
-        USP_CHECK(usp_buffer_copy(BE, t->c->first_grads, whole, (size_t)t->table.total * sizeof(float),
-                                  USP_COPY_DEVICE_TO_HOST, ST));
+        USP_CHECK(usp_buffer_download(BE, t->c->first_grads, whole, (size_t)t->table.total * sizeof(float), ST));
     /* on meta the norm is unknown (0): count the clip, a step usually pays it early in training */
     if (t->c->grad_clip > 0 && (norm > t->c->grad_clip || !t->numerics))
         USP_CHECK(usp_param_store_scale_grads(t->store, t->numerics ? (float)(t->c->grad_clip / norm) : 1.0f));
@@ -159,8 +158,7 @@ static usp_status gather_peaks(trainer *t, double *peaks)
     double mine = (double)usp_backend_peak_bytes(BE);
     USP_CHECK(usp_buffer_copy(BE, t->scalars, &mine, sizeof mine, USP_COPY_HOST_TO_DEVICE, ST));
     USP_CHECK(usp_comm_all_gather(t->ctx->world, t->scalars, t->scalars + 1, 1, USP_F64, ST));
-    USP_CHECK(usp_buffer_copy(BE, peaks, t->scalars + 1, (size_t)t->ctx->world_size * sizeof *peaks,
-                              USP_COPY_DEVICE_TO_HOST, ST));
+    USP_CHECK(usp_buffer_download(BE, peaks, t->scalars + 1, (size_t)t->ctx->world_size * sizeof *peaks, ST));
     if (!t->numerics)
         peaks[0] = mine;
     return USP_OK;

@@ -315,6 +315,10 @@ static usp_status post_and_wait(sim_comm *sc, usp_comm_op *op)
 {
     sim_world *w = sc->world;
     sim_rank *r = w->current;
+    /* The call runs at once here, in its stream's order on a real backend: the work queued before it
+     * on that stream (on an asynchronous backend) must have run, so that the send buffer holds its data. */
+    if (op->kind != USP_OP_SPLIT)
+        USP_CHECK(usp_backend_synchronize(r->backend, op->stream));
     op->issued_on = sc->handle;
     op->t_post = r->clock;
     r->op = op;

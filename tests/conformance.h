@@ -22,7 +22,9 @@
  * test_backend_conformance.c checks at compile time that this is exactly the
  * struct's list, so a new slot cannot go untested unnoticed. */
 #define CONFORMANCE_SLOTS(X)                                                                                     \
-    X(alloc, NULL) X(free, NULL) X(copy, "copy") X(zero, "zero") X(synchronize, NULL) X(gemm, "gemm")           \
+    X(alloc, NULL) X(free, NULL) X(copy, "copy") X(zero, "zero") X(synchronize, NULL) X(stream_create, NULL)    \
+    X(stream_destroy, NULL) X(event_create, NULL) X(event_destroy, NULL) X(event_record, NULL)                  \
+    X(stream_wait_event, NULL) X(launch_host_func, NULL) X(gemm, "gemm")                                        \
     X(copy_2d, "copy") X(accumulate_2d, "accumulate") X(attention_workspace_bytes, NULL)                        \
     X(attention_forward, "attention_forward") X(attention_backward, "attention_backward")                       \
     X(attention_merge, "attention_merge") X(embedding_forward, "embedding_forward")                             \
@@ -64,8 +66,7 @@ typedef struct conformance_run {
     uint64_t rng; /* the input generator, reset for every run */
     conformance_output out[CONFORMANCE_MAX_OUTPUTS];
     int n_out;
-    /* host sources of uploads: kept until after synchronize, as a copy may read them late */
-    void *staged[CONFORMANCE_MAX_STAGED];
+    void *staged[CONFORMANCE_MAX_STAGED]; /* host memory freed after the final synchronize */
     int n_staged;
 } conformance_run;
 
@@ -91,7 +92,7 @@ float conformance_rnd(conformance_run *r);
 
 /* n floats scale * conformance_rnd() in host memory (the run frees them), to edit before conformance_upload. */
 float *conformance_host(conformance_run *r, int64_t n, float scale);
-/* A backend buffer of n floats, uploaded from `values` (host; kept alive until after synchronize). */
+/* A backend buffer of n floats, uploaded from `values` (host). */
 float *conformance_upload(conformance_run *r, const float *values, int64_t n);
 /* A backend buffer of n floats, scale * conformance_rnd(), uploaded. */
 float *conformance_input(conformance_run *r, int64_t n, float scale);
@@ -100,8 +101,13 @@ float *conformance_output_buffer(conformance_run *r, int64_t n);
 /* A backend buffer of n int32 ids, uploaded. */
 int32_t *conformance_ids(conformance_run *r, const int32_t *values, int64_t n);
 
-/* Queues the download of n floats of `dev` as the output `name`. */
-void conformance_download(conformance_run *r, const char *name, const float *dev, int64_t n);
+/* Host memory the run frees after its final synchronize (a host function's argument). */
+void *conformance_staged(conformance_run *r, size_t bytes);
+
+/* Queues the download of n floats of `dev` as the output `name`; returns the host copy (valid after synchronize). */
+const float *conformance_download(conformance_run *r, const char *name, const float *dev, int64_t n);
+/* n host floats, NaN until host code (a host function) writes them, as the output `name`. */
+float *conformance_host_output(conformance_run *r, const char *name, int64_t n);
 /* Records a result the op left in host memory. */
 void conformance_scalar(conformance_run *r, const char *name, double value);
 

@@ -51,6 +51,54 @@ static void run_buffer_zero(conformance_run *r, const void *params)
     conformance_download(r, "b", b, 33);
 }
 
+/* ---- streams, events, host functions ------------------------------------------ */
+
+typedef struct host_copy {
+    const float *from; /* a download's host copy */
+    float *to;
+    int64_t n;
+} host_copy;
+
+static void copy_on_host(void *arg)
+{
+    const host_copy *h = arg;
+    for (int64_t i = 0; i < h->n; i++)
+        h->to[i] = h->from[i];
+}
+
+/* Work on a stream of the case's own, joined to the default stream by events in
+ * both directions: the default stream uploads x and y, the own stream waits
+ * for that and scales x, the default stream waits for the scale and adds x to
+ * y, downloads y, then runs a host function that copies the downloaded values
+ * (in stream order: after the download). Without the waits a backend that
+ * runs streams independently computes with stale x. */
+static void run_streams_and_events(conformance_run *r, const void *params)
+{
+    (void)params;
+    const int64_t n = 100;
+    usp_stream_t *side;
+    usp_event_t *uploaded, *scaled;
+    CONFORMANCE_OK(r, usp_stream_create(r->be, &side));
+    CONFORMANCE_OK(r, usp_event_create(r->be, &uploaded));
+    CONFORMANCE_OK(r, usp_event_create(r->be, &scaled));
+    float *x = conformance_input(r, n, 1), *y = conformance_input(r, n, 1);
+    CONFORMANCE_OK(r, usp_event_record(r->be, uploaded, NULL));
+    CONFORMANCE_OK(r, usp_stream_wait_event(r->be, side, uploaded));
+    CONFORMANCE_OK(r, usp_scale(r->be, x, 3.0f, n, side));
+    CONFORMANCE_OK(r, usp_event_record(r->be, scaled, side));
+    CONFORMANCE_OK(r, usp_stream_wait_event(r->be, NULL, scaled));
+    CONFORMANCE_OK(r, usp_accumulate_2d(r->be, y, (size_t)n, x, (size_t)n, (size_t)n, 1, NULL));
+    host_copy *h = conformance_staged(r, sizeof *h);
+    *h = (host_copy){.from = conformance_download(r, "y", y, n),
+                     .to = conformance_host_output(r, "y by host function", n), .n = n};
+    CONFORMANCE_OK(r, usp_launch_host_func(r->be, NULL, copy_on_host, h));
+    /* the default stream first: only the wait orders the side stream's scale before the add */
+    CONFORMANCE_OK(r, usp_backend_synchronize(r->be, NULL));
+    CONFORMANCE_OK(r, usp_stream_destroy(r->be, side));
+    usp_event_destroy(r->be, uploaded);
+    usp_event_destroy(r->be, scaled);
+}
+
 /* ---- gemm ----------------------------------------------------------------- */
 
 typedef struct gemm_params {
@@ -467,12 +515,16 @@ static void run_bias_backward(conformance_run *r, const void *params)
 /* ---- the table ----------------------------------------------------------------------------------- */
 
 #define MEMORY (SLOT(alloc) | SLOT(free) | SLOT(copy) | SLOT(synchronize) | SLOT(destroy))
+#define STREAMS                                                                                             \
+    (SLOT(stream_create) | SLOT(stream_destroy) | SLOT(event_create) | SLOT(event_destroy) | SLOT(event_record) | \
+     SLOT(stream_wait_event) | SLOT(launch_host_func))
 #define ATTENTION (SLOT(attention_workspace_bytes) | SLOT(attention_forward))
 #define ATTENTION_BWD (ATTENTION | SLOT(attention_backward))
 
 const conformance_case conformance_cases[] = {
     {"buffer copies: three kinds, unaligned bytes, free", run_buffer_copies, NULL, MEMORY, 0},
     {"buffer zero: unaligned range, whole buffer", run_buffer_zero, NULL, SLOT(zero), 0},
+    {"streams and events both ways, a host function", run_streams_and_events, NULL, STREAMS, 0},
     {"gemm nn, batch 3, beta 0", run_gemm, &gemm_nn, SLOT(gemm), 1e-5},
     {"gemm nt, beta 2, padded rows", run_gemm, &gemm_nt, SLOT(gemm), 1e-5},
     {"gemm tn, beta -1", run_gemm, &gemm_tn, SLOT(gemm), 1e-5},

@@ -6,6 +6,20 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backends/cpu/cpu_backend.h"
+#include "backends/lazy/lazy_backend.h"
+
+sim_backend_factory harness_backend_factory(void)
+{
+    const char *name = getenv("USP_TEST_BACKEND");
+    if (!name || !*name || strcmp(name, "cpu") == 0)
+        return usp_backend_cpu_create;
+    if (strcmp(name, "lazy") == 0)
+        return usp_backend_lazy_create;
+    fprintf(stderr, "USP_TEST_BACKEND=%s: not a backend the tests know (cpu, lazy)\n", name);
+    exit(2);
+}
+
 usp_status harness_run(int world, usp_rank_main_fn fn, void *arg, const sim_fault *faults, int n_faults,
                        char *report, size_t report_size)
 {
@@ -13,6 +27,7 @@ usp_status harness_run(int world, usp_rank_main_fn fn, void *arg, const sim_faul
     config.faults = faults;
     config.n_faults = n_faults;
     config.stack_bytes = (size_t)1 << 20;
+    config.make_backend = harness_backend_factory();
     sim_world *w;
     USP_CHECK(sim_world_create(&config, &w));
     usp_status s = sim_world_run(w, fn, arg);
@@ -36,7 +51,7 @@ usp_status harness_train(const usp_train_config *config, usp_train_result *resul
 usp_status harness_train_world(const usp_train_config *config, sim_backend_factory factory, sim_world **out)
 {
     sim_config sc = sim_config_default(config->shape.world);
-    sc.make_backend = factory, sc.trace = 0, sc.stack_bytes = (size_t)1 << 20;
+    sc.make_backend = factory ? factory : harness_backend_factory(), sc.trace = 0, sc.stack_bytes = (size_t)1 << 20;
     USP_CHECK(sim_world_create(&sc, out));
     usp_train_result result = {.passkey_accuracy = -1};
     usp_train_run run = {.config = config, .result = &result};
@@ -75,7 +90,7 @@ usp_status harness_upload(const usp_rank_ctx *ctx, const void *host, size_t byte
 
 usp_status harness_download(const usp_rank_ctx *ctx, void *host, const void *dev, size_t bytes)
 {
-    return usp_buffer_copy(ctx->backend, host, dev, bytes, USP_COPY_DEVICE_TO_HOST, ctx->stream);
+    return usp_buffer_download(ctx->backend, host, dev, bytes, ctx->stream);
 }
 
 usp_status harness_expect_eq(const usp_rank_ctx *ctx, const char *what, size_t index, double got, double want)

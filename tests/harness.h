@@ -10,6 +10,10 @@
 #include "core/train.h"
 #include "sim/world.h"
 
+/* The backend the harness gives every rank: the environment's USP_TEST_BACKEND (cpu, the
+ * default, or lazy: ctest runs the training tests on both). */
+sim_backend_factory harness_backend_factory(void);
+
 /* Runs fn on `world` ranks with the default config (plus `faults`); returns the
  * run's status. When `report` is non-NULL, the report text is copied there. */
 usp_status harness_run(int world, usp_rank_main_fn fn, void *arg, const sim_fault *faults, int n_faults,
@@ -18,7 +22,7 @@ usp_status harness_run(int world, usp_rank_main_fn fn, void *arg, const sim_faul
 /* Runs the training `config` on its world (cpu backends); *result is rank 0's (may be NULL). */
 usp_status harness_train(const usp_train_config *config, usp_train_result *result, char *report, size_t report_size);
 
-/* Runs the training `config` on a world whose backends `factory` makes (NULL: cpu) and keeps the world for
+/* Runs the training `config` on a world whose backends `factory` makes (NULL: harness_backend_factory's) and keeps the world for
  * inspection (*out; destroy it), or returns the run's error. */
 usp_status harness_train_world(const usp_train_config *config, sim_backend_factory factory, sim_world **out);
 

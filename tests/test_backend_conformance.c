@@ -103,8 +103,7 @@ float conformance_rnd(conformance_run *r) /* splitmix64: the same inputs on ever
     return (float)((double)(z >> 40) / (double)(1ull << 24) * 2.0 - 1.0);
 }
 
-/* Host memory the run frees after its final synchronize. */
-static void *staged(conformance_run *r, size_t bytes)
+void *conformance_staged(conformance_run *r, size_t bytes)
 {
     ck_assert_int_lt(r->n_staged, CONFORMANCE_MAX_STAGED);
     void *p = malloc(bytes ? bytes : 1);
@@ -114,7 +113,7 @@ static void *staged(conformance_run *r, size_t bytes)
 
 float *conformance_host(conformance_run *r, int64_t n, float scale)
 {
-    float *x = staged(r, (size_t)n * sizeof *x);
+    float *x = conformance_staged(r, (size_t)n * sizeof *x);
     for (int64_t i = 0; i < n; i++)
         x[i] = scale * conformance_rnd(r);
     return x;
@@ -140,7 +139,7 @@ float *conformance_input(conformance_run *r, int64_t n, float scale)
 
 float *conformance_output_buffer(conformance_run *r, int64_t n)
 {
-    float *x = staged(r, (size_t)n * sizeof *x);
+    float *x = conformance_staged(r, (size_t)n * sizeof *x);
     for (int64_t i = 0; i < n; i++)
         x[i] = NAN;
     return conformance_upload(r, x, n);
@@ -159,7 +158,7 @@ static conformance_output *new_output(conformance_run *r, const char *name)
     return o;
 }
 
-void conformance_download(conformance_run *r, const char *name, const float *dev, int64_t n)
+float *conformance_host_output(conformance_run *r, const char *name, int64_t n)
 {
     conformance_output *o = new_output(r, name);
     o->n = n;
@@ -167,7 +166,14 @@ void conformance_download(conformance_run *r, const char *name, const float *dev
     ck_assert_ptr_nonnull(o->host);
     for (int64_t i = 0; i < n; i++) /* what a backend that never copies leaves (meta: not compared) */
         o->host[i] = NAN;
-    CONFORMANCE_OK(r, usp_buffer_copy(r->be, o->host, dev, (size_t)n * sizeof *o->host, USP_COPY_DEVICE_TO_HOST, NULL));
+    return o->host;
+}
+
+const float *conformance_download(conformance_run *r, const char *name, const float *dev, int64_t n)
+{
+    float *host = conformance_host_output(r, name, n);
+    CONFORMANCE_OK(r, usp_buffer_copy(r->be, host, dev, (size_t)n * sizeof *host, USP_COPY_DEVICE_TO_HOST, NULL));
+    return host;
 }
 
 void conformance_scalar(conformance_run *r, const char *name, double value)

@@ -229,6 +229,8 @@ static const usp_backend_i cpu_backend_iface = {
     .destroy = NULL,
 };
 
+const usp_backend_i *usp_backend_cpu_interface(void) { return &cpu_backend_iface; }
+
 usp_status usp_backend_cpu_create(usp_backend_t **out)
 {
     return usp_backend_create(&cpu_backend_iface, NULL, out);

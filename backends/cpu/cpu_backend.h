@@ -15,4 +15,9 @@
 /* Creates a CPU backend (one per rank). */
 usp_status usp_backend_cpu_create(usp_backend_t **out);
 
+struct usp_backend_i;
+
+/* The CPU backend's slot table, for backends that run its kernels their own way (backends/lazy/). */
+const struct usp_backend_i *usp_backend_cpu_interface(void);
+
 #endif

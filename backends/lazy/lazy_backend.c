@@ -1,0 +1,438 @@
+/* The lazy backend's slots: each checks its buffers are live, saves its
+ * arguments and queues a runner that calls the cpu kernel later (lazy_backend.h). */
+#include "backends/lazy/lazy_backend.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "backends/cpu/cpu_backend.h"
+#include "backends/lazy/lazy_device.h"
+#include "core/backend_impl.h"
+
+#define CPU usp_backend_cpu_interface()
+#define QUEUE(name, n, ...) \
+    lazy_op *op;            \
+    USP_CHECK(lazy_device_enqueue(ctx, stream, #name, run_##name, &op, n, __VA_ARGS__))
+
+static usp_status lazy_alloc(void *ctx, size_t bytes, void **out) { return lazy_device_alloc(ctx, bytes, out); }
+static void lazy_free(void *ctx, void *ptr) { lazy_device_free(ctx, ptr); }
+
+static usp_status run_copy(const lazy_op *o)
+{
+    memmove(o->p[0], o->owned ? o->owned : o->p[1], o->z[0]);
+    return USP_OK;
+}
+
+static usp_status lazy_copy(void *ctx, void *dst, const void *src, size_t bytes, usp_copy_kind kind,
+                            usp_stream_t *stream)
+{
+    lazy_op *op;
+    if (kind == USP_COPY_HOST_TO_DEVICE) { /* the host source is read now: staged until the copy runs */
+        void *staged = malloc(bytes);
+        if (!staged)
+            return usp_error(USP_ERR_RUNTIME, "out of memory staging a %zu-byte upload on the lazy backend", bytes);
+        memcpy(staged, src, bytes);
+        usp_status s = lazy_device_enqueue(ctx, stream, "copy", run_copy, &op, 1, dst);
+        if (s != USP_OK) {
+            free(staged);
+            return s;
+        }
+        op->owned = staged;
+    } else if (kind == USP_COPY_DEVICE_TO_HOST) {
+        USP_CHECK(lazy_device_enqueue(ctx, stream, "copy", run_copy, &op, 1, src));
+        op->p[1] = (void *)src;
+        memset(dst, 0xFF, bytes); /* poison: the data is there only after synchronisation */
+        op->writes_host = 1;
+    } else {
+        USP_CHECK(lazy_device_enqueue(ctx, stream, "copy", run_copy, &op, 2, dst, src));
+    }
+    op->p[0] = dst;
+    op->z[0] = bytes;
+    return USP_OK;
+}
+
+static usp_status run_zero(const lazy_op *o) { return CPU->zero(NULL, o->p[0], o->z[0], NULL); }
+static usp_status lazy_zero(void *ctx, void *ptr, size_t bytes, usp_stream_t *stream)
+{
+    QUEUE(zero, 1, ptr);
+    op->z[0] = bytes;
+    return USP_OK;
+}
+
+static usp_status lazy_synchronize(void *ctx, usp_stream_t *stream) { return lazy_device_synchronize(ctx, stream); }
+
+static usp_status run_gemm(const lazy_op *o) { return CPU->gemm(NULL, &o->gemm, NULL); }
+static usp_status lazy_gemm(void *ctx, const usp_gemm_desc *g, usp_stream_t *stream)
+{
+    QUEUE(gemm, 3, g->a, g->b, g->c);
+    op->gemm = *g;
+    return USP_OK;
+}
+
+static usp_status run_copy_2d(const lazy_op *o)
+{
+    return CPU->copy_2d(NULL, o->p[0], o->z[0], o->p[1], o->z[1], o->z[2], o->z[3], NULL);
+}
+static usp_status lazy_copy_2d(void *ctx, void *dst, size_t dst_stride, const void *src, size_t src_stride,
+                               size_t row_bytes, size_t rows, usp_stream_t *stream)
+{
+    QUEUE(copy_2d, 2, dst, src);
+    op->z[0] = dst_stride, op->z[1] = src_stride, op->z[2] = row_bytes, op->z[3] = rows;
+    return USP_OK;
+}
+
+static usp_status run_accumulate_2d(const lazy_op *o)
+{
+    return CPU->accumulate_2d(NULL, o->p[0], o->z[0], o->p[1], o->z[1], o->z[2], o->z[3], NULL);
+}
+static usp_status lazy_accumulate_2d(void *ctx, float *dst, size_t dst_stride, const float *src, size_t src_stride,
+                                     size_t row_elems, size_t rows, usp_stream_t *stream)
+{
+    QUEUE(accumulate_2d, 2, dst, src);
+    op->z[0] = dst_stride, op->z[1] = src_stride, op->z[2] = row_elems, op->z[3] = rows;
+    return USP_OK;
+}
+
+static size_t lazy_attention_workspace(void *ctx, const usp_attention_shape *s)
+{
+    (void)ctx;
+    return CPU->attention_workspace_bytes(NULL, s);
+}
+
+static usp_status run_attention_forward(const lazy_op *o)
+{
+    return CPU->attention_forward(NULL, &o->shape, o->p[0], o->p[1], o->p[2], o->p[3], o->p[4], o->p[5], NULL);
+}
+static usp_status lazy_attention_forward(void *ctx, const usp_attention_shape *s, const float *q, const float *k,
+                                         const float *v, float *o, float *lse, void *workspace, usp_stream_t *stream)
+{
+    QUEUE(attention_forward, 6, q, k, v, o, lse, workspace);
+    op->shape = *s;
+    return USP_OK;
+}
+
+static usp_status run_attention_backward(const lazy_op *o)
+{
+    return CPU->attention_backward(NULL, &o->shape, o->p[0], o->p[1], o->p[2], o->p[3], o->p[4], o->p[5], o->p[6],
+                                   o->p[7], o->p[8], (int)o->i[0], o->p[9], NULL);
+}
+static usp_status lazy_attention_backward(void *ctx, const usp_attention_shape *s, const float *q, const float *k,
+                                          const float *v, const float *o, const float *lse, const float *d_o,
+                                          float *dq, float *dk, float *dv, int accumulate, void *workspace,
+                                          usp_stream_t *stream)
+{
+    QUEUE(attention_backward, 10, q, k, v, o, lse, d_o, dq, dk, dv, workspace);
+    op->shape = *s;
+    op->i[0] = accumulate;
+    return USP_OK;
+}
+
+static usp_status run_attention_merge(const lazy_op *o)
+{
+    return CPU->attention_merge(NULL, o->p[0], o->p[1], o->p[2], o->p[3], o->i[0], o->i[1], o->i[2], NULL);
+}
+static usp_status lazy_attention_merge(void *ctx, float *o, float *lse, const float *o_part, const float *lse_part,
+                                       int64_t n, int64_t heads, int64_t head_dim, usp_stream_t *stream)
+{
+    QUEUE(attention_merge, 4, o, lse, o_part, lse_part);
+    op->i[0] = n, op->i[1] = heads, op->i[2] = head_dim;
+    return USP_OK;
+}
+
+static usp_status run_embedding_forward(const lazy_op *o)
+{
+    return CPU->embedding_forward(NULL, o->p[0], o->p[1], o->p[2], o->p[3], o->p[4], o->i[0], o->i[1], NULL);
+}
+static usp_status lazy_embedding_forward(void *ctx, float *out, const int32_t *tokens, const int32_t *positions,
+                                         const float *wte, const float *wpe, int64_t n, int64_t C,
+                                         usp_stream_t *stream)
+{
+    QUEUE(embedding_forward, 5, out, tokens, positions, wte, wpe);
+    op->i[0] = n, op->i[1] = C;
+    return USP_OK;
+}
+
+static usp_status run_embedding_backward(const lazy_op *o)
+{
+    return CPU->embedding_backward(NULL, o->p[0], o->p[1], o->p[2], o->p[3], o->p[4], o->i[0], o->i[1], NULL);
+}
+static usp_status lazy_embedding_backward(void *ctx, float *dwte, float *dwpe, const float *dout,
+                                          const int32_t *tokens, const int32_t *positions, int64_t n, int64_t C,
+                                          usp_stream_t *stream)
+{
+    QUEUE(embedding_backward, 5, dwte, dwpe, dout, tokens, positions);
+    op->i[0] = n, op->i[1] = C;
+    return USP_OK;
+}
+
+static usp_status run_layernorm_forward(const lazy_op *o)
+{
+    return CPU->layernorm_forward(NULL, o->p[0], o->p[1], o->p[2], o->p[3], o->p[4], o->p[5], o->i[0], o->i[1],
+                                  o->f[0], NULL);
+}
+static usp_status lazy_layernorm_forward(void *ctx, float *out, float *mean, float *rstd, const float *inp,
+                                         const float *weight, const float *bias, int64_t n, int64_t C, float eps,
+                                         usp_stream_t *stream)
+{
+    QUEUE(layernorm_forward, 6, out, mean, rstd, inp, weight, bias);
+    op->i[0] = n, op->i[1] = C, op->f[0] = eps;
+    return USP_OK;
+}
+
+static usp_status run_layernorm_backward(const lazy_op *o)
+{
+    return CPU->layernorm_backward(NULL, o->p[0], o->p[1], o->p[2], o->p[3], o->p[4], o->p[5], o->p[6], o->p[7],
+                                   o->i[0], o->i[1], NULL);
+}
+static usp_status lazy_layernorm_backward(void *ctx, float *dinp, float *dweight, float *dbias, const float *dout,
+                                          const float *inp, const float *weight, const float *mean,
+                                          const float *rstd, int64_t n, int64_t C, usp_stream_t *stream)
+{
+    QUEUE(layernorm_backward, 8, dinp, dweight, dbias, dout, inp, weight, mean, rstd);
+    op->i[0] = n, op->i[1] = C;
+    return USP_OK;
+}
+
+static usp_status run_rmsnorm_forward(const lazy_op *o)
+{
+    return CPU->rmsnorm_forward(NULL, o->p[0], o->p[1], o->p[2], o->p[3], o->i[0], o->i[1], o->f[0], NULL);
+}
+static usp_status lazy_rmsnorm_forward(void *ctx, float *out, float *rstd, const float *inp, const float *weight,
+                                       int64_t n, int64_t C, float eps, usp_stream_t *stream)
+{
+    QUEUE(rmsnorm_forward, 4, out, rstd, inp, weight);
+    op->i[0] = n, op->i[1] = C, op->f[0] = eps;
+    return USP_OK;
+}
+
+static usp_status run_rmsnorm_backward(const lazy_op *o)
+{
+    return CPU->rmsnorm_backward(NULL, o->p[0], o->p[1], o->p[2], o->p[3], o->p[4], o->p[5], o->i[0], o->i[1],
+                                 NULL);
+}
+static usp_status lazy_rmsnorm_backward(void *ctx, float *dinp, float *dweight, const float *dout, const float *inp,
+                                        const float *weight, const float *rstd, int64_t n, int64_t C,
+                                        usp_stream_t *stream)
+{
+    QUEUE(rmsnorm_backward, 6, dinp, dweight, dout, inp, weight, rstd);
+    op->i[0] = n, op->i[1] = C;
+    return USP_OK;
+}
+
+static usp_status run_gelu_tanh_forward(const lazy_op *o)
+{
+    return CPU->gelu_tanh_forward(NULL, o->p[0], o->p[1], o->i[0], NULL);
+}
+static usp_status lazy_gelu_tanh_forward(void *ctx, float *out, const float *inp, int64_t n, usp_stream_t *stream)
+{
+    QUEUE(gelu_tanh_forward, 2, out, inp);
+    op->i[0] = n;
+    return USP_OK;
+}
+
+static usp_status run_gelu_tanh_backward(const lazy_op *o)
+{
+    return CPU->gelu_tanh_backward(NULL, o->p[0], o->p[1], o->p[2], o->i[0], NULL);
+}
+static usp_status lazy_gelu_tanh_backward(void *ctx, float *dinp, const float *inp, const float *dout, int64_t n,
+                                          usp_stream_t *stream)
+{
+    QUEUE(gelu_tanh_backward, 3, dinp, inp, dout);
+    op->i[0] = n;
+    return USP_OK;
+}
+
+static usp_status run_swiglu_forward(const lazy_op *o)
+{
+    return CPU->swiglu_forward(NULL, o->p[0], o->p[1], o->p[2], o->i[0], NULL);
+}
+static usp_status lazy_swiglu_forward(void *ctx, float *out, const float *gate, const float *up, int64_t n,
+                                      usp_stream_t *stream)
+{
+    QUEUE(swiglu_forward, 3, out, gate, up);
+    op->i[0] = n;
+    return USP_OK;
+}
+
+static usp_status run_swiglu_backward(const lazy_op *o)
+{
+    return CPU->swiglu_backward(NULL, o->p[0], o->p[1], o->p[2], o->p[3], o->p[4], o->i[0], NULL);
+}
+static usp_status lazy_swiglu_backward(void *ctx, float *dgate, float *dup, const float *gate, const float *up,
+                                       const float *dout, int64_t n, usp_stream_t *stream)
+{
+    QUEUE(swiglu_backward, 5, dgate, dup, gate, up, dout);
+    op->i[0] = n;
+    return USP_OK;
+}
+
+/* inv_freq is host memory read before the slot returns: the op keeps a copy. */
+static usp_status keep_inv_freq(lazy_op *op, const double *inv_freq, int64_t D)
+{
+    if (!inv_freq)
+        return USP_OK;
+    op->owned = malloc((size_t)(D / 2) * sizeof *inv_freq);
+    if (!op->owned)
+        return usp_error(USP_ERR_RUNTIME, "out of memory keeping rope's frequencies on the lazy backend");
+    memcpy(op->owned, inv_freq, (size_t)(D / 2) * sizeof *inv_freq);
+    return USP_OK;
+}
+
+static usp_status run_rope_forward(const lazy_op *o)
+{
+    return CPU->rope_forward(NULL, o->p[0], o->p[1], o->i[0], o->i[1], o->i[2], o->f[0], o->owned, NULL);
+}
+static usp_status lazy_rope_forward(void *ctx, float *x, const int32_t *positions, int64_t n, int64_t H, int64_t D,
+                                    float theta, const double *inv_freq, usp_stream_t *stream)
+{
+    QUEUE(rope_forward, 2, x, positions);
+    op->i[0] = n, op->i[1] = H, op->i[2] = D, op->f[0] = theta;
+    return keep_inv_freq(op, inv_freq, D);
+}
+
+static usp_status run_rope_backward(const lazy_op *o)
+{
+    return CPU->rope_backward(NULL, o->p[0], o->p[1], o->i[0], o->i[1], o->i[2], o->f[0], o->owned, NULL);
+}
+static usp_status lazy_rope_backward(void *ctx, float *dx, const int32_t *positions, int64_t n, int64_t H, int64_t D,
+                                     float theta, const double *inv_freq, usp_stream_t *stream)
+{
+    QUEUE(rope_backward, 2, dx, positions);
+    op->i[0] = n, op->i[1] = H, op->i[2] = D, op->f[0] = theta;
+    return keep_inv_freq(op, inv_freq, D);
+}
+
+static usp_status run_cross_entropy(const lazy_op *o)
+{
+    return CPU->cross_entropy(NULL, o->p[0], o->p[1], o->p[2], o->p[3], o->i[0], o->i[1], o->f[0], NULL);
+}
+static usp_status lazy_cross_entropy(void *ctx, float *losses, float *dlogits, const float *logits,
+                                     const int32_t *targets, int64_t n, int64_t V, float grad_scale,
+                                     usp_stream_t *stream)
+{
+    QUEUE(cross_entropy, 4, losses, dlogits, logits, targets);
+    op->i[0] = n, op->i[1] = V, op->f[0] = grad_scale;
+    return USP_OK;
+}
+
+static usp_status run_adamw_step(const lazy_op *o)
+{
+    return CPU->adamw_step(NULL, o->p[0], o->p[1], o->p[2], o->p[3], o->i[0], o->f[0], o->f[1], o->f[2], o->f[3],
+                           o->f[4], o->i[1], NULL);
+}
+static usp_status lazy_adamw_step(void *ctx, float *params, const float *grads, float *m, float *v, int64_t n,
+                                  float lr, float beta1, float beta2, float eps, float weight_decay, int64_t t,
+                                  usp_stream_t *stream)
+{
+    QUEUE(adamw_step, 4, params, grads, m, v);
+    op->i[0] = n, op->i[1] = t;
+    op->f[0] = lr, op->f[1] = beta1, op->f[2] = beta2, op->f[3] = eps, op->f[4] = weight_decay;
+    return USP_OK;
+}
+
+/* Blocking: the result is host memory. */
+static usp_status lazy_sum_squares(void *ctx, double *out, const float *x, int64_t n, usp_stream_t *stream)
+{
+    USP_CHECK(lazy_device_synchronize(ctx, stream));
+    return CPU->sum_squares(NULL, out, x, n, NULL);
+}
+
+static usp_status run_scale(const lazy_op *o) { return CPU->scale(NULL, o->p[0], o->f[0], o->i[0], NULL); }
+static usp_status lazy_scale(void *ctx, float *x, float s, int64_t n, usp_stream_t *stream)
+{
+    QUEUE(scale, 1, x);
+    op->f[0] = s, op->i[0] = n;
+    return USP_OK;
+}
+
+static usp_status run_add_bias(const lazy_op *o) { return CPU->add_bias(NULL, o->p[0], o->p[1], o->i[0], o->i[1], NULL); }
+static usp_status lazy_add_bias(void *ctx, float *x, const float *bias, int64_t n, int64_t C, usp_stream_t *stream)
+{
+    QUEUE(add_bias, 2, x, bias);
+    op->i[0] = n, op->i[1] = C;
+    return USP_OK;
+}
+
+static usp_status run_bias_backward(const lazy_op *o)
+{
+    return CPU->bias_backward(NULL, o->p[0], o->p[1], o->i[0], o->i[1], NULL);
+}
+static usp_status lazy_bias_backward(void *ctx, float *dbias, const float *dout, int64_t n, int64_t C,
+                                     usp_stream_t *stream)
+{
+    QUEUE(bias_backward, 2, dbias, dout);
+    op->i[0] = n, op->i[1] = C;
+    return USP_OK;
+}
+
+static usp_status lazy_stream_create(void *ctx, usp_stream_t **out) { return lazy_device_stream_create(ctx, out); }
+static void lazy_stream_destroy(void *ctx, usp_stream_t *s) { lazy_device_stream_destroy(ctx, s); }
+static usp_status lazy_event_create(void *ctx, usp_event_t **out) { return lazy_device_event_create(ctx, out); }
+static void lazy_event_destroy(void *ctx, usp_event_t *e) { lazy_device_event_destroy(ctx, e); }
+static usp_status lazy_event_record(void *ctx, usp_event_t *e, usp_stream_t *s)
+{
+    return lazy_device_event_record(ctx, e, s);
+}
+static usp_status lazy_stream_wait_event(void *ctx, usp_stream_t *s, usp_event_t *e)
+{
+    return lazy_device_stream_wait_event(ctx, s, e);
+}
+static usp_status lazy_launch_host_func(void *ctx, usp_stream_t *s, void (*fn)(void *), void *arg)
+{
+    return lazy_device_launch_host_func(ctx, s, fn, arg);
+}
+static void lazy_destroy(void *ctx) { lazy_device_destroy(ctx); }
+
+static const usp_backend_i lazy_backend_iface = {
+    .api_version = USP_BACKEND_API_VERSION,
+    .name = "lazy",
+    .has_numerics = 1,
+    .alloc = lazy_alloc,
+    .free = lazy_free,
+    .copy = lazy_copy,
+    .zero = lazy_zero,
+    .synchronize = lazy_synchronize,
+    .stream_create = lazy_stream_create,
+    .stream_destroy = lazy_stream_destroy,
+    .event_create = lazy_event_create,
+    .event_destroy = lazy_event_destroy,
+    .event_record = lazy_event_record,
+    .stream_wait_event = lazy_stream_wait_event,
+    .launch_host_func = lazy_launch_host_func,
+    .gemm = lazy_gemm,
+    .copy_2d = lazy_copy_2d,
+    .accumulate_2d = lazy_accumulate_2d,
+    .attention_workspace_bytes = lazy_attention_workspace,
+    .attention_forward = lazy_attention_forward,
+    .attention_backward = lazy_attention_backward,
+    .attention_merge = lazy_attention_merge,
+    .embedding_forward = lazy_embedding_forward,
+    .embedding_backward = lazy_embedding_backward,
+    .layernorm_forward = lazy_layernorm_forward,
+    .layernorm_backward = lazy_layernorm_backward,
+    .rmsnorm_forward = lazy_rmsnorm_forward,
+    .rmsnorm_backward = lazy_rmsnorm_backward,
+    .gelu_tanh_forward = lazy_gelu_tanh_forward,
+    .gelu_tanh_backward = lazy_gelu_tanh_backward,
+    .swiglu_forward = lazy_swiglu_forward,
+    .swiglu_backward = lazy_swiglu_backward,
+    .rope_forward = lazy_rope_forward,
+    .rope_backward = lazy_rope_backward,
+    .cross_entropy = lazy_cross_entropy,
+    .adamw_step = lazy_adamw_step,
+    .sum_squares = lazy_sum_squares,
+    .scale = lazy_scale,
+    .add_bias = lazy_add_bias,
+    .bias_backward = lazy_bias_backward,
+    .destroy = lazy_destroy,
+};
+
+usp_status usp_backend_lazy_create(usp_backend_t **out)
+{
+    lazy_device *d;
+    USP_CHECK(lazy_device_create(&d));
+    usp_status s = usp_backend_create(&lazy_backend_iface, d, out);
+    if (s != USP_OK)
+        lazy_device_destroy(d);
+    return s;
+}

@@ -1,0 +1,292 @@
+/* The lazy backend's device: deferred streams, events and the live set (see lazy_device.h). */
+#include "backends/lazy/lazy_device.h"
+
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backends/cpu/cpu_backend.h"
+#include "core/backend_impl.h"
+
+struct usp_stream {
+    lazy_op *head, *tail;
+    uint64_t last_ticket; /* of the last op enqueued here */
+    usp_stream_t *next_created;
+};
+
+struct usp_event {
+    usp_event_t *next_created;
+    usp_stream_t *stream; /* NULL: never recorded (waiting on it waits for nothing, as in CUDA) */
+    uint64_t ticket;
+};
+
+typedef struct live_buffer {
+    uintptr_t addr;
+    size_t bytes;
+} live_buffer;
+
+struct lazy_device {
+    usp_stream_t default_stream;
+    usp_stream_t *created; /* streams from stream_create */
+    usp_event_t *events;   /* events from event_create */
+    uint64_t tickets;
+    usp_status error;      /* the first failure of a queued op since the last synchronisation */
+    int discarding;        /* destroying: copies to the host are dropped */
+    live_buffer *live;     /* sorted by address */
+    size_t n_live, cap_live;
+};
+
+static const usp_backend_i *cpu(void) { return usp_backend_cpu_interface(); }
+
+usp_status lazy_device_create(lazy_device **out)
+{
+    return usp_calloc((void **)out, 1, sizeof **out, "the lazy backend's device");
+}
+
+/* Index of the first live buffer whose address is > addr. */
+static size_t upper_bound(const lazy_device *d, uintptr_t addr)
+{
+    size_t lo = 0, hi = d->n_live;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (d->live[mid].addr <= addr)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+static int is_live(const lazy_device *d, const void *ptr)
+{
+    size_t at = upper_bound(d, (uintptr_t)ptr);
+    return at > 0 && (uintptr_t)ptr - d->live[at - 1].addr < d->live[at - 1].bytes;
+}
+
+usp_status lazy_device_alloc(lazy_device *d, size_t bytes, void **out)
+{
+    if (d->n_live == d->cap_live) {
+        size_t cap = d->cap_live ? 2 * d->cap_live : 16;
+        live_buffer *grown = realloc(d->live, cap * sizeof *grown);
+        if (!grown)
+            return usp_error(USP_ERR_RUNTIME, "out of memory growing the lazy backend's live set");
+        d->live = grown;
+        d->cap_live = cap;
+    }
+    USP_CHECK(cpu()->alloc(NULL, bytes, out));
+    size_t at = upper_bound(d, (uintptr_t)*out);
+    memmove(d->live + at + 1, d->live + at, (d->n_live - at) * sizeof *d->live);
+    d->live[at] = (live_buffer){(uintptr_t)*out, bytes};
+    d->n_live++;
+    return USP_OK;
+}
+
+static usp_status run_free(const lazy_op *op)
+{
+    cpu()->free(NULL, op->p[0]);
+    return USP_OK;
+}
+
+static usp_stream_t *stream_or_default(lazy_device *d, usp_stream_t *s) { return s ? s : &d->default_stream; }
+
+static lazy_op *append(lazy_device *d, usp_stream_t *stream)
+{
+    lazy_op *op = calloc(1, sizeof *op);
+    if (!op)
+        return NULL;
+    usp_stream_t *s = stream_or_default(d, stream);
+    op->ticket = ++d->tickets;
+    s->last_ticket = op->ticket;
+    if (s->tail)
+        s->tail->next = op;
+    else
+        s->head = op;
+    s->tail = op;
+    return op;
+}
+
+void lazy_device_free(lazy_device *d, void *ptr)
+{
+    size_t at = upper_bound(d, (uintptr_t)ptr);
+    USP_ASSERT(at > 0 && d->live[at - 1].addr == (uintptr_t)ptr, "lazy backend: free of %p, not a live buffer", ptr);
+    memmove(d->live + at - 1, d->live + at, (d->n_live - at) * sizeof *d->live);
+    d->n_live--;
+    lazy_op *op = append(d, NULL);
+    if (!op) { /* no memory to defer it: wait for the default stream instead, then free */
+        (void)lazy_device_synchronize(d, NULL);
+        cpu()->free(NULL, ptr);
+        return;
+    }
+    op->run = run_free;
+    op->name = "free";
+    op->p[0] = ptr;
+}
+
+usp_status lazy_device_enqueue(lazy_device *d, usp_stream_t *stream, const char *name, lazy_run_fn run,
+                               lazy_op **out, int n, ...)
+{
+    USP_ASSERT(n <= LAZY_MAX_POINTERS, "%s: %d pointers, at most %d", name, n, LAZY_MAX_POINTERS);
+    void *ptrs[LAZY_MAX_POINTERS];
+    va_list args;
+    va_start(args, n);
+    for (int i = 0; i < n; i++)
+        ptrs[i] = va_arg(args, void *);
+    va_end(args);
+    for (int i = 0; i < n; i++)
+        if (ptrs[i] && !is_live(d, ptrs[i]))
+            return usp_error(USP_ERR_RUNTIME, "lazy backend: %s was given %p (argument %d), which is not in a live "
+                             "buffer: freed already, or not backend memory", name, ptrs[i], i + 1);
+    lazy_op *op = append(d, stream);
+    if (!op)
+        return usp_error(USP_ERR_RUNTIME, "out of memory queueing %s on the lazy backend", name);
+    op->run = run;
+    op->name = name;
+    memcpy(op->p, ptrs, (size_t)n * sizeof *ptrs);
+    *out = op;
+    return USP_OK;
+}
+
+static void run_until(lazy_device *d, usp_stream_t *s, uint64_t ticket);
+
+static void execute(lazy_device *d, lazy_op *op)
+{
+    usp_status st = USP_OK;
+    if (op->wait_stream)
+        run_until(d, op->wait_stream, op->wait_ticket);
+    else if (op->host_fn)
+        op->host_fn(op->host_arg);
+    else if (op->run && !(d->discarding && op->writes_host))
+        st = op->run(op);
+    if (st != USP_OK && d->error == USP_OK)
+        d->error = st;
+    free(op->owned);
+    free(op);
+}
+
+/* Runs s's ops with tickets <= ticket. A wait inside waits only for smaller tickets, so this ends. */
+static void run_until(lazy_device *d, usp_stream_t *s, uint64_t ticket)
+{
+    while (s->head && s->head->ticket <= ticket) {
+        lazy_op *op = s->head;
+        s->head = op->next;
+        if (!s->head)
+            s->tail = NULL;
+        execute(d, op);
+    }
+}
+
+usp_status lazy_device_synchronize(lazy_device *d, usp_stream_t *stream)
+{
+    run_until(d, stream_or_default(d, stream), UINT64_MAX);
+    usp_status st = d->error;
+    d->error = USP_OK;
+    return st;
+}
+
+void lazy_device_destroy(lazy_device *d)
+{
+    if (!d)
+        return;
+    d->discarding = 1;
+    for (usp_stream_t *s = d->created; s; s = s->next_created)
+        run_until(d, s, UINT64_MAX);
+    run_until(d, &d->default_stream, UINT64_MAX);
+    while (d->created) {
+        usp_stream_t *next = d->created->next_created;
+        free(d->created);
+        d->created = next;
+    }
+    while (d->events) {
+        usp_event_t *next = d->events->next_created;
+        free(d->events);
+        d->events = next;
+    }
+    for (size_t i = 0; i < d->n_live; i++) /* the caller's leak: usp_backend_destroy frees every buffer first */
+        cpu()->free(NULL, (void *)d->live[i].addr);
+    free(d->live);
+    free(d);
+}
+
+usp_status lazy_device_stream_create(lazy_device *d, usp_stream_t **out)
+{
+    USP_CHECK(usp_calloc((void **)out, 1, sizeof **out, "a lazy stream"));
+    (*out)->next_created = d->created;
+    d->created = *out;
+    return USP_OK;
+}
+
+static void forget_waits_on(usp_stream_t *queue, const usp_stream_t *gone)
+{
+    for (lazy_op *op = queue->head; op; op = op->next)
+        if (op->wait_stream == gone)
+            op->wait_stream = NULL;
+}
+
+void lazy_device_stream_destroy(lazy_device *d, usp_stream_t *stream)
+{
+    run_until(d, stream, UINT64_MAX); /* synchronised by the caller: nothing left, normally */
+    for (usp_stream_t **at = &d->created; *at; at = &(*at)->next_created)
+        if (*at == stream) {
+            *at = stream->next_created;
+            break;
+        }
+    /* its work is done: waits for it and events on it have nothing left to wait for */
+    for (usp_event_t *e = d->events; e; e = e->next_created)
+        if (e->stream == stream)
+            e->stream = NULL;
+    forget_waits_on(&d->default_stream, stream);
+    for (usp_stream_t *s = d->created; s; s = s->next_created)
+        forget_waits_on(s, stream);
+    free(stream);
+}
+
+usp_status lazy_device_event_create(lazy_device *d, usp_event_t **out)
+{
+    USP_CHECK(usp_calloc((void **)out, 1, sizeof **out, "a lazy event"));
+    (*out)->next_created = d->events;
+    d->events = *out;
+    return USP_OK;
+}
+
+void lazy_device_event_destroy(lazy_device *d, usp_event_t *event)
+{
+    for (usp_event_t **at = &d->events; *at; at = &(*at)->next_created)
+        if (*at == event) {
+            *at = event->next_created;
+            break;
+        }
+    free(event);
+}
+
+usp_status lazy_device_event_record(lazy_device *d, usp_event_t *event, usp_stream_t *stream)
+{
+    usp_stream_t *s = stream_or_default(d, stream);
+    event->stream = s;
+    event->ticket = s->last_ticket;
+    return USP_OK;
+}
+
+usp_status lazy_device_stream_wait_event(lazy_device *d, usp_stream_t *stream, usp_event_t *event)
+{
+    const usp_stream_t *s = event->stream;
+    if (!s || !s->head || s->head->ticket > event->ticket) /* never recorded, or its work has run */
+        return USP_OK;
+    lazy_op *op = append(d, stream);
+    if (!op)
+        return usp_error(USP_ERR_RUNTIME, "out of memory queueing an event wait on the lazy backend");
+    op->name = "stream_wait_event";
+    op->wait_stream = event->stream;
+    op->wait_ticket = event->ticket;
+    return USP_OK;
+}
+
+usp_status lazy_device_launch_host_func(lazy_device *d, usp_stream_t *stream, void (*fn)(void *), void *arg)
+{
+    lazy_op *op = append(d, stream);
+    if (!op)
+        return usp_error(USP_ERR_RUNTIME, "out of memory queueing a host function on the lazy backend");
+    op->name = "host_func";
+    op->host_fn = fn;
+    op->host_arg = arg;
+    return USP_OK;
+}
