@@ -1,0 +1,114 @@
+/* The op-conformance table (tests/conformance_cases.c) and what its cases may
+ * call (tests/test_backend_conformance.c runs them).
+ *
+ * A case is one op on fixed shapes. It makes its inputs on the host from a
+ * seeded generator, uploads them with usp_buffer_copy(HOST_TO_DEVICE), calls
+ * the op through its public wrapper and names the buffers to download. It
+ * never reads backend memory on the host: the runner downloads with
+ * usp_buffer_copy(DEVICE_TO_HOST) and reads the host copies only after
+ * usp_backend_synchronize, since a device-to-host copy may complete late (a
+ * GPU, or a backend that defers its work). The runner calls the case once on
+ * the cpu backend (the reference) and once on the backend under test, with the
+ * same seed, so both see the same inputs. */
+#ifndef USP_TESTS_CONFORMANCE_H
+#define USP_TESTS_CONFORMANCE_H
+
+#include <stdint.h>
+
+#include "core/backend_impl.h"
+
+/* Every slot of usp_backend_i in declaration order, with the op name its
+ * wrapper reports to the cost sink (NULL: the slot reports no cost of its own).
+ * test_backend_conformance.c checks at compile time that this is exactly the
+ * struct's list, so a new slot cannot go untested unnoticed. */
+#define CONFORMANCE_SLOTS(X)                                                                                     \
+    X(alloc, NULL) X(free, NULL) X(copy, "copy") X(zero, "zero") X(synchronize, NULL) X(stream_create, NULL)    \
+    X(stream_destroy, NULL) X(event_create, NULL) X(event_destroy, NULL) X(event_record, NULL)                  \
+    X(stream_wait_event, NULL) X(launch_host_func, NULL) X(gemm, "gemm")                                        \
+    X(copy_2d, "copy") X(accumulate_2d, "accumulate") X(attention_workspace_bytes, NULL)                        \
+    X(attention_forward, "attention_forward") X(attention_backward, "attention_backward")                       \
+    X(attention_merge, "attention_merge") X(embedding_forward, "embedding_forward")                             \
+    X(embedding_backward, "embedding_backward") X(layernorm_forward, "layernorm_forward")                       \
+    X(layernorm_backward, "layernorm_backward") X(rmsnorm_forward, "rmsnorm_forward")                           \
+    X(rmsnorm_backward, "rmsnorm_backward") X(gelu_tanh_forward, "gelu_tanh_forward")                           \
+    X(gelu_tanh_backward, "gelu_tanh_backward") X(swiglu_forward, "swiglu_forward")                             \
+    X(swiglu_backward, "swiglu_backward") X(rope_forward, "rope_forward") X(rope_backward, "rope_backward")     \
+    X(cross_entropy, "cross_entropy") X(adamw_step, "adamw_step") X(sum_squares, "sum_squares")                 \
+    X(scale, "scale") X(add_bias, "add_bias") X(bias_backward, "bias_backward") X(destroy, NULL)
+
+typedef enum conformance_slot {
+#define CONFORMANCE_SLOT_ENUM(slot, op) SLOT_##slot,
+    CONFORMANCE_SLOTS(CONFORMANCE_SLOT_ENUM)
+#undef CONFORMANCE_SLOT_ENUM
+    SLOT_COUNT
+} conformance_slot;
+
+_Static_assert(SLOT_COUNT <= 64, "a case's slots are a 64-bit mask");
+
+/* The bit of one slot in conformance_case.slots. */
+#define SLOT(slot) ((uint64_t)1 << SLOT_##slot)
+
+#define CONFORMANCE_MAX_OUTPUTS 8
+#define CONFORMANCE_MAX_STAGED 32
+
+/* One result of a case on the host: n floats downloaded, or one host scalar. */
+typedef struct conformance_output {
+    const char *name;
+    int64_t n;
+    float *host;   /* downloaded; readable only after usp_backend_synchronize */
+    double scalar; /* when host is NULL: a result the op wrote to host memory (usp_sum_squares) */
+} conformance_output;
+
+/* One case on one backend. */
+typedef struct conformance_run {
+    usp_backend_t *be;
+    const char *case_name;
+    uint64_t rng; /* the input generator, reset for every run */
+    conformance_output out[CONFORMANCE_MAX_OUTPUTS];
+    int n_out;
+    void *staged[CONFORMANCE_MAX_STAGED]; /* host memory freed after the final synchronize */
+    int n_staged;
+} conformance_run;
+
+typedef struct conformance_case {
+    const char *name;
+    void (*run)(conformance_run *r, const void *params);
+    const void *params;
+    uint64_t slots; /* the slots this case is about (SLOT(x) | ...): what the coverage check ticks off */
+    double tol;     /* per output: max |got - ref| / max |ref| (0: bitwise equal) */
+} conformance_case;
+
+extern const conformance_case conformance_cases[];
+extern const int conformance_case_count;
+
+/* ---- what a case calls (test_backend_conformance.c) ---- */
+
+/* Fails the test, naming the case, the backend, the call and usp_error_message(), unless s is USP_OK. */
+void conformance_ok(conformance_run *r, usp_status s, const char *call);
+#define CONFORMANCE_OK(r, expr) conformance_ok((r), (expr), #expr)
+
+/* Uniform in [-1, 1) from the run's generator. */
+float conformance_rnd(conformance_run *r);
+
+/* n floats scale * conformance_rnd() in host memory (the run frees them), to edit before conformance_upload. */
+float *conformance_host(conformance_run *r, int64_t n, float scale);
+/* A backend buffer of n floats, uploaded from `values` (host). */
+float *conformance_upload(conformance_run *r, const float *values, int64_t n);
+/* A backend buffer of n floats, scale * conformance_rnd(), uploaded. */
+float *conformance_input(conformance_run *r, int64_t n, float scale);
+/* A backend buffer of n floats, uploaded as NaN: an op that leaves part of its output unwritten shows. */
+float *conformance_output_buffer(conformance_run *r, int64_t n);
+/* A backend buffer of n int32 ids, uploaded. */
+int32_t *conformance_ids(conformance_run *r, const int32_t *values, int64_t n);
+
+/* Host memory the run frees after its final synchronize (a host function's argument). */
+void *conformance_staged(conformance_run *r, size_t bytes);
+
+/* Queues the download of n floats of `dev` as the output `name`; returns the host copy (valid after synchronize). */
+const float *conformance_download(conformance_run *r, const char *name, const float *dev, int64_t n);
+/* n host floats, NaN until host code (a host function) writes them, as the output `name`. */
+float *conformance_host_output(conformance_run *r, const char *name, int64_t n);
+/* Records a result the op left in host memory. */
+void conformance_scalar(conformance_run *r, const char *name, double value);
+
+#endif

@@ -1,0 +1,586 @@
+/* The op-conformance table: every slot of usp_backend_i on fixed shapes,
+ * edge cases included, each with its tolerance (see tests/conformance.h).
+ *
+ * Tolerances are max |got - ref| / max |ref| per output, chosen for an fp32
+ * implementation that sums in another order or evaluates exp, tanh, sin and
+ * cos to within a few ulps (a GPU): 0 (bitwise) where the op is a copy or one
+ * correctly rounded IEEE operation per element (copies, zero, accumulate,
+ * scale, add_bias); 1e-6 for elementwise transcendentals and short sums; 1e-5
+ * for reductions over rows (norms, softmax, GEMM with k <= 40, attention
+ * forward); 1e-4 for the attention backward, whose gradients are sums over a
+ * whole sequence of products of recomputed probabilities. A backend that
+ * reuses the cpu kernels (the deferred one) meets them with error 0.
+ *
+ * Inputs are O(1) (uniform in [-1, 1), times the scale given) so that the
+ * tolerances mean the same thing for every op; activations get scale 4 to
+ * reach the tails of gelu and silu, logits scale 5 for a peaked softmax. */
+#include <math.h>
+#include <stdlib.h>
+
+#include "tests/conformance.h"
+
+/* ---- memory: alloc, free, the three copy kinds, zero ---------------------- */
+
+/* Device-to-device copies, one of whole floats and one of 7 bytes at offsets
+ * that are not float-aligned; a buffer freed between allocations (a hole for
+ * the accounting) and one freed at the end. */
+static void run_buffer_copies(conformance_run *r, const void *params)
+{
+    (void)params;
+    const int64_t n = 300;
+    float *a = conformance_input(r, n, 1), *b = conformance_input(r, n, 1);
+    float *hole = conformance_input(r, 64, 1);
+    CONFORMANCE_OK(r, usp_buffer_copy(r->be, b + 17, a + 100, 120 * sizeof(float), USP_COPY_DEVICE_TO_DEVICE, NULL));
+    CONFORMANCE_OK(r, usp_buffer_copy(r->be, (char *)b + 2, (const char *)a + 5, 7, USP_COPY_DEVICE_TO_DEVICE, NULL));
+    usp_buffer_free(r->be, hole);
+    float *c = conformance_input(r, n, 1);
+    CONFORMANCE_OK(r, usp_buffer_copy(r->be, c, b, (size_t)n * sizeof(float), USP_COPY_DEVICE_TO_DEVICE, NULL));
+    usp_buffer_free(r->be, a);
+    conformance_download(r, "b", b, n);
+    conformance_download(r, "c", c, n);
+}
+
+/* A byte range inside one buffer (not float-aligned: the floats at its ends keep some bytes) and a whole one. */
+static void run_buffer_zero(conformance_run *r, const void *params)
+{
+    (void)params;
+    float *a = conformance_input(r, 40, 1), *b = conformance_input(r, 33, 1);
+    CONFORMANCE_OK(r, usp_buffer_zero(r->be, (char *)a + 6, 50, NULL));
+    CONFORMANCE_OK(r, usp_buffer_zero(r->be, b, 33 * sizeof(float), NULL));
+    conformance_download(r, "a", a, 40);
+    conformance_download(r, "b", b, 33);
+}
+
+/* ---- streams, events, host functions ------------------------------------------ */
+
+typedef struct host_copy {
+    const float *from; /* a download's host copy */
+    float *to;
+    int64_t n;
+} host_copy;
+
+static void copy_on_host(void *arg)
+{
+    const host_copy *h = arg;
+    for (int64_t i = 0; i < h->n; i++)
+        h->to[i] = h->from[i];
+}
+
+/* Work on a stream of the case's own, joined to the default stream by events in
+ * both directions: the default stream uploads x and y, the own stream waits
+ * for that and scales x, the default stream waits for the scale and adds x to
+ * y, downloads y, then runs a host function that copies the downloaded values
+ * (in stream order: after the download). Without the waits a backend that
+ * runs streams independently computes with stale x. */
+static void run_streams_and_events(conformance_run *r, const void *params)
+{
+    (void)params;
+    const int64_t n = 100;
+    usp_stream_t *side;
+    usp_event_t *uploaded, *scaled;
+    CONFORMANCE_OK(r, usp_stream_create(r->be, &side));
+    CONFORMANCE_OK(r, usp_event_create(r->be, &uploaded));
+    CONFORMANCE_OK(r, usp_event_create(r->be, &scaled));
+    float *x = conformance_input(r, n, 1), *y = conformance_input(r, n, 1);
+    CONFORMANCE_OK(r, usp_event_record(r->be, uploaded, NULL));
+    CONFORMANCE_OK(r, usp_stream_wait_event(r->be, side, uploaded));
+    CONFORMANCE_OK(r, usp_scale(r->be, x, 3.0f, n, side));
+    CONFORMANCE_OK(r, usp_event_record(r->be, scaled, side));
+    CONFORMANCE_OK(r, usp_stream_wait_event(r->be, NULL, scaled));
+    CONFORMANCE_OK(r, usp_accumulate_2d(r->be, y, (size_t)n, x, (size_t)n, (size_t)n, 1, NULL));
+    host_copy *h = conformance_staged(r, sizeof *h);
+    *h = (host_copy){.from = conformance_download(r, "y", y, n),
+                     .to = conformance_host_output(r, "y by host function", n), .n = n};
+    CONFORMANCE_OK(r, usp_launch_host_func(r->be, NULL, copy_on_host, h));
+    /* the default stream first: only the wait orders the side stream's scale before the add */
+    CONFORMANCE_OK(r, usp_backend_synchronize(r->be, NULL));
+    CONFORMANCE_OK(r, usp_stream_destroy(r->be, side));
+    usp_event_destroy(r->be, uploaded);
+    usp_event_destroy(r->be, scaled);
+}
+
+/* ---- gemm ----------------------------------------------------------------- */
+
+typedef struct gemm_params {
+    int trans_a, trans_b;
+    int64_t m, n, k, batch;
+    float alpha, beta;
+    int64_t pad;  /* extra elements at the end of every row of A, B and C (ld > columns); C's stay as they were */
+    int shared_b; /* stride_b = 0: one B for the whole batch (a weight) */
+} gemm_params;
+
+static void run_gemm(conformance_run *r, const void *params)
+{
+    const gemm_params *p = params;
+    const int64_t rows_a = p->trans_a ? p->k : p->m, lda = (p->trans_a ? p->m : p->k) + p->pad;
+    const int64_t rows_b = p->trans_b ? p->n : p->k, ldb = (p->trans_b ? p->k : p->n) + p->pad;
+    const int64_t ldc = p->n + p->pad, stride_b = p->shared_b ? 0 : rows_b * ldb;
+    const int64_t size_c = p->batch * p->m * ldc;
+    usp_gemm_desc g = {.trans_a = p->trans_a, .trans_b = p->trans_b, .m = p->m, .n = p->n, .k = p->k,
+                       .alpha = p->alpha, .beta = p->beta, .lda = lda, .stride_a = rows_a * lda, .ldb = ldb,
+                       .stride_b = stride_b, .ldc = ldc, .stride_c = p->m * ldc, .batch = p->batch};
+    g.a = conformance_input(r, p->batch * rows_a * lda, 1);
+    g.b = conformance_input(r, p->shared_b ? rows_b * ldb : p->batch * rows_b * ldb, 1);
+    g.c = conformance_input(r, size_c, 1);
+    CONFORMANCE_OK(r, usp_gemm(r->be, &g, NULL));
+    conformance_download(r, "c", g.c, size_c);
+}
+
+static const gemm_params gemm_nn = {0, 0, 17, 13, 19, 3, 0.5f, 0.0f, 0, 0};
+static const gemm_params gemm_nt = {0, 1, 17, 13, 19, 3, 1.0f, 2.0f, 3, 0};
+static const gemm_params gemm_tn = {1, 0, 17, 13, 19, 3, -1.5f, -1.0f, 0, 0};
+static const gemm_params gemm_tt = {1, 1, 17, 13, 40, 2, 1.0f, 0.5f, 2, 0};
+static const gemm_params gemm_row_vector = {0, 0, 1, 24, 16, 2, 1.0f, 1.0f, 0, 1};
+static const gemm_params gemm_column = {1, 0, 21, 1, 16, 1, 1.0f, 0.0f, 1, 0};
+static const gemm_params gemm_k0 = {1, 0, 5, 7, 0, 2, 1.0f, 2.0f, 0, 0}; /* C = beta C */
+
+/* ---- copy_2d and accumulate_2d ---------------------------------------------- */
+
+typedef struct strided_params {
+    int64_t rows, row, dst_stride, src_stride; /* copy_2d: bytes; accumulate_2d: floats */
+} strided_params;
+
+static void run_copy_2d(conformance_run *r, const void *params)
+{
+    const strided_params *p = params;
+    const int64_t dst_floats = (p->rows * p->dst_stride + 3) / 4, src_floats = (p->rows * p->src_stride + 3) / 4;
+    float *dst = conformance_input(r, dst_floats, 1), *src = conformance_input(r, src_floats, 1);
+    CONFORMANCE_OK(r, usp_copy_2d(r->be, dst, (size_t)p->dst_stride, src, (size_t)p->src_stride, (size_t)p->row,
+                                  (size_t)p->rows, NULL));
+    conformance_download(r, "dst", dst, dst_floats);
+}
+
+static const strided_params copy_2d_gaps = {7, 20, 32, 24};
+static const strided_params copy_2d_one_row = {1, 12, 12, 12};
+static const strided_params copy_2d_bytes = {5, 6, 10, 7}; /* rows of 6 bytes at odd strides */
+
+static void run_accumulate_2d(conformance_run *r, const void *params)
+{
+    const strided_params *p = params;
+    float *dst = conformance_input(r, p->rows * p->dst_stride, 1);
+    float *src = conformance_input(r, p->rows * p->src_stride, 1);
+    CONFORMANCE_OK(r, usp_accumulate_2d(r->be, dst, (size_t)p->dst_stride, src, (size_t)p->src_stride,
+                                        (size_t)p->row, (size_t)p->rows, NULL));
+    conformance_download(r, "dst", dst, p->rows * p->dst_stride);
+}
+
+static const strided_params accumulate_2d_gaps = {5, 9, 12, 10};
+static const strided_params accumulate_2d_one_row = {1, 33, 33, 33};
+
+/* ---- attention ---------------------------------------------------------------- */
+
+typedef struct attention_params {
+    usp_attention_shape s; /* scale 0: 1/sqrt(head_dim) */
+    int backward;          /* 0: forward only */
+    int accumulate;        /* backward: add to random dq, dk, dv (1) or overwrite NaN ones (0) */
+} attention_params;
+
+static void run_attention(conformance_run *r, const void *params)
+{
+    const attention_params *p = params;
+    usp_attention_shape s = p->s;
+    s.scale = s.scale ? s.scale : 1.0f / sqrtf((float)s.head_dim);
+    const int64_t nq = s.batch * s.n_q * s.n_heads * s.head_dim, nkv = s.batch * s.n_kv * s.n_kv_heads * s.head_dim;
+    const int64_t nlse = s.batch * s.n_heads * s.n_q;
+    float *q = conformance_input(r, nq, 2), *k = conformance_input(r, nkv, 2), *v = conformance_input(r, nkv, 2);
+    float *o = conformance_output_buffer(r, nq), *lse = conformance_output_buffer(r, nlse);
+    CONFORMANCE_OK(r, usp_flash_attention_forward(r->be, &s, q, k, v, o, lse, NULL));
+    conformance_download(r, "o", o, nq);
+    conformance_download(r, "lse", lse, nlse);
+    if (!p->backward)
+        return;
+    float *d_o = conformance_input(r, nq, 1);
+    float *dq = p->accumulate ? conformance_input(r, nq, 1) : conformance_output_buffer(r, nq);
+    float *dk = p->accumulate ? conformance_input(r, nkv, 1) : conformance_output_buffer(r, nkv);
+    float *dv = p->accumulate ? conformance_input(r, nkv, 1) : conformance_output_buffer(r, nkv);
+    CONFORMANCE_OK(r, usp_flash_attention_backward(r->be, &s, q, k, v, o, lse, d_o, dq, dk, dv, p->accumulate, NULL));
+    conformance_download(r, "dq", dq, nq);
+    conformance_download(r, "dk", dk, nkv);
+    conformance_download(r, "dv", dv, nkv);
+}
+
+/* {batch, n_q, n_kv, n_heads, n_kv_heads, head_dim, q_offset, kv_offset, causal, scale} */
+#define FULL {2, 19, 19, 4, 4, 32, 0, 0, 0, 0}
+#define CAUSAL_GQA {1, 23, 23, 4, 2, 32, 0, 0, 1, 0}
+/* one block of a ring: queries 24..39 against keys 16..31, one kv head for both query heads (MQA) */
+#define RING_BLOCK {1, 16, 16, 2, 1, 64, 24, 16, 1, 0}
+/* keys 40..47 come after every query 0..7: no query sees a key (lse -inf, o 0, zero gradients) */
+#define MASKED_BLOCK {1, 8, 8, 2, 2, 32, 0, 40, 1, 0.3f}
+#define FEW_QUERIES {2, 5, 37, 2, 2, 32, 0, 0, 0, 0}
+#define FEW_KEYS_CAUSAL {1, 37, 5, 2, 1, 32, 0, 0, 1, 0}
+
+static const attention_params attn_full = {FULL, 0, 0}, attn_full_bwd = {FULL, 1, 0};
+static const attention_params attn_causal_gqa = {CAUSAL_GQA, 0, 0}, attn_causal_gqa_bwd = {CAUSAL_GQA, 1, 0};
+static const attention_params attn_ring = {RING_BLOCK, 0, 0}, attn_ring_bwd_acc = {RING_BLOCK, 1, 1};
+static const attention_params attn_masked = {MASKED_BLOCK, 0, 0}, attn_masked_bwd = {MASKED_BLOCK, 1, 0};
+static const attention_params attn_few_q = {FEW_QUERIES, 1, 0}, attn_few_kv = {FEW_KEYS_CAUSAL, 1, 1};
+
+/* Two partial results per (row, head), some of them rows that have seen no key
+ * (lse -inf, o 0): only the accumulated one, only the part, and both. */
+static void run_attention_merge(conformance_run *r, const void *params)
+{
+    (void)params;
+    const int64_t n = 6, H = 3, D = 32;
+    float *o = conformance_host(r, n * H * D, 1), *o_part = conformance_host(r, n * H * D, 1);
+    float *lse = conformance_host(r, H * n, 3), *lse_part = conformance_host(r, H * n, 3);
+    const struct { int64_t h, i; int acc, part; } unseen[] = {{0, 1, 1, 0}, {1, 2, 0, 1}, {2, 3, 1, 1}};
+    for (size_t u = 0; u < sizeof unseen / sizeof *unseen; u++) {
+        const int64_t h = unseen[u].h, i = unseen[u].i;
+        for (int64_t d = 0; d < D; d++) {
+            if (unseen[u].acc)
+                o[(i * H + h) * D + d] = 0.0f;
+            if (unseen[u].part)
+                o_part[(i * H + h) * D + d] = 0.0f;
+        }
+        if (unseen[u].acc)
+            lse[h * n + i] = -INFINITY;
+        if (unseen[u].part)
+            lse_part[h * n + i] = -INFINITY;
+    }
+    float *d_o = conformance_upload(r, o, n * H * D), *d_lse = conformance_upload(r, lse, H * n);
+    float *d_part = conformance_upload(r, o_part, n * H * D), *d_lse_part = conformance_upload(r, lse_part, H * n);
+    CONFORMANCE_OK(r, usp_attention_merge(r->be, d_o, d_lse, d_part, d_lse_part, n, H, D, NULL));
+    conformance_download(r, "o", d_o, n * H * D);
+    conformance_download(r, "lse", d_lse, H * n);
+}
+
+/* ---- embedding ------------------------------------------------------------------ */
+
+#define EMB_N 13
+#define EMB_C 24
+#define EMB_V 11
+#define EMB_P 16
+/* token 3 four times, 1 three times: the backward adds rows of one token in order */
+static const int32_t emb_tokens[EMB_N] = {3, 1, 3, 0, 10, 3, 6, 1, 1, 9, 3, 0, 5};
+static const int32_t emb_positions[EMB_N] = {4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 4};
+
+typedef struct with_params {
+    int with; /* the optional operands: bias, mean and rstd, ... */
+} with_params;
+
+static const with_params with_it = {1}, without_it = {0};
+
+typedef struct embedding_params {
+    int backward;
+    int with_wpe; /* 0: wpe (dwpe) and positions NULL */
+} embedding_params;
+
+/* Forward: out = wte[tokens] + wpe[positions]; backward: dwte and dwpe (the same random tables) accumulate dout. */
+static void run_embedding(conformance_run *r, const void *params)
+{
+    const embedding_params *p = params;
+    int32_t *tokens = conformance_ids(r, emb_tokens, EMB_N);
+    int32_t *positions = p->with_wpe ? conformance_ids(r, emb_positions, EMB_N) : NULL;
+    float *wte = conformance_input(r, EMB_V * EMB_C, 1);
+    float *wpe = p->with_wpe ? conformance_input(r, EMB_P * EMB_C, 1) : NULL;
+    if (!p->backward) {
+        float *out = conformance_output_buffer(r, EMB_N * EMB_C);
+        CONFORMANCE_OK(r, usp_embedding_forward(r->be, out, tokens, positions, wte, wpe, EMB_N, EMB_C, NULL));
+        conformance_download(r, "out", out, EMB_N * EMB_C);
+        return;
+    }
+    float *dout = conformance_input(r, EMB_N * EMB_C, 1);
+    CONFORMANCE_OK(r, usp_embedding_backward(r->be, wte, wpe, dout, tokens, positions, EMB_N, EMB_C, NULL));
+    conformance_download(r, "dwte", wte, EMB_V * EMB_C);
+    if (p->with_wpe)
+        conformance_download(r, "dwpe", wpe, EMB_P * EMB_C);
+}
+
+static const embedding_params emb_fwd = {0, 1}, emb_fwd_no_wpe = {0, 0}, emb_bwd = {1, 1}, emb_bwd_no_wpe = {1, 0};
+
+/* ---- layernorm and rmsnorm ---------------------------------------------------------- */
+
+#define NORM_N 6
+#define NORM_C 40
+#define NORM_EPS 1e-5f
+
+/* Rows of scale 2, the first shifted by 3 (a large mean next to a small variance). */
+static float *norm_input(conformance_run *r)
+{
+    float *x = conformance_host(r, NORM_N * NORM_C, 2);
+    for (int64_t c = 0; c < NORM_C; c++)
+        x[c] += 3.0f;
+    return conformance_upload(r, x, NORM_N * NORM_C);
+}
+
+/* with: bias, mean and rstd given; without: all three NULL. */
+static void run_layernorm_forward(conformance_run *r, const void *params)
+{
+    const int with = ((const with_params *)params)->with;
+    float *inp = norm_input(r), *weight = conformance_input(r, NORM_C, 1);
+    float *bias = with ? conformance_input(r, NORM_C, 1) : NULL;
+    float *mean = with ? conformance_output_buffer(r, NORM_N) : NULL;
+    float *rstd = with ? conformance_output_buffer(r, NORM_N) : NULL;
+    float *out = conformance_output_buffer(r, NORM_N * NORM_C);
+    CONFORMANCE_OK(r, usp_layernorm_forward(r->be, out, mean, rstd, inp, weight, bias, NORM_N, NORM_C, NORM_EPS, NULL));
+    conformance_download(r, "out", out, NORM_N * NORM_C);
+    if (with) {
+        conformance_download(r, "mean", mean, NORM_N);
+        conformance_download(r, "rstd", rstd, NORM_N);
+    }
+}
+
+/* The forward saves mean and rstd; the backward accumulates into random gradients (with: dbias too, else NULL). */
+static void run_layernorm_backward(conformance_run *r, const void *params)
+{
+    const int with = ((const with_params *)params)->with;
+    const int64_t nc = NORM_N * NORM_C;
+    float *inp = norm_input(r), *weight = conformance_input(r, NORM_C, 1), *bias = conformance_input(r, NORM_C, 1);
+    float *out = conformance_output_buffer(r, nc), *mean = conformance_output_buffer(r, NORM_N);
+    float *rstd = conformance_output_buffer(r, NORM_N);
+    CONFORMANCE_OK(r, usp_layernorm_forward(r->be, out, mean, rstd, inp, weight, bias, NORM_N, NORM_C, NORM_EPS, NULL));
+    float *dout = conformance_input(r, nc, 1), *dinp = conformance_input(r, nc, 1);
+    float *dweight = conformance_input(r, NORM_C, 1), *dbias = with ? conformance_input(r, NORM_C, 1) : NULL;
+    CONFORMANCE_OK(r, usp_layernorm_backward(r->be, dinp, dweight, dbias, dout, inp, weight, mean, rstd, NORM_N, NORM_C,
+                                             NULL));
+    conformance_download(r, "dinp", dinp, nc);
+    conformance_download(r, "dweight", dweight, NORM_C);
+    if (with)
+        conformance_download(r, "dbias", dbias, NORM_C);
+}
+
+/* with: rstd saved; without: NULL. */
+static void run_rmsnorm_forward(conformance_run *r, const void *params)
+{
+    const int with = ((const with_params *)params)->with;
+    float *inp = norm_input(r), *weight = conformance_input(r, NORM_C, 1);
+    float *rstd = with ? conformance_output_buffer(r, NORM_N) : NULL;
+    float *out = conformance_output_buffer(r, NORM_N * NORM_C);
+    CONFORMANCE_OK(r, usp_rmsnorm_forward(r->be, out, rstd, inp, weight, NORM_N, NORM_C, NORM_EPS, NULL));
+    conformance_download(r, "out", out, NORM_N * NORM_C);
+    if (with)
+        conformance_download(r, "rstd", rstd, NORM_N);
+}
+
+static void run_rmsnorm_backward(conformance_run *r, const void *params)
+{
+    (void)params;
+    const int64_t nc = NORM_N * NORM_C;
+    float *inp = norm_input(r), *weight = conformance_input(r, NORM_C, 1);
+    float *out = conformance_output_buffer(r, nc), *rstd = conformance_output_buffer(r, NORM_N);
+    CONFORMANCE_OK(r, usp_rmsnorm_forward(r->be, out, rstd, inp, weight, NORM_N, NORM_C, NORM_EPS, NULL));
+    float *dout = conformance_input(r, nc, 1), *dinp = conformance_input(r, nc, 1);
+    float *dweight = conformance_input(r, NORM_C, 1);
+    CONFORMANCE_OK(r, usp_rmsnorm_backward(r->be, dinp, dweight, dout, inp, weight, rstd, NORM_N, NORM_C, NULL));
+    conformance_download(r, "dinp", dinp, nc);
+    conformance_download(r, "dweight", dweight, NORM_C);
+}
+
+/* ---- activations -------------------------------------------------------------------- */
+
+#define ACT_N 777
+
+typedef struct pass_params {
+    int backward;
+} pass_params;
+
+static const pass_params forward_pass = {0}, backward_pass = {1};
+
+/* Forward: out = gelu(inp); backward: dinp = gelu'(inp) dout, overwritten. */
+static void run_gelu(conformance_run *r, const void *params)
+{
+    const int backward = ((const pass_params *)params)->backward;
+    float *inp = conformance_input(r, ACT_N, 4), *dout = backward ? conformance_input(r, ACT_N, 1) : NULL;
+    float *out = conformance_output_buffer(r, ACT_N);
+    CONFORMANCE_OK(r, backward ? usp_gelu_tanh_backward(r->be, out, inp, dout, ACT_N, NULL)
+                               : usp_gelu_tanh_forward(r->be, out, inp, ACT_N, NULL));
+    conformance_download(r, backward ? "dinp" : "out", out, ACT_N);
+}
+
+/* Forward: out = silu(gate) up; backward: dgate and dup, overwritten. */
+static void run_swiglu(conformance_run *r, const void *params)
+{
+    const int backward = ((const pass_params *)params)->backward;
+    float *gate = conformance_input(r, ACT_N, 4), *up = conformance_input(r, ACT_N, 4);
+    float *dout = backward ? conformance_input(r, ACT_N, 1) : NULL;
+    float *out = conformance_output_buffer(r, ACT_N), *dup = backward ? conformance_output_buffer(r, ACT_N) : NULL;
+    CONFORMANCE_OK(r, backward ? usp_swiglu_backward(r->be, out, dup, gate, up, dout, ACT_N, NULL)
+                               : usp_swiglu_forward(r->be, out, gate, up, ACT_N, NULL));
+    conformance_download(r, backward ? "dgate" : "out", out, ACT_N);
+    if (backward)
+        conformance_download(r, "dup", dup, ACT_N);
+}
+
+/* ---- rope --------------------------------------------------------------------------------- */
+
+typedef struct rope_params {
+    int64_t n, H, D;
+    int backward;
+    int table; /* 1: a host inv_freq table instead of theta's frequencies */
+} rope_params;
+
+/* Global positions, not in order, some far from 0 (a later shard of the sequence). At 4000 an angle
+ * computed in fp32 is off by ~2e-4 rad, above the tolerance: like the cpu kernel, compute it in double. */
+static const int32_t rope_positions[] = {100, 101, 102, 7, 8, 9, 0, 1, 4000};
+#define ROPE_THETA 10000.0f
+
+static void run_rope(conformance_run *r, const void *params)
+{
+    const rope_params *p = params;
+    double inv_freq[64];
+    for (int64_t i = 0; i < p->D / 2; i++) /* Llama 3 style: theta's, the low frequencies divided by 8 */
+        inv_freq[i] = pow(500000.0, -2.0 * (double)i / (double)p->D) / (i >= p->D / 4 ? 8.0 : 1.0);
+    const double *table = p->table ? inv_freq : NULL;
+    int32_t *positions = conformance_ids(r, rope_positions, p->n);
+    float *x = conformance_input(r, p->n * p->H * p->D, 1);
+    CONFORMANCE_OK(r, p->backward ? usp_rope_backward(r->be, x, positions, p->n, p->H, p->D, ROPE_THETA, table, NULL)
+                                  : usp_rope_forward(r->be, x, positions, p->n, p->H, p->D, ROPE_THETA, table, NULL));
+    conformance_download(r, "x", x, p->n * p->H * p->D);
+}
+
+/* D = 72: more pairs than one batch of angles of the cpu kernel. */
+static const rope_params rope_fwd = {9, 3, 72, 0, 0}, rope_bwd = {9, 3, 72, 1, 0};
+static const rope_params rope_fwd_table = {9, 2, 16, 0, 1}, rope_bwd_table = {9, 2, 16, 1, 1};
+
+/* ---- cross-entropy ------------------------------------------------------------------------- */
+
+typedef enum ce_outputs { CE_BOTH, CE_IN_PLACE, CE_NO_LOSSES, CE_NO_DLOGITS } ce_outputs;
+
+typedef struct ce_params {
+    int64_t n, V;
+    ce_outputs outputs;
+} ce_params;
+
+/* Targets < 0 are ignored (loss 0, a zero gradient row); one target is the last id. */
+static const int32_t ce_targets[] = {3, -1, 49, 0, -100, 17, 17};
+
+static void run_cross_entropy(conformance_run *r, const void *params)
+{
+    const ce_params *p = params;
+    const int64_t nv = p->n * p->V;
+    int32_t *targets = conformance_ids(r, ce_targets, p->n);
+    float *logits = conformance_input(r, nv, 5);
+    float *losses = p->outputs == CE_NO_LOSSES ? NULL : conformance_output_buffer(r, p->n);
+    float *dlogits = p->outputs == CE_IN_PLACE ? logits
+                     : p->outputs == CE_NO_DLOGITS ? NULL : conformance_output_buffer(r, nv);
+    CONFORMANCE_OK(r, usp_cross_entropy(r->be, losses, dlogits, logits, targets, p->n, p->V, 0.2f, NULL));
+    if (losses)
+        conformance_download(r, "losses", losses, p->n);
+    if (dlogits)
+        conformance_download(r, "dlogits", dlogits, nv);
+}
+
+static const ce_params ce_both = {7, 50, CE_BOTH}, ce_in_place = {7, 50, CE_IN_PLACE};
+static const ce_params ce_no_losses = {7, 50, CE_NO_LOSSES}, ce_no_dlogits = {7, 50, CE_NO_DLOGITS};
+static const ce_params ce_large_vocab = {3, 5000, CE_IN_PLACE};
+
+/* ---- optimizer and reductions ------------------------------------------------------------------ */
+
+static void run_adamw_step(conformance_run *r, const void *params)
+{
+    (void)params;
+    const int64_t n = 300;
+    float *v_host = conformance_host(r, n, 0.01f);
+    for (int64_t i = 0; i < n; i++)
+        v_host[i] = fabsf(v_host[i]); /* a second moment */
+    float *param = conformance_input(r, n, 1), *grads = conformance_input(r, n, 1), *m = conformance_input(r, n, 0.1f);
+    float *v = conformance_upload(r, v_host, n);
+    CONFORMANCE_OK(r, usp_adamw_step(r->be, param, grads, m, v, n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 3, NULL));
+    conformance_download(r, "params", param, n);
+    conformance_download(r, "m", m, n);
+    conformance_download(r, "v", v, n);
+}
+
+static void run_sum_squares(conformance_run *r, const void *params)
+{
+    (void)params;
+    const int64_t n = 1001;
+    float *x = conformance_input(r, n, 1);
+    double sum = -1.0;
+    CONFORMANCE_OK(r, usp_sum_squares(r->be, &sum, x, n, NULL));
+    conformance_scalar(r, "sum", sum);
+}
+
+static void run_scale(conformance_run *r, const void *params)
+{
+    (void)params;
+    float *x = conformance_input(r, 257, 1);
+    CONFORMANCE_OK(r, usp_scale(r->be, x, -0.37f, 257, NULL));
+    conformance_download(r, "x", x, 257);
+}
+
+static void run_add_bias(conformance_run *r, const void *params)
+{
+    (void)params;
+    float *x = conformance_input(r, 5 * 33, 1), *bias = conformance_input(r, 33, 1);
+    CONFORMANCE_OK(r, usp_add_bias(r->be, x, bias, 5, 33, NULL));
+    conformance_download(r, "x", x, 5 * 33);
+}
+
+static void run_bias_backward(conformance_run *r, const void *params)
+{
+    (void)params;
+    float *dbias = conformance_input(r, 9, 1), *dout = conformance_input(r, 37 * 9, 1);
+    CONFORMANCE_OK(r, usp_bias_backward(r->be, dbias, dout, 37, 9, NULL));
+    conformance_download(r, "dbias", dbias, 9);
+}
+
+/* ---- the table ----------------------------------------------------------------------------------- */
+
+#define MEMORY (SLOT(alloc) | SLOT(free) | SLOT(copy) | SLOT(synchronize) | SLOT(destroy))
+#define STREAMS                                                                                             \
+    (SLOT(stream_create) | SLOT(stream_destroy) | SLOT(event_create) | SLOT(event_destroy) | SLOT(event_record) | \
+     SLOT(stream_wait_event) | SLOT(launch_host_func))
+#define ATTENTION (SLOT(attention_workspace_bytes) | SLOT(attention_forward))
+#define ATTENTION_BWD (ATTENTION | SLOT(attention_backward))
+
+const conformance_case conformance_cases[] = {
+    {"buffer copies: three kinds, unaligned bytes, free", run_buffer_copies, NULL, MEMORY, 0},
+    {"buffer zero: unaligned range, whole buffer", run_buffer_zero, NULL, SLOT(zero), 0},
+    {"streams and events both ways, a host function", run_streams_and_events, NULL, STREAMS, 0},
+    {"gemm nn, batch 3, beta 0", run_gemm, &gemm_nn, SLOT(gemm), 1e-5},
+    {"gemm nt, beta 2, padded rows", run_gemm, &gemm_nt, SLOT(gemm), 1e-5},
+    {"gemm tn, beta -1", run_gemm, &gemm_tn, SLOT(gemm), 1e-5},
+    {"gemm tt, k 40, padded rows", run_gemm, &gemm_tt, SLOT(gemm), 1e-5},
+    {"gemm m 1, one B for the batch", run_gemm, &gemm_row_vector, SLOT(gemm), 1e-5},
+    {"gemm n 1", run_gemm, &gemm_column, SLOT(gemm), 1e-5},
+    {"gemm k 0: C = beta C", run_gemm, &gemm_k0, SLOT(gemm), 0},
+    {"copy_2d with gaps", run_copy_2d, &copy_2d_gaps, SLOT(copy_2d), 0},
+    {"copy_2d one row", run_copy_2d, &copy_2d_one_row, SLOT(copy_2d), 0},
+    {"copy_2d rows of 6 bytes", run_copy_2d, &copy_2d_bytes, SLOT(copy_2d), 0},
+    {"accumulate_2d with gaps", run_accumulate_2d, &accumulate_2d_gaps, SLOT(accumulate_2d), 0},
+    {"accumulate_2d one row", run_accumulate_2d, &accumulate_2d_one_row, SLOT(accumulate_2d), 0},
+    {"attention forward, full", run_attention, &attn_full, ATTENTION, 1e-5},
+    {"attention backward, full", run_attention, &attn_full_bwd, ATTENTION_BWD, 1e-4},
+    {"attention forward, causal GQA", run_attention, &attn_causal_gqa, ATTENTION, 1e-5},
+    {"attention backward, causal GQA", run_attention, &attn_causal_gqa_bwd, ATTENTION_BWD, 1e-4},
+    {"attention forward, ring block (offsets, MQA)", run_attention, &attn_ring, ATTENTION, 1e-5},
+    {"attention backward, ring block, accumulate", run_attention, &attn_ring_bwd_acc, ATTENTION_BWD, 1e-4},
+    {"attention forward, fully masked block", run_attention, &attn_masked, ATTENTION, 1e-5},
+    {"attention backward, fully masked block", run_attention, &attn_masked_bwd, ATTENTION_BWD, 1e-4},
+    {"attention n_q 5 < n_kv 37", run_attention, &attn_few_q, ATTENTION_BWD, 1e-4},
+    {"attention causal n_q 37 > n_kv 5, accumulate", run_attention, &attn_few_kv, ATTENTION_BWD, 1e-4},
+    {"attention merge with -inf rows", run_attention_merge, NULL, SLOT(attention_merge), 1e-6},
+    {"embedding forward with wpe", run_embedding, &emb_fwd, SLOT(embedding_forward), 1e-6},
+    {"embedding forward without wpe", run_embedding, &emb_fwd_no_wpe, SLOT(embedding_forward), 1e-6},
+    {"embedding backward, repeated tokens", run_embedding, &emb_bwd, SLOT(embedding_backward), 1e-6},
+    {"embedding backward without dwpe", run_embedding, &emb_bwd_no_wpe, SLOT(embedding_backward), 1e-6},
+    {"layernorm forward, bias, mean, rstd", run_layernorm_forward, &with_it, SLOT(layernorm_forward), 1e-5},
+    {"layernorm forward, no bias, NULL mean and rstd", run_layernorm_forward, &without_it, SLOT(layernorm_forward),
+     1e-5},
+    {"layernorm backward with dbias", run_layernorm_backward, &with_it, SLOT(layernorm_backward), 1e-5},
+    {"layernorm backward, dbias NULL", run_layernorm_backward, &without_it, SLOT(layernorm_backward), 1e-5},
+    {"rmsnorm forward with rstd", run_rmsnorm_forward, &with_it, SLOT(rmsnorm_forward), 1e-5},
+    {"rmsnorm forward, rstd NULL", run_rmsnorm_forward, &without_it, SLOT(rmsnorm_forward), 1e-5},
+    {"rmsnorm backward", run_rmsnorm_backward, NULL, SLOT(rmsnorm_backward), 1e-5},
+    {"gelu forward", run_gelu, &forward_pass, SLOT(gelu_tanh_forward), 1e-6},
+    {"gelu backward", run_gelu, &backward_pass, SLOT(gelu_tanh_backward), 1e-6},
+    {"swiglu forward", run_swiglu, &forward_pass, SLOT(swiglu_forward), 1e-6},
+    {"swiglu backward", run_swiglu, &backward_pass, SLOT(swiglu_backward), 1e-6},
+    {"rope forward, theta, D 72", run_rope, &rope_fwd, SLOT(rope_forward), 1e-5},
+    {"rope backward, theta, D 72", run_rope, &rope_bwd, SLOT(rope_backward), 1e-5},
+    {"rope forward, inv_freq table", run_rope, &rope_fwd_table, SLOT(rope_forward), 1e-5},
+    {"rope backward, inv_freq table", run_rope, &rope_bwd_table, SLOT(rope_backward), 1e-5},
+    {"cross-entropy, ignored targets", run_cross_entropy, &ce_both, SLOT(cross_entropy), 1e-5},
+    {"cross-entropy, dlogits in place", run_cross_entropy, &ce_in_place, SLOT(cross_entropy), 1e-5},
+    {"cross-entropy, losses NULL", run_cross_entropy, &ce_no_losses, SLOT(cross_entropy), 1e-5},
+    {"cross-entropy, dlogits NULL", run_cross_entropy, &ce_no_dlogits, SLOT(cross_entropy), 1e-5},
+    {"cross-entropy, V 5000 in place", run_cross_entropy, &ce_large_vocab, SLOT(cross_entropy), 1e-5},
+    {"adamw step 3, weight decay", run_adamw_step, NULL, SLOT(adamw_step), 1e-6},
+    {"sum_squares", run_sum_squares, NULL, SLOT(sum_squares), 1e-12},
+    {"scale", run_scale, NULL, SLOT(scale), 0},
+    {"add_bias", run_add_bias, NULL, SLOT(add_bias), 0},
+    {"bias_backward", run_bias_backward, NULL, SLOT(bias_backward), 1e-6},
+};
+
+const int conformance_case_count = (int)(sizeof conformance_cases / sizeof *conformance_cases);

@@ -1,0 +1,412 @@
+/* backend_conformance: every case of the op-conformance table
+ * (tests/conformance_cases.c) on every backend built, against the cpu backend.
+ *
+ * Each case runs on a fresh cpu backend (the reference) and on a fresh backend
+ * under test, with the same seeded inputs. A numeric backend must give every
+ * output within the case's tolerance of the reference's. A shapes-only
+ * backend (meta) computes nothing, so its numbers are not compared; instead the
+ * costs it reports (op, flops, bytes, in order) and its memory accounting
+ * (bytes in use after the case, peak) must equal the reference's exactly,
+ * since the planner takes them as the real run's. Costs are compared for every
+ * backend. The cpu backend is also under test against itself: that proves the
+ * table deterministic and exercises the numeric comparison where no other
+ * numeric backend is built.
+ *
+ * Coverage: the slots listed in tests/conformance.h are checked at compile
+ * time to be exactly usp_backend_i's, each case names the slots it is about,
+ * every_slot_of_usp_backend_i_has_a_case fails for a slot no case names, and
+ * a case that names an op slot must report that op's cost on the reference.
+ *
+ * `--backend NAME` runs one backend; a backend this build lacks (cuda without
+ * nvcc) prints why and exits 77, which ctest's SKIP_RETURN_CODE reports as
+ * skipped, not passed. */
+#include <check.h>
+#include <math.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backends/cpu/cpu_backend.h"
+#include "backends/meta/meta_backend.h"
+#ifdef USP_HAVE_LAZY_BACKEND
+#include "backends/lazy/lazy_backend.h"
+#endif
+#include "tests/check_main.h"
+#include "tests/conformance.h"
+
+/* CONFORMANCE_SLOTS is usp_backend_i's list of slots: each one where the list puts it, and no other. */
+#define SLOT_IS_AT(slot, op)                                                                                    \
+    _Static_assert(offsetof(usp_backend_i, slot) ==                                                             \
+                       offsetof(usp_backend_i, alloc) + SLOT_##slot * sizeof(void (*)(void)),                   \
+                   "tests/conformance.h lists slot " #slot " out of usp_backend_i's order");
+CONFORMANCE_SLOTS(SLOT_IS_AT)
+#undef SLOT_IS_AT
+_Static_assert(sizeof(usp_backend_i) == offsetof(usp_backend_i, alloc) + SLOT_COUNT * sizeof(void (*)(void)),
+               "usp_backend_i has a slot that CONFORMANCE_SLOTS (tests/conformance.h) lacks: list it and give it a "
+               "case in tests/conformance_cases.c");
+
+#define SLOT_NAME(slot, op) #slot,
+static const char *const slot_names[SLOT_COUNT] = {CONFORMANCE_SLOTS(SLOT_NAME)};
+#undef SLOT_NAME
+#define SLOT_OP(slot, op) op,
+static const char *const slot_ops[SLOT_COUNT] = {CONFORMANCE_SLOTS(SLOT_OP)};
+#undef SLOT_OP
+
+/* ---- the backends ---------------------------------------------------------- */
+
+typedef struct backend_entry {
+    const char *name;
+    usp_status (*create)(usp_backend_t **out);
+    int numeric; /* 1: outputs compared within tolerance; 0: shapes only, costs and memory compared exactly */
+} backend_entry;
+
+static const backend_entry backends[] = {
+    {"cpu", usp_backend_cpu_create, 1},
+    {"meta", usp_backend_meta_create, 0},
+#ifdef USP_HAVE_LAZY_BACKEND
+    {"lazy", usp_backend_lazy_create, 1},
+#endif
+};
+#define N_BACKENDS ((int)(sizeof backends / sizeof *backends))
+
+/* Backends a build may lack, and why: asked for by name, the test is skipped. */
+static const struct {
+    const char *name, *reason;
+} absent_backends[] = {
+    {"cuda", "the cuda backend is not built (no nvcc or USP_WITH_CUDA=OFF)"},
+#ifndef USP_HAVE_LAZY_BACKEND
+    {"lazy", "the lazy backend is not built (no usp_lazy target)"},
+#endif
+};
+
+/* The backends of this run (all, or the one named by --backend). */
+static const backend_entry *under_test[N_BACKENDS];
+static int n_under_test;
+
+/* ---- what a case calls (tests/conformance.h) ---------------------------------- */
+
+#define CONFORMANCE_SEED 0x5eed5eedu
+
+void conformance_ok(conformance_run *r, usp_status s, const char *call)
+{
+    ck_assert_msg(s == USP_OK, "case \"%s\" on %s: %s returned %s: %s", r->case_name, usp_backend_name(r->be), call,
+                  usp_status_name(s), usp_error_message());
+}
+
+float conformance_rnd(conformance_run *r) /* splitmix64: the same inputs on every machine */
+{
+    uint64_t z = (r->rng += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    z ^= z >> 31;
+    return (float)((double)(z >> 40) / (double)(1ull << 24) * 2.0 - 1.0);
+}
+
+void *conformance_staged(conformance_run *r, size_t bytes)
+{
+    ck_assert_int_lt(r->n_staged, CONFORMANCE_MAX_STAGED);
+    void *p = malloc(bytes ? bytes : 1);
+    ck_assert_ptr_nonnull(p);
+    return r->staged[r->n_staged++] = p;
+}
+
+float *conformance_host(conformance_run *r, int64_t n, float scale)
+{
+    float *x = conformance_staged(r, (size_t)n * sizeof *x);
+    for (int64_t i = 0; i < n; i++)
+        x[i] = scale * conformance_rnd(r);
+    return x;
+}
+
+static void *upload_bytes(conformance_run *r, const void *values, size_t bytes)
+{
+    void *dev;
+    CONFORMANCE_OK(r, usp_buffer_alloc(r->be, bytes, "conformance", &dev));
+    CONFORMANCE_OK(r, usp_buffer_copy(r->be, dev, values, bytes, USP_COPY_HOST_TO_DEVICE, NULL));
+    return dev;
+}
+
+float *conformance_upload(conformance_run *r, const float *values, int64_t n)
+{
+    return upload_bytes(r, values, (size_t)n * sizeof *values);
+}
+
+float *conformance_input(conformance_run *r, int64_t n, float scale)
+{
+    return conformance_upload(r, conformance_host(r, n, scale), n);
+}
+
+float *conformance_output_buffer(conformance_run *r, int64_t n)
+{
+    float *x = conformance_staged(r, (size_t)n * sizeof *x);
+    for (int64_t i = 0; i < n; i++)
+        x[i] = NAN;
+    return conformance_upload(r, x, n);
+}
+
+int32_t *conformance_ids(conformance_run *r, const int32_t *values, int64_t n)
+{
+    return upload_bytes(r, values, (size_t)n * sizeof *values);
+}
+
+static conformance_output *new_output(conformance_run *r, const char *name)
+{
+    ck_assert_int_lt(r->n_out, CONFORMANCE_MAX_OUTPUTS);
+    conformance_output *o = &r->out[r->n_out++];
+    *o = (conformance_output){.name = name};
+    return o;
+}
+
+float *conformance_host_output(conformance_run *r, const char *name, int64_t n)
+{
+    conformance_output *o = new_output(r, name);
+    o->n = n;
+    o->host = malloc((size_t)n * sizeof *o->host + 1);
+    ck_assert_ptr_nonnull(o->host);
+    for (int64_t i = 0; i < n; i++) /* what a backend that never copies leaves (meta: not compared) */
+        o->host[i] = NAN;
+    return o->host;
+}
+
+const float *conformance_download(conformance_run *r, const char *name, const float *dev, int64_t n)
+{
+    float *host = conformance_host_output(r, name, n);
+    CONFORMANCE_OK(r, usp_buffer_copy(r->be, host, dev, (size_t)n * sizeof *host, USP_COPY_DEVICE_TO_HOST, NULL));
+    return host;
+}
+
+void conformance_scalar(conformance_run *r, const char *name, double value)
+{
+    conformance_output *o = new_output(r, name);
+    o->n = 1;
+    o->scalar = value;
+}
+
+/* ---- running a case ---------------------------------------------------------------- */
+
+/* A case's run on one backend: its outputs, the costs reported, its memory. */
+typedef struct case_result {
+    conformance_run run;
+    usp_op_cost *costs;
+    int n_costs, cap_costs;
+    size_t in_use, peak;
+} case_result;
+
+static void log_cost(void *ctx, const usp_op_cost *cost)
+{
+    case_result *res = ctx;
+    if (res->n_costs == res->cap_costs) {
+        res->cap_costs = res->cap_costs ? 2 * res->cap_costs : 64;
+        res->costs = realloc(res->costs, (size_t)res->cap_costs * sizeof *res->costs);
+        ck_assert_ptr_nonnull(res->costs);
+    }
+    res->costs[res->n_costs++] = *cost; /* cost->op: a string literal of the wrapper */
+}
+
+static void run_case(const conformance_case *c, const backend_entry *b, case_result *res)
+{
+    *res = (case_result){0};
+    usp_backend_t *be;
+    ck_assert_msg(b->create(&be) == USP_OK, "creating the %s backend: %s", b->name, usp_error_message());
+    res->run = (conformance_run){.be = be, .case_name = c->name, .rng = CONFORMANCE_SEED};
+    usp_backend_set_cost_sink(be, log_cost, res);
+    c->run(&res->run, c->params);
+    /* the contract: host copies are readable only once the stream is done */
+    CONFORMANCE_OK(&res->run, usp_backend_synchronize(be, NULL));
+    res->in_use = usp_backend_bytes_in_use(be);
+    res->peak = usp_backend_peak_bytes(be);
+    usp_backend_destroy(be);
+    for (int i = 0; i < res->run.n_staged; i++)
+        free(res->run.staged[i]);
+    res->run.n_staged = 0;
+}
+
+static void free_result(case_result *res)
+{
+    for (int i = 0; i < res->run.n_out; i++)
+        free(res->run.out[i].host);
+    free(res->costs);
+}
+
+/* max |got - ref| / max |ref| over the elements whose reference is finite (all
+ * zero: the absolute error); where the reference is not finite (the lse of a
+ * row that sees no key is -inf) got must be the same value, and a non-finite
+ * got where the reference is finite is an infinite error. *worst: its index. */
+static double conformance_error(const float *got, const float *ref, int64_t n, int64_t *worst)
+{
+    double max_ref = 0.0, err = 0.0;
+    for (int64_t i = 0; i < n; i++)
+        if (isfinite(ref[i]))
+            max_ref = fmax(max_ref, fabs((double)ref[i]));
+    const double denom = max_ref > 0.0 ? max_ref : 1.0;
+    *worst = 0;
+    for (int64_t i = 0; i < n; i++) {
+        double e;
+        if (!isfinite(ref[i]))
+            e = (isnan(ref[i]) ? isnan(got[i]) : got[i] == ref[i]) ? 0.0 : INFINITY;
+        else
+            e = isfinite(got[i]) ? fabs((double)got[i] - (double)ref[i]) / denom : INFINITY;
+        if (e > err)
+            err = e, *worst = i;
+    }
+    return err;
+}
+
+static void expect_outputs_match(const conformance_case *c, const case_result *got, const case_result *ref,
+                                 const char *backend)
+{
+    ck_assert_int_eq(got->run.n_out, ref->run.n_out);
+    for (int k = 0; k < ref->run.n_out; k++) {
+        const conformance_output *g = &got->run.out[k], *w = &ref->run.out[k];
+        if (!w->host) {
+            const double e = fabs(g->scalar - w->scalar) / (w->scalar != 0.0 ? fabs(w->scalar) : 1.0);
+            ck_assert_msg(e <= c->tol,
+                          "case \"%s\" on %s: %s = %.17g, the cpu backend's %.17g: error %g > tolerance %g", c->name,
+                          backend, w->name, g->scalar, w->scalar, e, c->tol);
+            continue;
+        }
+        if (c->tol == 0.0) { /* bitwise: copies and single correctly rounded operations */
+            for (int64_t i = 0; i < w->n; i++)
+                ck_assert_msg(memcmp(&g->host[i], &w->host[i], sizeof(float)) == 0,
+                              "case \"%s\" on %s: %s[%lld] = %a, the cpu backend's %a (bitwise equal expected)",
+                              c->name, backend, w->name, (long long)i, (double)g->host[i], (double)w->host[i]);
+            continue;
+        }
+        int64_t at;
+        const double e = conformance_error(g->host, w->host, w->n, &at);
+        ck_assert_msg(e <= c->tol,
+                      "case \"%s\" on %s: %s error %g > tolerance %g (relative to max |cpu|), worst at [%lld]: %.9g, "
+                      "the cpu backend's %.9g",
+                      c->name, backend, w->name, e, c->tol, (long long)at, (double)g->host[at], (double)w->host[at]);
+    }
+}
+
+static void expect_costs_match(const conformance_case *c, const case_result *got, const case_result *ref,
+                               const char *backend)
+{
+    ck_assert_msg(got->n_costs == ref->n_costs, "case \"%s\" on %s: %d ops reported, the cpu backend %d", c->name,
+                  backend, got->n_costs, ref->n_costs);
+    for (int i = 0; i < ref->n_costs; i++) {
+        const usp_op_cost *g = &got->costs[i], *w = &ref->costs[i];
+        ck_assert_msg(strcmp(g->op, w->op) == 0 && g->flops == w->flops && g->bytes == w->bytes,
+                      "case \"%s\" on %s: op %d reported {%s, %.17g flops, %.17g bytes}, the cpu backend {%s, %.17g, "
+                      "%.17g}", c->name, backend, i, g->op, g->flops, g->bytes, w->op, w->flops, w->bytes);
+    }
+}
+
+/* A case that names an op slot calls it: its cost shows in the reference's report. */
+static void expect_named_ops_ran(const conformance_case *c, const case_result *ref)
+{
+    for (int s = 0; s < SLOT_COUNT; s++) {
+        if (!(c->slots >> s & 1) || !slot_ops[s])
+            continue;
+        int seen = 0;
+        for (int i = 0; i < ref->n_costs && !seen; i++)
+            seen = strcmp(ref->costs[i].op, slot_ops[s]) == 0;
+        ck_assert_msg(seen, "case \"%s\" names slot %s but reported no \"%s\" op", c->name, slot_names[s],
+                      slot_ops[s]);
+    }
+}
+
+/* _i: backend under_test[_i / cases], case _i % cases. */
+START_TEST(backend_matches_the_cpu_backend)
+{
+    const backend_entry *b = under_test[_i / conformance_case_count];
+    const conformance_case *c = &conformance_cases[_i % conformance_case_count];
+    static const backend_entry reference = {"cpu", usp_backend_cpu_create, 1};
+    case_result ref, got;
+    run_case(c, &reference, &ref);
+    expect_named_ops_ran(c, &ref);
+    run_case(c, b, &got);
+    expect_costs_match(c, &got, &ref, b->name);
+    if (b->numeric) {
+        expect_outputs_match(c, &got, &ref, b->name);
+    } else {
+        ck_assert_msg(got.in_use == ref.in_use && got.peak == ref.peak,
+                      "case \"%s\" on %s: %zu bytes in use and a peak of %zu, the cpu backend %zu and %zu", c->name,
+                      b->name, got.in_use, got.peak, ref.in_use, ref.peak);
+    }
+    free_result(&ref);
+    free_result(&got);
+}
+END_TEST
+
+START_TEST(every_slot_of_usp_backend_i_has_a_case)
+{
+    uint64_t ticked = 0;
+    for (int i = 0; i < conformance_case_count; i++)
+        ticked |= conformance_cases[i].slots;
+    char missing[1024] = "";
+    size_t len = 0;
+    for (int s = 0; s < SLOT_COUNT; s++)
+        if (!(ticked >> s & 1))
+            len += (size_t)snprintf(missing + len, sizeof missing - len, " %s", slot_names[s]);
+    ck_assert_msg(len == 0, "slots of usp_backend_i that no case of tests/conformance_cases.c names:%s", missing);
+}
+END_TEST
+
+/* The comparison can fail: an error just above the tolerance, a lost -inf, a NaN. */
+START_TEST(the_comparison_rejects_what_it_should)
+{
+    const float ref[4] = {2.0f, -1.0f, -INFINITY, 0.5f};
+    float got[4] = {2.0f, -1.0f, -INFINITY, 0.5f + 2.0f * 1e-5f * 1.01f};
+    int64_t at;
+    ck_assert_double_gt(conformance_error(got, ref, 4, &at), 1e-5);
+    ck_assert_int_eq(at, 3);
+    got[3] = 0.5f + 2.0f * 1e-5f * 0.9f;
+    ck_assert_double_le(conformance_error(got, ref, 4, &at), 1e-5);
+    got[2] = -1e30f;
+    ck_assert(isinf(conformance_error(got, ref, 4, &at)) && at == 2);
+    got[2] = -INFINITY, got[0] = NAN;
+    ck_assert(isinf(conformance_error(got, ref, 4, &at)) && at == 0);
+}
+END_TEST
+
+/* --backend NAME: selects it; returns 0, or the exit code (77 when the build lacks it). */
+static int select_backends(int argc, char **argv)
+{
+    if (argc == 1) {
+        for (int i = 0; i < N_BACKENDS; i++)
+            under_test[n_under_test++] = &backends[i];
+        return 0;
+    }
+    if (argc != 3 || strcmp(argv[1], "--backend") != 0) {
+        fprintf(stderr, "usage: %s [--backend NAME]\n", argv[0]);
+        return 2;
+    }
+    for (int i = 0; i < N_BACKENDS; i++)
+        if (strcmp(backends[i].name, argv[2]) == 0) {
+            under_test[n_under_test++] = &backends[i];
+            return 0;
+        }
+    for (size_t i = 0; i < sizeof absent_backends / sizeof *absent_backends; i++)
+        if (strcmp(absent_backends[i].name, argv[2]) == 0) {
+            printf("backend_conformance_%s: skipped: %s\n", argv[2], absent_backends[i].reason);
+            return 77;
+        }
+    fprintf(stderr, "%s: no backend named \"%s\" (built:", argv[0], argv[2]);
+    for (int i = 0; i < N_BACKENDS; i++)
+        fprintf(stderr, " %s", backends[i].name);
+    fprintf(stderr, ")\n");
+    return 2;
+}
+
+int main(int argc, char **argv)
+{
+    const int code = select_backends(argc, argv);
+    if (code != 0)
+        return code;
+    Suite *s = suite_create("backend_conformance");
+    TCase *t = tcase_create("table");
+    tcase_add_test(t, every_slot_of_usp_backend_i_has_a_case);
+    tcase_add_test(t, the_comparison_rejects_what_it_should);
+    suite_add_tcase(s, t);
+    for (int b = 0; b < n_under_test; b++) {
+        TCase *tb = tcase_create(under_test[b]->name);
+        tcase_add_loop_test(tb, backend_matches_the_cpu_backend, b * conformance_case_count,
+                            (b + 1) * conformance_case_count);
+        suite_add_tcase(s, tb);
+    }
+    return check_main_run(s);
+}
