@@ -8,6 +8,11 @@
 
 typedef usp_fault sim_fault;
 typedef usp_fault_kind sim_fault_kind;
+#define SIM_FAULT_SKIP USP_FAULT_SKIP
+#define SIM_FAULT_SWAP USP_FAULT_SWAP
+#define SIM_FAULT_SIZE USP_FAULT_SIZE
+#define SIM_FAULT_GROUP USP_FAULT_GROUP
+#define SIM_FAULT_CRASH USP_FAULT_CRASH
 
 /* usp_fault_parse under its former name. */
 static inline usp_status sim_fault_parse(const char *spec, sim_fault *out) { return usp_fault_parse(spec, out); }
