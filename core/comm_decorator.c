@@ -2,7 +2,6 @@
  * around any backend (core/comm_decorator.h). */
 #include "core/comm_decorator.h"
 
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
