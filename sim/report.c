@@ -2,7 +2,6 @@
  * mismatches, crashed ranks): every rank's state as one record, handed to the
  * backend-neutral reports and wait-for graph (core/comm_report.h), so a real
  * backend that fills the same records prints the same report. */
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
