@@ -25,7 +25,7 @@ usp_status sim_world_create(const sim_config *config, sim_world **out)
     usp_status s;
     USP_CHECK_GOTO(usp_calloc((void **)&w->ranks, (size_t)w->n, sizeof *w->ranks, "the ranks"), s, fail);
     USP_CHECK_GOTO(usp_comm_decorator_create(config->faults, config->n_faults, w->n, &w->decorator), s, fail);
-    w->config.faults = NULL; /* the decorator holds the copy */
+    w->config.faults = NULL, w->config.n_faults = 0; /* the decorator holds the copy */
     if (config->trace)
         USP_CHECK_GOTO(usp_trace_create(&w->trace), s, fail);
     *out = w;
