@@ -21,40 +21,6 @@
 #define PARALLEL_BYTES ((size_t)1 << 20) /* below this, threads cost more than they give */
 #define REDUCE_CHUNK 16384               /* elements reduced per task */
 
-void sim_describe_op(usp_strbuf *b, const usp_comm_op *op)
-{
-    usp_strbuf_printf(b, "%s(", usp_comm_kind_name(op->kind));
-    switch (op->kind) {
-    case USP_OP_ALL_TO_ALL_V:
-        usp_strbuf_printf(b, "%s, send_counts=[...])", usp_dtype_name(op->dtype));
-        return;
-    case USP_OP_BARRIER:
-        usp_strbuf_printf(b, ")");
-        return;
-    case USP_OP_SPLIT:
-        usp_strbuf_printf(b, "color=%d, key=%d)", op->color, op->key);
-        return;
-    case USP_OP_RECV:
-        usp_strbuf_printf(b, "count=%zu, %s, from=%d)", op->recv_count, usp_dtype_name(op->dtype), op->peer);
-        return;
-    case USP_OP_SEND:
-        usp_strbuf_printf(b, "count=%zu, %s, to=%d)", op->count, usp_dtype_name(op->dtype), op->peer);
-        return;
-    case USP_OP_SENDRECV:
-        usp_strbuf_printf(b, "send=%zu to %d, recv=%zu from %d, %s)", op->count, op->peer, op->recv_count,
-                          op->recv_peer, usp_dtype_name(op->dtype));
-        return;
-    default:
-        break;
-    }
-    usp_strbuf_printf(b, "count=%zu, %s", op->count, usp_dtype_name(op->dtype));
-    if (op->kind == USP_OP_ALL_REDUCE || op->kind == USP_OP_REDUCE_SCATTER)
-        usp_strbuf_printf(b, ", %s", usp_reduce_op_name(op->reduce));
-    if (op->kind == USP_OP_BROADCAST)
-        usp_strbuf_printf(b, ", root=%d", op->root);
-    usp_strbuf_printf(b, ")");
-}
-
 static size_t extent_v(const size_t *counts, const size_t *offsets, int n)
 {
     size_t end = 0;

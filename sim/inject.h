@@ -1,46 +1,23 @@
-/* Fault injection: the broken programs that CI must catch.
- *
- * Syntax (ARCHITECTURE.md): KIND:rank=R[,op=OP][,call=K][,group=G]
- *   skip   rank R does not issue its K-th call of OP
- *   swap   rank R issues its K-th collective of OP after the collective that follows it
- *   size   rank R's K-th call of OP has a wrong count
- *   group  rank R issues its K-th call of OP on group G (default: world, or another group
- *          when the call is already on world) instead of the intended one
- *   crash  rank R dies at its K-th call of OP
- * OP is an op name (all_to_all, all_reduce, ...) or `any` (the default); K counts
- * from 1 (the default). Splits (building the mesh) are setup, not counted. */
+/* The simulator's former names of the fault spec (core/comm_fault.h), kept so
+ * that code written against them (tests, tutorials, tools) builds unchanged:
+ * faults are applied by the communicator decorator now, not by the simulator. */
 #ifndef USP_SIM_INJECT_H
 #define USP_SIM_INJECT_H
 
-#include <stdint.h>
+#include "core/comm_fault.h"
 
-#include "core/comm.h"
+typedef usp_fault sim_fault;
+typedef usp_fault_kind sim_fault_kind;
+#define SIM_FAULT_SKIP USP_FAULT_SKIP
+#define SIM_FAULT_SWAP USP_FAULT_SWAP
+#define SIM_FAULT_SIZE USP_FAULT_SIZE
+#define SIM_FAULT_GROUP USP_FAULT_GROUP
+#define SIM_FAULT_CRASH USP_FAULT_CRASH
 
-typedef enum sim_fault_kind {
-    SIM_FAULT_SKIP,
-    SIM_FAULT_SWAP,
-    SIM_FAULT_SIZE,
-    SIM_FAULT_GROUP,
-    SIM_FAULT_CRASH,
-} sim_fault_kind;
+/* usp_fault_parse under its former name. */
+static inline usp_status sim_fault_parse(const char *spec, sim_fault *out) { return usp_fault_parse(spec, out); }
 
-typedef struct sim_fault {
-    sim_fault_kind kind;
-    int rank;
-    int op;         /* usp_comm_kind, or -1 for any op */
-    uint64_t call;  /* 1-based */
-    char group[32]; /* group fault: name or prefix of the group to use ("" = default) */
-    int fired;      /* set by the simulator when the fault was injected */
-} sim_fault;
-
-/* Parses one --inject SPEC; a bad spec is USP_ERR_CONFIG with a message naming it. */
-usp_status sim_fault_parse(const char *spec, sim_fault *out);
-
-/* "skip", "swap", ... */
-const char *sim_fault_kind_name(sim_fault_kind kind);
-
-/* 1 when `f` fires for a call of `kind` on a rank that has made `calls_any`
- * counted calls in all and `calls_of_kind` of this kind (both including this one). */
-int sim_fault_fires(const sim_fault *f, int kind, uint64_t calls_any, uint64_t calls_of_kind);
+/* usp_fault_kind_name under its former name. */
+static inline const char *sim_fault_kind_name(sim_fault_kind kind) { return usp_fault_kind_name(kind); }
 
 #endif

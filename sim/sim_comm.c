@@ -1,5 +1,5 @@
 /* The simulator's communicator: posting calls, matching them as NCCL does,
- * completing them on the virtual clocks, and fault injection.
+ * and completing them on the virtual clocks.
  *
  * A rank that calls blocks (yields to the scheduler) until its call is
  * complete. A collective completes when the last member of the group posts
@@ -9,7 +9,9 @@
  * clocks move to max(arrival times) + its cost. A matched transfer starts at
  * the later of its two posts and moves with the other transfers in flight,
  * sharing the links they cross (sim/p2p_flows.h); its sender and receiver
- * resume when the scheduler has moved the flows past its end. */
+ * resume when the scheduler has moved the flows past its end. Faults are
+ * injected before a call gets here, by the decorator that wraps every handle
+ * (core/comm_decorator.h). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -340,65 +342,6 @@ static usp_status post_and_wait(sim_comm *sc, usp_comm_op *op)
     return USP_OK;
 }
 
-/* --- fault injection ----------------------------------------------------- */
-
-static sim_comm *other_group(sim_rank *r, sim_comm *sc, const char *wanted)
-{
-    for (int pass = 0; pass < 2; pass++)
-        for (int i = 0; i < r->n_comms; i++) {
-            sim_comm *c = r->comms[i];
-            if (c == sc || c->group == sc->group)
-                continue;
-            const char *name = c->group->name;
-            const char *want = *wanted ? wanted : pass == 0 ? "world" : "";
-            if (strncmp(name, want, strlen(want)) == 0)
-                return c;
-        }
-    return NULL;
-}
-
-static void make_count_wrong(usp_comm_op *op, sim_rank *r, int local, int size)
-{
-    if (op->kind == USP_OP_ALL_TO_ALL_V) {
-        size_t *arrays = malloc((size_t)size * sizeof *arrays); /* kept until the world goes */
-        if (!arrays)
-            return;
-        free(r->wrong_counts);
-        r->wrong_counts = arrays;
-        memcpy(arrays, op->send_counts, (size_t)size * sizeof *arrays);
-        arrays[(local + 1) % size] += 1;
-        op->send_counts = arrays;
-        return;
-    }
-    if (op->kind == USP_OP_SENDRECV || op->kind == USP_OP_SEND)
-        op->count = op->count > 1 ? op->count - 1 : op->count + 1;
-    else if (op->kind == USP_OP_RECV)
-        op->recv_count = op->recv_count > 1 ? op->recv_count - 1 : op->recv_count + 1;
-    else
-        op->count = op->count > 1 ? op->count - 1 : op->count + 1;
-}
-
-/* Keeps a swapped collective for later; its all_to_all_v arrays are copied. */
-static usp_status defer(sim_rank *r, sim_comm *sc, const usp_comm_op *op)
-{
-    r->deferred = *op;
-    r->deferred_comm = sc;
-    r->has_deferred = 1;
-    if (op->kind == USP_OP_ALL_TO_ALL_V) {
-        size_t n = (size_t)sc->group->size;
-        size_t *a = malloc(4 * n * sizeof *a);
-        if (!a)
-            return usp_error(USP_ERR_RUNTIME, "out of memory deferring a swapped call");
-        memcpy(a, op->send_counts, n * sizeof *a), memcpy(a + n, op->send_offsets, n * sizeof *a);
-        memcpy(a + 2 * n, op->recv_counts, n * sizeof *a), memcpy(a + 3 * n, op->recv_offsets, n * sizeof *a);
-        free(r->deferred_arrays);
-        r->deferred_arrays = a;
-        r->deferred.send_counts = a, r->deferred.send_offsets = a + n;
-        r->deferred.recv_counts = a + 2 * n, r->deferred.recv_offsets = a + 3 * n;
-    }
-    return USP_OK;
-}
-
 static usp_status sim_comm_issue(void *ctx, usp_comm_op *op)
 {
     sim_comm *sc = ctx;
@@ -413,53 +356,7 @@ static usp_status sim_comm_issue(void *ctx, usp_comm_op *op)
         return usp_error(w->abort_status, "%s on %s at %s:%d: the run was aborted: %s",
                          usp_comm_kind_name(op->kind), sc->group->name, op->site.file, op->site.line,
                          w->abort_reason);
-    if (r->crash.crashed)
-        return usp_error(USP_ERR_RANK_FAILED, "rank %d crashed (injected) earlier", r->id);
-    if (op->kind == USP_OP_SPLIT)
-        return post_and_wait(sc, op);
-
-    uint64_t any = ++r->calls_any, of_kind = ++r->calls_of_kind[op->kind];
-    for (int i = 0; i < w->config.n_faults; i++) {
-        sim_fault *f = &w->faults[i];
-        if (f->rank != r->id || !sim_fault_fires(f, op->kind, any, of_kind))
-            continue;
-        f->fired = 1;
-        usp_strbuf_printf(&w->injected, "  rank %d: %s at its call %llu, %s #%llu on %s (%s:%d)\n", r->id,
-                          sim_fault_kind_name(f->kind), (unsigned long long)any, usp_comm_kind_name(op->kind),
-                          (unsigned long long)sc->group->calls[sc->local] + 1, sc->group->name, op->site.file,
-                          op->site.line);
-        switch (f->kind) {
-        case SIM_FAULT_CRASH:
-            r->crash = (sim_crash){1, any, op->kind, sc->group, sc->group->calls[sc->local] + 1, op->site};
-            return usp_error(USP_ERR_RANK_FAILED, "rank %d crashed (injected) at its call %llu, %s on %s at %s:%d",
-                             r->id, (unsigned long long)any, usp_comm_kind_name(op->kind), sc->group->name,
-                             op->site.file, op->site.line);
-        case SIM_FAULT_SKIP:
-            op->not_issued = 1;
-            return USP_OK;
-        case SIM_FAULT_SIZE:
-            make_count_wrong(op, r, sc->local, sc->group->size);
-            break;
-        case SIM_FAULT_GROUP: {
-            sim_comm *other = other_group(r, sc, f->group);
-            if (other)
-                sc = other;
-            break;
-        }
-        case SIM_FAULT_SWAP:
-            if (is_collective(op->kind) && !r->has_deferred) {
-                op->not_issued = 1;
-                return defer(r, sc, op);
-            }
-            break;
-        }
-    }
-    usp_status s = post_and_wait(sc, op);
-    if (s == USP_OK && r->has_deferred && is_collective(op->kind)) {
-        r->has_deferred = 0;
-        s = post_and_wait(r->deferred_comm, &r->deferred);
-    }
-    return s;
+    return post_and_wait(sc, op);
 }
 
 const usp_comm_i sim_comm_iface = {

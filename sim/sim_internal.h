@@ -3,7 +3,9 @@
 #ifndef USP_SIM_INTERNAL_H
 #define USP_SIM_INTERNAL_H
 
+#include "core/comm_decorator.h"
 #include "core/comm_impl.h"
+#include "core/comm_report.h"
 #include "core/strbuf.h"
 #include "sim/fiber.h"
 #include "sim/p2p_flows.h"
@@ -30,34 +32,6 @@ typedef struct sim_comm {
     usp_comm_t *handle;
 } sim_comm;
 
-/* What a crashed rank was doing, for the report. */
-typedef struct sim_crash {
-    int crashed;
-    uint64_t call;
-    usp_comm_kind kind;
-    const sim_group *group;
-    uint64_t seq;
-    usp_call_site site;
-} sim_crash;
-
-/* What a rank was doing when the run's report was made (report.c), kept for
- * sim_world_wait_graph: the groups' posted slots are cleared by the abort. */
-typedef struct sim_rank_snapshot {
-    sim_rank_state state;
-    int crashed;
-    int op;                  /* usp_comm_kind blocked in or crashed at, -1 when none */
-    const sim_group *group;  /* that call's group (owned by the world) */
-    uint64_t seq;
-    usp_call_site site;
-    int posted;              /* blocked in a collective it has posted on `group` */
-    int send_to, recv_from;  /* world ranks of its unmatched transfer parts, -1 when none */
-    int mismatched;          /* named by a mismatch report */
-    char call[112];          /* the op with its arguments */
-    uint64_t calls;
-    usp_status result;
-    double clock;
-} sim_rank_snapshot;
-
 typedef struct sim_rank {
     int id;
     struct sim_world *world;
@@ -78,23 +52,13 @@ typedef struct sim_rank {
     int in_flight;           /* point-to-point parts matched and still moving (w->p2p) */
     usp_status wake;         /* what the call returns when the rank is resumed */
 
-    /* Fault injection. */
-    uint64_t calls_any, calls_of_kind[USP_OP_COUNT];
-    sim_crash crash;
-    int has_deferred;        /* a swapped collective waits for the next one */
-    usp_comm_op deferred;
-    sim_comm *deferred_comm;
-    size_t *deferred_arrays; /* copies of an all_to_all_v's counts and offsets */
-    size_t *wrong_counts;    /* a size fault's send counts (its own: a swap may hold deferred_arrays) */
-
-    sim_comm **comms;        /* the rank's live handles */
+    sim_comm **comms;        /* the rank's live handles (the world frees those a rank left open) */
     int n_comms, cap_comms;
-    sim_rank_snapshot snap;  /* valid when the world's snapshot_kind is set */
 } sim_rank;
 
 struct sim_world {
     sim_config config;
-    sim_fault *faults;
+    usp_comm_decorator *decorator; /* counts, fingerprints and faults every rank's calls (core/comm_decorator.h) */
     sim_rank *ranks;
     int n;
     sim_group **groups;
@@ -106,10 +70,9 @@ struct sim_world {
     sim_rank *current;       /* the rank whose fiber runs, NULL in the scheduler */
     usp_status abort_status; /* USP_OK until a report aborts the run */
     usp_strbuf report;
-    usp_strbuf injected;     /* one line per fault that fired */
     char abort_reason[256];  /* the report's first line, for the ranks' messages */
     int ran;
-    sim_report_kind snapshot_kind; /* the first report's kind; the ranks' `snap` hold its state */
+    usp_report_snapshot snapshot;  /* the ranks as the first report saw them (sim_world_wait_graph) */
 };
 
 /* sim_comm.c */
@@ -124,9 +87,8 @@ usp_status sim_transfers_advance(struct sim_world *w, double t, void (*woke)(voi
 /* collectives.c: moves the data of a matched collective / transfer; checks the buffers first. */
 usp_status sim_move_collective(struct sim_world *w, sim_group *g);
 usp_status sim_move_p2p(struct sim_world *w, const sim_rank *sender, const sim_rank *receiver);
-void sim_describe_op(usp_strbuf *b, const usp_comm_op *op);
 
-/* report.c */
+/* report.c: fills the backend-neutral reports (core/comm_report.h) from the simulator's state */
 void sim_abort(struct sim_world *w, usp_status status);
 usp_status sim_report_stall(struct sim_world *w);
 void sim_report_mismatch(struct sim_world *w, const sim_group *g, const sim_rank *a, const sim_rank *b,

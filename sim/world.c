@@ -24,18 +24,8 @@ usp_status sim_world_create(const sim_config *config, sim_world **out)
     w->n = config->world_size;
     usp_status s;
     USP_CHECK_GOTO(usp_calloc((void **)&w->ranks, (size_t)w->n, sizeof *w->ranks, "the ranks"), s, fail);
-    if (config->n_faults > 0) {
-        USP_CHECK_GOTO(usp_malloc((void **)&w->faults, (size_t)config->n_faults * sizeof *w->faults,
-                                  "the faults"), s, fail);
-        memcpy(w->faults, config->faults, (size_t)config->n_faults * sizeof *w->faults);
-        for (int i = 0; i < config->n_faults; i++)
-            if (w->faults[i].rank >= w->n) {
-                s = usp_error(USP_ERR_CONFIG, "--inject %s:rank=%d: there are only %d ranks (0 to %d)",
-                              sim_fault_kind_name(w->faults[i].kind), w->faults[i].rank, w->n, w->n - 1);
-                goto fail;
-            }
-    }
-    w->config.faults = w->faults;
+    USP_CHECK_GOTO(usp_comm_decorator_create(config->faults, config->n_faults, w->n, &w->decorator), s, fail);
+    w->config.faults = NULL, w->config.n_faults = 0; /* the decorator holds the copy */
     if (config->trace)
         USP_CHECK_GOTO(usp_trace_create(&w->trace), s, fail);
     *out = w;
@@ -88,7 +78,9 @@ static usp_status make_ranks(sim_world *w)
         r->world = w;
         USP_CHECK((w->config.make_backend ? w->config.make_backend : usp_backend_cpu_create)(&r->backend));
         usp_backend_set_cost_sink(r->backend, on_compute_cost, r);
-        USP_CHECK(sim_comm_open(w, world_group, i, &r->world_comm));
+        usp_comm_t *world_comm;
+        USP_CHECK(sim_comm_open(w, world_group, i, &world_comm));
+        USP_CHECK(usp_comm_decorator_wrap(w->decorator, world_comm, &r->world_comm)); /* on failure the world frees it */
         USP_CHECK(sim_fiber_create(stack, rank_fiber_main, r, &r->fiber));
     }
     return USP_OK;
@@ -289,29 +281,14 @@ usp_status sim_world_run(sim_world *w, usp_rank_main_fn fn, void *arg)
     if (w->abort_status != USP_OK)
         return usp_error(w->abort_status, "%s", usp_strbuf_text(&w->report));
     for (int i = 0; i < w->n; i++)
-        if (w->ranks[i].crash.crashed) {
+        if (usp_comm_decorator_crashed(w->decorator, i, NULL, NULL)) {
             sim_report_crash(w);
             return usp_error(USP_ERR_RANK_FAILED, "%s", usp_strbuf_text(&w->report));
         }
     for (int i = 0; i < w->n; i++)
         if (w->ranks[i].result != USP_OK)
             return usp_error(w->ranks[i].result, "rank %d: %s", i, w->ranks[i].error.message);
-    /* A fault that never fired would let a test that expects a failure pass. */
-    for (int i = 0; i < w->config.n_faults; i++) {
-        const sim_fault *f = &w->faults[i];
-        if (f->fired)
-            continue;
-        const sim_rank *r = &w->ranks[f->rank];
-        const char *op = f->op < 0 ? "any" : usp_comm_kind_name((usp_comm_kind)f->op);
-        return usp_error(USP_ERR_CONFIG,
-                         "--inject %s:rank=%d,op=%s,call=%llu never fired: rank %d made %llu %s call%s (%llu counted "
-                         "calls in all), so nothing was injected; pick a call the schedule makes",
-                         sim_fault_kind_name(f->kind), f->rank, op, (unsigned long long)f->call, f->rank,
-                         (unsigned long long)(f->op < 0 ? r->calls_any : r->calls_of_kind[f->op]), op,
-                         (f->op < 0 ? r->calls_any : r->calls_of_kind[f->op]) == 1 ? "" : "s",
-                         (unsigned long long)r->calls_any);
-    }
-    return USP_OK;
+    return usp_comm_decorator_check_fired(w->decorator); /* a fault that never fired would let a failing test pass */
 }
 
 const char *sim_world_report(const sim_world *w) { return usp_strbuf_text(&w->report); }
@@ -345,8 +322,6 @@ void sim_world_destroy(sim_world *w)
         while (r->n_comms > 0) /* handles the rank did not free */
             usp_comm_destroy(r->comms[r->n_comms - 1]->handle);
         free(r->comms);
-        free(r->deferred_arrays);
-        free(r->wrong_counts);
         usp_backend_destroy(r->backend);
         sim_fiber_destroy(r->fiber);
     }
@@ -357,9 +332,9 @@ void sim_world_destroy(sim_world *w)
     free(w->groups);
     free(w->ranks);
     sim_p2p_flows_destroy(w->p2p);
-    free(w->faults);
+    usp_comm_decorator_destroy(w->decorator); /* after the backend's handles: it frees only its wrappers */
     usp_trace_destroy(w->trace);
     usp_strbuf_free(&w->report);
-    usp_strbuf_free(&w->injected);
+    usp_report_snapshot_free(&w->snapshot);
     free(w);
 }

@@ -14,6 +14,7 @@
 #ifndef USP_SIM_WORLD_H
 #define USP_SIM_WORLD_H
 
+#include "core/comm_report.h"
 #include "core/rank.h"
 #include "core/trace.h"
 #include "sim/cost_model.h"
@@ -27,7 +28,7 @@ typedef usp_status (*sim_backend_factory)(usp_backend_t **out);
 typedef struct sim_config {
     int world_size;
     sim_cost_model cost;              /* the cluster (topology and GPUs) ranks run on: rank r on GPU r */
-    const sim_fault *faults; /* copied */
+    const usp_fault *faults;          /* copied; applied by the decorator that wraps every handle */
     int n_faults;
     sim_backend_factory make_backend; /* NULL: the cpu backend */
     size_t stack_bytes;               /* each rank's fiber stack; 0: 16 MiB */
@@ -54,64 +55,30 @@ int sim_world_size(const sim_world *w);
 /* The run's trace (NULL when tracing is off). */
 const usp_trace_t *sim_world_trace(const sim_world *w);
 
-/* The wait-for graph of a report: who waited for whom when the run stalled,
- * mismatched or lost a rank, snapshotted as the report was made (viz draws it).
- * Edges point from a waiting rank to a rank it waits for: every member that
- * has not posted the waiter's collective, or the peer of an unmatched send or
- * receive. The highlighted path is the report's own wait chain (first wait of
- * each rank from the first blocked one): its cycle, or the rank it ends at
- * that will never come (exited or crashed: the missing participant). */
-typedef enum sim_report_kind {
-    SIM_REPORT_NONE,
-    SIM_REPORT_DEADLOCK,
-    SIM_REPORT_MISMATCH,
-    SIM_REPORT_RANK_FAILURE,
-} sim_report_kind;
+/* The wait-for graph of the run's report (core/comm_report.h: who waited for
+ * whom when the run stalled, mismatched or lost a rank, snapshotted as the
+ * report was made; viz draws it). Kind USP_REPORT_NONE and no ranks when there
+ * was none; free it with usp_wait_graph_free. */
+usp_status sim_world_wait_graph(const sim_world *w, usp_wait_graph *out);
 
-typedef enum sim_wait_state {
-    SIM_WAIT_RUNNABLE, /* not in a call (a mismatch stopped the run before it got there) */
-    SIM_WAIT_BLOCKED,
-    SIM_WAIT_EXITED,
-    SIM_WAIT_CRASHED,
-} sim_wait_state;
+/* The graph's former names, from when the simulator alone made reports: kept
+ * so that code written against them builds unchanged. */
+typedef usp_report_kind sim_report_kind;
+#define SIM_REPORT_NONE USP_REPORT_NONE
+#define SIM_REPORT_DEADLOCK USP_REPORT_DEADLOCK
+#define SIM_REPORT_MISMATCH USP_REPORT_MISMATCH
+#define SIM_REPORT_RANK_FAILURE USP_REPORT_RANK_FAILURE
+typedef usp_rank_state sim_wait_state;
+#define SIM_WAIT_RUNNABLE USP_RANK_RUNNABLE
+#define SIM_WAIT_BLOCKED USP_RANK_BLOCKED
+#define SIM_WAIT_EXITED USP_RANK_EXITED
+#define SIM_WAIT_CRASHED USP_RANK_CRASHED
+typedef usp_wait_rank sim_wait_rank;
+typedef usp_wait_edge sim_wait_edge;
+typedef usp_wait_graph sim_wait_graph;
 
-typedef struct sim_wait_rank {
-    sim_wait_state state;
-    int op;             /* usp_comm_kind it is blocked in or crashed at; -1 when none */
-    char group[64];     /* that call's group ("" when none; USP_COMM_NAME_MAX) */
-    uint64_t seq;       /* the call's index on the group */
-    const char *file;   /* its call site (NULL when none) */
-    int line;
-    char call[112];     /* blocked: the op with its arguments, "all_to_all(count=2048, f32)" */
-    uint64_t calls;     /* calls the rank issued */
-    usp_status result;  /* exited: what its main function returned */
-    double clock;       /* virtual seconds */
-    int in_cycle;       /* on the highlighted wait cycle */
-    int missing;        /* the chain ends here: a rank that exited or crashed while others wait for it */
-    int mismatched;     /* one of the two ranks whose calls disagree */
-} sim_wait_rank;
-
-typedef struct sim_wait_edge {
-    int from, to;       /* world ranks: `from` waits for `to` */
-    int highlight;      /* on the report's wait chain: its cycle, or the way to the missing rank */
-} sim_wait_edge;
-
-typedef struct sim_wait_graph {
-    sim_report_kind kind;
-    char title[256];    /* the report's first line */
-    char injected[512]; /* the faults that fired, one line each ("rank 2: skip at its call 1, ..."), or "" */
-    int n_ranks;
-    sim_wait_rank *ranks;  /* [n_ranks] */
-    size_t n_edges;
-    sim_wait_edge *edges;  /* [n_edges], by waiting rank, then waited-for rank */
-} sim_wait_graph;
-
-/* The wait-for graph of the run's report (kind SIM_REPORT_NONE and no ranks when
- * there was none), built into `out`; free it with sim_wait_graph_free. */
-usp_status sim_world_wait_graph(const sim_world *w, sim_wait_graph *out);
-
-/* Frees a graph from sim_world_wait_graph (its arrays; a zeroed graph is fine). */
-void sim_wait_graph_free(sim_wait_graph *g);
+/* usp_wait_graph_free under its former name. */
+static inline void sim_wait_graph_free(usp_wait_graph *g) { usp_wait_graph_free(g); }
 
 /* A rank's peak backend memory, virtual time at the end, and returned status. */
 size_t sim_world_peak_bytes(const sim_world *w, int rank);

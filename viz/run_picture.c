@@ -8,11 +8,11 @@ usp_status viz_run_picture(const sim_world *w, usp_status run, const viz_traffic
                            const char **drawn)
 {
     const char *what = NULL;
-    sim_wait_graph g;
+    usp_wait_graph g;
     USP_CHECK(sim_world_wait_graph(w, &g));
     usp_strbuf dot = {0};
     usp_status s = USP_OK;
-    if (g.kind != SIM_REPORT_NONE) {
+    if (g.kind != USP_REPORT_NONE) {
         s = viz_dot_wait_graph(&g, &dot);
         what = "wait-for picture";
     } else if (run == USP_OK) {
@@ -22,7 +22,7 @@ usp_status viz_run_picture(const sim_world *w, usp_status run, const viz_traffic
     if (s == USP_OK && dot.len)
         s = viz_write_file("--dot", usp_strbuf_text(&dot), path);
     usp_strbuf_free(&dot);
-    sim_wait_graph_free(&g);
+    usp_wait_graph_free(&g);
     if (drawn)
         *drawn = s == USP_OK ? what : NULL;
     return s;

@@ -11,35 +11,35 @@
 #define RED "#cc0000"
 #define ORANGE "#e69138"
 
-static const char *state_fill(const sim_wait_rank *r)
+static const char *state_fill(const usp_wait_rank *r)
 {
-    if (r->missing || r->state == SIM_WAIT_CRASHED)
+    if (r->missing || r->state == USP_RANK_CRASHED)
         return "#f4cccc";
     if (r->mismatched)
         return "#fce5cd";
     switch (r->state) {
-    case SIM_WAIT_BLOCKED: return "#fff2cc";
-    case SIM_WAIT_EXITED: return "#eeeeee";
+    case USP_RANK_BLOCKED: return "#fff2cc";
+    case USP_RANK_EXITED: return "#eeeeee";
     default: return "#ffffff";
     }
 }
 
 /* "rank 2\nblocked in all_to_all #1 on ulysses[0]\nall_to_all(count=2048, f32)\nat core/selftest.c:76" */
-static void rank_label(char *buf, size_t size, int id, const sim_wait_rank *r)
+static void rank_label(char *buf, size_t size, int id, const usp_wait_rank *r)
 {
     const char *op = r->op >= 0 ? usp_comm_kind_name((usp_comm_kind)r->op) : "";
     switch (r->state) {
-    case SIM_WAIT_BLOCKED:
+    case USP_RANK_BLOCKED:
         snprintf(buf, size, "rank %d%s\nblocked in %s #%llu on %s\n%s\nat %s:%d", id,
                  r->in_cycle ? " (in the cycle)" : r->mismatched ? " (mismatch)" : "", op, (unsigned long long)r->seq,
                  r->group, r->call, r->file ? r->file : "?", r->line);
         break;
-    case SIM_WAIT_CRASHED:
+    case USP_RANK_CRASHED:
         snprintf(buf, size, "rank %d: CRASHED%s\nat its %s #%llu on %s\nat %s:%d", id,
                  r->missing ? " (others wait for it)" : "", op, (unsigned long long)r->seq, r->group,
                  r->file ? r->file : "?", r->line);
         break;
-    case SIM_WAIT_EXITED:
+    case USP_RANK_EXITED:
         snprintf(buf, size, "rank %d: EXITED%s\nafter %llu calls (%s)", id,
                  r->missing ? " (others wait for it)" : "", (unsigned long long)r->calls, usp_status_name(r->result));
         break;
@@ -85,13 +85,13 @@ static size_t family(const char *group)
 
 /* Two ranks in the same situation: same state, and blocked in the same call
  * (op, sequence number, call site) on groups of one family, or exited alike. */
-static int alike(const sim_wait_rank *a, const sim_wait_rank *b)
+static int alike(const usp_wait_rank *a, const usp_wait_rank *b)
 {
     if (a->state != b->state)
         return 0;
-    if (a->state == SIM_WAIT_EXITED)
+    if (a->state == USP_RANK_EXITED)
         return a->result == b->result;
-    if (a->state != SIM_WAIT_BLOCKED)
+    if (a->state != USP_RANK_BLOCKED)
         return 1;
     size_t fa = family(a->group);
     return a->op == b->op && a->seq == b->seq && a->line == b->line && fa == family(b->group) &&
@@ -112,7 +112,7 @@ static int class_edge_order(const void *pa, const void *pb)
 /* The aggregated picture: the ranks that matter to the report (on the chain,
  * missing, crashed, mismatched) alone, every other rank in one node per
  * situation (alike), and one arrow per pair of nodes, counting its waits. */
-static void classes(usp_strbuf *b, const sim_wait_graph *g)
+static void classes(usp_strbuf *b, const usp_wait_graph *g)
 {
     int n = g->n_ranks, *node = malloc((size_t)n * sizeof *node);
     char *alone = calloc((size_t)n, 1), *set = calloc((size_t)n, 1), label[512], ranges[192];
@@ -123,8 +123,8 @@ static void classes(usp_strbuf *b, const sim_wait_graph *g)
         return;
     }
     for (int i = 0; i < n; i++) {
-        const sim_wait_rank *r = &g->ranks[i];
-        alone[i] = (char)(r->in_cycle || r->missing || r->mismatched || r->state == SIM_WAIT_CRASHED);
+        const usp_wait_rank *r = &g->ranks[i];
+        alone[i] = (char)(r->in_cycle || r->missing || r->mismatched || r->state == USP_RANK_CRASHED);
     }
     for (size_t e = 0; e < g->n_edges; e++)
         if (g->edges[e].highlight)
@@ -138,7 +138,7 @@ static void classes(usp_strbuf *b, const sim_wait_graph *g)
     for (int i = 0; i < n; i++) {
         if (node[i] != i)
             continue;
-        const sim_wait_rank *r = &g->ranks[i];
+        const usp_wait_rank *r = &g->ranks[i];
         if (alone[i]) {
             rank_label(label, sizeof label, i, r);
         } else {
@@ -151,18 +151,18 @@ static void classes(usp_strbuf *b, const sim_wait_graph *g)
             memset(set, 0, (size_t)i);
             rank_ranges(set, n, ranges, sizeof ranges);
             char what[192];
-            if (r->state == SIM_WAIT_BLOCKED)
+            if (r->state == USP_RANK_BLOCKED)
                 snprintf(what, sizeof what, "blocked in %s #%llu on %.*s%s\nat %s:%d",
                          usp_comm_kind_name((usp_comm_kind)r->op), (unsigned long long)r->seq,
                          (int)(same_group ? strlen(r->group) : family(r->group)), r->group, same_group ? "" : "[...]",
                          r->file ? r->file : "?", r->line);
-            else if (r->state == SIM_WAIT_EXITED)
+            else if (r->state == USP_RANK_EXITED)
                 snprintf(what, sizeof what, "exited (%s)", usp_status_name(r->result));
             else
                 snprintf(what, sizeof what, "runnable: not at a call yet");
             snprintf(label, sizeof label, "%d rank%s: %s\n%s", count, count == 1 ? "" : "s", ranges, what);
         }
-        int hot = alone[i] && (r->missing || r->in_cycle || r->state == SIM_WAIT_CRASHED);
+        int hot = alone[i] && (r->missing || r->in_cycle || r->state == USP_RANK_CRASHED);
         usp_strbuf_printf(b, "  r%d [fillcolor=\"%s\"%s, label=", i, state_fill(r),
                           hot ? ", color=\"" RED "\", penwidth=2.5"
                           : r->mismatched ? ", color=\"" ORANGE "\", penwidth=2.5" : "");
@@ -185,12 +185,12 @@ static void classes(usp_strbuf *b, const sim_wait_graph *g)
     free(node), free(alone), free(set), free(edges);
 }
 
-usp_status viz_dot_wait_graph(const sim_wait_graph *g, usp_strbuf *dot)
+usp_status viz_dot_wait_graph(const usp_wait_graph *g, usp_strbuf *dot)
 {
-    static const char *what[] = {[SIM_REPORT_NONE] = "no report", [SIM_REPORT_DEADLOCK] = "Deadlock",
-                                 [SIM_REPORT_MISMATCH] = "Collective mismatch",
-                                 [SIM_REPORT_RANK_FAILURE] = "Rank failure"};
-    if (g->kind == SIM_REPORT_NONE)
+    static const char *what[] = {[USP_REPORT_NONE] = "no report", [USP_REPORT_DEADLOCK] = "Deadlock",
+                                 [USP_REPORT_MISMATCH] = "Collective mismatch",
+                                 [USP_REPORT_RANK_FAILURE] = "Rank failure"};
+    if (g->kind == USP_REPORT_NONE)
         return usp_error(USP_ERR_RUNTIME, "there is no deadlock, mismatch or rank failure report to draw");
     int big = g->n_ranks > 2 * VIZ_DETAIL_MAX_RANKS || g->n_edges > VIZ_MAX_ARROWS, cycle = 0, missing = 0, mismatched = 0;
     for (int i = 0; i < g->n_ranks; i++)
@@ -218,8 +218,8 @@ usp_status viz_dot_wait_graph(const sim_wait_graph *g, usp_strbuf *dot)
     usp_strbuf_free(&cap);
     usp_strbuf_printf(dot, "  node [shape=box, style=\"rounded,filled\"];\n");
     for (int i = 0; i < g->n_ranks && !big; i++) {
-        const sim_wait_rank *r = &g->ranks[i];
-        int hot = r->missing || r->in_cycle || r->state == SIM_WAIT_CRASHED;
+        const usp_wait_rank *r = &g->ranks[i];
+        int hot = r->missing || r->in_cycle || r->state == USP_RANK_CRASHED;
         rank_label(label, sizeof label, i, r);
         usp_strbuf_printf(dot, "  r%d [fillcolor=\"%s\"%s, label=", i, state_fill(r),
                           hot ? ", color=\"" RED "\", penwidth=2.5" : r->mismatched ? ", color=\"" ORANGE "\", penwidth=2.5"

@@ -1,5 +1,5 @@
-/* Parsing --inject specs. */
-#include "sim/inject.h"
+/* Parsing --inject specs and deciding when a fault fires (core/comm_fault.h). */
+#include "core/comm_fault.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -8,7 +8,7 @@
 static const char *kind_names[] = {"skip", "swap", "size", "group", "crash"};
 #define N_KINDS (int)(sizeof kind_names / sizeof kind_names[0])
 
-const char *sim_fault_kind_name(sim_fault_kind kind)
+const char *usp_fault_kind_name(usp_fault_kind kind)
 {
     return (int)kind >= 0 && (int)kind < N_KINDS ? kind_names[kind] : "?";
 }
@@ -45,9 +45,9 @@ static int parse_op(const char *name)
     return -2;
 }
 
-usp_status sim_fault_parse(const char *spec, sim_fault *out)
+usp_status usp_fault_parse(const char *spec, usp_fault *out)
 {
-    *out = (sim_fault){.rank = -1, .op = -1, .call = 1};
+    *out = (usp_fault){.rank = -1, .op = -1, .call = 1};
     char buf[256];
     if (strlen(spec) >= sizeof buf)
         return bad(spec, "the spec is too long");
@@ -62,7 +62,7 @@ usp_status sim_fault_parse(const char *spec, sim_fault *out)
             kind = k;
     if (kind < 0)
         return bad(spec, "unknown kind");
-    out->kind = (sim_fault_kind)kind;
+    out->kind = (usp_fault_kind)kind;
     char *save = NULL;
     for (char *field = strtok_r(colon + 1, ",", &save); field; field = strtok_r(NULL, ",", &save)) {
         char *eq = strchr(field, '=');
@@ -94,12 +94,12 @@ usp_status sim_fault_parse(const char *spec, sim_fault *out)
     }
     if (out->rank < 0)
         return bad(spec, "rank=R is required");
-    if (out->group[0] && out->kind != SIM_FAULT_GROUP)
+    if (out->group[0] && out->kind != USP_FAULT_GROUP)
         return bad(spec, "group=G applies to the group kind only");
     return USP_OK;
 }
 
-int sim_fault_fires(const sim_fault *f, int kind, uint64_t calls_any, uint64_t calls_of_kind)
+int usp_fault_fires(const usp_fault *f, int kind, uint64_t calls_any, uint64_t calls_of_kind)
 {
     if (f->op >= 0 && f->op != kind)
         return 0;
