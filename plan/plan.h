@@ -8,8 +8,8 @@
  * charges for the ops and collectives the code issues, with the memory
  * options the code has (bf16 storage, ZeRO 0-3, layer recomputation, tiled
  * MLP and loss). plan/sweep.h ranks the U x R splits; plan/fit.h finds the
- * memory options that make a step fit. `usp plan` (tools/cmd_plan.c) only
- * parses options and prints. */
+ * memory options that make a step fit; plan/report.h puts them together into
+ * the answer `usp plan` (tools/cmd_plan.c) prints. */
 #ifndef USP_PLAN_PLAN_H
 #define USP_PLAN_PLAN_H
 

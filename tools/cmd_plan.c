@@ -1,14 +1,12 @@
-/* `usp plan`: parses the options, runs the planner (plan/plan.h, plan/sweep.h,
- * plan/fit.h) and prints its answer as text or as one JSON object. The
- * figures are the planner's; this file only formats them (units, shares). */
+/* `usp plan`: parses the options, runs the planner (plan/report.h) and prints
+ * its answer as text or as one JSON object. The figures are the planner's;
+ * this file only formats them (units, shares). */
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
 
-#include "plan/fit.h"
-#include "plan/plan.h"
-#include "plan/sweep.h"
+#include "plan/report.h"
 #include "sim/world.h"
 #include "tools/cli.h"
 #include "tools/cluster_options.h"
@@ -166,93 +164,88 @@ static void print_sweep(const plan_sweep_entry *e, int n)
             printf("  U %d x R %d not possible: %s\n", e[i].ulysses, e[i].ring, e[i].why);
 }
 
+/* The summary as one JSON object (fields in docs/planning.md). */
+static void print_report_json(const plan_options *o, const usp_train_config *c, const sim_cost_model *cost,
+                              const plan_report *p, double wall)
+{
+    const sim_topology *t = &cost->topology;
+    json_t *j = result_json(&p->best);
+    if (j) {
+        json_object_set_new(j, "summary", json_true());
+        json_object_set_new(j, "model", json_string(c->model.name));
+        json_object_set_new(j, "topology", json_string(t->name));
+        json_object_set_new(j, "nodes", json_integer(t->nodes));
+        json_object_set_new(j, "gpu", json_string(t->gpu.name));
+        json_object_set_new(j, "dtype", json_string(usp_dtype_name(cost->dtype)));
+        json_object_set_new(j, "storage", json_string(usp_dtype_name(c->storage)));
+        json_object_set_new(j, "zero", json_integer(c->zero_stage));
+        json_object_set_new(j, "recompute", json_boolean(c->recompute_layers));
+        json_object_set_new(j, "tiled_mlp", json_boolean(c->tiled_mlp));
+        json_object_set_new(j, "tiled_loss", json_boolean(c->tiled_loss));
+        json_object_set_new(j, "would_fit_with", p->fit.found ? json_string(p->fit.options) : json_null());
+        if (p->fit.tries)
+            json_object_set_new(j, "would_fit_bytes", json_integer((json_int_t)p->fit.peak_bytes));
+        json_object_set_new(j, "seq", json_integer(c->seq_len));
+        json_object_set_new(j, "batch", json_integer(c->batch));
+        json_object_set_new(j, "wall_s", json_real(wall));
+        if (o->sweep) {
+            json_t *list = json_array();
+            for (int i = 0; i < p->n_sweep; i++) {
+                const plan_sweep_entry *e = &p->sweep[i];
+                json_t *x = e->ok ? result_json(&e->result)
+                                  : json_pack("{s:i, s:i, s:s}", "ulysses", e->ulysses, "ring", e->ring, "error",
+                                              e->why);
+                json_array_append_new(list, x);
+            }
+            json_object_set_new(j, "sweep", list);
+        }
+    }
+    print_json(j);
+    json_decref(j);
+}
+
+static void print_report_text(const plan_options *o, const usp_train_config *c, const sim_cost_model *cost,
+                              const plan_report *p, double wall)
+{
+    const sim_topology *t = &cost->topology;
+    const plan_result *best = &p->best;
+    double params = (double)usp_model_config_param_count(&c->model);
+    printf("usp plan: model %s (%.3g %s parameters), world %d = dp %d x ring %d x ulysses %d, seq %lld, batch %lld\n",
+           c->model.name, params >= 1e9 ? params / 1e9 : params / 1e6, params >= 1e9 ? "B" : "M", c->shape.world,
+           c->shape.dp, best->shape.ring, best->shape.ulysses, (long long)c->seq_len, (long long)c->batch);
+    printf("cluster: %s, %d node%s of %d x %s (%.0f GB); compute modelled in %s\n", t->name, t->nodes,
+           t->nodes > 1 ? "s" : "", t->gpus_per_node, t->gpu.name, t->gpu.memory_bytes / GB,
+           usp_dtype_name(cost->dtype));
+    printf("memory as the code allocates it: storage %s, ZeRO %d%s%s%s\n",
+           c->storage == USP_F32 ? "fp32" : "bf16 (fp32 master weights and Adam state)", c->zero_stage,
+           c->recompute_layers ? ", recomputed layers" : "", c->tiled_mlp ? ", tiled MLP" : "",
+           c->tiled_loss ? ", tiled loss" : "");
+    if (o->sweep) {
+        print_sweep(p->sweep, p->n_sweep);
+        printf("\nthe fastest, U %d x R %d:\n", best->shape.ulysses, best->shape.ring);
+    }
+    print_memory(best, &p->fit);
+    print_time(best);
+    printf("planned in %.2f s (one step on the meta backend%s%s)\n", wall, o->sweep ? " per split" : "",
+           p->fit.tries ? ", and one per option tried" : "");
+}
+
 static usp_status run(const plan_options *o)
 {
     usp_train_config c;
     USP_CHECK(build_config(o, &c));
     sim_config sc = sim_config_default(c.shape.world);
     USP_CHECK(cluster_options_apply(o->topology, o->nodes, c.shape.world, &sc));
-    const sim_topology *t = &sc.cost.topology;
     double wall = wall_now();
-    plan_result best = {0};
-    plan_sweep_entry *sweep = NULL;
-    int n_sweep = 0;
-    usp_status s;
-    if (o->sweep) {
-        s = plan_sweep(&c, &sc.cost, &sweep, &n_sweep);
-        if (s == USP_OK && !sweep[0].ok)
-            s = usp_error(USP_ERR_CONFIG, "--sweep: no U x R split of %d ranks runs: U %d x R %d: %s",
-                          c.shape.ulysses * c.shape.ring, sweep[0].ulysses, sweep[0].ring, sweep[0].why);
-        if (s == USP_OK)
-            best = sweep[0].result;
-    } else {
-        s = plan_run(&c, &sc.cost, o->trace, &best);
-    }
-    plan_fit fit = {0};
-    if (s == USP_OK && !best.fits) {
-        usp_train_config tried = c;
-        tried.shape = best.shape; /* with --sweep: the fastest split */
-        s = plan_would_fit(&tried, &sc.cost, &fit);
-    }
+    plan_report p;
+    USP_CHECK(plan_report_make(&c, &sc.cost, o->sweep, o->trace, &p));
     wall = wall_now() - wall;
-    if (s == USP_OK && o->json) {
-        json_t *j = result_json(&best);
-        if (j) {
-            json_object_set_new(j, "summary", json_true());
-            json_object_set_new(j, "model", json_string(c.model.name));
-            json_object_set_new(j, "topology", json_string(t->name));
-            json_object_set_new(j, "nodes", json_integer(t->nodes));
-            json_object_set_new(j, "gpu", json_string(t->gpu.name));
-            json_object_set_new(j, "dtype", json_string(usp_dtype_name(sc.cost.dtype)));
-            json_object_set_new(j, "storage", json_string(usp_dtype_name(c.storage)));
-            json_object_set_new(j, "zero", json_integer(c.zero_stage));
-            json_object_set_new(j, "recompute", json_boolean(c.recompute_layers));
-            json_object_set_new(j, "tiled_mlp", json_boolean(c.tiled_mlp));
-            json_object_set_new(j, "tiled_loss", json_boolean(c.tiled_loss));
-            json_object_set_new(j, "would_fit_with", fit.found ? json_string(fit.options) : json_null());
-            if (fit.tries)
-                json_object_set_new(j, "would_fit_bytes", json_integer((json_int_t)fit.peak_bytes));
-            json_object_set_new(j, "seq", json_integer(c.seq_len));
-            json_object_set_new(j, "batch", json_integer(c.batch));
-            json_object_set_new(j, "wall_s", json_real(wall));
-            if (o->sweep) {
-                json_t *list = json_array();
-                for (int i = 0; i < n_sweep; i++) {
-                    json_t *x = sweep[i].ok ? result_json(&sweep[i].result)
-                                            : json_pack("{s:i, s:i, s:s}", "ulysses", sweep[i].ulysses, "ring",
-                                                        sweep[i].ring, "error", sweep[i].why);
-                    json_array_append_new(list, x);
-                }
-                json_object_set_new(j, "sweep", list);
-            }
-        }
-        print_json(j);
-        json_decref(j);
-    } else if (s == USP_OK) {
-        double params = (double)usp_model_config_param_count(&c.model);
-        printf("usp plan: model %s (%.3g %s parameters), world %d = dp %d x ring %d x ulysses %d, seq %lld, batch %lld\n",
-               c.model.name, params >= 1e9 ? params / 1e9 : params / 1e6, params >= 1e9 ? "B" : "M", c.shape.world, c.shape.dp,
-               best.shape.ring, best.shape.ulysses, (long long)c.seq_len, (long long)c.batch);
-        printf("cluster: %s, %d node%s of %d x %s (%.0f GB); compute modelled in %s\n", t->name, t->nodes,
-               t->nodes > 1 ? "s" : "", t->gpus_per_node, t->gpu.name, t->gpu.memory_bytes / GB,
-               usp_dtype_name(sc.cost.dtype));
-        printf("memory as the code allocates it: storage %s, ZeRO %d%s%s%s\n",
-               c.storage == USP_F32 ? "fp32" : "bf16 (fp32 master weights and Adam state)", c.zero_stage,
-               c.recompute_layers ? ", recomputed layers" : "", c.tiled_mlp ? ", tiled MLP" : "",
-               c.tiled_loss ? ", tiled loss" : "");
-        if (o->sweep) {
-            print_sweep(sweep, n_sweep);
-            printf("\nthe fastest, U %d x R %d:\n", best.shape.ulysses, best.shape.ring);
-        }
-        print_memory(&best, &fit);
-        print_time(&best);
-        printf("planned in %.2f s (one step on the meta backend%s%s)\n", wall, o->sweep ? " per split" : "",
-               fit.tries ? ", and one per option tried" : "");
-    }
-    plan_sweep_free(sweep, n_sweep);
-    if (!o->sweep)
-        plan_result_free(&best);
-    return s;
+    if (o->json)
+        print_report_json(o, &c, &sc.cost, &p, wall);
+    else
+        print_report_text(o, &c, &sc.cost, &p, wall);
+    plan_report_free(&p);
+    return USP_OK;
 }
 
 int cmd_plan(int argc, char **argv)
