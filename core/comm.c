@@ -16,19 +16,6 @@ int usp_comm_world_rank(const usp_comm_t *c, int rank)
     return c->world_ranks[rank];
 }
 
-const char *usp_comm_kind_name(usp_comm_kind kind)
-{
-    static const char *names[USP_OP_COUNT] = {
-        [USP_OP_ALL_TO_ALL] = "all_to_all",   [USP_OP_ALL_TO_ALL_V] = "all_to_all_v",
-        [USP_OP_ALL_GATHER] = "all_gather",   [USP_OP_REDUCE_SCATTER] = "reduce_scatter",
-        [USP_OP_ALL_REDUCE] = "all_reduce",   [USP_OP_BROADCAST] = "broadcast",
-        [USP_OP_SEND] = "send",               [USP_OP_RECV] = "recv",
-        [USP_OP_SENDRECV] = "sendrecv",       [USP_OP_BARRIER] = "barrier",
-        [USP_OP_SPLIT] = "split",
-    };
-    return kind >= 0 && kind < USP_OP_COUNT ? names[kind] : "?";
-}
-
 const char *usp_reduce_op_name(usp_reduce_op op) { return op == USP_REDUCE_MAX ? "max" : "sum"; }
 
 usp_status usp_comm_create(const usp_comm_i *iface, void *ctx, int rank, int size, const int *world_ranks,

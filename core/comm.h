@@ -32,26 +32,12 @@
 
 #include <stddef.h>
 
+#include "core/comm_kind.h"
 #include "core/dtype.h"
 #include "core/ops.h"
 #include "core/status.h"
 
 typedef struct usp_comm usp_comm_t;
-
-typedef enum usp_comm_kind {
-    USP_OP_ALL_TO_ALL,
-    USP_OP_ALL_TO_ALL_V,
-    USP_OP_ALL_GATHER,
-    USP_OP_REDUCE_SCATTER,
-    USP_OP_ALL_REDUCE,
-    USP_OP_BROADCAST,
-    USP_OP_SEND,
-    USP_OP_RECV,
-    USP_OP_SENDRECV,
-    USP_OP_BARRIER,
-    USP_OP_SPLIT,
-    USP_OP_COUNT
-} usp_comm_kind;
 
 typedef enum usp_reduce_op { USP_REDUCE_SUM, USP_REDUCE_MAX } usp_reduce_op;
 
@@ -73,8 +59,7 @@ const char *usp_comm_name(const usp_comm_t *c);
 /* World rank of the group's member `rank`. */
 int usp_comm_world_rank(const usp_comm_t *c, int rank);
 
-/* Name of an op ("all_to_all", ...) and of a reduce op ("sum", "max"). */
-const char *usp_comm_kind_name(usp_comm_kind kind);
+/* Name of a reduce op ("sum", "max"); ops are named by usp_comm_kind_name (core/comm_kind.h). */
 const char *usp_reduce_op_name(usp_reduce_op op);
 
 /* Frees this rank's handle of the group (local, not collective; NULL is a no-op). */

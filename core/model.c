@@ -8,7 +8,9 @@
  * then normf, logits = h Wte^T (tied) or h Wlm^T, and the cross-entropy.
  * Linear layers are y = x W^T with W [out, in]; their backward is
  *   dx += dy W,  dW += dy^T x,  db += sum over rows of dy.
- * The MLP is in model_mlp.c, the final norm, lm_head and loss in model_head.c. */
+ * The MLP is in model_mlp.c, the final norm, lm_head and loss in model_head.c;
+ * linear and norm in model_blocks.c, the buffers and weights in model_buffers.c
+ * and model_weights.c. */
 #include "core/model.h"
 
 #include <math.h>
@@ -18,80 +20,6 @@
 #include "core/model_internal.h"
 
 #define DEFAULT_TILE_ROWS 1024
-
-usp_status model_buffer_as(usp_model *m, float **p, int64_t elems, usp_dtype storage, const char *category)
-{
-    if (m->n_owned == m->cap_owned) {
-        int cap = m->cap_owned ? 2 * m->cap_owned : 64;
-        float **grown = realloc(m->owned, (size_t)cap * sizeof *grown);
-        if (!grown)
-            return usp_error(USP_ERR_RUNTIME, "out of memory for the model's buffer list");
-        m->owned = grown;
-        m->cap_owned = cap;
-    }
-    USP_CHECK(usp_buffer_alloc_as(BE, (size_t)(elems > 0 ? elems : 1), storage, category, (void **)p));
-    m->owned[m->n_owned++] = *p;
-    return USP_OK;
-}
-
-usp_status model_buffer(usp_model *m, float **p, int64_t elems, const char *category)
-{
-    return model_buffer_as(m, p, elems, USP_F32, category);
-}
-
-usp_status model_tensor(usp_model *m, float **p, int64_t elems, const char *category)
-{
-    return model_buffer_as(m, p, elems, m->s.storage, category);
-}
-
-/* model_param and model_grad look tensors up on every call: by (layer, kind), once. */
-static usp_status index_table(usp_model *m)
-{
-    USP_CHECK(usp_calloc((void **)&m->tensor_of, (size_t)(m->c.n_layer + 1) * USP_P_KIND_COUNT, sizeof *m->tensor_of,
-                         "the tensor index"));
-    for (int i = 0; i < m->table.n; i++) {
-        const usp_param_tensor *t = &m->table.tensors[i];
-        m->tensor_of[(t->layer + 1) * USP_P_KIND_COUNT + t->kind] = t;
-    }
-    return USP_OK;
-}
-
-static const usp_param_tensor *tensor(const usp_model *m, usp_param_kind kind, int layer)
-{
-    return m->tensor_of[(layer + 1) * USP_P_KIND_COUNT + kind];
-}
-
-const float *model_param(const usp_model *m, usp_param_kind kind, int layer)
-{
-    const usp_param_tensor *t = tensor(m, kind, layer);
-    return t ? usp_param_store_tensor_weights(m->store, t) : NULL;
-}
-
-float *model_grad(const usp_model *m, usp_param_kind kind, int layer)
-{
-    const usp_param_tensor *t = tensor(m, kind, layer);
-    return t ? usp_param_store_tensor_grads(m->store, t) : NULL;
-}
-
-usp_status model_use_weights(usp_model *m, int layer)
-{
-    return usp_param_store_weights(m->store, usp_param_store_bucket(m->store, layer));
-}
-
-usp_status model_drop_weights(usp_model *m, int layer)
-{
-    return usp_param_store_weights_done(m->store, usp_param_store_bucket(m->store, layer));
-}
-
-usp_status model_open_grads(usp_model *m, int layer)
-{
-    return usp_param_store_grads(m->store, usp_param_store_bucket(m->store, layer));
-}
-
-usp_status model_close_grads(usp_model *m, int layer)
-{
-    return usp_param_store_grads_done(m->store, usp_param_store_bucket(m->store, layer));
-}
 
 /* Buffers kept from a layer's forward to its backward: for every layer, or one
  * set when layers are recomputed. The MLP's hidden is allocated by mlp_alloc. */
@@ -180,7 +108,7 @@ usp_status usp_model_create(const usp_model_setup *setup, usp_model **out)
     usp_status s;
     USP_CHECK_GOTO(usp_model_config_check(&m->c), s, fail);
     USP_CHECK_GOTO(usp_param_table_make(&m->c, &m->table), s, fail);
-    USP_CHECK_GOTO(index_table(m), s, fail);
+    USP_CHECK_GOTO(model_index_tensors(m), s, fail);
     if (m->c.positions == USP_POS_ROPE && m->c.rope_scaling.kind != USP_ROPE_SCALING_NONE) {
         int64_t half = usp_model_config_head_dim(&m->c) / 2;
         USP_CHECK_GOTO(usp_malloc((void **)&m->rope_inv_freq, (size_t)half * sizeof(double), "rope frequencies"), s,
@@ -235,27 +163,6 @@ usp_param_store *usp_model_store(usp_model *m) { return m->store; }
 
 /* --- building blocks ------------------------------------------------------ */
 
-usp_status model_linear(usp_model *m, int64_t rows, float *out, const float *inp, const float *w, const float *b,
-                        int64_t i, int64_t o)
-{
-    usp_gemm_desc g = {.trans_b = 1, .m = rows, .n = o, .k = i, .alpha = 1, .beta = 0, .a = inp, .lda = i,
-                       .b = w, .ldb = i, .c = out, .ldc = o, .batch = 1};
-    USP_CHECK(usp_gemm(BE, &g, ST));
-    return b ? usp_add_bias(BE, out, b, rows, o, ST) : USP_OK;
-}
-
-usp_status model_linear_backward(usp_model *m, int64_t rows, float *dinp, int accumulate, float *dw, float *db,
-                                 const float *dout, const float *inp, const float *w, int64_t i, int64_t o)
-{
-    usp_gemm_desc dx = {.m = rows, .n = i, .k = o, .alpha = 1, .beta = accumulate ? 1.0f : 0.0f, .a = dout,
-                        .lda = o, .b = w, .ldb = i, .c = dinp, .ldc = i, .batch = 1};
-    usp_gemm_desc dW = {.trans_a = 1, .m = o, .n = i, .k = rows, .alpha = 1, .beta = 1, .a = dout, .lda = o,
-                        .b = inp, .ldb = i, .c = dw, .ldc = i, .batch = 1};
-    USP_CHECK(usp_gemm(BE, &dx, ST));
-    USP_CHECK(usp_gemm(BE, &dW, ST));
-    return db ? usp_bias_backward(BE, db, dout, rows, o, ST) : USP_OK;
-}
-
 static usp_status linear(usp_model *m, float *out, const float *inp, const float *w, const float *b, int64_t i,
                          int64_t o)
 {
@@ -266,22 +173,6 @@ static usp_status linear_backward(usp_model *m, float *dinp, int accumulate, flo
                                   const float *dout, const float *inp, const float *w, int64_t i, int64_t o)
 {
     return model_linear_backward(m, m->n, dinp, accumulate, dw, db, dout, inp, w, i, o);
-}
-
-usp_status model_norm_forward(usp_model *m, float *out, float *mean, float *rstd, const float *inp, const float *w,
-                              const float *b)
-{
-    if (m->c.norm == USP_NORM_LAYERNORM)
-        return usp_layernorm_forward(BE, out, mean, rstd, inp, w, b, m->n, m->C, m->c.norm_eps, ST);
-    return usp_rmsnorm_forward(BE, out, rstd, inp, w, m->n, m->C, m->c.norm_eps, ST);
-}
-
-usp_status model_norm_backward(usp_model *m, float *dinp, float *dw, float *db, const float *dout, const float *inp,
-                               const float *w, const float *mean, const float *rstd)
-{
-    if (m->c.norm == USP_NORM_LAYERNORM)
-        return usp_layernorm_backward(BE, dinp, dw, db, dout, inp, w, mean, rstd, m->n, m->C, ST);
-    return usp_rmsnorm_backward(BE, dinp, dw, dout, inp, w, rstd, m->n, m->C, ST);
 }
 
 static usp_attention_shape local_attention(const usp_model *m)

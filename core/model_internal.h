@@ -1,6 +1,9 @@
 /* What the model's files share (core/model.c: layers and passes; model_mlp.c:
  * the MLP, whole or tiled; model_head.c: the final norm, lm_head and loss,
- * whole or tiled). Not a public interface. */
+ * whole or tiled). Not a public interface. The helpers all three call live
+ * in files of their own (model_buffers.c, model_weights.c, model_blocks.c),
+ * so the calls between the model's files only go one way: model.c calls the
+ * MLP and the head, and every one of them calls the helpers. */
 #ifndef USP_MODEL_INTERNAL_H
 #define USP_MODEL_INTERNAL_H
 
@@ -49,12 +52,19 @@ struct usp_model {
 #define BE (m->s.backend)
 #define ST (m->s.stream)
 
+/* model_buffers.c: */
+
 /* Allocates a model-owned buffer of `elems` elements stored as `storage` (freed by usp_model_destroy). */
 usp_status model_buffer_as(usp_model *m, float **p, int64_t elems, usp_dtype storage, const char *category);
 
 /* model_buffer_as in fp32 (statistics, logits, losses, ids), and in the model's storage dtype (tensors). */
 usp_status model_buffer(usp_model *m, float **p, int64_t elems, const char *category);
 usp_status model_tensor(usp_model *m, float **p, int64_t elems, const char *category);
+
+/* model_weights.c: */
+
+/* Indexes the parameter table by (layer, kind) for model_param and model_grad (freed by usp_model_destroy). */
+usp_status model_index_tensors(usp_model *m);
 
 /* The tensor's weights (its bucket must be in use) and gradient (its bucket open for backward). */
 const float *model_param(const usp_model *m, usp_param_kind kind, int layer);
@@ -67,6 +77,8 @@ usp_status model_drop_weights(usp_model *m, int layer);
 /* Brackets backward's writes to a bucket's gradient. */
 usp_status model_open_grads(usp_model *m, int layer);
 usp_status model_close_grads(usp_model *m, int layer);
+
+/* model_blocks.c: */
 
 /* out [rows, o] = inp [rows, i] W^T + b, W [o, i]. */
 usp_status model_linear(usp_model *m, int64_t rows, float *out, const float *inp, const float *w, const float *b,
@@ -82,6 +94,8 @@ usp_status model_norm_forward(usp_model *m, float *out, float *mean, float *rstd
 usp_status model_norm_backward(usp_model *m, float *dinp, float *dw, float *db, const float *dout, const float *inp,
                                const float *w, const float *mean, const float *rstd);
 
+/* model_mlp.c: */
+
 /* Allocates the MLP's scratch (per layer in acts, or per tile). */
 usp_status mlp_alloc(usp_model *m);
 
@@ -93,6 +107,8 @@ usp_status mlp_recompute(usp_model *m, int l, layer_acts *a, const float *h);
 
 /* d_h = the MLP's input gradient from dout (= d_x), accumulating its weight gradients. */
 usp_status mlp_backward(usp_model *m, int l, layer_acts *a, const float *h, const float *dout, float *d_h);
+
+/* model_head.c: */
 
 /* Allocates the head's buffers (final norm, logits or one tile of them, losses). */
 usp_status head_alloc(usp_model *m);

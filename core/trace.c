@@ -5,7 +5,7 @@
 #include <string.h>
 
 #include "core/atomic_file.h"
-#include "core/comm.h"
+#include "core/comm_kind.h"
 
 struct usp_trace {
     usp_trace_event *events;

@@ -30,7 +30,7 @@ typedef enum usp_trace_type {
 typedef struct usp_trace_event {
     int rank;             /* world rank */
     int group;            /* index of the group's name (usp_trace_group_name) */
-    int kind;             /* usp_comm_kind */
+    int kind;             /* usp_comm_kind (core/comm_kind.h) */
     uint64_t seq;         /* 1-based index of the call on that group, on that rank */
     const char *file;     /* call site */
     int line;

@@ -15,10 +15,12 @@
 
 #include "backends/meta/meta_backend.h"
 #include "core/train.h"
+#include "plan/fit.h"
+#include "plan/plan.h"
+#include "plan/sweep.h"
 #include "sim/world.h"
 #include "tests/check_main.h"
 #include "tests/harness.h"
-#include "tools/cmd_plan.h"
 #include "tools/commands.h"
 
 static sim_cost_model cluster(const char *preset, int nodes)
@@ -154,7 +156,7 @@ START_TEST(llama_7b_at_a_million_tokens_matches_the_closed_form)
 }
 END_TEST
 
-/* The ladder of plan_fit.c: the first cumulative set of options that fits, checked against plain plan_runs. */
+/* The ladder of plan/fit.c: the first cumulative set of options that fits, checked against plain plan_runs. */
 START_TEST(a_step_that_does_not_fit_gets_the_options_that_make_it_fit)
 {
     usp_train_config c = config_of("tiny", 4, 4, 1, 16384, 1); /* 4096 rows a rank: the loss has 4 tiles */

@@ -1,117 +1,19 @@
-/* `usp plan`: the planner (cmd_plan.h) and its command.
- *
- * The plan is not a formula: it is one step of the training code (core/train.c)
- * on the meta backend, so its memory is what the code allocates and its time
- * what the simulator's cost model charges for the ops and collectives the code
- * issues, with the memory options the code has (bf16 storage, ZeRO 0-3, layer
- * recomputation, tiled MLP and loss). A step that does not fit is run again
- * with more options (plan_fit.c) to say which would make it fit. --sweep runs
- * the step once per U x R split of the sequence-parallel degree and ranks them. */
-#include "tools/cmd_plan.h"
-
+/* `usp plan`: parses the options, runs the planner (plan/report.h) and prints
+ * its answer as text or as one JSON object. The figures are the planner's;
+ * this file only formats them (units, shares). */
 #include <jansson.h>
-#include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
-#include <string.h>
 #include <time.h>
 
-#include "backends/meta/meta_backend.h"
+#include "plan/report.h"
 #include "sim/world.h"
-#include "viz/chrome_trace.h"
 #include "tools/cli.h"
 #include "tools/cluster_options.h"
 #include "tools/commands.h"
 #include "tools/memory_options.h"
 
 #define GB 1e9 /* decimal, as GPU memory is marketed */
-
-void plan_result_free(plan_result *r)
-{
-    free(r->peak_bytes);
-    r->peak_bytes = NULL;
-}
-
-/* The memory of rank `rank` at its peak, by category, largest first. */
-static void read_breakdown(const sim_world *w, int rank, plan_result *out)
-{
-    const usp_backend_t *be = sim_world_backend(w, rank);
-    int n = usp_backend_peak_breakdown(be, out->category, out->category_bytes, PLAN_CATEGORIES_MAX);
-    out->n_categories = n < PLAN_CATEGORIES_MAX ? n : PLAN_CATEGORIES_MAX;
-    for (int i = 1; i < out->n_categories; i++) /* insertion sort, stable: ties keep allocation order */
-        for (int j = i; j > 0 && out->category_bytes[j] > out->category_bytes[j - 1]; j--) {
-            const char *name = out->category[j];
-            size_t bytes = out->category_bytes[j];
-            out->category[j] = out->category[j - 1], out->category_bytes[j] = out->category_bytes[j - 1];
-            out->category[j - 1] = name, out->category_bytes[j - 1] = bytes;
-        }
-}
-
-/* Reads the finished world and the trainer's step figures into *out. */
-static void read_run(const sim_world *w, const sim_cost_model *cost, const usp_train_config *c,
-                     const usp_train_step_stats *stats, plan_result *out)
-{
-    const int W = c->shape.world;
-    double first_start = stats[0].start_s, last_end = stats[0].end_s;
-    out->critical_rank = 0, out->peak_rank = 0;
-    for (int r = 0; r < W; r++) {
-        out->fwd_flops += stats[r].fwd_flops;
-        out->step_flops += stats[r].step_flops;
-        out->recompute_flops += stats[r].recompute_flops;
-        first_start = stats[r].start_s < first_start ? stats[r].start_s : first_start;
-        if (stats[r].end_s > last_end)
-            last_end = stats[r].end_s, out->critical_rank = r;
-        out->peak_bytes[r] = sim_world_peak_bytes(w, r);
-        if (out->peak_bytes[r] > out->peak_bytes[out->peak_rank])
-            out->peak_rank = r;
-    }
-    /* On meta nothing runs outside the step (no weights to load, no peaks to
-     * gather), so the critical rank's times over the run are its step's. */
-    sim_rank_times t = sim_world_rank_times(w, out->critical_rank);
-    out->step_time_s = last_end - first_start;
-    out->compute_time_s = t.compute_s, out->comm_time_s = t.comm_s, out->wait_time_s = t.wait_s;
-    out->exposed_comm_s = out->step_time_s - out->compute_time_s;
-    out->tokens = (double)c->batch * (double)c->seq_len;
-    out->tokens_per_s = out->step_time_s > 0 ? out->tokens / out->step_time_s : 0;
-    out->peak_flops = sim_gpu_peak_flops(&cost->topology.gpu, cost->dtype);
-    double model_flops = out->step_flops - out->recompute_flops; /* MFU counts no work done twice */
-    out->mfu = out->step_time_s > 0 ? model_flops / (out->step_time_s * W * out->peak_flops) : 0;
-    out->capacity_bytes = cost->topology.gpu.memory_bytes;
-    out->fits = (double)out->peak_bytes[out->peak_rank] <= out->capacity_bytes;
-    read_breakdown(w, out->peak_rank, out);
-}
-
-usp_status plan_run(const usp_train_config *train, const sim_cost_model *cost, const char *trace, plan_result *out)
-{
-    *out = (plan_result){.shape = train->shape};
-    usp_train_config c = *train;
-    c.steps = 1, c.until = 0, c.log_every = 1, c.eval_samples = 0, c.eval_only = 0, c.out = NULL;
-    c.save_dir = c.resume_dir = NULL, c.first_grads = NULL, c.json = 0;
-    const int W = c.shape.world;
-    usp_train_step_stats *stats;
-    USP_CHECK(usp_calloc((void **)&stats, (size_t)W, sizeof *stats, "the step figures"));
-    c.step_stats = stats;
-    usp_status s = usp_calloc((void **)&out->peak_bytes, (size_t)W, sizeof *out->peak_bytes, "the peaks");
-    sim_config sc = sim_config_default(W);
-    sc.cost = *cost, sc.trace = trace != NULL, sc.make_backend = usp_backend_meta_create;
-    sim_world *w = NULL;
-    if (s == USP_OK)
-        s = sim_world_create(&sc, &w);
-    usp_train_result result = {.passkey_accuracy = -1};
-    usp_train_run run = {.config = &c, .result = &result};
-    if (s == USP_OK)
-        s = sim_world_run(w, usp_train_rank, &run);
-    if (s == USP_OK)
-        read_run(w, cost, &c, stats, out);
-    if (s == USP_OK && trace) /* the modelled timeline of the step: Chrome JSON (Perfetto) or text */
-        s = viz_trace_write(sim_world_trace(w), trace);
-    sim_world_destroy(w);
-    free(stats);
-    if (s != USP_OK)
-        plan_result_free(out);
-    return s;
-}
-
-/* --- the command ----------------------------------------------------------- */
 
 typedef struct plan_options {
     const char *model, *data, *topology, *trace;
@@ -242,49 +144,6 @@ static void print_json(json_t *j)
     free(text);
 }
 
-void plan_sweep_free(plan_sweep_entry *e, int n)
-{
-    for (int i = 0; e && i < n; i++)
-        plan_result_free(&e[i].result);
-    free(e);
-}
-
-usp_status plan_sweep(const usp_train_config *train, const sim_cost_model *cost, plan_sweep_entry **out, int *n)
-{
-    *out = NULL, *n = 0;
-    const int sp = train->shape.ulysses * train->shape.ring;
-    plan_sweep_entry *e;
-    USP_CHECK(usp_calloc((void **)&e, (size_t)sp, sizeof *e, "the sweep"));
-    int count = 0;
-    for (int u = sp; u >= 1; u--) { /* pure Ulysses first: ties keep it ahead */
-        if (sp % u != 0)
-            continue;
-        plan_sweep_entry *x = &e[count++];
-        x->ulysses = u, x->ring = sp / u;
-        usp_train_config c = *train;
-        usp_status s = usp_mesh_shape_make(train->shape.world, u, sp / u, &c.shape);
-        if (s == USP_OK)
-            s = plan_run(&c, cost, NULL, &x->result);
-        x->ok = s == USP_OK;
-        if (s == USP_ERR_CONFIG)
-            snprintf(x->why, sizeof x->why, "%s", usp_error_message());
-        else if (s != USP_OK) {
-            plan_sweep_free(e, count);
-            return s;
-        }
-    }
-    for (int i = 1; i < count; i++) /* stable insertion sort by step time, the refused ones last */
-        for (int j = i; j > 0; j--) {
-            const plan_sweep_entry *a = &e[j - 1], *b = &e[j];
-            if (!(b->ok && (!a->ok || b->result.step_time_s < a->result.step_time_s)))
-                break;
-            plan_sweep_entry tmp = e[j];
-            e[j] = e[j - 1], e[j - 1] = tmp;
-        }
-    *out = e, *n = count;
-    return USP_OK;
-}
-
 static void print_sweep(const plan_sweep_entry *e, int n)
 {
     printf("\nU x R splits of the SP degree, fastest first:\n");
@@ -305,93 +164,88 @@ static void print_sweep(const plan_sweep_entry *e, int n)
             printf("  U %d x R %d not possible: %s\n", e[i].ulysses, e[i].ring, e[i].why);
 }
 
+/* The summary as one JSON object (fields in docs/planning.md). */
+static void print_report_json(const plan_options *o, const usp_train_config *c, const sim_cost_model *cost,
+                              const plan_report *p, double wall)
+{
+    const sim_topology *t = &cost->topology;
+    json_t *j = result_json(&p->best);
+    if (j) {
+        json_object_set_new(j, "summary", json_true());
+        json_object_set_new(j, "model", json_string(c->model.name));
+        json_object_set_new(j, "topology", json_string(t->name));
+        json_object_set_new(j, "nodes", json_integer(t->nodes));
+        json_object_set_new(j, "gpu", json_string(t->gpu.name));
+        json_object_set_new(j, "dtype", json_string(usp_dtype_name(cost->dtype)));
+        json_object_set_new(j, "storage", json_string(usp_dtype_name(c->storage)));
+        json_object_set_new(j, "zero", json_integer(c->zero_stage));
+        json_object_set_new(j, "recompute", json_boolean(c->recompute_layers));
+        json_object_set_new(j, "tiled_mlp", json_boolean(c->tiled_mlp));
+        json_object_set_new(j, "tiled_loss", json_boolean(c->tiled_loss));
+        json_object_set_new(j, "would_fit_with", p->fit.found ? json_string(p->fit.options) : json_null());
+        if (p->fit.tries)
+            json_object_set_new(j, "would_fit_bytes", json_integer((json_int_t)p->fit.peak_bytes));
+        json_object_set_new(j, "seq", json_integer(c->seq_len));
+        json_object_set_new(j, "batch", json_integer(c->batch));
+        json_object_set_new(j, "wall_s", json_real(wall));
+        if (o->sweep) {
+            json_t *list = json_array();
+            for (int i = 0; i < p->n_sweep; i++) {
+                const plan_sweep_entry *e = &p->sweep[i];
+                json_t *x = e->ok ? result_json(&e->result)
+                                  : json_pack("{s:i, s:i, s:s}", "ulysses", e->ulysses, "ring", e->ring, "error",
+                                              e->why);
+                json_array_append_new(list, x);
+            }
+            json_object_set_new(j, "sweep", list);
+        }
+    }
+    print_json(j);
+    json_decref(j);
+}
+
+static void print_report_text(const plan_options *o, const usp_train_config *c, const sim_cost_model *cost,
+                              const plan_report *p, double wall)
+{
+    const sim_topology *t = &cost->topology;
+    const plan_result *best = &p->best;
+    double params = (double)usp_model_config_param_count(&c->model);
+    printf("usp plan: model %s (%.3g %s parameters), world %d = dp %d x ring %d x ulysses %d, seq %lld, batch %lld\n",
+           c->model.name, params >= 1e9 ? params / 1e9 : params / 1e6, params >= 1e9 ? "B" : "M", c->shape.world,
+           c->shape.dp, best->shape.ring, best->shape.ulysses, (long long)c->seq_len, (long long)c->batch);
+    printf("cluster: %s, %d node%s of %d x %s (%.0f GB); compute modelled in %s\n", t->name, t->nodes,
+           t->nodes > 1 ? "s" : "", t->gpus_per_node, t->gpu.name, t->gpu.memory_bytes / GB,
+           usp_dtype_name(cost->dtype));
+    printf("memory as the code allocates it: storage %s, ZeRO %d%s%s%s\n",
+           c->storage == USP_F32 ? "fp32" : "bf16 (fp32 master weights and Adam state)", c->zero_stage,
+           c->recompute_layers ? ", recomputed layers" : "", c->tiled_mlp ? ", tiled MLP" : "",
+           c->tiled_loss ? ", tiled loss" : "");
+    if (o->sweep) {
+        print_sweep(p->sweep, p->n_sweep);
+        printf("\nthe fastest, U %d x R %d:\n", best->shape.ulysses, best->shape.ring);
+    }
+    print_memory(best, &p->fit);
+    print_time(best);
+    printf("planned in %.2f s (one step on the meta backend%s%s)\n", wall, o->sweep ? " per split" : "",
+           p->fit.tries ? ", and one per option tried" : "");
+}
+
 static usp_status run(const plan_options *o)
 {
     usp_train_config c;
     USP_CHECK(build_config(o, &c));
     sim_config sc = sim_config_default(c.shape.world);
     USP_CHECK(cluster_options_apply(o->topology, o->nodes, c.shape.world, &sc));
-    const sim_topology *t = &sc.cost.topology;
     double wall = wall_now();
-    plan_result best = {0};
-    plan_sweep_entry *sweep = NULL;
-    int n_sweep = 0;
-    usp_status s;
-    if (o->sweep) {
-        s = plan_sweep(&c, &sc.cost, &sweep, &n_sweep);
-        if (s == USP_OK && !sweep[0].ok)
-            s = usp_error(USP_ERR_CONFIG, "--sweep: no U x R split of %d ranks runs: U %d x R %d: %s",
-                          c.shape.ulysses * c.shape.ring, sweep[0].ulysses, sweep[0].ring, sweep[0].why);
-        if (s == USP_OK)
-            best = sweep[0].result;
-    } else {
-        s = plan_run(&c, &sc.cost, o->trace, &best);
-    }
-    plan_fit fit = {0};
-    if (s == USP_OK && !best.fits) {
-        usp_train_config tried = c;
-        tried.shape = best.shape; /* with --sweep: the fastest split */
-        s = plan_would_fit(&tried, &sc.cost, &fit);
-    }
+    plan_report p;
+    USP_CHECK(plan_report_make(&c, &sc.cost, o->sweep, o->trace, &p));
     wall = wall_now() - wall;
-    if (s == USP_OK && o->json) {
-        json_t *j = result_json(&best);
-        if (j) {
-            json_object_set_new(j, "summary", json_true());
-            json_object_set_new(j, "model", json_string(c.model.name));
-            json_object_set_new(j, "topology", json_string(t->name));
-            json_object_set_new(j, "nodes", json_integer(t->nodes));
-            json_object_set_new(j, "gpu", json_string(t->gpu.name));
-            json_object_set_new(j, "dtype", json_string(usp_dtype_name(sc.cost.dtype)));
-            json_object_set_new(j, "storage", json_string(usp_dtype_name(c.storage)));
-            json_object_set_new(j, "zero", json_integer(c.zero_stage));
-            json_object_set_new(j, "recompute", json_boolean(c.recompute_layers));
-            json_object_set_new(j, "tiled_mlp", json_boolean(c.tiled_mlp));
-            json_object_set_new(j, "tiled_loss", json_boolean(c.tiled_loss));
-            json_object_set_new(j, "would_fit_with", fit.found ? json_string(fit.options) : json_null());
-            if (fit.tries)
-                json_object_set_new(j, "would_fit_bytes", json_integer((json_int_t)fit.peak_bytes));
-            json_object_set_new(j, "seq", json_integer(c.seq_len));
-            json_object_set_new(j, "batch", json_integer(c.batch));
-            json_object_set_new(j, "wall_s", json_real(wall));
-            if (o->sweep) {
-                json_t *list = json_array();
-                for (int i = 0; i < n_sweep; i++) {
-                    json_t *x = sweep[i].ok ? result_json(&sweep[i].result)
-                                            : json_pack("{s:i, s:i, s:s}", "ulysses", sweep[i].ulysses, "ring",
-                                                        sweep[i].ring, "error", sweep[i].why);
-                    json_array_append_new(list, x);
-                }
-                json_object_set_new(j, "sweep", list);
-            }
-        }
-        print_json(j);
-        json_decref(j);
-    } else if (s == USP_OK) {
-        double params = (double)usp_model_config_param_count(&c.model);
-        printf("usp plan: model %s (%.3g %s parameters), world %d = dp %d x ring %d x ulysses %d, seq %lld, batch %lld\n",
-               c.model.name, params >= 1e9 ? params / 1e9 : params / 1e6, params >= 1e9 ? "B" : "M", c.shape.world, c.shape.dp,
-               best.shape.ring, best.shape.ulysses, (long long)c.seq_len, (long long)c.batch);
-        printf("cluster: %s, %d node%s of %d x %s (%.0f GB); compute modelled in %s\n", t->name, t->nodes,
-               t->nodes > 1 ? "s" : "", t->gpus_per_node, t->gpu.name, t->gpu.memory_bytes / GB,
-               usp_dtype_name(sc.cost.dtype));
-        printf("memory as the code allocates it: storage %s, ZeRO %d%s%s%s\n",
-               c.storage == USP_F32 ? "fp32" : "bf16 (fp32 master weights and Adam state)", c.zero_stage,
-               c.recompute_layers ? ", recomputed layers" : "", c.tiled_mlp ? ", tiled MLP" : "",
-               c.tiled_loss ? ", tiled loss" : "");
-        if (o->sweep) {
-            print_sweep(sweep, n_sweep);
-            printf("\nthe fastest, U %d x R %d:\n", best.shape.ulysses, best.shape.ring);
-        }
-        print_memory(&best, &fit);
-        print_time(&best);
-        printf("planned in %.2f s (one step on the meta backend%s%s)\n", wall, o->sweep ? " per split" : "",
-               fit.tries ? ", and one per option tried" : "");
-    }
-    plan_sweep_free(sweep, n_sweep);
-    if (!o->sweep)
-        plan_result_free(&best);
-    return s;
+    if (o->json)
+        print_report_json(o, &c, &sc.cost, &p, wall);
+    else
+        print_report_text(o, &c, &sc.cost, &p, wall);
+    plan_report_free(&p);
+    return USP_OK;
 }
 
 int cmd_plan(int argc, char **argv)

@@ -1,9 +1,17 @@
-/* The planner behind `usp plan`: one training step of the real code on the
- * meta backend (shapes only) in the simulator, read back as memory per rank
- * by category at the peak, modelled time split into compute, communication
- * and waiting, FLOPs, tokens/s and MFU. Definitions: docs/planning.md. */
-#ifndef USP_TOOLS_CMD_PLAN_H
-#define USP_TOOLS_CMD_PLAN_H
+/* The planner: one training step of the real code on the meta backend
+ * (shapes only) in the simulator, read back as memory per rank by category at
+ * the peak, modelled time split into compute, communication and waiting,
+ * FLOPs, tokens/s and MFU. Definitions: docs/planning.md.
+ *
+ * The plan is not a formula: its memory is what the training code
+ * (core/train.c) allocates and its time what the simulator's cost model
+ * charges for the ops and collectives the code issues, with the memory
+ * options the code has (bf16 storage, ZeRO 0-3, layer recomputation, tiled
+ * MLP and loss). plan/sweep.h ranks the U x R splits; plan/fit.h finds the
+ * memory options that make a step fit; plan/report.h puts them together into
+ * the answer `usp plan` (tools/cmd_plan.c) prints. */
+#ifndef USP_PLAN_PLAN_H
+#define USP_PLAN_PLAN_H
 
 #include <stddef.h>
 
@@ -43,35 +51,5 @@ usp_status plan_run(const usp_train_config *train, const sim_cost_model *cost, c
 
 /* Frees what plan_run allocated in r (a zeroed result is fine). */
 void plan_result_free(plan_result *r);
-
-/* One U x R split tried by plan_sweep: its result, or why the code refused it. */
-typedef struct plan_sweep_entry {
-    int ulysses, ring, ok;
-    plan_result result;  /* when ok */
-    char why[256];       /* when not: the USP_ERR_CONFIG message (e.g. heads that do not split) */
-} plan_sweep_entry;
-
-/* Plans every split U x R = (the SP degree of train->shape), DP fixed, and ranks
- * them by step time, fastest first (ties: larger U first), the refused ones last.
- * *out has *n entries; free with plan_sweep_free. A failure other than a refused
- * split (USP_ERR_CONFIG) stops the sweep and is returned. */
-usp_status plan_sweep(const usp_train_config *train, const sim_cost_model *cost, plan_sweep_entry **out, int *n);
-
-/* Frees a sweep from plan_sweep. */
-void plan_sweep_free(plan_sweep_entry *e, int n);
-
-/* What plan_would_fit found: the options (added to the run's own) that make
- * the step fit, or, when none does, the peak with all of them. */
-typedef struct plan_fit {
-    int found;
-    char options[160];     /* "--dtype bf16 --tiled-loss --zero 1" */
-    size_t peak_bytes;     /* the largest rank's peak with them */
-    double step_time_s;    /* the modelled step with them */
-    int tries;             /* steps run to find out */
-} plan_fit;
-
-/* Adds memory options to `train` one at a time (bf16, tiled loss, ZeRO 1, 2,
- * tiled MLP, recomputation, ZeRO 3), running a step after each, until it fits. */
-usp_status plan_would_fit(const usp_train_config *train, const sim_cost_model *cost, plan_fit *out);
 
 #endif

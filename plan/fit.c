@@ -1,14 +1,14 @@
 /* "would fit with ...": the memory options the plan tries when a step does
- * not fit (cmd_plan.h). Each try is one more step on the meta backend, so
+ * not fit (fit.h). Each try is one more step on the meta backend, so
  * the answer is what the code would allocate with those options, not an
  * estimate. The ladder adds options cumulatively, cheapest in step time
  * first: bf16 storage and the tiled loss cost nothing, ZeRO 1-2 an
  * all-gather of the weights, the tiled MLP a recomputed MLP hidden, layer
  * recomputation a third more compute, ZeRO 3 gathering the weights twice. */
+#include "plan/fit.h"
+
 #include <stdio.h>
 #include <string.h>
-
-#include "tools/cmd_plan.h"
 
 typedef struct rung {
     const char *flag;

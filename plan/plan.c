@@ -1,0 +1,95 @@
+/* One planned step (plan.h): the training code's step on the meta backend in
+ * the simulator, and what the finished world says about it. */
+#include "plan/plan.h"
+
+#include <stdlib.h>
+
+#include "backends/meta/meta_backend.h"
+#include "sim/world.h"
+#include "viz/chrome_trace.h"
+
+void plan_result_free(plan_result *r)
+{
+    free(r->peak_bytes);
+    r->peak_bytes = NULL;
+}
+
+/* The memory of rank `rank` at its peak, by category, largest first. */
+static void read_breakdown(const sim_world *w, int rank, plan_result *out)
+{
+    const usp_backend_t *be = sim_world_backend(w, rank);
+    int n = usp_backend_peak_breakdown(be, out->category, out->category_bytes, PLAN_CATEGORIES_MAX);
+    out->n_categories = n < PLAN_CATEGORIES_MAX ? n : PLAN_CATEGORIES_MAX;
+    for (int i = 1; i < out->n_categories; i++) /* insertion sort, stable: ties keep allocation order */
+        for (int j = i; j > 0 && out->category_bytes[j] > out->category_bytes[j - 1]; j--) {
+            const char *name = out->category[j];
+            size_t bytes = out->category_bytes[j];
+            out->category[j] = out->category[j - 1], out->category_bytes[j] = out->category_bytes[j - 1];
+            out->category[j - 1] = name, out->category_bytes[j - 1] = bytes;
+        }
+}
+
+/* Reads the finished world and the trainer's step figures into *out. */
+static void read_run(const sim_world *w, const sim_cost_model *cost, const usp_train_config *c,
+                     const usp_train_step_stats *stats, plan_result *out)
+{
+    const int W = c->shape.world;
+    double first_start = stats[0].start_s, last_end = stats[0].end_s;
+    out->critical_rank = 0, out->peak_rank = 0;
+    for (int r = 0; r < W; r++) {
+        out->fwd_flops += stats[r].fwd_flops;
+        out->step_flops += stats[r].step_flops;
+        out->recompute_flops += stats[r].recompute_flops;
+        first_start = stats[r].start_s < first_start ? stats[r].start_s : first_start;
+        if (stats[r].end_s > last_end)
+            last_end = stats[r].end_s, out->critical_rank = r;
+        out->peak_bytes[r] = sim_world_peak_bytes(w, r);
+        if (out->peak_bytes[r] > out->peak_bytes[out->peak_rank])
+            out->peak_rank = r;
+    }
+    /* On meta nothing runs outside the step (no weights to load, no peaks to
+     * gather), so the critical rank's times over the run are its step's. */
+    sim_rank_times t = sim_world_rank_times(w, out->critical_rank);
+    out->step_time_s = last_end - first_start;
+    out->compute_time_s = t.compute_s, out->comm_time_s = t.comm_s, out->wait_time_s = t.wait_s;
+    out->exposed_comm_s = out->step_time_s - out->compute_time_s;
+    out->tokens = (double)c->batch * (double)c->seq_len;
+    out->tokens_per_s = out->step_time_s > 0 ? out->tokens / out->step_time_s : 0;
+    out->peak_flops = sim_gpu_peak_flops(&cost->topology.gpu, cost->dtype);
+    double model_flops = out->step_flops - out->recompute_flops; /* MFU counts no work done twice */
+    out->mfu = out->step_time_s > 0 ? model_flops / (out->step_time_s * W * out->peak_flops) : 0;
+    out->capacity_bytes = cost->topology.gpu.memory_bytes;
+    out->fits = (double)out->peak_bytes[out->peak_rank] <= out->capacity_bytes;
+    read_breakdown(w, out->peak_rank, out);
+}
+
+usp_status plan_run(const usp_train_config *train, const sim_cost_model *cost, const char *trace, plan_result *out)
+{
+    *out = (plan_result){.shape = train->shape};
+    usp_train_config c = *train;
+    c.steps = 1, c.until = 0, c.log_every = 1, c.eval_samples = 0, c.eval_only = 0, c.out = NULL;
+    c.save_dir = c.resume_dir = NULL, c.first_grads = NULL, c.json = 0;
+    const int W = c.shape.world;
+    usp_train_step_stats *stats;
+    USP_CHECK(usp_calloc((void **)&stats, (size_t)W, sizeof *stats, "the step figures"));
+    c.step_stats = stats;
+    usp_status s = usp_calloc((void **)&out->peak_bytes, (size_t)W, sizeof *out->peak_bytes, "the peaks");
+    sim_config sc = sim_config_default(W);
+    sc.cost = *cost, sc.trace = trace != NULL, sc.make_backend = usp_backend_meta_create;
+    sim_world *w = NULL;
+    if (s == USP_OK)
+        s = sim_world_create(&sc, &w);
+    usp_train_result result = {.passkey_accuracy = -1};
+    usp_train_run run = {.config = &c, .result = &result};
+    if (s == USP_OK)
+        s = sim_world_run(w, usp_train_rank, &run);
+    if (s == USP_OK)
+        read_run(w, cost, &c, stats, out);
+    if (s == USP_OK && trace) /* the modelled timeline of the step: Chrome JSON (Perfetto) or text */
+        s = viz_trace_write(sim_world_trace(w), trace);
+    sim_world_destroy(w);
+    free(stats);
+    if (s != USP_OK)
+        plan_result_free(out);
+    return s;
+}

@@ -1,0 +1,49 @@
+/* The U x R sweep (sweep.h): pure Ulysses first, so a stable sort by step
+ * time keeps the larger U ahead on ties. */
+#include "plan/sweep.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+
+void plan_sweep_free(plan_sweep_entry *e, int n)
+{
+    for (int i = 0; e && i < n; i++)
+        plan_result_free(&e[i].result);
+    free(e);
+}
+
+usp_status plan_sweep(const usp_train_config *train, const sim_cost_model *cost, plan_sweep_entry **out, int *n)
+{
+    *out = NULL, *n = 0;
+    const int sp = train->shape.ulysses * train->shape.ring;
+    plan_sweep_entry *e;
+    USP_CHECK(usp_calloc((void **)&e, (size_t)sp, sizeof *e, "the sweep"));
+    int count = 0;
+    for (int u = sp; u >= 1; u--) { /* pure Ulysses first: ties keep it ahead */
+        if (sp % u != 0)
+            continue;
+        plan_sweep_entry *x = &e[count++];
+        x->ulysses = u, x->ring = sp / u;
+        usp_train_config c = *train;
+        usp_status s = usp_mesh_shape_make(train->shape.world, u, sp / u, &c.shape);
+        if (s == USP_OK)
+            s = plan_run(&c, cost, NULL, &x->result);
+        x->ok = s == USP_OK;
+        if (s == USP_ERR_CONFIG)
+            snprintf(x->why, sizeof x->why, "%s", usp_error_message());
+        else if (s != USP_OK) {
+            plan_sweep_free(e, count);
+            return s;
+        }
+    }
+    for (int i = 1; i < count; i++) /* stable insertion sort by step time, the refused ones last */
+        for (int j = i; j > 0; j--) {
+            const plan_sweep_entry *a = &e[j - 1], *b = &e[j];
+            if (!(b->ok && (!a->ok || b->result.step_time_s < a->result.step_time_s)))
+                break;
+            plan_sweep_entry tmp = e[j];
+            e[j] = e[j - 1], e[j - 1] = tmp;
+        }
+    *out = e, *n = count;
+    return USP_OK;
+}
