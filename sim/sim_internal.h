@@ -87,6 +87,8 @@ typedef struct sim_rank {
     size_t *deferred_arrays; /* copies of an all_to_all_v's counts and offsets */
     size_t *wrong_counts;    /* a size fault's send counts (its own: a swap may hold deferred_arrays) */
 
+    uint64_t gathers;        /* usp_rank_gather calls the rank made (sim/rank_gather.c) */
+
     sim_comm **comms;        /* the rank's live handles */
     int n_comms, cap_comms;
     sim_rank_snapshot snap;  /* valid when the world's snapshot_kind is set */
@@ -110,7 +112,13 @@ struct sim_world {
     char abort_reason[256];  /* the report's first line, for the ranks' messages */
     int ran;
     sim_report_kind snapshot_kind; /* the first report's kind; the ranks' `snap` hold its state */
+    struct sim_gather_slot *gathers; /* usp_rank_gather calls in progress, by call index (rank_gather.c) */
+    size_t n_gathers;
 };
+
+/* rank_gather.c: usp_rank_ctx.gather of a simulated rank (gather_ctx: its sim_rank). */
+usp_status sim_rank_gather(const usp_rank_ctx *ctx, const void *mine, size_t bytes, void *all);
+void sim_gathers_free(struct sim_world *w);
 
 /* sim_comm.c */
 extern const usp_comm_i sim_comm_iface;

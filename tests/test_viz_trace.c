@@ -304,7 +304,9 @@ static sim_world *train_one_step(void)
     usp_train_defaults(&c);
     ck_assert_int_eq(usp_model_config_load("tiny", &c.model), USP_OK);
     ck_assert_int_eq(usp_mesh_shape_make(16, 4, 2, &c.shape), USP_OK);
-    c.data = "passkey", c.seq_len = 64, c.batch = 2, c.steps = 1, c.log_every = 1000, c.out = stdout;
+    c.data = "passkey", c.seq_len = 64, c.batch = 2, c.steps = 1, c.log_every = 1000;
+    harness_tensors none = {0}; /* progress asked for: the step gathers the peaks as usp train does */
+    c.on_record = harness_record_tensors, c.record_ctx = &none;
     usp_train_result result = {.passkey_accuracy = -1};
     usp_train_run run = {.config = &c, .result = &result};
     sim_config config = sim_config_default(16);
