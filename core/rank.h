@@ -33,9 +33,9 @@ typedef usp_status (*usp_rank_main_fn)(const usp_rank_ctx *ctx, void *arg);
  * the runtime's channel, outside the program being modelled: no modelled
  * time, no trace event, and it works on the meta backend (whose buffers hold
  * nothing), so asking for a figure never changes the figures. Rank 0 may
- * read `all` once the runtime's run has returned (a runtime may fill it
- * sooner: a real launcher before the call returns, the simulator when the
- * last rank makes the call). Without a runtime (gather NULL) a world of one
+ * read `all` once the runtime's run has returned, so `all` must live until
+ * then (a runtime may fill it sooner: a real launcher before the call
+ * returns, the simulator when the last rank makes the call). Without a runtime (gather NULL) a world of one
  * rank copies; more ranks are a USP_ERR_RUNTIME. */
 usp_status usp_rank_gather(const usp_rank_ctx *ctx, const void *mine, size_t bytes, void *all);
 

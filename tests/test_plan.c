@@ -34,7 +34,7 @@ static usp_train_config config_of(const char *model, int world, int ulysses, int
     usp_train_defaults(&c);
     ck_assert_int_eq(usp_model_config_preset(model, &c.model), USP_OK);
     ck_assert_int_eq(usp_mesh_shape_make(world, ulysses, ring, &c.shape), USP_OK);
-    c.data = "passkey", c.seq_len = seq, c.batch = batch, c.steps = 1, c.out = NULL;
+    c.data = "passkey", c.seq_len = seq, c.batch = batch, c.steps = 1;
     return c;
 }
 
@@ -68,7 +68,7 @@ START_TEST(meta_memory_and_costs_equal_the_numeric_run)
             usp_train_defaults(&c);
             c.model = small_model(families[f]);
             ck_assert_int_eq(usp_mesh_shape_make(shapes[k][0], shapes[k][1], shapes[k][2], &c.shape), USP_OK);
-            c.data = "passkey", c.seq_len = 128, c.batch = 2, c.steps = 1, c.out = NULL;
+            c.data = "passkey", c.seq_len = 128, c.batch = 2, c.steps = 1;
             const int W = c.shape.world;
             usp_train_step_stats numeric[4], meta[4];
             sim_world *wn = run_step(&c, NULL, numeric), *wm = run_step(&c, usp_backend_meta_create, meta);
