@@ -47,6 +47,9 @@ void usp_runtime_destroy(usp_runtime_t *rt)
 
 usp_status usp_rank_gather(const usp_rank_ctx *ctx, const void *mine, size_t bytes, void *all)
 {
+    if (ctx->rank == 0 && !all)
+        return usp_error(USP_ERR_RUNTIME, "usp_rank_gather: rank 0 gives no array for the %d ranks' figures",
+                         ctx->world_size);
     if (ctx->gather)
         return ctx->gather(ctx, mine, bytes, all);
     if (ctx->world_size != 1)
