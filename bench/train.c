@@ -20,8 +20,8 @@
  *   length N. It ignores the causal mask, so it credits twice the attention work
  *   the causal kernels do: at long N, where attention dominates, it reads high.
  *
- * Timing: the trainer writes a JSON record after every step to a stream whose
- * writes are timestamped here as they arrive. One warm-up step, then K timed
+ * Timing: the trainer hands a record to a callback here after every step
+ * (usp_train_config.on_record), timestamped as it arrives. One warm-up step, then K timed
  * steps: the time from the record of step 1 to that of step 1 + K. Setup (weight
  * initialisation, the first touch of every buffer) and the warm-up fall outside
  * the window. The sgemm reference runs inside the same callback, once at every
@@ -173,37 +173,19 @@ typedef struct step_log {
     double sim[MAX_STEPS + 1];   /* [k]: its sim_time_s */
     double sgemm[MAX_STEPS + 1]; /* [k]: GFLOP/s of the sgemm run right after it */
     double paused;               /* seconds spent in those sgemm calls so far */
-    char line[4096];
-    size_t len;
 } step_log;
 
-static void step_log_line(step_log *l, double now)
+/* The trainer's on_record: the moment each step ended, beside an sgemm run then. */
+static void step_log_record(void *ctx, const usp_train_record *record)
 {
-    l->line[l->len] = '\0';
-    json_t *j = json_loads(l->line, 0, NULL);
-    json_t *step = json_object_get(j, "step");
-    if (json_is_integer(step) && json_integer_value(step) >= 1 && json_integer_value(step) <= MAX_STEPS) {
-        json_int_t k = json_integer_value(step);
-        l->wall[k] = now - l->paused;
-        l->sim[k] = json_number_value(json_object_get(j, "sim_time_s"));
-        l->sgemm[k] = sgemm_ref_gflops(l->ref, NULL);
-        l->paused += wall_now() - now; /* the sgemm and this parse: all of it is off the steps' clock */
-    }
-    json_decref(j);
-}
-
-static ssize_t step_log_write(void *cookie, const char *buf, size_t size)
-{
-    step_log *l = cookie;
-    for (size_t i = 0; i < size; i++) {
-        if (buf[i] == '\n') {
-            step_log_line(l, wall_now());
-            l->len = 0;
-        } else if (l->len + 1 < sizeof l->line) {
-            l->line[l->len++] = buf[i];
-        }
-    }
-    return (ssize_t)size;
+    step_log *l = ctx;
+    double now = wall_now();
+    if (record->kind != USP_TRAIN_RECORD_STEP || record->step < 1 || record->step > MAX_STEPS)
+        return;
+    l->wall[record->step] = now - l->paused;
+    l->sim[record->step] = record->sim_time_s;
+    l->sgemm[record->step] = sgemm_ref_gflops(l->ref, NULL);
+    l->paused += wall_now() - now; /* the sgemm: all of it is off the steps' clock */
 }
 
 /* ---- one configuration ----------------------------------------------------- */
@@ -261,18 +243,12 @@ static usp_status run_config(const bench_config *bc, int timed, const sgemm_ref 
     USP_CHECK(usp_model_config_preset(bc->model, &c.model));
     USP_CHECK(usp_mesh_shape_make(bc->world, bc->ulysses, 1, &c.shape));
     c.data = "passkey", c.seq_len = bc->seq, c.batch = bc->batch, c.steps = 1 + timed, c.log_every = 1;
-    c.json = 1, c.eval_samples = 0;
+    c.eval_samples = 0;
     step_log *log = calloc(1, sizeof *log);
     if (!log)
         return usp_error(USP_ERR_RUNTIME, "out of memory for the step log");
     log->ref = ref;
-    FILE *out = fopencookie(log, "w", (cookie_io_functions_t){.write = step_log_write});
-    if (!out) {
-        free(log);
-        return usp_error(USP_ERR_RUNTIME, "cannot open the trainer's record stream");
-    }
-    setvbuf(out, NULL, _IOLBF, 0); /* a record reaches step_log_write when its line ends */
-    c.out = out;
+    c.on_record = step_log_record, c.record_ctx = log;
     sim_config sc = sim_config_default(bc->world); /* trace on: its compute spans carry the FLOPs */
     sim_world *w = NULL;
     usp_train_result result = {.passkey_accuracy = -1};
@@ -280,10 +256,9 @@ static usp_status run_config(const bench_config *bc, int timed, const sgemm_ref 
     usp_status s = sim_world_create(&sc, &w);
     if (s == USP_OK)
         s = sim_world_run(w, usp_train_rank, &run);
-    fclose(out);
     if (s == USP_OK && (log->wall[1] == 0 || log->wall[1 + timed] == 0))
-        s = usp_error(USP_ERR_RUNTIME, "the trainer wrote no record for step 1 or %d (its --json records are "
-                      "how steps are timed)", 1 + timed);
+        s = usp_error(USP_ERR_RUNTIME, "the trainer gave no record for step 1 or %d (its records are how "
+                      "steps are timed)", 1 + timed);
     if (s == USP_OK) {
         r->timed = timed;
         r->step_s = (log->wall[1 + timed] - log->wall[1]) / timed;

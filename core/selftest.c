@@ -259,8 +259,9 @@ static usp_status run_schedule(selftest *t, const usp_selftest_config *c)
     USP_CHECK(uneven(t, small));
     USP_CHECK(pairs(t, small));
     USP_CHECK(usp_comm_barrier(t->ctx->world, t->ctx->stream));
-    /* the message of the first wrong check is still in this rank's error slot */
-    return t->stats->buffers_wrong ? USP_ERR_RUNTIME : USP_OK;
+    t->stats->end_s = t->ctx->clock ? t->ctx->clock(t->ctx->runtime) : 0;
+    t->stats->peak_bytes = usp_backend_peak_bytes(t->ctx->backend);
+    return USP_OK;
 }
 
 usp_status usp_selftest_rank(const usp_rank_ctx *ctx, void *arg)
@@ -270,7 +271,8 @@ usp_status usp_selftest_rank(const usp_rank_ctx *ctx, void *arg)
     if (c->heads % c->shape.ulysses != 0)
         return usp_error(USP_ERR_CONFIG, "selftest: %d heads do not divide by --ulysses %d", c->heads,
                          c->shape.ulysses);
-    selftest t = {.ctx = ctx, .stats = &run->stats[ctx->rank]};
+    usp_selftest_stats mine = {0};
+    selftest t = {.ctx = ctx, .stats = &mine};
     size_t U = (size_t)c->shape.ulysses, tokens = (size_t)c->tokens_per_rank, d = (size_t)c->head_dim;
     size_t kv = (size_t)(c->kv_heads >= (int)U ? c->kv_heads / (int)U : 1);
     size_t biggest = U * tokens * d * ((size_t)c->heads / U + 2 * kv);  /* the Q/K/V all-to-all */
@@ -282,6 +284,10 @@ usp_status usp_selftest_rank(const usp_rank_ctx *ctx, void *arg)
     USP_CHECK_GOTO(usp_buffer_alloc(ctx->backend, t.capacity * sizeof(float), "comm", (void **)&t.dev_recv), s, done);
     USP_CHECK_GOTO(usp_malloc((void **)&t.host, t.capacity * sizeof(float), "selftest host buffer"), s, done);
     s = run_schedule(&t, c);
+    if (s == USP_OK) /* every rank got here: a wrong check does not stop a rank */
+        s = usp_rank_gather(ctx, &mine, sizeof mine, run->stats);
+    if (s == USP_OK && mine.buffers_wrong)
+        s = USP_ERR_RUNTIME; /* the message of the first wrong check is still in this rank's error slot */
 done:
     free(t.host);
     usp_buffer_free(ctx->backend, t.dev_send);

@@ -30,11 +30,14 @@ typedef struct usp_selftest_stats {
     uint64_t elements_checked; /* received elements compared with what was sent */
     uint64_t buffers_checked;
     uint64_t buffers_wrong;    /* checks that failed; the rank goes on, as training would */
+    double end_s;              /* the rank's clock (modelled time) when its schedule ended */
+    uint64_t peak_bytes;       /* its backend's peak memory */
 } usp_selftest_stats;
 
 typedef struct usp_selftest_run {
     usp_selftest_config config;
-    usp_selftest_stats *stats; /* [world], one slot per rank */
+    usp_selftest_stats *stats; /* [world]: every rank's, gathered to rank 0 (usp_rank_gather) when the
+                                  whole schedule ran */
 } usp_selftest_run;
 
 /* A default config for a mesh shape: 2 layers, 8 heads (a multiple of U), 2 KV heads, head_dim 16, 32 tokens per rank. */

@@ -1,7 +1,7 @@
-/* The training loop (see train.h). */
+/* The training loop (see train.h). It prints nothing: rank 0's progress
+ * leaves as records through the config's on_record. */
 #include "core/train.h"
 
-#include <jansson.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -133,6 +133,22 @@ static usp_status forward_loss(trainer *t, int with_grad, double *loss, double *
     return USP_OK;
 }
 
+/* Emits step 1's whole gradients as a FIRST_GRADS record (rank 0; tests). */
+static usp_status record_first_grads(trainer *t, const float *whole)
+{
+    size_t bytes = (size_t)t->table.total * sizeof(float);
+    float *host = malloc(bytes);
+    if (!host)
+        return usp_error(USP_ERR_RUNTIME, "out of memory copying the first gradients");
+    usp_status s = usp_buffer_download(BE, host, whole, bytes, ST);
+    if (s == USP_OK)
+        t->c->on_record(t->c->record_ctx, &(usp_train_record){.kind = USP_TRAIN_RECORD_FIRST_GRADS, .step = 1,
+                                                               .steps = t->c->steps, .values = host,
+                                                               .n_values = t->table.total});
+    free(host);
+    return s;
+}
+
 /* The store sums the gradients over the ranks (every rank, or each its shard,
  * ends with the gradient of the global loss); clipping; AdamW. */
 static usp_status reduce_and_update(trainer *t, int64_t step)
@@ -140,8 +156,8 @@ static usp_status reduce_and_update(trainer *t, int64_t step)
     double norm;
     USP_CHECK(usp_param_store_reduce_grads(t->store, &norm));
     float *whole = usp_param_store_whole_grads(t->store);
-    if (t->c->first_grads && t->ctx->rank == 0 && step == 1 && t->numerics && whole)
-        USP_CHECK(usp_buffer_download(BE, t->c->first_grads, whole, (size_t)t->table.total * sizeof(float), ST));
+    if (t->c->record_tensors && t->c->on_record && t->ctx->rank == 0 && step == 1 && t->numerics && whole)
+        USP_CHECK(record_first_grads(t, whole));
     /* on meta the norm is unknown (0): count the clip, a step usually pays it early in training */
     if (t->c->grad_clip > 0 && (norm > t->c->grad_clip || !t->numerics))
         USP_CHECK(usp_param_store_scale_grads(t->store, t->numerics ? (float)(t->c->grad_clip / norm) : 1.0f));
@@ -151,7 +167,8 @@ static usp_status reduce_and_update(trainer *t, int64_t step)
     return usp_param_store_adamw(t->store, &a);
 }
 
-/* The peak memory of every rank (a small all_gather, on log steps only). On
+/* The peak memory of every rank (a small all_gather, on record steps only: it
+ * is part of the modelled run, as its place in the progress always was). On
  * meta nothing arrives: only peaks[0], this rank's own, is set. */
 static usp_status gather_peaks(trainer *t, double *peaks)
 {
@@ -164,35 +181,18 @@ static usp_status gather_peaks(trainer *t, double *peaks)
     return USP_OK;
 }
 
-/* A progress line (or JSON record). sim is the modelled clock; sim per step
- * averages it over the steps since the last line. On meta the loss is NaN
- * (JSON null) and only this rank's peak is known (nothing moves between ranks). */
-static void log_step(trainer *t, int64_t step, double loss, double tokens_per_s, const double *peaks)
+/* A STEP record (rank 0). sim is the modelled clock; sim per step averages it
+ * over the steps since the last record. */
+static void record_step(trainer *t, int64_t step, double loss, double tokens_per_s, const double *peaks)
 {
     double sim = clock_now(t);
     double per_step = step > t->log_step ? (sim - t->log_clock) / (double)(step - t->log_step) : 0;
     t->log_clock = sim, t->log_step = step;
-    FILE *out = t->c->out;
-    if (!out)
-        return;
-    if (t->c->json) {
-        json_t *j = json_pack("{s:I, s:o, s:f, s:f, s:f, s:f}", "step", (json_int_t)step, "loss",
-                              !isfinite(loss) ? json_null() : json_real(loss), "tokens_per_s", tokens_per_s,
-                              "sim_time_s", sim, "sim_step_s", per_step, "lr", usp_train_lr(t->c, step));
-        char *text = json_dumps(j, JSON_COMPACT | JSON_REAL_PRECISION(9));
-        if (text)
-            fprintf(out, "%s\n", text);
-        free(text);
-        json_decref(j);
-    } else {
-        fprintf(out, "step %5lld/%lld  loss %.4f  %9.0f tokens/s  sim %.4f s (%.4f s/step)  peak MiB/rank",
-                (long long)step, (long long)t->c->steps, loss, tokens_per_s, sim, per_step);
-        int shown = t->numerics ? t->ctx->world_size : 1;
-        for (int r = 0; r < shown && r < 16; r++)
-            fprintf(out, " %.1f", peaks[r] / (1 << 20));
-        fprintf(out, "%s\n", shown > 16 ? " ..." : t->numerics ? "" : " (rank 0; meta)");
-    }
-    fflush(out);
+    usp_train_record r = {.kind = USP_TRAIN_RECORD_STEP, .step = step, .steps = t->c->steps, .loss = loss,
+                          .lr = usp_train_lr(t->c, step), .tokens_per_s = tokens_per_s, .sim_time_s = sim,
+                          .sim_step_s = per_step, .peak_bytes = peaks,
+                          .n_peaks = t->numerics ? t->ctx->world_size : 1, .shapes_only = !t->numerics};
+    t->c->on_record(t->c->record_ctx, &r);
 }
 
 /* Mean loss and, for passkey data, the fraction of held-out samples whose
@@ -273,14 +273,20 @@ static usp_status load_weights(trainer *t)
     return s;
 }
 
-static usp_status copy_last_weights(trainer *t)
+/* Every rank joins the read (a gather when the weights are sharded); rank 0
+ * emits them as a LAST_WEIGHTS record (tests). */
+static usp_status record_last_weights(trainer *t)
 {
     float *host = malloc((size_t)t->table.total * sizeof *host);
     if (!host)
         return usp_error(USP_ERR_RUNTIME, "out of memory copying the weights");
     usp_status s = usp_param_store_read(t->store, USP_ARRAY_WEIGHTS, host);
+    if (s == USP_OK)
+        s = usp_backend_synchronize(BE, ST);
     if (s == USP_OK && t->ctx->rank == 0)
-        memcpy(t->c->last_weights, host, (size_t)t->table.total * sizeof *host);
+        t->c->on_record(t->c->record_ctx, &(usp_train_record){.kind = USP_TRAIN_RECORD_LAST_WEIGHTS, .step = t->step,
+                                                               .steps = t->c->steps, .values = host,
+                                                               .n_values = t->table.total});
     free(host);
     return s;
 }
@@ -366,21 +372,21 @@ static usp_status run(trainer *t)
         if (s == USP_OK) s = usp_model_backward(t->model);
         if (s == USP_OK) s = reduce_and_update(t, step);
         if (s == USP_OK && c->step_stats) {
-            usp_train_step_stats *st = &c->step_stats[t->ctx->rank];
-            usp_model_step_flops(t->model, &st->fwd_flops, &st->recompute_flops);
-            st->step_flops = usp_backend_flops(BE) - flops_start;
-            st->start_s = step_start, st->end_s = clock_now(t);
+            usp_train_step_stats st = {.step_flops = usp_backend_flops(BE) - flops_start, .start_s = step_start,
+                                       .end_s = clock_now(t)};
+            usp_model_step_flops(t->model, &st.fwd_flops, &st.recompute_flops);
+            s = usp_rank_gather(t->ctx, &st, sizeof st, c->step_stats);
         }
         tokens += (double)c->batch * (double)c->seq_len;
-        if (s == USP_OK && c->out && (step % c->log_every == 0 || step == until)) {
+        if (s == USP_OK && c->on_record && (step % c->log_every == 0 || step == until)) {
             s = gather_peaks(t, peaks);
             if (s == USP_OK && t->ctx->rank == 0)
-                log_step(t, step, loss, tokens / (wall_now() - start), peaks);
+                record_step(t, step, loss, tokens / (wall_now() - start), peaks);
         }
     }
     free(peaks);
-    if (s == USP_OK && c->last_weights && t->numerics)
-        s = copy_last_weights(t);
+    if (s == USP_OK && c->record_tensors && c->on_record && t->numerics)
+        s = record_last_weights(t);
     double wall = wall_now() - start, accuracy = -1;
     if (s == USP_OK && c->save_dir)
         s = save(t);
@@ -391,7 +397,11 @@ static usp_status run(trainer *t)
                                         .first_loss = t->result->first_loss,
                                         .tokens_per_s = wall > 0 ? tokens / wall : 0, .steps_done = t->step,
                                         .sim_time_s = clock_now(t),
-                                        .seq_len_padded = t->N};
+                                        .seq_len_padded = t->N, .peak_bytes = t->result->peak_bytes};
+    if (s == USP_OK && t->result && t->result->peak_bytes) {
+        size_t mine = usp_backend_peak_bytes(BE);
+        s = usp_rank_gather(t->ctx, &mine, sizeof mine, t->result->peak_bytes);
+    }
     return s;
 }
 

@@ -12,7 +12,11 @@
  * allocation and collective is issued as in a numeric run, but nothing is read
  * back: no weights are initialised or loaded, no checkpoint written (--save is
  * a configuration error), the loss is NaN and passkey accuracy not measured,
- * and no host memory proportional to the parameters is allocated. */
+ * and no host memory proportional to the parameters is allocated.
+ *
+ * Nothing here prints: rank 0 hands progress to the command as records
+ * (usp_train_record, through config->on_record), and figures of every rank
+ * reach rank 0 through usp_rank_gather (core/rank.h). */
 #ifndef USP_TRAIN_H
 #define USP_TRAIN_H
 
@@ -30,6 +34,34 @@ typedef struct usp_train_step_stats {
     double recompute_flops; /* the part of step_flops that recomputed forward work (not model FLOPs) */
     double start_s, end_s; /* its modelled clock when the step started and ended */
 } usp_train_step_stats;
+
+/* What rank 0 tells the command while it runs. */
+typedef enum usp_train_record_kind {
+    USP_TRAIN_RECORD_STEP,         /* progress: every log_every steps, and the last step */
+    USP_TRAIN_RECORD_FIRST_GRADS,  /* record_tensors: step 1's all-reduced gradients, before clipping (ZeRO 0-1) */
+    USP_TRAIN_RECORD_LAST_WEIGHTS, /* record_tensors: the weights after the last step */
+} usp_train_record_kind;
+
+typedef struct usp_train_record {
+    usp_train_record_kind kind;
+    int64_t step, steps;       /* the step just done; the schedule's length */
+    /* STEP: */
+    double loss;               /* the step's loss; NaN on the meta backend */
+    double lr;                 /* its learning rate */
+    double tokens_per_s;       /* wall clock, over the steps of this run so far */
+    double sim_time_s;         /* rank 0's modelled clock */
+    double sim_step_s;         /* the clock's mean per step since the previous record */
+    const double *peak_bytes;  /* [n_peaks]: the ranks' peak memory so far, gathered over the world
+                                  communicator; on the meta backend nothing moves: rank 0's only */
+    int n_peaks;
+    int shapes_only;           /* the meta backend ran (loss NaN, one peak) */
+    /* FIRST_GRADS, LAST_WEIGHTS: */
+    const float *values;       /* [n_values], in the parameter table's order; valid during the call */
+    int64_t n_values;
+} usp_train_record;
+
+/* Receives the records, on rank 0, in step order. */
+typedef void (*usp_train_record_fn)(void *ctx, const usp_train_record *record);
 
 typedef struct usp_train_config {
     usp_model_config model;
@@ -50,16 +82,20 @@ typedef struct usp_train_config {
     int64_t tile_rows;
     usp_dtype storage;         /* USP_F32, or USP_BF16 mixed precision (shapes only: see usp_buffer_alloc_as) */
     const char *save_dir, *resume_dir;
-    int64_t log_every;
-    int json;
+    int64_t log_every;         /* a STEP record every log_every steps (and at the last) */
     int64_t eval_samples;      /* held-out passkey samples evaluated at the end (0: none) */
     int eval_only;             /* usp eval: no training steps */
-    FILE *out;                 /* progress lines and JSON records (rank 0); NULL: none */
-    float *first_grads;        /* tests: when set, rank 0 copies the all-reduced gradients of the
-                                  first step (before clipping) here, table->total floats (ZeRO 0-1 only) */
-    float *last_weights;       /* tests: when set, rank 0 copies the weights after the last step here,
-                                  table->total floats (every rank joins the gather of sharded ones) */
-    usp_train_step_stats *step_stats; /* when set, [world]: rank r writes entry r after each step */
+    usp_train_record_fn on_record; /* rank 0's progress (NULL: none, and no peaks gathered for it) */
+    void *record_ctx;          /* its first argument */
+    int record_tensors;        /* tests: also FIRST_GRADS and LAST_WEIGHTS records (every rank joins the
+                                  gather of sharded weights) */
+    usp_train_step_stats *step_stats; /* when set (on every rank or none), [world]: every rank's figures of
+                                  the last step it ran, gathered to rank 0 (usp_rank_gather) */
+    /* Unused: progress goes through on_record. They stay only while tools/cmd_plan.c, being
+     * turned into the planner library, still clears them; remove them with that change. */
+    FILE *out;
+    int json;
+    float *first_grads;
 } usp_train_config;
 
 /* What rank 0 reports back to the command. */
@@ -70,6 +106,8 @@ typedef struct usp_train_result {
     int64_t steps_done;
     int64_t seq_len_padded;
     double first_loss;         /* the loss of the first step run */
+    size_t *peak_bytes;        /* when set (on every rank or none), [world]: every rank's peak memory over
+                                  the run, gathered to rank 0 (usp_rank_gather) */
 } usp_train_result;
 
 typedef struct usp_train_run {

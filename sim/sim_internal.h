@@ -52,6 +52,8 @@ typedef struct sim_rank {
     int in_flight;           /* point-to-point parts matched and still moving (w->p2p) */
     usp_status wake;         /* what the call returns when the rank is resumed */
 
+    uint64_t gathers;        /* usp_rank_gather calls the rank made (sim/rank_gather.c) */
+
     sim_comm **comms;        /* the rank's live handles (the world frees those a rank left open) */
     int n_comms, cap_comms;
 } sim_rank;
@@ -73,7 +75,13 @@ struct sim_world {
     char abort_reason[256];  /* the report's first line, for the ranks' messages */
     int ran;
     usp_report_snapshot snapshot;  /* the ranks as the first report saw them (sim_world_wait_graph) */
+    struct sim_gather_slot *gathers; /* usp_rank_gather calls in progress, by call index (rank_gather.c) */
+    size_t n_gathers;
 };
+
+/* rank_gather.c: usp_rank_ctx.gather of a simulated rank (gather_ctx: its sim_rank). */
+usp_status sim_rank_gather(const usp_rank_ctx *ctx, const void *mine, size_t bytes, void *all);
+void sim_gathers_free(struct sim_world *w);
 
 /* sim_comm.c */
 extern const usp_comm_i sim_comm_iface;

@@ -441,3 +441,16 @@ usp_status sim_topology_from_name_or_file(const char *spec, int nodes, sim_topol
     *out = t;
     return USP_OK;
 }
+
+usp_status sim_topology_for_world(const char *spec, int nodes, int world, sim_topology *out)
+{
+    spec = spec ? spec : "dgx-h100";
+    USP_CHECK(sim_topology_from_name_or_file(spec, nodes, out));
+    if (nodes == 0 && out->nodes * out->gpus_per_node < world) /* grow a preset or file to the world */
+        USP_CHECK(sim_topology_from_name_or_file(spec, (world + out->gpus_per_node - 1) / out->gpus_per_node, out));
+    if (out->nodes * out->gpus_per_node < world)
+        return usp_error(USP_ERR_CONFIG, "--world %d does not fit on --nodes %d of %s (%d GPUs each); use --nodes %d",
+                         world, out->nodes, out->name, out->gpus_per_node,
+                         (world + out->gpus_per_node - 1) / out->gpus_per_node);
+    return USP_OK;
+}

@@ -67,6 +67,12 @@ const char *sim_topology_preset_names(void);
  * the spec or the file is bad. */
 usp_status sim_topology_from_name_or_file(const char *spec, int nodes, sim_topology *out);
 
+/* The cluster `world` ranks run on, as --topology and --nodes give it: `spec`
+ * (NULL: dgx-h100) with `nodes` nodes, or, when nodes is 0, as many as the
+ * world needs. A world the nodes cannot hold is a USP_ERR_CONFIG naming
+ * --world and --nodes. */
+usp_status sim_topology_for_world(const char *spec, int nodes, int world, sim_topology *out);
+
 /* Checks a topology built in code (the rules the JSON reader applies); USP_ERR_CONFIG. */
 usp_status sim_topology_check(const sim_topology *t);
 

@@ -55,7 +55,7 @@ static void rank_fiber_main(void *arg)
     sim_rank *r = arg;
     sim_world *w = r->world;
     usp_rank_ctx ctx = {.rank = r->id, .world_size = w->n, .world = r->world_comm, .backend = r->backend,
-                        .clock = rank_clock, .runtime = r};
+                        .clock = rank_clock, .runtime = r, .gather = sim_rank_gather, .gather_ctx = r};
     r->result = w->main_fn(&ctx, w->main_arg);
 }
 
@@ -333,6 +333,7 @@ void sim_world_destroy(sim_world *w)
     free(w->ranks);
     sim_p2p_flows_destroy(w->p2p);
     usp_comm_decorator_destroy(w->decorator); /* after the backend's handles: it frees only its wrappers */
+    sim_gathers_free(w);
     usp_trace_destroy(w->trace);
     usp_strbuf_free(&w->report);
     usp_report_snapshot_free(&w->snapshot);

@@ -63,6 +63,16 @@ usp_status harness_train_world(const usp_train_config *config, sim_backend_facto
     return s;
 }
 
+void harness_record_tensors(void *ctx, const usp_train_record *record)
+{
+    const harness_tensors *h = ctx;
+    float *into = record->kind == USP_TRAIN_RECORD_FIRST_GRADS    ? h->first_grads
+                  : record->kind == USP_TRAIN_RECORD_LAST_WEIGHTS ? h->last_weights
+                                                                  : NULL;
+    if (into)
+        memcpy(into, record->values, (size_t)record->n_values * sizeof *into);
+}
+
 double harness_worst_tensor_error(const usp_param_table *t, const float *a, const float *b, int *which)
 {
     double worst = 0;

@@ -26,6 +26,16 @@ usp_status harness_train(const usp_train_config *config, usp_train_result *resul
  * inspection (*out; destroy it), or returns the run's error. */
 usp_status harness_train_world(const usp_train_config *config, sim_backend_factory factory, sim_world **out);
 
+/* Where harness_record_tensors copies the trainer's tensor records (NULL: not wanted). */
+typedef struct harness_tensors {
+    float *first_grads;  /* table->total floats: step 1's gradients */
+    float *last_weights; /* table->total floats: the weights after the last step */
+} harness_tensors;
+
+/* A usp_train_config.on_record (ctx: harness_tensors *) that copies FIRST_GRADS and
+ * LAST_WEIGHTS records and ignores the progress. Set record_tensors to get them. */
+void harness_record_tensors(void *ctx, const usp_train_record *record);
+
 /* The largest, over the table's tensors, of max |a - b| / max |b| within the tensor; *which: that tensor. */
 double harness_worst_tensor_error(const usp_param_table *t, const float *a, const float *b, int *which);
 

@@ -89,47 +89,47 @@ static void wait_graph_of(const deadlock_case *c, sim_wait_graph *g, usp_status 
 START_TEST(ulysses_w4_diagram_is_golden)
 {
     viz_attention_config c;
-    sim_world *w = viz_test_run_layer(4, 4, 1, 16, 8, 8, 0, &c);
+    usp_runtime_t *w = viz_test_run_layer(4, 4, 1, 16, 8, 8, 0, &c);
     usp_strbuf dot = {0};
-    ck_assert_int_eq(viz_dot_ulysses(sim_world_trace(w), &c, &dot), USP_OK);
+    ck_assert_int_eq(viz_dot_ulysses(usp_runtime_trace(w), &c, &dot), USP_OK);
     check_golden("ulysses_w4.dot", usp_strbuf_text(&dot));
     /* each slice: T=4 tokens x 2 heads x D=4 x 4 bytes = 128 B of each of Q, K, V */
     ck_assert_int_eq(viz_test_count(usp_strbuf_text(&dot), "label=\"Q 128 B + KV 256 B\""), 12);
     ck_assert_int_eq(viz_test_count(usp_strbuf_text(&dot), "label=\"stays\""), 4);
     ck_assert_ptr_nonnull(strstr(usp_strbuf_text(&dot), "128 B per arrow")); /* O: 128 B back */
     usp_strbuf_free(&dot);
-    sim_world_destroy(w);
+    usp_runtime_destroy(w);
 }
 END_TEST
 
 START_TEST(ring_r4_causal_diagram_is_golden)
 {
     viz_attention_config c;
-    sim_world *w = viz_test_run_layer(4, 1, 4, 16, 8, 8, 1, &c);
+    usp_runtime_t *w = viz_test_run_layer(4, 1, 4, 16, 8, 8, 1, &c);
     usp_strbuf dot = {0};
-    ck_assert_int_eq(viz_dot_ring(sim_world_trace(w), &c, &dot), USP_OK);
+    ck_assert_int_eq(viz_dot_ring(usp_runtime_trace(w), &c, &dot), USP_OK);
     check_golden("ring_r4_causal.dot", usp_strbuf_text(&dot));
     /* zigzag: every rank computes 2R+1 = 9 of the 4R = 16 products (core/ring.c) */
     ck_assert_int_eq(viz_test_count(usp_strbuf_text(&dot), "computes 9 of 16 products"), 4);
     /* a K/V block: T=4 tokens x 8 heads x 4 x 4 B = 512 B, K and V packed: 1 KiB per sendrecv */
     ck_assert_int_eq(viz_test_count(usp_strbuf_text(&dot), "label=\"1 KiB\""), 12);
     usp_strbuf_free(&dot);
-    sim_world_destroy(w);
+    usp_runtime_destroy(w);
 }
 END_TEST
 
 START_TEST(hybrid_2x2_diagram_is_golden)
 {
     viz_attention_config c;
-    sim_world *w = viz_test_run_layer(4, 2, 2, 16, 8, 8, 1, &c);
+    usp_runtime_t *w = viz_test_run_layer(4, 2, 2, 16, 8, 8, 1, &c);
     usp_strbuf dot = {0};
-    ck_assert_int_eq(viz_dot_schedule(sim_world_trace(w), &c, &dot), USP_OK); /* U, R > 1: the hybrid */
+    ck_assert_int_eq(viz_dot_schedule(usp_runtime_trace(w), &c, &dot), USP_OK); /* U, R > 1: the hybrid */
     check_golden("hybrid_2x2.dot", usp_strbuf_text(&dot));
     /* Q+K+V slice: 4 tokens x 4 heads x 4 x 4 B = 256 B each */
     ck_assert_int_eq(viz_test_count(usp_strbuf_text(&dot), "768 B each way"), 2);
     ck_assert_int_eq(viz_test_count(usp_strbuf_text(&dot), ": 1 x 1 KiB"), 4);
     usp_strbuf_free(&dot);
-    sim_world_destroy(w);
+    usp_runtime_destroy(w);
 }
 END_TEST
 
@@ -243,16 +243,16 @@ END_TEST
 START_TEST(a_clean_run_has_no_wait_graph)
 {
     viz_attention_config c;
-    sim_world *w = viz_test_run_layer(2, 2, 1, 8, 2, 2, 0, &c);
+    usp_runtime_t *w = viz_test_run_layer(2, 2, 1, 8, 2, 2, 0, &c);
     sim_wait_graph g;
-    ck_assert_int_eq(sim_world_wait_graph(w, &g), USP_OK);
+    ck_assert_int_eq(sim_world_wait_graph(sim_runtime_world(w), &g), USP_OK);
     ck_assert_int_eq(g.kind, SIM_REPORT_NONE);
     ck_assert_int_eq(g.n_ranks, 0);
     usp_strbuf dot = {0};
     ck_assert_int_eq(viz_dot_wait_graph(&g, &dot), USP_ERR_RUNTIME);
     usp_strbuf_free(&dot);
     sim_wait_graph_free(&g);
-    sim_world_destroy(w);
+    usp_runtime_destroy(w);
 }
 END_TEST
 
@@ -263,10 +263,10 @@ START_TEST(svg_png_and_pdf_have_valid_headers)
     if (!viz_can_render())
         return; /* a build without Graphviz writes DOT only: see unknown_or_unrenderable_formats_are_config_errors */
     viz_attention_config c;
-    sim_world *w = viz_test_run_layer(4, 4, 1, 16, 8, 8, 0, &c);
+    usp_runtime_t *w = viz_test_run_layer(4, 4, 1, 16, 8, 8, 0, &c);
     usp_strbuf dot = {0};
-    ck_assert_int_eq(viz_dot_ulysses(sim_world_trace(w), &c, &dot), USP_OK);
-    sim_world_destroy(w);
+    ck_assert_int_eq(viz_dot_ulysses(usp_runtime_trace(w), &c, &dot), USP_OK);
+    usp_runtime_destroy(w);
     char dir[64], path[128];
     viz_test_scratch_dir(dir, sizeof dir);
     static const unsigned char png_magic[8] = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1a, '\n'};
@@ -329,25 +329,25 @@ START_TEST(pictures_of_64_ranks_aggregate_and_say_so)
 {
     viz_attention_config c;
     usp_strbuf dot = {0};
-    sim_world *w = viz_test_run_layer(64, 64, 1, 128, 64, 64, 0, &c);
-    ck_assert_int_eq(viz_dot_ulysses(sim_world_trace(w), &c, &dot), USP_OK);
+    usp_runtime_t *w = viz_test_run_layer(64, 64, 1, 128, 64, 64, 0, &c);
+    ck_assert_int_eq(viz_dot_ulysses(usp_runtime_trace(w), &c, &dot), USP_OK);
     ck_assert_ptr_nonnull(strstr(usp_strbuf_text(&dot), "Aggregated: 64 ranks &gt; 8"));
     ck_assert_int_eq(viz_test_count(usp_strbuf_text(&dot), " -> "), 2 * 64); /* a star, not 64 x 63 arrows */
     ck_assert(viz_test_graphviz_parses(usp_strbuf_text(&dot)));
     usp_strbuf_free(&dot);
-    ck_assert_int_eq(viz_dot_traffic(sim_world_trace(w), 64, NULL, &dot), USP_OK);
+    ck_assert_int_eq(viz_dot_traffic(usp_runtime_trace(w), 64, NULL, &dot), USP_OK);
     ck_assert_ptr_nonnull(strstr(usp_strbuf_text(&dot), "Aggregated: 4032 rank pairs"));
     ck_assert_int_eq(viz_test_count(usp_strbuf_text(&dot), " -> "), 8 * 7); /* node to node, not 64 x 63 */
     ck_assert_int_eq(viz_test_count(usp_strbuf_text(&dot), "lhead=cluster_node"), 8 * 7);
     usp_strbuf_free(&dot);
-    sim_world_destroy(w);
+    usp_runtime_destroy(w);
 
     w = viz_test_run_layer(64, 1, 64, 128, 2, 2, 1, &c);
-    ck_assert_int_eq(viz_dot_ring(sim_world_trace(w), &c, &dot), USP_OK);
+    ck_assert_int_eq(viz_dot_ring(usp_runtime_trace(w), &c, &dot), USP_OK);
     ck_assert_ptr_nonnull(strstr(usp_strbuf_text(&dot), "Aggregated: 64 ranks &gt; 8"));
     ck_assert_int_eq(viz_test_count(usp_strbuf_text(&dot), "computes 129 of 256"), 64); /* 2R+1 of 4R */
     usp_strbuf_free(&dot);
-    sim_world_destroy(w);
+    usp_runtime_destroy(w);
 
     /* a selftest deadlock on 64 ranks: a handful of boxes, the cycle alone */
     usp_mesh_shape shape;
@@ -360,12 +360,13 @@ START_TEST(pictures_of_64_ranks_aggregate_and_say_so)
     config.faults = &fault;
     config.n_faults = 1;
     config.stack_bytes = (size_t)1 << 20;
-    ck_assert_int_eq(sim_world_create(&config, &w), USP_OK);
-    ck_assert_int_eq(sim_world_run(w, usp_selftest_rank, &run), USP_ERR_COLLECTIVE);
+    sim_world *world;
+    ck_assert_int_eq(sim_world_create(&config, &world), USP_OK);
+    ck_assert_int_eq(sim_world_run(world, usp_selftest_rank, &run), USP_ERR_COLLECTIVE);
     free(run.stats);
     sim_wait_graph g;
-    ck_assert_int_eq(sim_world_wait_graph(w, &g), USP_OK);
-    sim_world_destroy(w);
+    ck_assert_int_eq(sim_world_wait_graph(world, &g), USP_OK);
+    sim_world_destroy(world);
     ck_assert_int_eq(viz_dot_wait_graph(&g, &dot), USP_OK);
     const char *text = usp_strbuf_text(&dot);
     ck_assert_ptr_nonnull(strstr(text, "Aggregated: 64 ranks"));
@@ -393,12 +394,12 @@ START_TEST(bad_configurations_name_the_option)
     ck_assert_ptr_nonnull(strstr(usp_error_message(), "--ulysses 4"));
     /* a picture that does not fit the run */
     viz_attention_config ok;
-    sim_world *w = viz_test_run_layer(2, 2, 1, 8, 2, 2, 0, &ok);
+    usp_runtime_t *w = viz_test_run_layer(2, 2, 1, 8, 2, 2, 0, &ok);
     usp_strbuf dot = {0};
-    ck_assert_int_eq(viz_dot_ring(sim_world_trace(w), &ok, &dot), USP_ERR_CONFIG);
+    ck_assert_int_eq(viz_dot_ring(usp_runtime_trace(w), &ok, &dot), USP_ERR_CONFIG);
     ck_assert_ptr_nonnull(strstr(usp_error_message(), "--ring"));
     usp_strbuf_free(&dot);
-    sim_world_destroy(w);
+    usp_runtime_destroy(w);
 }
 END_TEST
 

@@ -146,9 +146,9 @@ START_TEST(chrome_trace_is_balanced_json_on_the_virtual_clock)
 {
     viz_attention_config c;
     /* 3 heads over U = 2: uneven work, so ranks arrive apart and some wait for their peers */
-    sim_world *w = viz_test_run_layer(4, 2, 2, 16, 3, 1, 1, &c);
+    usp_runtime_t *w = viz_test_run_layer(4, 2, 2, 16, 3, 1, 1, &c);
     char *text;
-    ck_assert_int_eq(viz_chrome_trace_text(sim_world_trace(w), &text), USP_OK);
+    ck_assert_int_eq(viz_chrome_trace_text(usp_runtime_trace(w), &text), USP_OK);
     chrome_summary sum;
     check_chrome_trace(text, 4, &sum);
     /* ring[*]: R-1 = 1 sendrecv per rank in the forward, one arrow each */
@@ -158,12 +158,12 @@ START_TEST(chrome_trace_is_balanced_json_on_the_virtual_clock)
     for (int r = 0; r < 4; r++) {
         ck_assert_int_gt(sum.slices[r][0], 0);
         ck_assert_int_gt(sum.slices[r][1], 0);
-        double clock = sim_world_time(w, r) * 1e6;
+        double clock = sim_world_time(sim_runtime_world(w), r) * 1e6;
         ck_assert_msg(fabs(sum.last_end[r] - clock) <= 1e-6 * clock, "rank %d: last end %.9g us, clock %.9g us", r,
                       sum.last_end[r], clock);
     }
     free(text);
-    sim_world_destroy(w);
+    usp_runtime_destroy(w);
 }
 END_TEST
 
@@ -171,8 +171,8 @@ END_TEST
 START_TEST(compute_spans_and_calls_tile_each_rank_clock)
 {
     viz_attention_config c;
-    sim_world *w = viz_test_run_layer(4, 1, 4, 16, 8, 8, 1, &c);
-    const usp_trace_t *t = sim_world_trace(w);
+    usp_runtime_t *w = viz_test_run_layer(4, 1, 4, 16, 8, 8, 1, &c);
+    const usp_trace_t *t = usp_runtime_trace(w);
     ck_assert_uint_gt(usp_trace_compute_count(t), 0);
     for (int r = 0; r < 4; r++) {
         double busy = 0;
@@ -191,36 +191,36 @@ START_TEST(compute_spans_and_calls_tile_each_rank_clock)
                 ck_assert_int_eq(usp_trace_at(t, i)->type, USP_TRACE_COMM);
                 busy += usp_trace_at(t, i)->t_end - usp_trace_at(t, i)->t_post;
             }
-        double clock = sim_world_time(w, r);
+        double clock = sim_world_time(sim_runtime_world(w), r);
         ck_assert_msg(fabs(busy - clock) <= 1e-9 * clock, "rank %d: spans %.12g s, clock %.12g s", r, busy, clock);
         /* the ring diagram's "computes 9 of 16" is what ring.c really calls: 2R+1 per batch row */
         ck_assert_int_eq(attention_calls, 2 * 4 + 1);
     }
-    sim_world_destroy(w);
+    usp_runtime_destroy(w);
 }
 END_TEST
 
 START_TEST(chrome_trace_file_is_the_text_and_whole_or_nothing)
 {
     viz_attention_config c;
-    sim_world *w = viz_test_run_layer(4, 2, 2, 16, 8, 8, 1, &c);
+    usp_runtime_t *w = viz_test_run_layer(4, 2, 2, 16, 8, 8, 1, &c);
     char *text, dir[64], path[128];
-    ck_assert_int_eq(viz_chrome_trace_text(sim_world_trace(w), &text), USP_OK);
+    ck_assert_int_eq(viz_chrome_trace_text(usp_runtime_trace(w), &text), USP_OK);
     viz_test_scratch_dir(dir, sizeof dir);
     snprintf(path, sizeof path, "%s/t.json", dir);
-    ck_assert_int_eq(viz_chrome_trace_write(sim_world_trace(w), path), USP_OK);
+    ck_assert_int_eq(viz_chrome_trace_write(usp_runtime_trace(w), path), USP_OK);
     char *file = harness_read_file(path, NULL);
     ck_assert_ptr_nonnull(file);
     ck_assert_str_eq(file, text);
     ck_assert_int_eq(strncmp(text, "{\"traceEvents\":[\n", 17), 0); /* one event a line, for grep and diff */
     remove(path);
     snprintf(path, sizeof path, "%s/missing/t.json", dir);
-    ck_assert_int_eq(viz_chrome_trace_write(sim_world_trace(w), path), USP_ERR_RUNTIME);
+    ck_assert_int_eq(viz_chrome_trace_write(usp_runtime_trace(w), path), USP_ERR_RUNTIME);
     ck_assert_ptr_nonnull(strstr(usp_error_message(), path));
     ck_assert_int_eq(rmdir(dir), 0); /* empty: nothing half-written was left */
     free(file);
     free(text);
-    sim_world_destroy(w);
+    usp_runtime_destroy(w);
 }
 END_TEST
 
@@ -237,9 +237,9 @@ static int two_gpu_nodes(void *ctx, int from, int to, viz_link_style *out)
 START_TEST(traffic_map_sums_the_bytes_of_the_run)
 {
     viz_attention_config c;
-    sim_world *w = viz_test_run_layer(4, 4, 1, 16, 8, 8, 0, &c);
+    usp_runtime_t *w = viz_test_run_layer(4, 4, 1, 16, 8, 8, 0, &c);
     usp_strbuf dot = {0};
-    ck_assert_int_eq(viz_dot_traffic(sim_world_trace(w), 4, NULL, &dot), USP_OK);
+    ck_assert_int_eq(viz_dot_traffic(usp_runtime_trace(w), 4, NULL, &dot), USP_OK);
     /* Q, K, V and O: 4 x (4 tokens x 2 heads x 4 x 4 B) = 512 B per pair and direction */
     ck_assert_int_eq(viz_test_count(usp_strbuf_text(&dot), "label=\"512 B each way\""), 6);
     ck_assert_int_eq(viz_test_count(usp_strbuf_text(&dot), "sent 1.5 KiB"), 4);
@@ -248,13 +248,13 @@ START_TEST(traffic_map_sums_the_bytes_of_the_run)
     usp_strbuf_free(&dot);
     /* the link hook colours each arrow by its link and lists the classes, in words when it has them */
     viz_traffic_options o = {.gpus_per_node = 2, .link = two_gpu_nodes};
-    ck_assert_int_eq(viz_dot_traffic(sim_world_trace(w), 4, &o, &dot), USP_OK);
+    ck_assert_int_eq(viz_dot_traffic(usp_runtime_trace(w), 4, &o, &dot), USP_OK);
     ck_assert_int_eq(viz_test_count(usp_strbuf_text(&dot), "color=\"#76b900\""), 2);
     ck_assert_int_eq(viz_test_count(usp_strbuf_text(&dot), "color=\"#1f5f99\""), 4);
     ck_assert_ptr_nonnull(strstr(usp_strbuf_text(&dot), "crosses: green NVLink, #1f5f99 InfiniBand."));
     ck_assert_int_eq(viz_test_count(usp_strbuf_text(&dot), "subgraph cluster_node"), 2);
     usp_strbuf_free(&dot);
-    sim_world_destroy(w);
+    usp_runtime_destroy(w);
 }
 END_TEST
 
@@ -304,7 +304,9 @@ static sim_world *train_one_step(void)
     usp_train_defaults(&c);
     ck_assert_int_eq(usp_model_config_load("tiny", &c.model), USP_OK);
     ck_assert_int_eq(usp_mesh_shape_make(16, 4, 2, &c.shape), USP_OK);
-    c.data = "passkey", c.seq_len = 64, c.batch = 2, c.steps = 1, c.log_every = 1000, c.out = stdout;
+    c.data = "passkey", c.seq_len = 64, c.batch = 2, c.steps = 1, c.log_every = 1000;
+    harness_tensors none = {0}; /* progress asked for: the step gathers the peaks as usp train does */
+    c.on_record = harness_record_tensors, c.record_ctx = &none;
     usp_train_result result = {.passkey_accuracy = -1};
     usp_train_run run = {.config = &c, .result = &result};
     sim_config config = sim_config_default(16);

@@ -11,6 +11,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "sim/sim_runtime.h"
 #include "tests/harness.h"
 #include "viz/attention_run.h"
 
@@ -27,17 +28,18 @@ static inline void viz_test_scratch_dir(char *dir, size_t size)
     ck_assert_ptr_nonnull(mkdtemp(dir));
 }
 
-/* Runs one attention layer and keeps the world for its trace. */
-static inline sim_world *viz_test_run_layer(int world, int ulysses, int ring, int64_t seq, int64_t heads,
-                                            int64_t kv_heads, int causal, viz_attention_config *c)
+/* Runs one attention layer on the simulator and keeps the runtime for its trace. */
+static inline usp_runtime_t *viz_test_run_layer(int world, int ulysses, int ring, int64_t seq, int64_t heads,
+                                                int64_t kv_heads, int causal, viz_attention_config *c)
 {
     *c = (viz_attention_config){.seq_len = seq, .batch = 1, .n_heads = heads, .n_kv_heads = kv_heads, .head_dim = 4,
                                 .causal = causal};
     ck_assert_int_eq(usp_mesh_shape_make(world, ulysses, ring, &c->shape), USP_OK);
-    sim_world *w = NULL;
-    usp_status s = viz_attention_run(c, &w);
+    usp_runtime_t *rt = NULL;
+    ck_assert_int_eq(sim_runtime_create(&(usp_runtime_options){.world_size = world, .trace = 1}, &rt), USP_OK);
+    usp_status s = viz_attention_run(c, rt);
     ck_assert_msg(s == USP_OK, "%s", usp_error_message());
-    return w;
+    return rt;
 }
 
 /* 1 when `dot` parses with Graphviz's own parser (always 1 in a build without Graphviz). */

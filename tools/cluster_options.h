@@ -1,4 +1,5 @@
-/* --topology and --nodes, shared by the commands that run the simulator. */
+/* --topology and --nodes for usp plan, which builds its simulator config itself
+ * (the other commands pass them to their runtime: core/runtime.h). */
 #ifndef USP_TOOLS_CLUSTER_OPTIONS_H
 #define USP_TOOLS_CLUSTER_OPTIONS_H
 

@@ -1,16 +1,17 @@
-/* `usp selftest`: run the selftest schedule (core/selftest.h) in the simulator
- * and print what ran, what moved and what was checked; or the deadlock /
- * mismatch / crash report, with exit code 3 or 4. */
+/* `usp selftest`: run the selftest schedule (core/selftest.h) on a runtime
+ * (the simulator: --inject and --dot are its) and print what ran, what moved
+ * and what was checked; or the deadlock / mismatch / crash report, with exit
+ * code 3 or 4. */
 #include <jansson.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "core/comm.h"
+#include "core/runtime.h"
 #include "core/selftest.h"
-#include "sim/world.h"
 #include "tools/cli.h"
-#include "tools/cluster_options.h"
 #include "tools/commands.h"
+#include "tools/runtime_registry.h"
 #include "viz/chrome_trace.h"
 #include "viz/render.h"
 #include "viz/run_picture.h"
@@ -22,9 +23,10 @@ typedef struct selftest_options {
     cli_list inject;
 } selftest_options;
 
-static void print_summary(const sim_world *w, const usp_selftest_run *run, const selftest_options *o)
+/* The calls and bytes come from the trace (the runtime records one), the rest
+ * from the ranks' own figures. */
+static void print_summary(const usp_trace_t *trace, const usp_selftest_run *run, const selftest_options *o)
 {
-    const usp_trace_t *trace = sim_world_trace(w);
     const usp_selftest_config *c = &run->config;
     uint64_t by_kind[USP_OP_COUNT] = {0}, bytes = 0, elements = 0, buffers = 0;
     for (size_t i = 0; i < usp_trace_count(trace); i++) {
@@ -36,8 +38,8 @@ static void print_summary(const sim_world *w, const usp_selftest_run *run, const
     for (int r = 0; r < c->shape.world; r++) {
         elements += run->stats[r].elements_checked;
         buffers += run->stats[r].buffers_checked;
-        sim_time = sim_world_time(w, r) > sim_time ? sim_world_time(w, r) : sim_time;
-        peak = sim_world_peak_bytes(w, r) > peak ? sim_world_peak_bytes(w, r) : peak;
+        sim_time = run->stats[r].end_s > sim_time ? run->stats[r].end_s : sim_time;
+        peak = run->stats[r].peak_bytes > peak ? (size_t)run->stats[r].peak_bytes : peak;
     }
     if (o->json) {
         json_t *j = json_pack("{s:b, s:i, s:i, s:i, s:i, s:I, s:I, s:I, s:I, s:f}", "summary", 1, "world",
@@ -47,7 +49,7 @@ static void print_summary(const sim_world *w, const usp_selftest_run *run, const
                               "sim_time_s", sim_time);
         json_t *peaks = json_array();
         for (int r = 0; r < c->shape.world; r++)
-            json_array_append_new(peaks, json_integer((json_int_t)sim_world_peak_bytes(w, r)));
+            json_array_append_new(peaks, json_integer((json_int_t)run->stats[r].peak_bytes));
         json_object_set_new(j, "peak_bytes", peaks);
         char *text = json_dumps(j, JSON_COMPACT);
         if (text)
@@ -72,15 +74,13 @@ static void print_summary(const sim_world *w, const usp_selftest_run *run, const
 }
 
 /* --dot: the wait-for graph of a report, else the traffic map of the step. */
-static usp_status write_picture(const sim_world *w, usp_status run, const selftest_options *o,
-                                const usp_mesh_shape *shape, const sim_topology *cluster)
+static usp_status write_picture(const usp_runtime_t *rt, usp_status run, const selftest_options *o,
+                                const usp_mesh_shape *shape)
 {
     char caption[160];
     snprintf(caption, sizeof caption, "usp selftest: one training step's communication, world %d = dp %d x ring %d "
              "x ulysses %d.", shape->world, shape->dp, shape->ring, shape->ulysses);
-    viz_traffic_options to = {.title = "Traffic map of the selftest step", .caption = caption};
-    viz_traffic_use_topology(&to, cluster);
-    return viz_run_picture(w, run, &to, o->dot, NULL);
+    return viz_run_picture(rt, run, "Traffic map of the selftest step", caption, o->dot, NULL);
 }
 
 static usp_status run_selftest(const selftest_options *o, int *exit_code)
@@ -99,36 +99,33 @@ static usp_status run_selftest(const selftest_options *o, int *exit_code)
     if (o->tokens > 0) c->tokens_per_rank = o->tokens;
     if (c->heads % shape.ulysses != 0)
         return usp_error(USP_ERR_CONFIG, "--heads %d does not divide by --ulysses %d", c->heads, shape.ulysses);
-    sim_fault faults[CLI_LIST_MAX];
-    for (int i = 0; i < o->inject.n; i++)
-        USP_CHECK(sim_fault_parse(o->inject.items[i], &faults[i]));
-    sim_config config = sim_config_default(shape.world);
-    config.faults = faults;
-    config.n_faults = o->inject.n;
-    USP_CHECK(cluster_options_apply(o->topology, o->nodes, shape.world, &config));
-    sim_world *w;
-    USP_CHECK(sim_world_create(&config, &w));
+    /* the summary counts the calls in the trace: it is always on */
+    usp_runtime_options ro = {.world_size = shape.world, .cluster = o->topology, .nodes = o->nodes,
+                              .inject = o->inject.items, .n_inject = o->inject.n, .trace = 1};
+    usp_runtime_t *rt;
+    USP_CHECK(runtime_registry_create("sim", &ro, &rt));
     usp_status s = usp_calloc((void **)&run.stats, (size_t)shape.world, sizeof *run.stats, "selftest stats");
     if (s == USP_OK)
-        s = sim_world_run(w, usp_selftest_rank, &run);
+        s = usp_runtime_run(rt, usp_selftest_rank, &run);
     char run_message[USP_ERROR_MESSAGE_MAX]; /* writing the outputs must not overwrite why the run failed */
     snprintf(run_message, sizeof run_message, "%s", usp_error_message());
+    const usp_trace_t *trace = usp_runtime_trace(rt);
     usp_status output_status = USP_OK;
-    if (o->trace && sim_world_trace(w)) /* the trace of a failed run is whole too: it helps to debug it */
-        output_status = viz_trace_write(sim_world_trace(w), o->trace);
+    if (o->trace && trace) /* the trace of a failed run is whole too: it helps to debug it */
+        output_status = viz_trace_write(trace, o->trace);
     if (o->dot && output_status == USP_OK)
-        output_status = write_picture(w, s, o, &shape, &config.cost.topology);
+        output_status = write_picture(rt, s, o, &shape);
     if (s == USP_OK && output_status == USP_OK)
-        print_summary(w, &run, o);
+        print_summary(trace, &run, o);
     *exit_code = s != USP_OK ? (int)s : (int)output_status;
-    if (s != USP_OK && *sim_world_report(w))
-        fprintf(stderr, "usp selftest: %s", sim_world_report(w));
+    if (s != USP_OK && *usp_runtime_report(rt))
+        fprintf(stderr, "usp selftest: %s", usp_runtime_report(rt));
     else if (s != USP_OK)
         fprintf(stderr, "usp selftest: %s\n", run_message);
     if (output_status != USP_OK)
         fprintf(stderr, "usp selftest: %s\n", usp_error_message());
     free(run.stats);
-    sim_world_destroy(w);
+    usp_runtime_destroy(rt);
     return USP_OK;
 }
 

@@ -1,21 +1,20 @@
 /* `usp train` and `usp eval`: parse the options, build the run's config and
- * run it on the simulator; print progress (rank 0) and a final summary.
+ * run it on the runtime --backend names (tools/runtime_registry.h); print
+ * rank 0's progress records and a final summary (tools/train_report.h).
  *
- * --trace and --dot look at the run afterwards, so the simulator records the
+ * --trace and --dot look at the run afterwards, so the runtime records the
  * trace only when one of them asks: a trace keeps every call and compute op
  * of every step. */
-#include <jansson.h>
-#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "backends/meta/meta_backend.h"
+#include "core/runtime.h"
 #include "core/train.h"
-#include "sim/world.h"
 #include "tools/cli.h"
-#include "tools/cluster_options.h"
 #include "tools/commands.h"
 #include "tools/memory_options.h"
+#include "tools/runtime_registry.h"
+#include "tools/train_report.h"
 #include "viz/chrome_trace.h"
 #include "viz/render.h"
 #include "viz/run_picture.h"
@@ -32,9 +31,7 @@ typedef struct train_options {
 static usp_status build_config(const char *command, const train_options *o, usp_train_config *c)
 {
     usp_train_defaults(c);
-    if (strcmp(o->backend, "sim") != 0)
-        return usp_error(USP_ERR_CONFIG, "--backend %s: this build has the sim backend only (the nccl backend "
-                         "needs CUDA and NCCL at build time)", o->backend);
+    USP_CHECK(runtime_registry_check(o->backend));
     if (strcmp(o->attention, "sp") != 0 && strcmp(o->attention, "local") != 0)
         return usp_error(USP_ERR_CONFIG, "--attention %s: expected sp (Ulysses/Ring over the mesh) or local (each "
                          "rank attends to its own shard only)", o->attention);
@@ -48,8 +45,8 @@ static usp_status build_config(const char *command, const train_options *o, usp_
     USP_CHECK(usp_mesh_shape_make(o->world, ulysses > 0 ? ulysses : 1, o->ring, &c->shape));
     c->data = o->data, c->seq_len = o->seq, c->pad = o->pad, c->batch = o->batch, c->steps = o->steps;
     c->until = o->until, c->lr = o->lr, c->seed = (uint64_t)o->seed, c->attention_local = !strcmp(o->attention, "local");
-    c->save_dir = o->save, c->resume_dir = o->resume, c->log_every = o->log_every, c->json = o->json;
-    c->eval_samples = o->eval_samples, c->eval_only = !strcmp(command, "eval"), c->out = stdout;
+    c->save_dir = o->save, c->resume_dir = o->resume, c->log_every = o->log_every;
+    c->eval_samples = o->eval_samples, c->eval_only = !strcmp(command, "eval");
     if (o->warmup >= 0)
         c->warmup = o->warmup;
     USP_CHECK(memory_options_apply(&o->memory, c));
@@ -63,54 +60,20 @@ static usp_status build_config(const char *command, const train_options *o, usp_
     return USP_OK;
 }
 
-static void print_summary(const usp_train_config *c, const usp_train_result *r, const sim_world *w,
-                          const sim_topology *cluster)
-{
-    if (c->json) {
-        json_t *j = json_pack("{s:b, s:o, s:f, s:f, s:f, s:I}", "summary", 1, "loss", /* --meta: NaN, null */
-                              isfinite(r->loss) ? json_real(r->loss) : json_null(), "tokens_per_s",
-                              r->tokens_per_s, "wall_s", r->wall_s, "sim_time_s", r->sim_time_s, "steps",
-                              (json_int_t)r->steps_done);
-        json_t *peaks = json_array();
-        for (int i = 0; i < c->shape.world; i++)
-            json_array_append_new(peaks, json_integer((json_int_t)sim_world_peak_bytes(w, i)));
-        json_object_set_new(j, "peak_bytes", peaks);
-        if (r->passkey_accuracy >= 0)
-            json_object_set_new(j, "passkey_accuracy", json_real(r->passkey_accuracy));
-        char *text = json_dumps(j, JSON_COMPACT | JSON_REAL_PRECISION(9));
-        if (text)
-            puts(text);
-        free(text);
-        json_decref(j);
-        return;
-    }
-    printf("%s: loss %.4f", c->eval_only ? "eval" : "done", r->loss);
-    if (r->passkey_accuracy >= 0)
-        printf(", passkey accuracy %.1f%%", 100 * r->passkey_accuracy);
-    printf("; %lld steps, %.0f tokens/s on this CPU (wall %.1f s); the same steps would take %.4f s on the "
-           "modelled %s (%d node%s)\n", (long long)r->steps_done, r->tokens_per_s, r->wall_s, r->sim_time_s,
-           cluster->name, cluster->nodes, cluster->nodes > 1 ? "s" : "");
-    printf("peak memory per rank (MiB):");
-    for (int i = 0; i < c->shape.world; i++)
-        printf(" %.1f", (double)sim_world_peak_bytes(w, i) / (1 << 20));
-    printf("\n");
-}
-
 /* --dot: the wait-for graph of a report, else the traffic map of the whole run,
  * coloured by the links of the modelled cluster (*drawn says which, or NULL). */
-static usp_status write_picture(const sim_world *w, usp_status run, const char *command, const train_options *o,
-                                const usp_train_config *c, const sim_topology *cluster, const char **drawn)
+static usp_status write_picture(const usp_runtime_t *rt, usp_status run, const char *command, const train_options *o,
+                                const usp_train_config *c, const char **drawn)
 {
+    usp_runtime_cluster cluster = usp_runtime_cluster_of(rt);
     char title[64], caption[320];
     snprintf(title, sizeof title, "Traffic map of usp %s", command);
     snprintf(caption, sizeof caption, "usp %s --model %s %s %d --seq %d --batch %d: world %d = dp %d x ring %d x "
              "ulysses %d on the modelled %s (%d node%s).", command, c->model.name,
              c->eval_only ? "--eval-samples" : "--steps", c->eval_only ? o->eval_samples : o->steps, o->seq,
-             o->batch, c->shape.world, c->shape.dp, c->shape.ring, c->shape.ulysses, cluster->name, cluster->nodes,
-             cluster->nodes > 1 ? "s" : "");
-    viz_traffic_options to = {.title = title, .caption = caption};
-    viz_traffic_use_topology(&to, cluster);
-    return viz_run_picture(w, run, &to, o->dot, drawn);
+             o->batch, c->shape.world, c->shape.dp, c->shape.ring, c->shape.ulysses, cluster.name, cluster.nodes,
+             cluster.nodes > 1 ? "s" : "");
+    return viz_run_picture(rt, run, title, caption, o->dot, drawn);
 }
 
 /* --trace (Chrome trace JSON for a .json name, plain text otherwise) and --dot
@@ -119,14 +82,16 @@ static usp_status write_picture(const sim_world *w, usp_status run, const char *
  * a failure; never between --json's records) and why a file is missing on
  * stderr. One file failing does not keep the other from being written; the
  * first failure is returned. */
-static usp_status write_outputs(const sim_world *w, usp_status run, const char *command, const train_options *o,
-                                const usp_train_config *c, const sim_topology *cluster)
+static usp_status write_outputs(const usp_runtime_t *rt, usp_status run, const char *command, const train_options *o,
+                                const usp_train_config *c)
 {
-    FILE *say = run != USP_OK ? stderr : c->json ? NULL : stdout;
+    FILE *say = run != USP_OK ? stderr : o->json ? NULL : stdout;
     usp_status first = USP_OK;
     if (o->trace) {
         int chrome = viz_trace_path_is_json(o->trace);
-        usp_status s = viz_trace_write(sim_world_trace(w), o->trace);
+        usp_status s = usp_runtime_trace(rt) ? viz_trace_write(usp_runtime_trace(rt), o->trace)
+                                             : usp_error(USP_ERR_CONFIG, "--trace %s: the %s runtime records no trace",
+                                                         o->trace, usp_runtime_name(rt));
         if (s != USP_OK)
             fprintf(stderr, "usp %s: %s\n", command, usp_error_message()), first = s;
         else if (say)
@@ -135,7 +100,7 @@ static usp_status write_outputs(const sim_world *w, usp_status run, const char *
     }
     if (o->dot) {
         const char *drawn;
-        usp_status s = write_picture(w, run, command, o, c, cluster, &drawn);
+        usp_status s = write_picture(rt, run, command, o, c, &drawn);
         if (s != USP_OK)
             fprintf(stderr, "usp %s: %s\n", command, usp_error_message()), first = first ? first : s;
         else if (!drawn)
@@ -151,32 +116,33 @@ static usp_status run(const char *command, const train_options *o, int *exit_cod
 {
     usp_train_config c;
     USP_CHECK(build_config(command, o, &c));
-    sim_fault faults[CLI_LIST_MAX];
-    for (int i = 0; i < o->inject.n; i++)
-        USP_CHECK(sim_fault_parse(o->inject.items[i], &faults[i]));
-    sim_config sc = sim_config_default(c.shape.world);
-    if (o->meta) /* shapes only: docs/planning.md */
-        sc.make_backend = usp_backend_meta_create;
-    sc.faults = faults, sc.n_faults = o->inject.n, sc.trace = o->trace != NULL || o->dot != NULL;
-    USP_CHECK(cluster_options_apply(o->topology, o->nodes, c.shape.world, &sc));
-    if (!c.json)
+    usp_runtime_options ro = {.world_size = c.shape.world, .shapes_only = o->meta, .cluster = o->topology,
+                              .nodes = o->nodes, .inject = o->inject.items, .n_inject = o->inject.n,
+                              .trace = o->trace != NULL || o->dot != NULL};
+    usp_runtime_t *rt;
+    USP_CHECK(runtime_registry_create(o->backend, &ro, &rt));
+    if (!o->json)
         printf("usp %s: model %s, world %d = dp %d x ring %d x ulysses %d, attention %s, seq %d, batch %d, data %s\n",
                command, c.model.name, c.shape.world, c.shape.dp, c.shape.ring, c.shape.ulysses, o->attention, o->seq,
                o->batch, o->data);
-    sim_world *w;
-    USP_CHECK(sim_world_create(&sc, &w));
+    train_report report = {.out = stdout, .json = o->json};
+    c.on_record = train_report_record, c.record_ctx = &report;
     usp_train_result result = {.passkey_accuracy = -1};
+    usp_status s = usp_calloc((void **)&result.peak_bytes, (size_t)c.shape.world, sizeof *result.peak_bytes,
+                              "the peaks");
     usp_train_run runarg = {.config = &c, .result = &result};
-    usp_status s = sim_world_run(w, usp_train_rank, &runarg);
     if (s == USP_OK)
-        print_summary(&c, &result, w, &sc.cost.topology);
-    else if (*sim_world_report(w))
-        fprintf(stderr, "usp %s: %s", command, sim_world_report(w));
+        s = usp_runtime_run(rt, usp_train_rank, &runarg);
+    if (s == USP_OK)
+        train_report_summary(&report, &c, &result, usp_runtime_cluster_of(rt));
+    else if (*usp_runtime_report(rt))
+        fprintf(stderr, "usp %s: %s", command, usp_runtime_report(rt));
     else
         fprintf(stderr, "usp %s: %s\n", command, usp_error_message());
-    usp_status os = write_outputs(w, s, command, o, &c, &sc.cost.topology);
+    usp_status os = write_outputs(rt, s, command, o, &c);
     *exit_code = s != USP_OK ? (int)s : (int)os;
-    sim_world_destroy(w);
+    free(result.peak_bytes);
+    usp_runtime_destroy(rt);
     return USP_OK;
 }
 

@@ -1,5 +1,5 @@
 /* `usp viz`: run the communication of one attention layer of a configuration
- * on the simulator (tiny real data: shapes are what matter) and draw it: the
+ * on the simulator runtime (tiny real data: shapes are what matter) and draw it: the
  * Ulysses all-to-all, the ring schedule, the hybrid, or the traffic map, as
  * DOT / SVG / PNG / PDF (the extension of --dot chooses), and/or write the
  * Chrome trace of the run (--trace FILE.json). */
@@ -9,6 +9,7 @@
 
 #include "tools/cli.h"
 #include "tools/commands.h"
+#include "tools/runtime_registry.h"
 #include "viz/attention_run.h"
 #include "viz/chrome_trace.h"
 #include "viz/render.h"
@@ -89,22 +90,25 @@ static usp_status run_viz(viz_options *o)
     viz_attention_config c = {.seq_len = o->seq, .batch = o->batch, .n_heads = o->heads, .n_kv_heads = o->kv_heads,
                               .head_dim = o->head_dim, .causal = o->causal};
     USP_CHECK(usp_mesh_shape_make(o->world, o->ulysses, o->ring, &c.shape));
-    sim_world *w;
-    usp_status s = viz_attention_run(&c, &w);
+    USP_CHECK(viz_attention_check(&c)); /* before a runtime is made: the message then names the option */
+    usp_runtime_t *rt;
+    USP_CHECK(runtime_registry_create("sim", &(usp_runtime_options){.world_size = c.shape.world, .trace = 1}, &rt));
+    usp_status s = viz_attention_run(&c, rt);
+    const usp_trace_t *trace = usp_runtime_trace(rt);
     if (s == USP_OK && picture)
-        s = draw(o, picture, &c, sim_world_trace(w));
+        s = draw(o, picture, &c, trace);
     if (s == USP_OK && o->trace)
-        s = viz_trace_write(sim_world_trace(w), o->trace);
+        s = viz_trace_write(trace, o->trace);
     if (s == USP_OK) {
         printf("usp viz: one attention layer on %d simulated ranks (DP %d x ring %d x Ulysses %d), %zu calls",
-               c.shape.world, c.shape.dp, c.shape.ring, c.shape.ulysses, usp_trace_count(sim_world_trace(w)));
+               c.shape.world, c.shape.dp, c.shape.ring, c.shape.ulysses, usp_trace_count(trace));
         if (picture)
             printf("; %s picture in %s", picture, o->dot);
         if (o->trace)
             printf("; trace in %s", o->trace);
         printf("\n");
     }
-    sim_world_destroy(w);
+    usp_runtime_destroy(rt);
     return s;
 }
 

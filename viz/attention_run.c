@@ -1,4 +1,4 @@
-/* One attention layer on the simulator (see attention_run.h). */
+/* One attention layer on a runtime (see attention_run.h). */
 #include "viz/attention_run.h"
 
 #include <stdlib.h>
@@ -72,12 +72,11 @@ done:
     return s;
 }
 
-usp_status viz_attention_run(const viz_attention_config *c, sim_world **out)
+usp_status viz_attention_run(const viz_attention_config *c, usp_runtime_t *rt)
 {
-    *out = NULL;
     USP_CHECK(viz_attention_check(c));
-    sim_config config = sim_config_default(c->shape.world);
-    config.stack_bytes = (size_t)1 << 20; /* the layer's buffers live in backend memory, not on the stack */
-    USP_CHECK(sim_world_create(&config, out));
-    return sim_world_run(*out, attention_rank, (void *)c);
+    if (usp_runtime_world_size(rt) != c->shape.world)
+        return usp_error(USP_ERR_CONFIG, "the %s runtime has %d ranks, the layer's mesh %d", usp_runtime_name(rt),
+                         usp_runtime_world_size(rt), c->shape.world);
+    return usp_runtime_run(rt, attention_rank, (void *)c);
 }

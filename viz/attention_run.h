@@ -1,4 +1,4 @@
-/* One attention layer on the simulator, for the schedule diagrams: the real
+/* One attention layer on a runtime (the simulator), for the schedule diagrams: the real
  * Ulysses / Ring / hybrid code (core/ulysses.h) on tiny real data, so the
  * trace holds exactly the communication that configuration does. Shapes are
  * what matter; the numbers are small so a W = 64 picture takes a moment. */
@@ -8,7 +8,7 @@
 #include <stdint.h>
 
 #include "core/mesh.h"
-#include "sim/world.h"
+#include "core/runtime.h"
 
 typedef struct viz_attention_config {
     usp_mesh_shape shape;  /* W = DP x R x U (core/mesh.h) */
@@ -22,9 +22,9 @@ typedef struct viz_attention_config {
  * that name --seq, --heads, --kv-heads, --ulysses and --ring, before any rank runs. */
 usp_status viz_attention_check(const viz_attention_config *c);
 
-/* Runs ulysses_attention_forward once on every rank of a simulated world of
- * c->shape.world ranks; *out is the world (its trace: sim_world_trace), which
- * the caller frees with sim_world_destroy, also when the run failed. */
-usp_status viz_attention_run(const viz_attention_config *c, sim_world **out);
+/* Runs ulysses_attention_forward once on every rank of `rt` (a runtime of
+ * c->shape.world ranks that records a trace: usp_runtime_trace is what the
+ * pictures draw), after viz_attention_check. */
+usp_status viz_attention_run(const viz_attention_config *c, usp_runtime_t *rt);
 
 #endif

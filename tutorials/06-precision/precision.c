@@ -30,7 +30,7 @@
 
 #include "core/mesh.h"
 #include "core/ulysses.h"
-#include "sim/world.h"
+#include "sim/sim_runtime.h"
 
 enum { B = 1, N = 256, H = 8, HKV = 2, D = 16 };
 #define NQ ((size_t)B * N * H * D)   /* elements of q, o, dO, dq: [B, N, H, D] */
@@ -141,15 +141,13 @@ static usp_status rank_main(const usp_rank_ctx *ctx, void *arg)
 /* Runs one schedule on U*R simulated ranks; on failure prints the report. */
 static usp_status run_schedule(layer_run *run)
 {
-    sim_config config = sim_config_default(run->U * run->R);
-    config.trace = 0;
-    sim_world *w;
-    USP_CHECK(sim_world_create(&config, &w));
-    usp_status s = sim_world_run(w, rank_main, run);
+    usp_runtime_t *rt;
+    USP_CHECK(sim_runtime_create(&(usp_runtime_options){.world_size = run->U * run->R}, &rt));
+    usp_status s = usp_runtime_run(rt, rank_main, run);
     if (s != USP_OK)
         fprintf(stderr, "precision: U=%d R=%d failed: %s\n", run->U, run->R,
-                *sim_world_report(w) ? sim_world_report(w) : usp_error_message());
-    sim_world_destroy(w);
+                *usp_runtime_report(rt) ? usp_runtime_report(rt) : usp_error_message());
+    usp_runtime_destroy(rt);
     return s;
 }
 

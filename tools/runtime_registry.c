@@ -1,0 +1,45 @@
+/* The runtime registry (see runtime_registry.h). A runtime that needs what
+ * this build lacks is listed without a constructor, so that asking for it
+ * says what it needs instead of "unknown". */
+#include "tools/runtime_registry.h"
+
+#include <string.h>
+
+#include "sim/sim_runtime.h"
+
+typedef struct runtime_entry {
+    const char *name;
+    usp_status (*create)(const usp_runtime_options *o, usp_runtime_t **out); /* NULL: not in this build */
+    const char *needs;                                                        /* what it needs at build time */
+} runtime_entry;
+
+static const runtime_entry runtimes[] = {
+    {.name = "sim", .create = sim_runtime_create},
+    {.name = "nccl", .needs = "CUDA and NCCL"},
+    {.name = "mpi", .needs = "MPI"},
+};
+
+static const runtime_entry *find(const char *name)
+{
+    for (size_t i = 0; i < sizeof runtimes / sizeof *runtimes; i++)
+        if (strcmp(runtimes[i].name, name) == 0)
+            return &runtimes[i];
+    return NULL;
+}
+
+usp_status runtime_registry_check(const char *name)
+{
+    const runtime_entry *e = find(name);
+    if (e && e->create)
+        return USP_OK;
+    if (e)
+        return usp_error(USP_ERR_CONFIG, "--backend %s: this build has the sim backend only (the %s backend needs "
+                         "%s at build time)", name, name, e->needs);
+    return usp_error(USP_ERR_CONFIG, "--backend %s: unknown; this build has the sim backend only", name);
+}
+
+usp_status runtime_registry_create(const char *name, const usp_runtime_options *o, usp_runtime_t **out)
+{
+    USP_CHECK(runtime_registry_check(name));
+    return find(name)->create(o, out);
+}

@@ -1,0 +1,15 @@
+/* The runtimes this build has, by the name --backend gives (core/runtime.h):
+ * commands make their runtime here, never by building one by hand. */
+#ifndef USP_TOOLS_RUNTIME_REGISTRY_H
+#define USP_TOOLS_RUNTIME_REGISTRY_H
+
+#include "core/runtime.h"
+
+/* USP_OK when this build has the runtime `name`; else a USP_ERR_CONFIG naming
+ * --backend, the value, and what this build has (or what it would need). */
+usp_status runtime_registry_check(const char *name);
+
+/* Makes the runtime `name` for `o` (runtime_registry_check's errors first). */
+usp_status runtime_registry_create(const char *name, const usp_runtime_options *o, usp_runtime_t **out);
+
+#endif

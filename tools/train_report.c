@@ -1,0 +1,74 @@
+/* Progress lines, JSON records and the summary of a training run (see train_report.h). */
+#include "tools/train_report.h"
+
+#include <jansson.h>
+#include <math.h>
+#include <stdlib.h>
+
+/* Prints j as one compact line (reals with 9 significant digits) and frees it. */
+static void print_json(FILE *out, json_t *j)
+{
+    char *text = json_dumps(j, JSON_COMPACT | JSON_REAL_PRECISION(9));
+    if (text)
+        fprintf(out, "%s\n", text);
+    free(text);
+    json_decref(j);
+}
+
+/* On meta the loss is NaN (JSON null) and only rank 0's peak is known (nothing
+ * moves between ranks). */
+void train_report_record(void *ctx, const usp_train_record *r)
+{
+    const train_report *report = ctx;
+    FILE *out = report->out;
+    if (r->kind != USP_TRAIN_RECORD_STEP || !out)
+        return;
+    if (report->json) {
+        print_json(out, json_pack("{s:I, s:o, s:f, s:f, s:f, s:f}", "step", (json_int_t)r->step, "loss",
+                                  !isfinite(r->loss) ? json_null() : json_real(r->loss), "tokens_per_s",
+                                  r->tokens_per_s, "sim_time_s", r->sim_time_s, "sim_step_s", r->sim_step_s, "lr",
+                                  r->lr));
+    } else {
+        fprintf(out, "step %5lld/%lld  loss %.4f  %9.0f tokens/s  sim %.4f s (%.4f s/step)  peak MiB/rank",
+                (long long)r->step, (long long)r->steps, r->loss, r->tokens_per_s, r->sim_time_s, r->sim_step_s);
+        for (int i = 0; i < r->n_peaks && i < 16; i++)
+            fprintf(out, " %.1f", r->peak_bytes[i] / (1 << 20));
+        fprintf(out, "%s\n", r->n_peaks > 16 ? " ..." : r->shapes_only ? " (rank 0; meta)" : "");
+    }
+    fflush(out);
+}
+
+void train_report_summary(const train_report *report, const usp_train_config *c, const usp_train_result *r,
+                          usp_runtime_cluster cluster)
+{
+    FILE *out = report->out;
+    if (report->json) {
+        json_t *j = json_pack("{s:b, s:o, s:f, s:f, s:f, s:I}", "summary", 1, "loss", /* --meta: NaN, null */
+                              isfinite(r->loss) ? json_real(r->loss) : json_null(), "tokens_per_s",
+                              r->tokens_per_s, "wall_s", r->wall_s, "sim_time_s", r->sim_time_s, "steps",
+                              (json_int_t)r->steps_done);
+        json_t *peaks = json_array();
+        for (int i = 0; i < c->shape.world; i++)
+            json_array_append_new(peaks, json_integer((json_int_t)r->peak_bytes[i]));
+        json_object_set_new(j, "peak_bytes", peaks);
+        if (r->passkey_accuracy >= 0)
+            json_object_set_new(j, "passkey_accuracy", json_real(r->passkey_accuracy));
+        print_json(out, j);
+        return;
+    }
+    fprintf(out, "%s: loss %.4f", c->eval_only ? "eval" : "done", r->loss);
+    if (r->passkey_accuracy >= 0)
+        fprintf(out, ", passkey accuracy %.1f%%", 100 * r->passkey_accuracy);
+    fprintf(out, "; %lld steps, %.0f tokens/s on this CPU (wall %.1f s); ", (long long)r->steps_done, r->tokens_per_s,
+            r->wall_s);
+    if (cluster.modelled)
+        fprintf(out, "the same steps would take %.4f s on the modelled %s (%d node%s)\n", r->sim_time_s, cluster.name,
+                cluster.nodes, cluster.nodes > 1 ? "s" : "");
+    else
+        fprintf(out, "%.4f s on %s (%d node%s)\n", r->sim_time_s, cluster.name, cluster.nodes,
+                cluster.nodes > 1 ? "s" : "");
+    fprintf(out, "peak memory per rank (MiB):");
+    for (int i = 0; i < c->shape.world; i++)
+        fprintf(out, " %.1f", (double)r->peak_bytes[i] / (1 << 20));
+    fprintf(out, "\n");
+}
