@@ -7,9 +7,9 @@
 #include <time.h>
 
 #include "plan/report.h"
-#include "sim/world.h"
+#include "sim/cost_model.h"
+#include "sim/topology.h"
 #include "tools/cli.h"
-#include "tools/cluster_options.h"
 #include "tools/commands.h"
 #include "tools/memory_options.h"
 
@@ -234,16 +234,17 @@ static usp_status run(const plan_options *o)
 {
     usp_train_config c;
     USP_CHECK(build_config(o, &c));
-    sim_config sc = sim_config_default(c.shape.world);
-    USP_CHECK(cluster_options_apply(o->topology, o->nodes, c.shape.world, &sc));
+    sim_cost_model cost = sim_cost_model_default(c.shape.world); /* enough dgx-h100 nodes for the world */
+    if (o->topology || o->nodes)
+        USP_CHECK(sim_topology_for_world(o->topology, o->nodes, c.shape.world, &cost.topology));
     double wall = wall_now();
     plan_report p;
-    USP_CHECK(plan_report_make(&c, &sc.cost, o->sweep, o->trace, &p));
+    USP_CHECK(plan_report_make(&c, &cost, o->sweep, o->trace, &p));
     wall = wall_now() - wall;
     if (o->json)
-        print_report_json(o, &c, &sc.cost, &p, wall);
+        print_report_json(o, &c, &cost, &p, wall);
     else
-        print_report_text(o, &c, &sc.cost, &p, wall);
+        print_report_text(o, &c, &cost, &p, wall);
     plan_report_free(&p);
     return USP_OK;
 }
