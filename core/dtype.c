@@ -14,6 +14,11 @@ size_t usp_dtype_size(usp_dtype dtype)
     return sizes[dtype];
 }
 
+void *usp_elem_at(const void *base, usp_dtype dtype, size_t index)
+{
+    return (char *)base + index * usp_dtype_size(dtype);
+}
+
 const char *usp_dtype_name(usp_dtype dtype)
 {
     static const char *names[USP_DTYPE_COUNT] = {

@@ -17,6 +17,11 @@ typedef enum usp_dtype {
 /* Bytes per element. */
 size_t usp_dtype_size(usp_dtype dtype);
 
+/* The address of element `index` of an array of `dtype` elements at `base`:
+ * the one place an element offset becomes a byte offset (buffers whose
+ * storage may be narrower than fp32 are offset through it, never as float *). */
+void *usp_elem_at(const void *base, usp_dtype dtype, size_t index);
+
 /* Lower-case name ("f32", "bf16", ...). */
 const char *usp_dtype_name(usp_dtype dtype);
 

@@ -222,8 +222,9 @@ static usp_status attention_block_forward(usp_model *m, int l, layer_acts *a, co
     USP_CHECK(model_norm_forward(m, a->ln1, a->ln1_mean, a->ln1_rstd, x, model_param(m, USP_P_NORM1_W, l),
                            model_param(m, USP_P_NORM1_B, l)));
     USP_CHECK(linear(m, a->q, a->ln1, w_qkv, b_qkv, C, qd));
-    USP_CHECK(linear(m, a->k, a->ln1, w_qkv + qd * C, b_qkv ? b_qkv + qd : NULL, C, kd));
-    USP_CHECK(linear(m, a->v, a->ln1, w_qkv + (qd + kd) * C, b_qkv ? b_qkv + qd + kd : NULL, C, kd));
+    USP_CHECK(linear(m, a->k, a->ln1, model_at(m, w_qkv, qd * C), b_qkv ? model_at(m, b_qkv, qd) : NULL, C, kd));
+    USP_CHECK(linear(m, a->v, a->ln1, model_at(m, w_qkv, (qd + kd) * C), b_qkv ? model_at(m, b_qkv, qd + kd) : NULL,
+                     C, kd));
     if (m->c.positions == USP_POS_ROPE) {
         const float theta = m->c.rope_theta;
         USP_CHECK(usp_rope_forward(BE, a->q, m->positions, n, m->H, m->D, theta, m->rope_inv_freq, ST));
@@ -241,8 +242,8 @@ static usp_status layer_forward(usp_model *m, int l)
 {
     layer_acts *a = &m->acts[slot(m, l)];
     const int64_t n = m->n, C = m->C;
-    const float *x = m->residual + l * n * C;
-    float *x_out = m->residual + (l + 1) * n * C;
+    const float *x = model_at(m, m->residual, l * n * C);
+    float *x_out = model_at(m, m->residual, (l + 1) * n * C);
     USP_CHECK(model_use_weights(m, l));
     USP_CHECK(attention_block_forward(m, l, a, x));
     USP_CHECK(mlp_forward(m, l, a, a->ln2, x_out));
@@ -289,7 +290,7 @@ static usp_status layer_backward(usp_model *m, int l)
 {
     layer_acts *a = &m->acts[slot(m, l)];
     const int64_t n = m->n, C = m->C, qd = m->H * m->D, kd = m->Hkv * m->D;
-    const float *x = m->residual + l * n * C;
+    const float *x = model_at(m, m->residual, l * n * C);
     USP_CHECK(model_use_weights(m, l));
     USP_CHECK(model_open_grads(m, l));
     if (m->s.recompute_layers) { /* the same ops on the same input: the same activations, bit for bit */
@@ -315,9 +316,10 @@ static usp_status layer_backward(usp_model *m, int l)
     const float *w = model_param(m, USP_P_QKV_W, l);
     float *dw = model_grad(m, USP_P_QKV_W, l), *db = model_grad(m, USP_P_QKV_B, l);
     USP_CHECK(linear_backward(m, m->d_h, 0, dw, db, m->d_q, a->ln1, w, C, qd));
-    USP_CHECK(linear_backward(m, m->d_h, 1, dw + qd * C, db ? db + qd : NULL, m->d_k, a->ln1, w + qd * C, C, kd));
-    USP_CHECK(linear_backward(m, m->d_h, 1, dw + (qd + kd) * C, db ? db + qd + kd : NULL, m->d_v, a->ln1,
-                              w + (qd + kd) * C, C, kd));
+    USP_CHECK(linear_backward(m, m->d_h, 1, model_at(m, dw, qd * C), db ? model_at(m, db, qd) : NULL, m->d_k, a->ln1,
+                              model_at(m, w, qd * C), C, kd));
+    USP_CHECK(linear_backward(m, m->d_h, 1, model_at(m, dw, (qd + kd) * C), db ? model_at(m, db, qd + kd) : NULL,
+                              m->d_v, a->ln1, model_at(m, w, (qd + kd) * C), C, kd));
     USP_CHECK(model_norm_backward(m, m->d_x, model_grad(m, USP_P_NORM1_W, l), model_grad(m, USP_P_NORM1_B, l),
                                   m->d_h, x, model_param(m, USP_P_NORM1_W, l), a->ln1_mean, a->ln1_rstd));
     USP_CHECK(model_close_grads(m, l));

@@ -25,6 +25,11 @@ usp_status model_buffer(usp_model *m, float **p, int64_t elems, const char *cate
     return model_buffer_as(m, p, elems, USP_F32, category);
 }
 
+float *model_at(const usp_model *m, const float *p, int64_t index)
+{
+    return usp_buffer_at(BE, p, (size_t)index);
+}
+
 usp_status model_tensor(usp_model *m, float **p, int64_t elems, const char *category)
 {
     return model_buffer_as(m, p, elems, m->s.storage, category);

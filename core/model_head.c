@@ -40,7 +40,7 @@ usp_status head_forward(usp_model *m)
 {
     const int L = (int)m->c.n_layer;
     USP_CHECK(model_use_weights(m, L));
-    USP_CHECK(model_norm_forward(m, m->lnf, m->lnf_mean, m->lnf_rstd, m->residual + L * m->n * m->C,
+    USP_CHECK(model_norm_forward(m, m->lnf, m->lnf_mean, m->lnf_rstd, model_at(m, m->residual, L * m->n * m->C),
                                  model_param(m, USP_P_NORMF_W, -1), model_param(m, USP_P_NORMF_B, -1)));
     if (!m->s.tiled_loss) {
         USP_CHECK(model_use_weights(m, head_layer(m)));
@@ -64,7 +64,7 @@ usp_status usp_model_argmax(usp_model *m, const int64_t *rows, int n, int32_t *o
     for (int i = 0; i < n && s == USP_OK; i++) {
         const float *logits = m->logits + rows[i] * m->V;
         if (m->s.tiled_loss) { /* the row's logits, computed again */
-            s = model_linear(m, 1, m->logits, m->lnf + rows[i] * m->C, lm_head(m), NULL, m->C, m->V);
+            s = model_linear(m, 1, m->logits, model_at(m, m->lnf, rows[i] * m->C), lm_head(m), NULL, m->C, m->V);
             logits = m->logits;
         }
         if (s == USP_OK)
@@ -89,8 +89,8 @@ static usp_status loss_rows(usp_model *m, int64_t r, int64_t rows, float *logits
     USP_CHECK(usp_cross_entropy(BE, m->losses + r, logits, logits, m->targets + r, rows, m->V, grad_scale, ST));
     if (!with_grad)
         return USP_OK;
-    return model_linear_backward(m, rows, m->d_h + r * m->C, 0, lm_head_grad(m), NULL, logits, m->lnf + r * m->C,
-                                 lm_head(m), m->C, m->V);
+    return model_linear_backward(m, rows, model_at(m, m->d_h, r * m->C), 0, lm_head_grad(m), NULL, logits,
+                                 model_at(m, m->lnf, r * m->C), lm_head(m), m->C, m->V);
 }
 
 /* The lm_head's gradient bucket opened here stays open into usp_model_backward,
@@ -108,7 +108,7 @@ usp_status usp_model_loss(usp_model *m, float grad_scale, int with_grad, double 
     for (int64_t r = 0; m->s.tiled_loss && r < m->n; r += m->tile) {
         int64_t rows = m->n - r < m->tile ? m->n - r : m->tile;
         const double start = usp_backend_flops(BE);
-        USP_CHECK(model_linear(m, rows, m->logits, m->lnf + r * m->C, lm_head(m), NULL, m->C, m->V));
+        USP_CHECK(model_linear(m, rows, m->logits, model_at(m, m->lnf, r * m->C), lm_head(m), NULL, m->C, m->V));
         m->forward_flops += usp_backend_flops(BE) - start;
         USP_CHECK(loss_rows(m, r, rows, m->logits, grad_scale, with_grad));
     }
@@ -129,11 +129,11 @@ usp_status usp_model_loss(usp_model *m, float grad_scale, int with_grad, double 
 usp_status head_backward(usp_model *m)
 {
     const int L = (int)m->c.n_layer;
-    USP_CHECK(usp_buffer_zero(BE, m->d_x, (size_t)(m->n * m->C) * sizeof(float), ST));
+    USP_CHECK(usp_buffer_zero(BE, m->d_x, usp_buffer_bytes(BE, m->d_x, (size_t)(m->n * m->C)), ST));
     USP_CHECK(model_use_weights(m, L));
     USP_CHECK(model_open_grads(m, L));
     USP_CHECK(model_norm_backward(m, m->d_x, model_grad(m, USP_P_NORMF_W, -1), model_grad(m, USP_P_NORMF_B, -1),
-                                  m->d_h, m->residual + L * m->n * m->C, model_param(m, USP_P_NORMF_W, -1),
+                                  m->d_h, model_at(m, m->residual, L * m->n * m->C), model_param(m, USP_P_NORMF_W, -1),
                                   m->lnf_mean, m->lnf_rstd));
     USP_CHECK(model_close_grads(m, L));
     if (head_layer(m) == L) /* the loss's opening of the lm_head's bucket */

@@ -61,6 +61,11 @@ usp_status model_buffer_as(usp_model *m, float **p, int64_t elems, usp_dtype sto
 usp_status model_buffer(usp_model *m, float **p, int64_t elems, const char *category);
 usp_status model_tensor(usp_model *m, float **p, int64_t elems, const char *category);
 
+/* Element `index` from p in the dtype of p's buffer (usp_buffer_at): how the
+ * model offsets into tensors and weights, which may be stored narrower than fp32;
+ * the fp32-only buffers (statistics, logits, losses, ids) are offset as plain pointers. */
+float *model_at(const usp_model *m, const float *p, int64_t index);
+
 /* model_weights.c: */
 
 /* Indexes the parameter table by (layer, kind) for model_param and model_grad (freed by usp_model_destroy). */

@@ -33,8 +33,8 @@ static usp_status hidden(usp_model *m, int l, int64_t rows, const float *h, floa
     const int64_t C = m->C, F = m->F;
     if (m->c.mlp == USP_MLP_SWIGLU) {
         USP_CHECK(model_linear(m, rows, up, h, w_up, NULL, C, F));                     /* gate */
-        USP_CHECK(model_linear(m, rows, up + rows * F, h, w_up + F * C, NULL, C, F));  /* up */
-        return usp_swiglu_forward(BE, act, up, up + rows * F, rows * F, ST);
+        USP_CHECK(model_linear(m, rows, model_at(m, up, rows * F), h, model_at(m, w_up, F * C), NULL, C, F)); /* up */
+        return usp_swiglu_forward(BE, act, up, model_at(m, up, rows * F), rows * F, ST);
     }
     USP_CHECK(model_linear(m, rows, up, h, w_up, model_param(m, USP_P_MLP_UP_B, l), C, F));
     return usp_gelu_tanh_forward(BE, act, up, rows * F, ST);
@@ -51,10 +51,11 @@ static usp_status rows_backward(usp_model *m, int l, int64_t rows, const float *
     const float *w_up = model_param(m, USP_P_MLP_UP_W, l);
     float *dw_up = model_grad(m, USP_P_MLP_UP_W, l);
     if (m->c.mlp == USP_MLP_SWIGLU) {
-        USP_CHECK(usp_swiglu_backward(BE, m->d_up, m->d_up + rows * F, up, up + rows * F, m->d_act, rows * F, ST));
-        USP_CHECK(model_linear_backward(m, rows, d_h, 0, dw_up, NULL, m->d_up, h, w_up, C, F));
-        return model_linear_backward(m, rows, d_h, 1, dw_up + F * C, NULL, m->d_up + rows * F, h, w_up + F * C, C,
-                                     F);
+        float *d_gate = m->d_up, *d_up = model_at(m, m->d_up, rows * F);
+        USP_CHECK(usp_swiglu_backward(BE, d_gate, d_up, up, model_at(m, up, rows * F), m->d_act, rows * F, ST));
+        USP_CHECK(model_linear_backward(m, rows, d_h, 0, dw_up, NULL, d_gate, h, w_up, C, F));
+        return model_linear_backward(m, rows, d_h, 1, model_at(m, dw_up, F * C), NULL, d_up, h,
+                                     model_at(m, w_up, F * C), C, F);
     }
     USP_CHECK(usp_gelu_tanh_backward(BE, m->d_up, up, m->d_act, rows * F, ST));
     return model_linear_backward(m, rows, d_h, 0, dw_up, model_grad(m, USP_P_MLP_UP_B, l), m->d_up, h, w_up, C, F);
@@ -70,8 +71,8 @@ usp_status mlp_forward(usp_model *m, int l, layer_acts *a, const float *h, float
     }
     for (int64_t r = 0; r < m->n; r += m->tile) {
         int64_t rows = m->n - r < m->tile ? m->n - r : m->tile;
-        USP_CHECK(hidden(m, l, rows, h + r * C, m->tile_up, m->tile_act));
-        USP_CHECK(model_linear(m, rows, out + r * C, m->tile_act, w_down, b_down, F, C));
+        USP_CHECK(hidden(m, l, rows, model_at(m, h, r * C), m->tile_up, m->tile_act));
+        USP_CHECK(model_linear(m, rows, model_at(m, out, r * C), m->tile_act, w_down, b_down, F, C));
     }
     return USP_OK;
 }
@@ -90,9 +91,10 @@ usp_status mlp_backward(usp_model *m, int l, layer_acts *a, const float *h, cons
     for (int64_t r = 0; r < m->n; r += m->tile) {
         int64_t rows = m->n - r < m->tile ? m->n - r : m->tile;
         const double start = usp_backend_flops(BE);
-        USP_CHECK(hidden(m, l, rows, h + r * C, m->tile_up, m->tile_act));
+        USP_CHECK(hidden(m, l, rows, model_at(m, h, r * C), m->tile_up, m->tile_act));
         m->recompute_flops += usp_backend_flops(BE) - start;
-        USP_CHECK(rows_backward(m, l, rows, h + r * C, m->tile_up, m->tile_act, dout + r * C, d_h + r * C));
+        USP_CHECK(rows_backward(m, l, rows, model_at(m, h, r * C), m->tile_up, m->tile_act, model_at(m, dout, r * C),
+                                model_at(m, d_h, r * C)));
     }
     return USP_OK;
 }

@@ -80,7 +80,7 @@ static category_use *category_slot(usp_backend_t *be, const char *name)
     return &be->categories[be->n_categories++];
 }
 
-static usp_status allocate(usp_backend_t *be, size_t bytes, size_t counted, const char *category, void **out)
+static usp_status allocate(usp_backend_t *be, size_t bytes, usp_dtype dtype, const char *category, void **out)
 {
     *out = NULL;
     category = category ? category : "other";
@@ -98,12 +98,12 @@ static usp_status allocate(usp_backend_t *be, size_t bytes, size_t counted, cons
         return s;
     size_t at = upper_bound(be, (uintptr_t)ptr);
     memmove(be->live + at + 1, be->live + at, (be->n_live - at) * sizeof *be->live);
-    be->live[at] = (allocation){(uintptr_t)ptr, bytes, counted, category};
+    be->live[at] = (allocation){(uintptr_t)ptr, bytes, dtype, category};
     be->n_live++;
-    be->in_use += counted;
+    be->in_use += bytes;
     category_use *c = category_slot(be, category);
     if (c)
-        c->now += counted;
+        c->now += bytes;
     if (be->in_use > be->peak) {
         be->peak = be->in_use;
         for (int i = 0; i < be->n_categories; i++)
@@ -115,15 +115,16 @@ static usp_status allocate(usp_backend_t *be, size_t bytes, size_t counted, cons
 
 usp_status usp_buffer_alloc(usp_backend_t *be, size_t bytes, const char *category, void **out)
 {
-    return allocate(be, bytes, bytes, category, out);
+    return allocate(be, bytes, USP_F32, category, out);
 }
 
 usp_status usp_buffer_alloc_as(usp_backend_t *be, size_t elems, usp_dtype storage, const char *category, void **out)
 {
+    *out = NULL;
     if (storage != USP_F32 && be->iface->has_numerics)
         return usp_error(USP_ERR_CONFIG, "%s storage on the %s backend, which computes in fp32 only: plan %s with "
                          "--meta or usp plan", usp_dtype_name(storage), be->iface->name, usp_dtype_name(storage));
-    return allocate(be, elems * sizeof(float), elems * usp_dtype_size(storage), category, out);
+    return allocate(be, elems * usp_dtype_size(storage), storage, category, out);
 }
 
 void usp_buffer_free(usp_backend_t *be, void *ptr)
@@ -134,23 +135,63 @@ void usp_buffer_free(usp_backend_t *be, void *ptr)
     USP_ASSERT(at > 0 && be->live[at - 1].addr == (uintptr_t)ptr,
                "usp_buffer_free of %p, which this %s backend did not allocate", ptr, be->iface->name);
     at--;
-    be->in_use -= be->live[at].counted;
+    be->in_use -= be->live[at].bytes;
     category_use *c = category_slot(be, be->live[at].category);
     if (c)
-        c->now -= be->live[at].counted;
+        c->now -= be->live[at].bytes;
     memmove(be->live + at, be->live + at + 1, (be->n_live - at - 1) * sizeof *be->live);
     be->n_live--;
     be->iface->free(be->context, ptr);
 }
 
-int usp_backend_owns(const usp_backend_t *be, const void *ptr, size_t bytes)
+/* The live allocation holding ptr, its end included (an array's one-past-the-end
+ * pointer is still its own); NULL when there is none. */
+static const allocation *allocation_of(const usp_backend_t *be, const void *ptr)
 {
     size_t at = upper_bound(be, (uintptr_t)ptr);
     if (at == 0)
-        return 0;
+        return NULL;
     const allocation *a = &be->live[at - 1];
-    uintptr_t p = (uintptr_t)ptr;
-    return p >= a->addr && bytes <= a->bytes && p - a->addr <= a->bytes - bytes;
+    return (uintptr_t)ptr - a->addr <= a->bytes ? a : NULL;
+}
+
+int usp_backend_owns(const usp_backend_t *be, const void *ptr, size_t bytes)
+{
+    const allocation *a = allocation_of(be, ptr);
+    return a && bytes <= a->bytes && (uintptr_t)ptr - a->addr <= a->bytes - bytes;
+}
+
+usp_dtype usp_buffer_dtype(const usp_backend_t *be, const void *ptr)
+{
+    const allocation *a = allocation_of(be, ptr);
+    USP_ASSERT(a, "usp_buffer_dtype of %p, which is in no live buffer of this %s backend", ptr, be->iface->name);
+    return a->dtype;
+}
+
+void *usp_buffer_at(const usp_backend_t *be, const void *ptr, size_t index)
+{
+    return usp_elem_at(ptr, usp_buffer_dtype(be, ptr), index);
+}
+
+size_t usp_buffer_bytes(const usp_backend_t *be, const void *ptr, size_t elems)
+{
+    return elems * usp_dtype_size(usp_buffer_dtype(be, ptr));
+}
+
+/* USP_OK when [ptr, ptr + bytes) lies in one live buffer; else an error that names
+ * the op, the side and the buffer the range starts in, with its dtype. */
+static usp_status check_range(const usp_backend_t *be, const char *op, const char *side, const void *ptr,
+                              size_t bytes)
+{
+    if (usp_backend_owns(be, ptr, bytes))
+        return USP_OK;
+    const allocation *a = allocation_of(be, ptr);
+    if (!a)
+        return usp_error(USP_ERR_RUNTIME, "%s: the %s %p is in no live buffer of the %s backend", op, side, ptr,
+                         be->iface->name);
+    return usp_error(USP_ERR_RUNTIME, "%s: %zu bytes of the %s at byte %zu of a %zu-byte %s buffer of %s elements "
+                     "run past its end (an offset or a size counted in the wrong dtype?)", op, bytes, side,
+                     (size_t)((uintptr_t)ptr - a->addr), a->bytes, a->category, usp_dtype_name(a->dtype));
 }
 
 size_t usp_backend_bytes_in_use(const usp_backend_t *be) { return be->in_use; }
@@ -161,7 +202,7 @@ size_t usp_backend_bytes_in_category(const usp_backend_t *be, const char *catego
     size_t sum = 0;
     for (size_t i = 0; i < be->n_live; i++)
         if (strcmp(be->live[i].category, category) == 0)
-            sum += be->live[i].counted;
+            sum += be->live[i].bytes;
     return sum;
 }
 
@@ -180,19 +221,61 @@ void usp_backend_set_cost_sink(usp_backend_t *be, usp_cost_sink_fn fn, void *ctx
     be->cost_ctx = ctx;
 }
 
+/* A float-unit offset into a narrower (bf16) buffer runs past its end and is refused here. */
+usp_status ops_check_elems(const usp_backend_t *be, const char *op, const char *name, const void *ptr,
+                           int64_t count, int optional)
+{
+    if (!ptr)
+        return optional ? USP_OK
+                        : usp_error(USP_ERR_RUNTIME, "%s: %s is NULL; it needs a buffer of %lld elements", op, name,
+                                    (long long)count);
+    int owned = usp_backend_owns(be, ptr, 0);
+    usp_dtype dtype = owned ? usp_buffer_dtype(be, ptr) : USP_F32;
+    if (!owned || !usp_backend_owns(be, ptr, (size_t)count * usp_dtype_size(dtype)))
+        return usp_error(USP_ERR_RUNTIME,
+                         "%s: %s (%p, %lld %s elements) does not lie inside one buffer of this %s backend; pass "
+                         "memory from usp_buffer_alloc with room for %lld elements from that address",
+                         op, name, ptr, (long long)count, usp_dtype_name(dtype), be->iface->name, (long long)count);
+    return USP_OK;
+}
+
 usp_status usp_buffer_copy(usp_backend_t *be, void *dst, const void *src, size_t bytes,
                            usp_copy_kind kind, usp_stream_t *stream)
 {
     if (bytes == 0)
         return USP_OK;
+    if (kind != USP_COPY_HOST_TO_DEVICE)
+        USP_CHECK(check_range(be, "usp_buffer_copy", "source", src, bytes));
+    if (kind != USP_COPY_DEVICE_TO_HOST)
+        USP_CHECK(check_range(be, "usp_buffer_copy", "destination", dst, bytes));
     ops_report_cost(be, kind == USP_COPY_DEVICE_TO_DEVICE ? "copy" : "copy_host", 0, 2.0 * (double)bytes);
     return be->iface->copy(be->context, dst, src, bytes, kind, stream);
+}
+
+usp_status usp_buffer_convert(usp_backend_t *be, void *dst, const void *src, size_t elems, usp_stream_t *stream)
+{
+    USP_CHECK(check_range(be, "usp_buffer_convert", "source", src, 0)); /* in a buffer: it has a dtype */
+    USP_CHECK(check_range(be, "usp_buffer_convert", "destination", dst, 0));
+    usp_dtype to = usp_buffer_dtype(be, dst), from = usp_buffer_dtype(be, src);
+    size_t dst_bytes = elems * usp_dtype_size(to), src_bytes = elems * usp_dtype_size(from);
+    if (to == from)
+        return usp_buffer_copy(be, dst, src, dst_bytes, USP_COPY_DEVICE_TO_DEVICE, stream);
+    if (elems == 0)
+        return USP_OK;
+    USP_CHECK(check_range(be, "usp_buffer_convert", "source", src, src_bytes));
+    USP_CHECK(check_range(be, "usp_buffer_convert", "destination", dst, dst_bytes));
+    if (be->iface->has_numerics) /* no backend converts yet: the cpu one stores fp32 only */
+        return usp_error(USP_ERR_CONFIG, "the %s backend cannot convert %s to %s: it stores fp32 only",
+                         be->iface->name, usp_dtype_name(from), usp_dtype_name(to));
+    ops_report_cost(be, "convert", 0, (double)(src_bytes + dst_bytes));
+    return USP_OK;
 }
 
 usp_status usp_buffer_zero(usp_backend_t *be, void *ptr, size_t bytes, usp_stream_t *stream)
 {
     if (bytes == 0)
         return USP_OK;
+    USP_CHECK(check_range(be, "usp_buffer_zero", "buffer", ptr, bytes));
     ops_report_cost(be, "zero", 0, (double)bytes);
     return be->iface->zero(be->context, ptr, bytes, stream);
 }
@@ -256,6 +339,26 @@ usp_status usp_launch_host_func(usp_backend_t *be, usp_stream_t *stream, void (*
     return be->iface->launch_host_func(be->context, stream, fn, arg);
 }
 
+/* Elements a batch of `rows` x `cols` matrices spans at row stride ld and matrix stride `stride`. */
+static int64_t matrices_extent(int64_t rows, int64_t cols, int64_t ld, int64_t stride, int64_t batch)
+{
+    return (batch - 1) * stride + (rows - 1) * ld + cols;
+}
+
+/* Every operand lies in its buffer (called with m, n, batch > 0). */
+static usp_status check_gemm_operands(const usp_backend_t *be, const usp_gemm_desc *g)
+{
+    if (g->k > 0) {
+        USP_CHECK(ops_check_elems(be, "gemm", "a", g->a,
+                                  g->trans_a ? matrices_extent(g->k, g->m, g->lda, g->stride_a, g->batch)
+                                             : matrices_extent(g->m, g->k, g->lda, g->stride_a, g->batch), 0));
+        USP_CHECK(ops_check_elems(be, "gemm", "b", g->b,
+                                  g->trans_b ? matrices_extent(g->n, g->k, g->ldb, g->stride_b, g->batch)
+                                             : matrices_extent(g->k, g->n, g->ldb, g->stride_b, g->batch), 0));
+    }
+    return ops_check_elems(be, "gemm", "c", g->c, matrices_extent(g->m, g->n, g->ldc, g->stride_c, g->batch), 0);
+}
+
 usp_status usp_gemm(usp_backend_t *be, const usp_gemm_desc *g, usp_stream_t *stream)
 {
     if (g->m < 0 || g->n < 0 || g->k < 0 || g->batch < 0)
@@ -268,6 +371,7 @@ usp_status usp_gemm(usp_backend_t *be, const usp_gemm_desc *g, usp_stream_t *str
     double flops = 2.0 * (double)g->m * (double)g->n * (double)g->k * mats;
     double c_passes = g->beta != 0.0f ? 2.0 : 1.0;
     double bytes = 4.0 * mats * ((double)g->m * g->k + (double)g->k * g->n + c_passes * g->m * g->n);
+    USP_CHECK(check_gemm_operands(be, g));
     ops_report_cost(be, "gemm", flops, bytes);
     return be->iface->gemm(be->context, g, stream);
 }
@@ -277,6 +381,8 @@ usp_status usp_copy_2d(usp_backend_t *be, void *dst, size_t dst_stride, const vo
 {
     if (row_bytes == 0 || rows == 0)
         return USP_OK;
+    USP_CHECK(check_range(be, "usp_copy_2d", "source", src, (rows - 1) * src_stride + row_bytes));
+    USP_CHECK(check_range(be, "usp_copy_2d", "destination", dst, (rows - 1) * dst_stride + row_bytes));
     ops_report_cost(be, "copy", 0, 2.0 * (double)row_bytes * (double)rows);
     return be->iface->copy_2d(be->context, dst, dst_stride, src, src_stride, row_bytes, rows, stream);
 }
@@ -286,6 +392,9 @@ usp_status usp_accumulate_2d(usp_backend_t *be, float *dst, size_t dst_stride, c
 {
     if (row_elems == 0 || rows == 0)
         return USP_OK;
+    const char *op = "accumulate_2d";
+    USP_CHECK(ops_check_elems(be, op, "dst", dst, (int64_t)((rows - 1) * dst_stride + row_elems), 0));
+    USP_CHECK(ops_check_elems(be, op, "src", src, (int64_t)((rows - 1) * src_stride + row_elems), 0));
     double n = (double)row_elems * (double)rows;
     ops_report_cost(be, "accumulate", n, 12.0 * n);
     return be->iface->accumulate_2d(be->context, dst, dst_stride, src, src_stride, row_elems, rows, stream);
@@ -333,13 +442,26 @@ static usp_status check_attention_shape(const usp_attention_shape *s)
     return USP_OK;
 }
 
+/* Every tensor of an attention call lies in its buffer: q-shaped ones [B, n_q, H, D],
+ * kv-shaped ones [B, n_kv, Hkv, D], lse [B, H, n_q]; NULL only where nothing is needed. */
+#define CHECK_ELEMS(ptr, count) USP_CHECK(ops_check_elems(be, op, #ptr, ptr, count, (count) == 0))
+#define Q_ELEMS(s) ((s)->batch * (s)->n_q * (s)->n_heads * (s)->head_dim)
+#define KV_ELEMS(s) ((s)->batch * (s)->n_kv * (s)->n_kv_heads * (s)->head_dim)
+#define LSE_ELEMS(s) ((s)->batch * (s)->n_heads * (s)->n_q)
+
 usp_status usp_flash_attention_forward(usp_backend_t *be, const usp_attention_shape *s, const float *q,
                                        const float *k, const float *v, float *o, float *lse,
                                        usp_stream_t *stream)
 {
+    const char *op = "attention_forward";
     USP_CHECK(check_attention_shape(s));
     if (s->batch == 0 || s->n_q == 0)
         return USP_OK;
+    CHECK_ELEMS(q, Q_ELEMS(s));
+    CHECK_ELEMS(o, Q_ELEMS(s));
+    CHECK_ELEMS(lse, LSE_ELEMS(s));
+    CHECK_ELEMS(k, KV_ELEMS(s));
+    CHECK_ELEMS(v, KV_ELEMS(s));
     attention_cost(be, s, 0);
     void *ws = NULL;
     size_t ws_bytes = be->iface->attention_workspace_bytes(be->context, s);
@@ -355,9 +477,19 @@ usp_status usp_flash_attention_backward(usp_backend_t *be, const usp_attention_s
                                         const float *d_o, float *dq, float *dk, float *dv, int accumulate,
                                         usp_stream_t *stream)
 {
+    const char *op = "attention_backward";
     USP_CHECK(check_attention_shape(s));
     if (s->batch == 0 || (s->n_q == 0 && s->n_kv == 0))
         return USP_OK;
+    CHECK_ELEMS(q, Q_ELEMS(s));
+    CHECK_ELEMS(o, Q_ELEMS(s));
+    CHECK_ELEMS(d_o, Q_ELEMS(s));
+    CHECK_ELEMS(dq, Q_ELEMS(s));
+    CHECK_ELEMS(lse, LSE_ELEMS(s));
+    CHECK_ELEMS(k, KV_ELEMS(s));
+    CHECK_ELEMS(v, KV_ELEMS(s));
+    CHECK_ELEMS(dk, KV_ELEMS(s));
+    CHECK_ELEMS(dv, KV_ELEMS(s));
     attention_cost(be, s, 1);
     void *ws = NULL;
     size_t ws_bytes = be->iface->attention_workspace_bytes(be->context, s);
@@ -373,8 +505,13 @@ usp_status usp_attention_merge(usp_backend_t *be, float *o, float *lse, const fl
                                const float *lse_part, int64_t n, int64_t heads, int64_t head_dim,
                                usp_stream_t *stream)
 {
+    const char *op = "attention_merge";
     if (n == 0)
         return USP_OK;
+    CHECK_ELEMS(o, n * heads * head_dim);
+    CHECK_ELEMS(o_part, n * heads * head_dim);
+    CHECK_ELEMS(lse, n * heads);
+    CHECK_ELEMS(lse_part, n * heads);
     double elems = (double)n * (double)heads * (double)head_dim;
     ops_report_cost(be, "attention_merge", 3.0 * elems, 4.0 * (3.0 * elems + 3.0 * (double)(n * heads)));
     return be->iface->attention_merge(be->context, o, lse, o_part, lse_part, n, heads, head_dim, stream);

@@ -104,22 +104,45 @@ int usp_backend_defers(const usp_backend_t *be);
 /* Frees every buffer still allocated, then the backend. */
 void usp_backend_destroy(usp_backend_t *be);
 
-/* Allocates `bytes` of backend memory (uninitialised); `category` (a string
- * literal: "weights", "activations", "comm", ...) groups it in the accounting. */
+/* Allocates `bytes` of backend memory (uninitialised), whose elements count as fp32
+ * (usp_buffer_dtype: lse, scalars, workspaces); `category` (a string literal:
+ * "weights", "activations", "comm", ...) groups it in the accounting. */
 usp_status usp_buffer_alloc(usp_backend_t *be, size_t bytes, const char *category, void **out);
 
-/* Allocates `elems` float-sized elements to be stored as `storage` (USP_F32,
- * or USP_BF16 for mixed precision): the accounting counts elems x the
- * storage's size. Only USP_F32 on a backend with numerics (the cpu backend
- * computes in fp32; a narrower dtype there is a USP_ERR_CONFIG); on meta the
- * addresses stay float-sized, as the model code indexes float elements. */
+/* Allocates `elems` elements stored as `storage` (USP_F32, or USP_BF16 for mixed
+ * precision): elems x the storage's size bytes, addressable and counted alike
+ * on every backend, and the dtype is kept with the buffer (usp_buffer_dtype).
+ * Ops compute in fp32 whatever the storage: a backend with numerics that cannot
+ * hold `storage` (the cpu backend: fp32 only) refuses it with USP_ERR_CONFIG. */
 usp_status usp_buffer_alloc_as(usp_backend_t *be, size_t elems, usp_dtype storage, const char *category, void **out);
+
+/* Dtype as a property of the buffer. Code that offsets into, or sizes a copy of,
+ * a buffer whose storage may be narrower than fp32 asks the buffer, so that no
+ * site counts in float units by accident: a site that still does lands outside
+ * its (narrower) buffer, which the copy wrappers and the simulator's
+ * communicator refuse. Buffers that are always fp32 (lse, scalars, host staging)
+ * keep plain arithmetic. Each call is a binary search of the live buffers. */
+
+/* The dtype of the live buffer holding ptr (its one-past-the-end pointer included); asserts it has one. */
+usp_dtype usp_buffer_dtype(const usp_backend_t *be, const void *ptr);
+
+/* Element `index` counted from ptr, in the dtype of ptr's buffer (usp_elem_at). */
+void *usp_buffer_at(const usp_backend_t *be, const void *ptr, size_t index);
+
+/* The bytes of `elems` elements of ptr's buffer. */
+size_t usp_buffer_bytes(const usp_backend_t *be, const void *ptr, size_t elems);
+
+/* Copies `elems` elements within backend memory, converting from src's buffer's
+ * dtype to dst's (a plain copy when they agree; fp32 master weights rounded into
+ * bf16 storage). A backend with numerics that cannot convert gives USP_ERR_CONFIG. */
+usp_status usp_buffer_convert(usp_backend_t *be, void *dst, const void *src, size_t elems, usp_stream_t *stream);
 
 /* Frees a buffer from usp_buffer_alloc, stream-ordered (see above; NULL is a no-op). */
 void usp_buffer_free(usp_backend_t *be, void *ptr);
 
 /* Copies `bytes` between host and backend memory, or within backend memory (device to host:
- * the host data is there after usp_backend_synchronize; see above). */
+ * the host data is there after usp_backend_synchronize; see above). The backend side(s) must
+ * lie in one live buffer each (USP_ERR_RUNTIME otherwise), as for usp_buffer_zero and usp_copy_2d. */
 usp_status usp_buffer_copy(usp_backend_t *be, void *dst, const void *src, size_t bytes,
                            usp_copy_kind kind, usp_stream_t *stream);
 

@@ -9,12 +9,14 @@
 #include "core/backend_impl.h"
 
 /* One live allocation. The table is sorted by address so that ownership of a
- * range is a binary search (the simulator checks every buffer a rank hands to
- * the communicator: ranks never share memory). */
+ * range, and the dtype a pointer's elements are stored in, is a binary search
+ * (the copy wrappers and the simulator's communicator check every byte range
+ * they are given: ranks never share memory, and an offset counted in the
+ * wrong dtype lands outside its buffer). */
 typedef struct allocation {
     uintptr_t addr;
-    size_t bytes;       /* addressable */
-    size_t counted;     /* in the accounting: bytes, or fewer for narrower storage on meta */
+    size_t bytes;       /* addressable, and counted: the same on every backend */
+    usp_dtype dtype;    /* of its elements: usp_buffer_alloc_as's storage, USP_F32 from usp_buffer_alloc */
     const char *category;
 } allocation;
 
@@ -42,6 +44,11 @@ struct usp_backend {
     usp_cost_sink_fn cost_fn;
     void *cost_ctx;
 };
+
+/* `count` elements at ptr, in the dtype of the buffer ptr points into, lie inside
+ * that one live buffer (ptr may be NULL when optional); else USP_ERR_RUNTIME naming op and name. */
+usp_status ops_check_elems(const usp_backend_t *be, const char *op, const char *name, const void *ptr,
+                           int64_t count, int optional);
 
 /* Counts the op's flops and sends its cost to the backend's cost sink (if any). */
 void ops_report_cost(usp_backend_t *be, const char *op, double flops, double bytes);

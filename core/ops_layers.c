@@ -13,7 +13,7 @@
  * transcendental (exp, tanh, sqrt, cos) as one flop and bytes as one pass over
  * each operand, what a fused GPU kernel moves; n = 0 costs nothing. */
 
-_Static_assert(sizeof(float) == 4 && sizeof(int32_t) == 4, "layer-op buffers are counted in 4-byte elements");
+_Static_assert(sizeof(float) == 4 && sizeof(int32_t) == 4, "fp32 and int32 buffers share the 4-byte USP_F32 dtype");
 
 /* A layer slot may be NULL only on a backend without numerics: there the op is its cost. */
 static usp_status missing_slot(const usp_backend_t *be, const char *op)
@@ -36,24 +36,8 @@ static usp_status check_rows(const char *op, const char *dim, int64_t n, int64_t
     return USP_OK;
 }
 
-/* `count` 4-byte elements at ptr lie inside one live buffer of this backend (ptr may be NULL when optional). */
-static usp_status check_buffer(const usp_backend_t *be, const char *op, const char *name, const void *ptr,
-                               int64_t count, int optional)
-{
-    if (!ptr)
-        return optional ? USP_OK
-                        : usp_error(USP_ERR_RUNTIME, "%s: %s is NULL; it needs a buffer of %lld elements", op, name,
-                                    (long long)count);
-    if (!usp_backend_owns(be, ptr, (size_t)count * 4))
-        return usp_error(USP_ERR_RUNTIME,
-                         "%s: %s (%p, %lld elements) does not lie inside one buffer of this %s backend; pass "
-                         "memory from usp_buffer_alloc with room for %lld elements from that address",
-                         op, name, ptr, (long long)count, be->iface->name, (long long)count);
-    return USP_OK;
-}
-
-#define NEED(ptr, count) USP_CHECK(check_buffer(be, op, #ptr, ptr, count, 0))
-#define MAYBE(ptr, count) USP_CHECK(check_buffer(be, op, #ptr, ptr, count, 1))
+#define NEED(ptr, count) USP_CHECK(ops_check_elems(be, op, #ptr, ptr, count, 0))
+#define MAYBE(ptr, count) USP_CHECK(ops_check_elems(be, op, #ptr, ptr, count, 1))
 
 /* n elements: n >= 0. */
 static usp_status check_count(const char *op, int64_t n)

@@ -49,6 +49,19 @@ static int64_t array_elems(const usp_param_store *s, const float *array)
     return is_sharded(s, array) ? s->shard_total : s->c.table->total;
 }
 
+/* Element `index` of `array` (or of a buffer stored like it: gathered weights, a
+ * bucket's gradient), and the bytes of n of its elements: weights and gradients
+ * may be stored narrower than the float * says. */
+static float *at(const usp_param_store *s, const float *array, int64_t index)
+{
+    return usp_elem_at(array, storage_of(s, array), (size_t)index);
+}
+
+static size_t bytes_of(const usp_param_store *s, const float *array, int64_t n)
+{
+    return (size_t)n * usp_dtype_size(storage_of(s, array));
+}
+
 static usp_status alloc_array(usp_param_store *s, float **p, int64_t elems, usp_dtype storage, const char *category)
 {
     return usp_buffer_alloc_as(BE, (size_t)(elems > 0 ? elems : 1), storage, category, (void **)p);
@@ -109,7 +122,7 @@ usp_status usp_param_store_create(const usp_param_store_config *c, usp_param_sto
     }
     USP_CHECK_GOTO(usp_buffer_alloc(BE, sizeof(double), "comm", (void **)&s->scalar), st, fail);
     if (c->zero_stage >= 3) /* the padding of the shards stays zero */
-        USP_CHECK_GOTO(usp_buffer_zero(BE, s->weights, (size_t)s->shard_total * sizeof(float), ST), st, fail);
+        USP_CHECK_GOTO(usp_buffer_zero(BE, s->weights, bytes_of(s, s->weights, s->shard_total), ST), st, fail);
     *out = s;
     return USP_OK;
 fail:
@@ -153,14 +166,14 @@ static void owned_range(const usp_param_store *s, const bucket *b, int64_t *lo, 
     *count = b->len - first < 0 ? 0 : b->len - first > b->shard ? b->shard : b->len - first;
 }
 
-/* Element `at` of the table (inside this rank's owned range of b) in `array`. */
-static float *element(const usp_param_store *s, float *array, const bucket *b, int64_t at)
+/* Element `index` of the table (inside this rank's owned range of b) in `array`. */
+static float *element(const usp_param_store *s, float *array, const bucket *b, int64_t index)
 {
     if (!is_sharded(s, array))
-        return array + at;
+        return at(s, array, index);
     int64_t lo, count;
     owned_range(s, b, &lo, &count);
-    return array + b->shard_at + (at - lo);
+    return at(s, array, b->shard_at + (index - lo));
 }
 
 /* The bucket holding tensor t: its layer's, else the embeddings' (before the
@@ -177,7 +190,9 @@ const float *usp_param_store_tensor_weights(const usp_param_store *s, const usp_
     const bucket *b = bucket_of(s, t);
     USP_ASSERT(b->weight_users > 0, "the weights of bucket %d are read outside usp_param_store_weights",
                (int)(b - s->buckets));
-    return (s->c.zero_stage >= 3 ? b->gathered : s->weights + b->start) + (t->offset - b->start);
+    if (s->c.zero_stage >= 3) /* the bucket's gathered copy, stored as the weights are */
+        return usp_elem_at(b->gathered, s->c.storage, (size_t)(t->offset - b->start));
+    return at(s, s->weights, t->offset);
 }
 
 float *usp_param_store_tensor_grads(const usp_param_store *s, const usp_param_tensor *t)
@@ -185,7 +200,9 @@ float *usp_param_store_tensor_grads(const usp_param_store *s, const usp_param_te
     const bucket *b = bucket_of(s, t);
     USP_ASSERT(b->grad_users > 0, "the gradient of bucket %d is written outside usp_param_store_grads",
                (int)(b - s->buckets));
-    return (s->c.zero_stage >= 2 ? b->grad_work : s->grads + b->start) + (t->offset - b->start);
+    if (s->c.zero_stage >= 2) /* the bucket's whole gradient, stored as the gradients are */
+        return usp_elem_at(b->grad_work, s->c.storage, (size_t)(t->offset - b->start));
+    return at(s, s->grads, t->offset);
 }
 
 usp_status usp_param_store_weights(usp_param_store *s, int bucket_id)
@@ -193,7 +210,7 @@ usp_status usp_param_store_weights(usp_param_store *s, int bucket_id)
     bucket *b = &s->buckets[bucket_id];
     if (b->weight_users++ == 0 && s->c.zero_stage >= 3) {
         USP_CHECK(alloc_array(s, &b->gathered, b->shard * s->W, s->c.storage, "weights"));
-        USP_CHECK(usp_comm_all_gather(s->c.world, s->weights + b->shard_at, b->gathered, (size_t)b->shard,
+        USP_CHECK(usp_comm_all_gather(s->c.world, at(s, s->weights, b->shard_at), b->gathered, (size_t)b->shard,
                                       s->c.storage, ST));
     }
     return USP_OK;
@@ -212,7 +229,7 @@ usp_status usp_param_store_weights_done(usp_param_store *s, int bucket_id)
 
 usp_status usp_param_store_begin_backward(usp_param_store *s)
 {
-    return usp_buffer_zero(BE, s->grads, (size_t)array_elems(s, s->grads) * sizeof(float), ST);
+    return usp_buffer_zero(BE, s->grads, bytes_of(s, s->grads, array_elems(s, s->grads)), ST);
 }
 
 usp_status usp_param_store_grads(usp_param_store *s, int bucket_id)
@@ -220,7 +237,7 @@ usp_status usp_param_store_grads(usp_param_store *s, int bucket_id)
     bucket *b = &s->buckets[bucket_id];
     if (b->grad_users++ == 0 && s->c.zero_stage >= 2) {
         USP_CHECK(alloc_array(s, &b->grad_work, b->shard * s->W, s->c.storage, "gradients"));
-        USP_CHECK(usp_buffer_zero(BE, b->grad_work, (size_t)(b->shard * s->W) * sizeof(float), ST));
+        USP_CHECK(usp_buffer_zero(BE, b->grad_work, bytes_of(s, s->grads, b->shard * s->W), ST));
     }
     return USP_OK;
 }
@@ -231,7 +248,7 @@ usp_status usp_param_store_grads_done(usp_param_store *s, int bucket_id)
     USP_ASSERT(b->grad_users > 0, "bucket %d: gradient closed more often than opened", bucket_id);
     if (--b->grad_users > 0 || s->c.zero_stage < 2)
         return USP_OK;
-    usp_status st = usp_comm_reduce_scatter(s->c.world, b->grad_work, s->grads + b->shard_at, (size_t)b->shard,
+    usp_status st = usp_comm_reduce_scatter(s->c.world, b->grad_work, at(s, s->grads, b->shard_at), (size_t)b->shard,
                                             s->c.storage, USP_REDUCE_SUM, ST);
     usp_buffer_free(BE, b->grad_work);
     b->grad_work = NULL;
@@ -264,8 +281,9 @@ usp_status usp_param_store_scale_grads(usp_param_store *s, float scale)
 }
 
 /* Stages 1-2: every rank has updated its shard of the weights (in `from`: the
- * whole weights, or the master shards); gather them all into the whole
- * weights, bucket by bucket, through one send and one receive buffer. */
+ * whole weights, or the fp32 master shards, rounded into the storage dtype on
+ * the way); gather them all into the whole weights, bucket by bucket, through
+ * one send and one receive buffer (stored as the weights). */
 static usp_status gather_updated_weights(usp_param_store *s, float *from)
 {
     float *send = NULL, *recv = NULL;
@@ -278,14 +296,13 @@ static usp_status gather_updated_weights(usp_param_store *s, float *from)
         owned_range(s, b, &lo, &count);
         if (b->shard == 0)
             continue;
-        st = usp_buffer_zero(BE, send, (size_t)b->shard * sizeof(float), ST);
+        st = usp_buffer_zero(BE, send, bytes_of(s, s->weights, b->shard), ST);
         if (st == USP_OK && count > 0)
-            st = usp_buffer_copy(BE, send, element(s, from, b, lo), (size_t)count * sizeof(float),
-                                 USP_COPY_DEVICE_TO_DEVICE, ST);
+            st = usp_buffer_convert(BE, send, element(s, from, b, lo), (size_t)count, ST);
         if (st == USP_OK)
             st = usp_comm_all_gather(s->c.world, send, recv, (size_t)b->shard, s->c.storage, ST);
         if (st == USP_OK)
-            st = usp_buffer_copy(BE, s->weights + b->start, recv, (size_t)b->len * sizeof(float),
+            st = usp_buffer_copy(BE, at(s, s->weights, b->start), recv, bytes_of(s, s->weights, b->len),
                                  USP_COPY_DEVICE_TO_DEVICE, ST);
     }
     usp_buffer_free(BE, send);
@@ -319,7 +336,7 @@ usp_status usp_param_store_adamw(usp_param_store *s, const usp_adamw_config *a)
     if (!s->master) /* stages 0 and 3 updated the weights they hold in place */
         return USP_OK;
     int64_t n = array_elems(s, s->weights); /* the master has the weights' shape: round it into them */
-    return usp_buffer_copy(BE, s->weights, s->master, (size_t)n * sizeof(float), USP_COPY_DEVICE_TO_DEVICE, ST);
+    return usp_buffer_convert(BE, s->weights, s->master, (size_t)n, ST);
 }
 
 static float *array_of(usp_param_store *s, usp_param_array which)
@@ -327,10 +344,23 @@ static float *array_of(usp_param_store *s, usp_param_array which)
     return which == USP_ARRAY_WEIGHTS ? s->weights : which == USP_ARRAY_ADAM_M ? s->adam_m : s->adam_v;
 }
 
+/* Host copies are fp32: an array stored narrower (bf16 weights, planned on
+ * meta) has no host form yet, so read and write refuse it; below, a checked
+ * fp32 array is offset as float *. */
+static usp_status check_host_fp32(const usp_param_store *s, const float *array, const char *verb)
+{
+    if (storage_of(s, array) == USP_F32)
+        return USP_OK;
+    return usp_error(USP_ERR_CONFIG, "%s %s weights from the host: the host copies are fp32 (no backend with "
+                     "numerics stores %s yet)", verb, usp_dtype_name(storage_of(s, array)),
+                     usp_dtype_name(storage_of(s, array)));
+}
+
 usp_status usp_param_store_read(usp_param_store *s, usp_param_array which, float *host)
 {
     float *array = array_of(s, which);
     USP_ASSERT(array, "array %d is not held by this store", (int)which);
+    USP_CHECK(check_host_fp32(s, array, "reading"));
     if (!is_sharded(s, array))
         return usp_buffer_download(BE, host, array, (size_t)s->c.table->total * sizeof(float), ST);
     float *recv;
@@ -352,6 +382,7 @@ usp_status usp_param_store_write(usp_param_store *s, usp_param_array which, cons
 {
     float *array = array_of(s, which);
     USP_ASSERT(array, "array %d is not held by this store", (int)which);
+    USP_CHECK(check_host_fp32(s, array, "writing"));
     if (!is_sharded(s, array))
         return usp_buffer_copy(BE, array, host, (size_t)s->c.table->total * sizeof(float), USP_COPY_HOST_TO_DEVICE,
                                ST);
@@ -371,7 +402,7 @@ usp_status usp_param_store_zero(usp_param_store *s, usp_param_array which)
 {
     float *array = array_of(s, which);
     USP_ASSERT(array, "array %d is not held by this store", (int)which);
-    return usp_buffer_zero(BE, array, (size_t)array_elems(s, array) * sizeof(float), ST);
+    return usp_buffer_zero(BE, array, bytes_of(s, array, array_elems(s, array)), ST);
 }
 
 float *usp_param_store_whole_grads(usp_param_store *s)

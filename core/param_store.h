@@ -18,7 +18,8 @@
  * weights the model reads and the gradients it writes are bf16 (2 + 2 bytes a
  * parameter), AdamW updates fp32 master weights and moments (4 + 4 + 4, counted
  * as "optimizer" and sharded with it), then rounds the master into the bf16
- * weights: the 2 + 2 + 12 bytes of the ZeRO paper. */
+ * weights (usp_buffer_convert): the 2 + 2 + 12 bytes of the ZeRO paper. Every
+ * offset into the weights and gradients is in their storage dtype (usp_elem_at). */
 #ifndef USP_PARAM_STORE_H
 #define USP_PARAM_STORE_H
 
@@ -88,10 +89,11 @@ usp_status usp_param_store_scale_grads(usp_param_store *s, float scale);
 /* One AdamW step on the weights this rank owns; stages 1-2 then all-gather them. */
 usp_status usp_param_store_adamw(usp_param_store *s, const usp_adamw_config *a);
 
-/* Copies the whole array (table->total floats) to host on every rank (collective for sharded arrays). */
+/* Copies the whole array (table->total floats) to host on every rank (collective for sharded arrays);
+ * an array stored narrower than fp32 is a USP_ERR_CONFIG (host copies are fp32). */
 usp_status usp_param_store_read(usp_param_store *s, usp_param_array which, float *host);
 
-/* Sets the array from a whole host copy (table->total floats; each rank keeps its share). */
+/* Sets the array from a whole host copy (table->total floats; each rank keeps its share); fp32 arrays only. */
 usp_status usp_param_store_write(usp_param_store *s, usp_param_array which, const float *host);
 
 /* Sets the array to zero (this rank's share of it). */

@@ -11,7 +11,8 @@
  * the 4R products per batch row, with the same number of visible pairs on
  * every rank, (2R - 1) C^2 + C (C + 1) for chunks of C tokens.
  *
- * Traffic per rank, with one block X = B*T*Hkv*D*4 bytes (T tokens per rank):
+ * Traffic per rank, with one block X = B*T*Hkv*D elements of the storage dtype
+ * (4 bytes fp32, 2 bf16; T tokens per rank):
  *   forward:  R - 1 sendrecvs of K and V packed       = (R - 1) * 2X
  *   backward: R - 1 sendrecvs of K, V, dK and dV, then one of dK and dV
  *                                                      = (R - 1) * 2X + R * 2X
@@ -56,6 +57,13 @@ static usp_attention_shape run_shape(const ring_attention *a, const usp_token_ru
                                  .n_kv_heads = c->n_kv_heads, .head_dim = c->head_dim,
                                  .q_offset = x->global_first, .kv_offset = y->global_first,
                                  .causal = c->causal, .scale = c->scale};
+}
+
+/* Element `index` from p in the storage dtype: q, k, v, o, their gradients and
+ * the travelling buffers are stored in it (the lse, always fp32, is offset as float *). */
+static void *elem(const ring_attention *a, const void *p, size_t index)
+{
+    return usp_elem_at(p, a->c.storage, index);
 }
 
 /* Element offsets of run x of batch row b in a [B,T,heads,D] tensor, and of its lse slab. */
@@ -145,15 +153,16 @@ static usp_status forward_block(ring_attention *a, const float *q, const float *
     for (int64_t b = 0; b < c->batch; b++)
         for (int i = 0; i < a->n_runs[a->r]; i++) {
             const usp_token_run *x = &mine[i];
-            const float *q_run = q + tok_at(a, b, x, c->n_heads);
-            float *o_run = o + tok_at(a, b, x, c->n_heads), *lse_run = a->lse_run + lse_slab_at(a, b, x);
+            const float *q_run = elem(a, q, tok_at(a, b, x, c->n_heads));
+            float *o_run = elem(a, o, tok_at(a, b, x, c->n_heads)), *lse_run = a->lse_run + lse_slab_at(a, b, x);
             unsigned char *started = &a->started[b * 2 + i];
             for (int j = 0; j < a->n_runs[owner]; j++) {
                 const usp_token_run *y = &theirs[j];
                 if (run_is_masked(a, x, y))
                     continue; /* the zigzag load balance: no call at all */
                 usp_attention_shape s = run_shape(a, x, y);
-                const float *k_run = k + tok_at(a, b, y, c->n_kv_heads), *v_run = v + tok_at(a, b, y, c->n_kv_heads);
+                const float *k_run = elem(a, k, tok_at(a, b, y, c->n_kv_heads));
+                const float *v_run = elem(a, v, tok_at(a, b, y, c->n_kv_heads));
                 if (!*started) {
                     USP_CHECK(usp_flash_attention_forward(c->backend, &s, q_run, k_run, v_run, o_run, lse_run,
                                                           c->stream));
@@ -232,11 +241,11 @@ static usp_status forward(ring_attention *a, const float *q, const float *k, con
 {
     const ring_attention_config *c = &a->c;
     int R = a->R, next = (a->r + 1) % R, prev = (a->r + R - 1) % R;
-    size_t blk_bytes = a->blk * sizeof(float);
+    size_t blk_bytes = a->blk * usp_dtype_size(c->storage);
     memset(a->started, 0, (size_t)c->batch * 2);
     if (R > 1) { /* pack K and V so each ring step is one sendrecv */
         USP_CHECK(usp_buffer_copy(c->backend, a->buf[0], k, blk_bytes, USP_COPY_DEVICE_TO_DEVICE, c->stream));
-        USP_CHECK(usp_buffer_copy(c->backend, a->buf[0] + a->blk, v, blk_bytes, USP_COPY_DEVICE_TO_DEVICE,
+        USP_CHECK(usp_buffer_copy(c->backend, elem(a, a->buf[0], a->blk), v, blk_bytes, USP_COPY_DEVICE_TO_DEVICE,
                                   c->stream));
     }
     /* Double buffering on two streams: step s receives block s+1 into buf[cur ^ 1] on the comm
@@ -256,7 +265,7 @@ static usp_status forward(ring_attention *a, const float *q, const float *k, con
             USP_CHECK(usp_stream_wait_event(c->backend, c->stream, a->arrived));
         if (s + 1 < R)
             USP_CHECK(usp_event_record(c->backend, a->arrived, a->comm_stream));
-        const float *kb = s == 0 ? k : a->buf[cur], *vb = s == 0 ? v : a->buf[cur] + a->blk;
+        const float *kb = s == 0 ? k : a->buf[cur], *vb = s == 0 ? v : elem(a, a->buf[cur], a->blk);
         USP_CHECK(forward_block(a, q, kb, vb, o, (a->r - s + R) % R));
         cur ^= 1;
     }
@@ -285,8 +294,9 @@ static usp_status backward_block(ring_attention *a, const float *q, const float 
                     continue;
                 usp_attention_shape s = run_shape(a, x, y);
                 size_t ka = tok_at(a, b, y, c->n_kv_heads);
-                USP_CHECK(usp_flash_attention_backward(c->backend, &s, q + qa, k + ka, v + ka, o + qa, lse_run,
-                                                       d_o + qa, dq + qa, dk + ka, dv + ka, 1, c->stream));
+                USP_CHECK(usp_flash_attention_backward(c->backend, &s, elem(a, q, qa), elem(a, k, ka), elem(a, v, ka),
+                                                       elem(a, o, qa), lse_run, elem(a, d_o, qa), elem(a, dq, qa),
+                                                       elem(a, dk, ka), elem(a, dv, ka), 1, c->stream));
             }
         }
     return USP_OK;
@@ -297,9 +307,9 @@ static usp_status backward(ring_attention *a, const float *q, const float *k, co
 {
     const ring_attention_config *c = &a->c;
     int R = a->R, next = (a->r + 1) % R, prev = (a->r + R - 1) % R;
-    size_t blk = a->blk, blk_bytes = blk * sizeof(float);
+    const size_t esz = usp_dtype_size(c->storage), blk = a->blk, blk_bytes = blk * esz;
     USP_CHECK(usp_buffer_zero(c->backend, dq, (size_t)c->batch * (size_t)a->T * (size_t)c->n_heads *
-                                              (size_t)c->head_dim * sizeof(float), c->stream));
+                                              (size_t)c->head_dim * esz, c->stream));
     /* The kernel wants each query run's GLOBAL lse as one [H, count] slab. */
     USP_CHECK(lse_slabs(a, lse, NULL));
     if (R == 1) { /* no ring: the gradients of our own block land in place */
@@ -309,25 +319,28 @@ static usp_status backward(ring_attention *a, const float *q, const float *k, co
     }
     /* buf = [K | V | dK | dV]: the gradients ride with the block they belong to. */
     USP_CHECK(usp_buffer_copy(c->backend, a->buf[0], k, blk_bytes, USP_COPY_DEVICE_TO_DEVICE, c->stream));
-    USP_CHECK(usp_buffer_copy(c->backend, a->buf[0] + blk, v, blk_bytes, USP_COPY_DEVICE_TO_DEVICE, c->stream));
-    USP_CHECK(usp_buffer_zero(c->backend, a->buf[0] + 2 * blk, 2 * blk_bytes, c->stream));
+    USP_CHECK(usp_buffer_copy(c->backend, elem(a, a->buf[0], blk), v, blk_bytes, USP_COPY_DEVICE_TO_DEVICE,
+                              c->stream));
+    USP_CHECK(usp_buffer_zero(c->backend, elem(a, a->buf[0], 2 * blk), 2 * blk_bytes, c->stream));
     int cur = 0;
     for (int s = 0; s < R; s++) {
         float *b = a->buf[cur], *nb = a->buf[cur ^ 1];
-        USP_CHECK(backward_block(a, q, o, d_o, dq, b, b + blk, b + 2 * blk, b + 3 * blk, (a->r - s + R) % R));
+        USP_CHECK(backward_block(a, q, o, d_o, dq, b, elem(a, b, blk), elem(a, b, 2 * blk), elem(a, b, 3 * blk),
+                                 (a->r - s + R) % R));
         /* dK/dV are complete for this step only after the compute, so the send follows it on the
          * same stream (no overlap: that would need K/V sent ahead of their gradients). After
          * step R-1 we hold block r+1: one more hop of dK/dV alone takes it home. */
         if (s + 1 < R)
             USP_CHECK(usp_comm_sendrecv(c->ring, b, 4 * blk, next, nb, 4 * blk, prev, c->storage, c->stream));
         else
-            USP_CHECK(usp_comm_sendrecv(c->ring, b + 2 * blk, 2 * blk, next, nb + 2 * blk, 2 * blk, prev,
-                                        c->storage, c->stream));
+            USP_CHECK(usp_comm_sendrecv(c->ring, elem(a, b, 2 * blk), 2 * blk, next, elem(a, nb, 2 * blk), 2 * blk,
+                                        prev, c->storage, c->stream));
         cur ^= 1;
     }
-    USP_CHECK(usp_buffer_copy(c->backend, dk, a->buf[cur] + 2 * blk, blk_bytes, USP_COPY_DEVICE_TO_DEVICE,
+    USP_CHECK(usp_buffer_copy(c->backend, dk, elem(a, a->buf[cur], 2 * blk), blk_bytes, USP_COPY_DEVICE_TO_DEVICE,
                               c->stream));
-    return usp_buffer_copy(c->backend, dv, a->buf[cur] + 3 * blk, blk_bytes, USP_COPY_DEVICE_TO_DEVICE, c->stream);
+    return usp_buffer_copy(c->backend, dv, elem(a, a->buf[cur], 3 * blk), blk_bytes, USP_COPY_DEVICE_TO_DEVICE,
+                           c->stream);
 }
 
 usp_status ring_attention_forward(ring_attention *a, const float *q, const float *k, const float *v, float *o,

@@ -151,27 +151,37 @@ static usp_status exchange(ulysses_attention *a)
     return usp_comm_all_to_all_v(a->c.ulysses, a->send, sc, so, a->recv, rc, ro, a->c.storage, a->c.stream);
 }
 
+/* Element `index` from p in the storage dtype: every tensor exchanged here is
+ * stored in it, whatever the float * says (the copy wrappers and the
+ * communicator check each range against the buffer it lies in). */
+static void *at(const ulysses_attention *a, const void *p, size_t index)
+{
+    return usp_elem_at(p, a->c.storage, index);
+}
+
 /* Sequence -> heads: x [B, T, Htot, D] (this rank's tokens, all heads) becomes
  * x_all [B, U T, h_me, D] (all the group's tokens, this rank's heads). Peer j's
- * slice [B, T, h_j, D] is packed contiguously so that the all-to-all moves it whole. */
+ * slice [B, T, h_j, D] is packed contiguously so that the all-to-all moves it whole.
+ * Offsets and row sizes are in elements of the storage dtype (esz bytes each). */
 static usp_status scatter_heads(ulysses_attention *a, const float *x, int64_t heads_total, const head_split *hs,
                                 float *x_all)
 {
     const size_t B = (size_t)a->c.batch, T = (size_t)a->T, D = (size_t)a->c.head_dim, U = (size_t)a->U;
-    size_t *sc = a->counts, *so = sc + U, *rc = so + U, *ro = rc + U, at = 0;
+    const size_t esz = usp_dtype_size(a->c.storage);
+    size_t *sc = a->counts, *so = sc + U, *rc = so + U, *ro = rc + U, done = 0;
     size_t mine = (size_t)hs->count[a->me];
     for (size_t j = 0; j < U; j++) {
-        size_t h = (size_t)hs->count[j], row = h * D * sizeof(float);
-        USP_CHECK(usp_copy_2d(a->c.backend, a->send + at, row, x + (size_t)hs->first[j] * D,
-                              (size_t)heads_total * D * sizeof(float), row, B * T, a->c.stream));
-        sc[j] = B * T * h * D, so[j] = at, at += sc[j];
+        size_t h = (size_t)hs->count[j], row = h * D * esz;
+        USP_CHECK(usp_copy_2d(a->c.backend, at(a, a->send, done), row, at(a, x, (size_t)hs->first[j] * D),
+                              (size_t)heads_total * D * esz, row, B * T, a->c.stream));
+        sc[j] = B * T * h * D, so[j] = done, done += sc[j];
         rc[j] = B * T * mine * D, ro[j] = j * rc[j];
     }
     USP_CHECK(exchange(a));
     size_t block = T * mine * D; /* one batch row of one peer's tokens */
     for (size_t i = 0; i < U; i++)
-        USP_CHECK(usp_copy_2d(a->c.backend, x_all + i * block, U * block * sizeof(float), a->recv + ro[i],
-                              block * sizeof(float), block * sizeof(float), B, a->c.stream));
+        USP_CHECK(usp_copy_2d(a->c.backend, at(a, x_all, i * block), U * block * esz, at(a, a->recv, ro[i]),
+                              block * esz, block * esz, B, a->c.stream));
     return USP_OK;
 }
 
@@ -182,26 +192,28 @@ static usp_status gather_heads(ulysses_attention *a, const float *x_all, int64_t
                                int sum_shared, float *x)
 {
     const size_t B = (size_t)a->c.batch, T = (size_t)a->T, D = (size_t)a->c.head_dim, U = (size_t)a->U;
-    size_t *sc = a->counts, *so = sc + U, *rc = so + U, *ro = rc + U, at = 0;
+    const size_t esz = usp_dtype_size(a->c.storage);
+    size_t *sc = a->counts, *so = sc + U, *rc = so + U, *ro = rc + U, done = 0;
     size_t mine = (size_t)hs->count[a->me], block = T * mine * D;
     for (size_t j = 0; j < U; j++) {
-        USP_CHECK(usp_copy_2d(a->c.backend, a->send + j * B * block, block * sizeof(float), x_all + j * block,
-                              U * block * sizeof(float), block * sizeof(float), B, a->c.stream));
+        USP_CHECK(usp_copy_2d(a->c.backend, at(a, a->send, j * B * block), block * esz, at(a, x_all, j * block),
+                              U * block * esz, block * esz, B, a->c.stream));
         sc[j] = B * block, so[j] = j * B * block;
-        rc[j] = B * T * (size_t)hs->count[j] * D, ro[j] = at, at += rc[j];
+        rc[j] = B * T * (size_t)hs->count[j] * D, ro[j] = done, done += rc[j];
     }
     USP_CHECK(exchange(a));
     const size_t row = (size_t)heads_total * D;
     if (sum_shared)
-        USP_CHECK(usp_buffer_zero(a->c.backend, x, B * T * row * sizeof(float), a->c.stream));
+        USP_CHECK(usp_buffer_zero(a->c.backend, x, B * T * row * esz, a->c.stream));
     for (size_t i = 0; i < U; i++) {
         size_t h = (size_t)hs->count[i];
-        float *dst = x + (size_t)hs->first[i] * D;
+        float *dst = at(a, x, (size_t)hs->first[i] * D);
         if (sum_shared)
-            USP_CHECK(usp_accumulate_2d(a->c.backend, dst, row, a->recv + ro[i], h * D, h * D, B * T, a->c.stream));
+            USP_CHECK(usp_accumulate_2d(a->c.backend, dst, row, at(a, a->recv, ro[i]), h * D, h * D, B * T,
+                                        a->c.stream));
         else
-            USP_CHECK(usp_copy_2d(a->c.backend, dst, row * sizeof(float), a->recv + ro[i], h * D * sizeof(float),
-                                  h * D * sizeof(float), B * T, a->c.stream));
+            USP_CHECK(usp_copy_2d(a->c.backend, dst, row * esz, at(a, a->recv, ro[i]), h * D * esz, h * D * esz,
+                                  B * T, a->c.stream));
     }
     return USP_OK;
 }
