@@ -11,6 +11,7 @@
  * is 2.5 x the forward (five N^2 D products). The kernel's own backward does
  * 7 products to stay deterministic, which this convention does not credit. */
 #include "backends/cpu/cpu_attention.h"
+#include "bench/cpu_vectors.h"
 
 #include <cblas.h>
 #include <math.h>
@@ -188,8 +189,8 @@ int main(int argc, char **argv)
     const int n_ns = quick ? 1 : 2;
     sgemm_ref ref = sgemm_ref_make();
     if (!json) {
-        printf("causal attention, batch 1, 8 heads, %d threads; flop: fwd = 2 N^2 D per head, bwd = 2.5 x fwd\n",
-               omp_get_max_threads());
+        printf("causal attention, batch 1, 8 heads, %d threads, cpu vectors %s; flop: fwd = 2 N^2 D per head, "
+               "bwd = 2.5 x fwd\n", omp_get_max_threads(), bench_cpu_vectors());
         printf("sgemm: OpenBLAS 2048^3, best of the calls made between the repetitions of each row\n\n");
         printf("%6s %8s %8s %8s %8s %9s %8s %8s %9s\n", "N", "head_dim", "sgemm", "fwd s", "fwd GF/s", "fwd/sgemm",
                "bwd s", "bwd GF/s", "bwd/sgemm");
@@ -202,9 +203,9 @@ int main(int argc, char **argv)
             double sg = t.sgemm_gflops;
             if (json)
                 printf("{\"n\": %lld, \"head_dim\": %lld, \"n_heads\": 8, \"batch\": 1, \"threads\": %d, "
-                       "\"fwd_seconds\": %.4f, \"bwd_seconds\": %.4f, \"fwd_gflops\": %.1f, \"bwd_gflops\": %.1f, "
+                       "\"cpu_vectors\": \"%s\", \"fwd_seconds\": %.4f, \"bwd_seconds\": %.4f, \"fwd_gflops\": %.1f, \"bwd_gflops\": %.1f, "
                        "\"sgemm_gflops\": %.1f, \"fwd_ratio\": %.3f, \"bwd_ratio\": %.3f}\n",
-                       (long long)s.n_q, (long long)s.head_dim, omp_get_max_threads(), t.fwd_s, t.bwd_s, fg, bg,
+                       (long long)s.n_q, (long long)s.head_dim, omp_get_max_threads(), bench_cpu_vectors(), t.fwd_s, t.bwd_s, fg, bg,
                        sg, fg / sg, bg / sg);
             else
                 printf("%6lld %8lld %8.1f %8.3f %8.1f %9.2f %8.3f %8.1f %9.2f\n", (long long)s.n_q,

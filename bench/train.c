@@ -38,6 +38,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "bench/cpu_vectors.h"
 #include "core/train.h"
 #include "sim/world.h"
 
@@ -302,7 +303,7 @@ static const char *wait_policy(void)
 static void print_header(void)
 {
     printf("training step on the sim backend (cpu, passkey data), %d threads, OMP_WAIT_POLICY %s; warm-up 1 step, "
-           "then the timed steps\n", omp_get_max_threads(), wait_policy());
+           "then the timed steps; cpu vectors %s\n", omp_get_max_threads(), wait_policy(), bench_cpu_vectors());
     printf("ops = FLOPs the ops reported (causal; attention backward = 2.5 x forward); 6P+attn = (6 P + 12 L C N) "
            "per token (llm.c/PaLM, non-causal)\n");
     printf("sgemm: OpenBLAS %d^3, mean of the calls between the steps of each row; target ops/sgemm >= 0.40\n\n",
@@ -323,6 +324,7 @@ static void print_row(const bench_config *bc, const bench_result *r, int json)
                               (json_int_t)(bc->batch * bc->seq), "warmup_steps", 1, "timed_steps",
                               (json_int_t)r->timed);
         json_object_set_new(j, "wait_policy", json_string(wait_policy()));
+        json_object_set_new(j, "cpu_vectors", json_string(bench_cpu_vectors()));
         json_object_set_new(j, "step_s", json_real(r->step_s));
         json_object_set_new(j, "tokens_per_s", json_real(tokens / r->step_s));
         json_object_set_new(j, "sim_step_s", json_real(r->sim_step_s));
