@@ -165,23 +165,27 @@ static wrapped *other_group(const rank_state *r, const wrapped *on, const char *
     return NULL;
 }
 
-static void make_count_wrong(usp_comm_op *op, rank_state *r, int local, int size)
+/* Makes the call's count wrong; NULL, or why it could not (a barrier has no count). */
+static const char *make_count_wrong(usp_comm_op *op, rank_state *r, int local, int size)
 {
+    if (op->kind == USP_OP_BARRIER)
+        return "a barrier has no count to make wrong";
     if (op->kind == USP_OP_ALL_TO_ALL_V) {
         size_t *arrays = malloc((size_t)size * sizeof *arrays); /* kept until the decorator goes */
         if (!arrays)
-            return;
+            return "out of memory copying the counts";
         free(r->wrong_counts);
         r->wrong_counts = arrays;
         memcpy(arrays, op->send_counts, (size_t)size * sizeof *arrays);
         arrays[(local + 1) % size] += 1;
         op->send_counts = arrays;
-        return;
+        return NULL;
     }
     if (op->kind == USP_OP_RECV)
         op->recv_count = op->recv_count > 1 ? op->recv_count - 1 : op->recv_count + 1;
     else
         op->count = op->count > 1 ? op->count - 1 : op->count + 1;
+    return NULL;
 }
 
 /* Keeps a swapped collective for later; its all_to_all_v arrays are copied. */
@@ -238,12 +242,14 @@ static usp_status wrapped_issue(void *ctx, usp_comm_op *op)
             op->not_issued = 1;
             return USP_OK;
         case USP_FAULT_SIZE:
-            make_count_wrong(op, r, on->inner->rank, on->inner->size);
+            f->no_effect = make_count_wrong(op, r, on->inner->rank, on->inner->size);
             break;
         case USP_FAULT_GROUP: {
             wrapped *other = other_group(r, on, f->group);
             if (other)
                 on = other;
+            else
+                f->no_effect = "the rank is in no other group of that name";
             break;
         }
         case USP_FAULT_SWAP:
@@ -251,6 +257,8 @@ static usp_status wrapped_issue(void *ctx, usp_comm_op *op)
                 op->not_issued = 1;
                 return defer(r, on, op);
             }
+            f->no_effect = is_collective(op->kind) ? "another swap already holds a collective back"
+                                                   : "the call is point-to-point, and swap reorders collectives";
             break;
         }
     }
@@ -297,10 +305,16 @@ usp_status usp_comm_decorator_check_fired(const usp_comm_decorator *d)
 {
     for (int i = 0; i < d->n_faults; i++) {
         const usp_fault *f = &d->faults[i];
+        const char *op = f->op < 0 ? "any" : usp_comm_kind_name((usp_comm_kind)f->op);
+        if (f->fired && f->no_effect) /* the run passed, but not because the program survived the fault */
+            return usp_error(USP_ERR_CONFIG,
+                             "--inject %s:rank=%d,op=%s,call=%llu%s%s fired but changed nothing (%s), so nothing was "
+                             "injected; pick an op or call the fault applies to",
+                             usp_fault_kind_name(f->kind), f->rank, op, (unsigned long long)f->call,
+                             f->group[0] ? ",group=" : "", f->group, f->no_effect);
         if (f->fired)
             continue;
         const rank_state *r = &d->ranks[f->rank];
-        const char *op = f->op < 0 ? "any" : usp_comm_kind_name((usp_comm_kind)f->op);
         uint64_t made = f->op < 0 ? r->calls_any : r->calls_of_kind[f->op];
         return usp_error(USP_ERR_CONFIG,
                          "--inject %s:rank=%d,op=%s,call=%llu never fired: rank %d made %llu %s call%s (%llu counted "

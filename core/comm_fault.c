@@ -45,6 +45,71 @@ static int parse_op(const char *name)
     return -2;
 }
 
+/* The mesh's group kinds (core/mesh.c names its groups KIND[INDEX]; world has
+ * no index). A group fault looks for the rank's group whose name begins with
+ * group=, so a name outside these can never be found and the fault would
+ * fire doing nothing. */
+enum { GROUP_WORLD, GROUP_DP, GROUP_SP, GROUP_ULYSSES, GROUP_RING, N_GROUP_KINDS };
+static const char *const group_kinds[N_GROUP_KINDS] = {"world", "dp", "sp", "ulysses", "ring"};
+
+/* The index of the kind `name` has ("ulysses" or "ulysses[3]"), or -1. */
+static int group_kind_of(const char *name)
+{
+    for (int k = 0; k < N_GROUP_KINDS; k++) {
+        size_t n = strlen(group_kinds[k]);
+        if (strncmp(name, group_kinds[k], n) != 0)
+            continue;
+        const char *index = name + n;
+        if (!*index)
+            return k;
+        if (k == GROUP_WORLD || *index != '[' || !index[1] || index[1] == ']') /* world has no index */
+            continue;
+        const char *p = index + 1;
+        while (*p >= '0' && *p <= '9')
+            p++;
+        if (*p == ']' && !p[1])
+            return k;
+    }
+    return -1;
+}
+
+/* The group kind an op always runs on in usp's programs, or -1: Ulysses's
+ * all-to-alls are on ulysses, Ring's send-receive exchange on ring (core/ulysses.c,
+ * core/ring.c, core/selftest.c). Other ops run on several groups (all_reduce
+ * on sp, dp and world), so op= does not tell their group. */
+static int pinned_group_kind(int op)
+{
+    if (op == USP_OP_ALL_TO_ALL || op == USP_OP_ALL_TO_ALL_V)
+        return GROUP_ULYSSES;
+    if (op == USP_OP_SENDRECV)
+        return GROUP_RING;
+    return -1;
+}
+
+/* Refuses a fault that parses but could never change a run: it would fire,
+ * do nothing, and the run would end with exit 0 as if the program had passed
+ * the test that injected it. */
+static usp_status check_applies(const char *spec, const usp_fault *f)
+{
+    int p2p = f->op == USP_OP_SEND || f->op == USP_OP_RECV || f->op == USP_OP_SENDRECV;
+    if (f->kind == USP_FAULT_SIZE && f->op == USP_OP_BARRIER)
+        return bad(spec, "a barrier has no count to make wrong; pick an op with a count (all_to_all, all_reduce, "
+                         "...) or op=any");
+    if (f->kind == USP_FAULT_SWAP && p2p)
+        return bad(spec, "swap reorders collectives, and send, recv and sendrecv are point-to-point; use skip or "
+                         "size on them, or swap on a collective (all_to_all, all_reduce, ...)");
+    if (f->kind != USP_FAULT_GROUP || !f->group[0])
+        return USP_OK;
+    int kind = group_kind_of(f->group);
+    if (kind < 0)
+        return bad(spec, "group= names no group of the mesh; expected world, dp, sp, ulysses or ring, optionally "
+                         "with an index as the mesh names them (ulysses[1])");
+    if (kind == pinned_group_kind(f->op))
+        return bad(spec, "the op already runs on that group kind, and a rank is in one group of each kind, so "
+                         "the call would stay where it is; name another group (e.g. world or dp)");
+    return USP_OK;
+}
+
 usp_status usp_fault_parse(const char *spec, usp_fault *out)
 {
     *out = (usp_fault){.rank = -1, .op = -1, .call = 1};
@@ -96,7 +161,7 @@ usp_status usp_fault_parse(const char *spec, usp_fault *out)
         return bad(spec, "rank=R is required");
     if (out->group[0] && out->kind != USP_FAULT_GROUP)
         return bad(spec, "group=G applies to the group kind only");
-    return USP_OK;
+    return check_applies(spec, out);
 }
 
 int usp_fault_fires(const usp_fault *f, int kind, uint64_t calls_any, uint64_t calls_of_kind)

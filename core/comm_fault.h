@@ -33,9 +33,17 @@ typedef struct usp_fault {
     uint64_t call;  /* 1-based */
     char group[32]; /* group fault: name or prefix of the group to use ("" = default) */
     int fired;      /* set by the decorator (core/comm_decorator.h) when the fault fires */
+    const char *no_effect; /* set by the decorator when it fired but could not change the call: why */
 } usp_fault;
 
-/* Parses one --inject SPEC; a bad spec is USP_ERR_CONFIG with a message naming it. */
+/* Parses one --inject SPEC; a bad spec is USP_ERR_CONFIG with a message naming it.
+ * A fault that could never change a call is a bad spec too: size on a barrier
+ * (no count), swap on send, recv or sendrecv (swap reorders collectives), a
+ * group= that is no group kind of the mesh (world, dp, sp, ulysses, ring, with
+ * an optional [INDEX]), or the group kind op= always runs on (all_to_all and
+ * all_to_all_v on ulysses, sendrecv on ring). What only the run can tell (the
+ * rank has no such group; op=any landing on a barrier) the decorator reports
+ * through no_effect. */
 usp_status usp_fault_parse(const char *spec, usp_fault *out);
 
 /* "skip", "swap", ... */

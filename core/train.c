@@ -291,8 +291,40 @@ static usp_status record_last_weights(trainer *t)
     return s;
 }
 
+/* The optimizer's numbers, before step 1: a NaN learning rate would otherwise
+ * surface steps later as NaN weights inside AdamW, naming no option. --lr is
+ * the command's option; the others are config fields a program sets. */
+static usp_status check_optimizer(const usp_train_config *c)
+{
+    static const char *const expect = "a finite number";
+    if (!isfinite(c->lr) || c->lr <= 0)
+        return usp_error(USP_ERR_CONFIG, "--lr %g: the learning rate must be %s above 0, e.g. --lr 1e-3", c->lr,
+                         expect);
+    const struct {
+        const char *name, *range;
+        double value, low, high; /* low <= value < high */
+        int high_open;           /* 1: value < high; 0: value <= high */
+    } fields[] = {
+        {"min_lr_ratio", "in [0, 1] (the schedule's floor as a fraction of --lr; default 0.1)", c->min_lr_ratio, 0, 1, 0},
+        {"weight_decay", ">= 0 (default 0.1)", c->weight_decay, 0, INFINITY, 1},
+        {"grad_clip", ">= 0 (0: no clipping; default 1)", c->grad_clip, 0, INFINITY, 1},
+        {"beta1", "in [0, 1) (default 0.9)", c->beta1, 0, 1, 1},
+        {"beta2", "in [0, 1) (default 0.95)", c->beta2, 0, 1, 1},
+    };
+    for (size_t i = 0; i < sizeof fields / sizeof fields[0]; i++) {
+        double v = fields[i].value;
+        if (!isfinite(v) || v < fields[i].low || (fields[i].high_open ? v >= fields[i].high : v > fields[i].high))
+            return usp_error(USP_ERR_CONFIG, "AdamW %s = %g: must be %s %s", fields[i].name, v, expect,
+                             fields[i].range);
+    }
+    if (!isfinite(c->eps) || c->eps <= 0)
+        return usp_error(USP_ERR_CONFIG, "AdamW eps = %g: must be %s above 0 (default 1e-8)", c->eps, expect);
+    return USP_OK;
+}
+
 usp_status usp_train_check(const usp_train_config *c, int64_t *padded_len)
 {
+    USP_CHECK(check_optimizer(c));
     if (c->batch < 1 || c->batch % c->shape.dp != 0)
         return usp_error(USP_ERR_CONFIG, "--batch %lld is not a multiple of the %d data-parallel replicas "
                          "(W / (U R)); use --batch %d or a multiple", (long long)c->batch, c->shape.dp, c->shape.dp);

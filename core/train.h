@@ -118,8 +118,10 @@ typedef struct usp_train_run {
 /* Clears c and sets the default hyperparameters (lr 1e-3, warmup 10% of steps, cosine to 10%, wd 0.1, clip 1, betas 0.9/0.95). */
 void usp_train_defaults(usp_train_config *c);
 
-/* Checks the batch against DP and the (padded) length against the layout, before
- * any rank runs; *padded_len is the length the ranks will use. */
+/* Checks the optimizer's numbers (finite; lr > 0, betas in [0, 1), eps > 0,
+ * weight decay and clip >= 0, min_lr_ratio in [0, 1]), the batch against DP
+ * and the (padded) length against the layout, before any rank runs;
+ * *padded_len is the length the ranks will use. */
 usp_status usp_train_check(const usp_train_config *c, int64_t *padded_len);
 
 /* One rank of a training or evaluation run (arg: usp_train_run *). */

@@ -5,8 +5,12 @@
  * --trace and --dot look at the run afterwards, so the runtime records the
  * trace only when one of them asks: a trace keeps every call and compute op
  * of every step. */
+#include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "core/runtime.h"
 #include "core/train.h"
@@ -27,6 +31,50 @@ typedef struct train_options {
     cli_list inject;
     memory_options memory;
 } train_options;
+
+/* An output the run writes only at its end (--save DIR, --trace FILE, --dot FILE)
+ * is checked before step 1: a path that cannot be written would otherwise
+ * fail after the whole run. Creates nothing: a refused run leaves no file.
+ * `is_dir`: the path names a directory the run creates or fills. */
+static usp_status check_output_path(const char *option, const char *path, int is_dir)
+{
+    struct stat st;
+    if (stat(path, &st) == 0) {
+        if (is_dir && !S_ISDIR(st.st_mode))
+            return usp_error(USP_ERR_CONFIG, "%s %s: exists and is not a directory; name a new or an existing "
+                             "directory", option, path);
+        if (!is_dir && S_ISDIR(st.st_mode))
+            return usp_error(USP_ERR_CONFIG, "%s %s: is a directory; name a file in it, e.g. %s %s/out", option,
+                             path, option, path);
+        if (is_dir && access(path, W_OK | X_OK) != 0)
+            return usp_error(USP_ERR_CONFIG, "%s %s: cannot write in this directory (%s); name one this user can "
+                             "write", option, path, strerror(errno));
+        if (is_dir)
+            return USP_OK;
+        /* an existing file is replaced through a new file in its directory: check the directory */
+    }
+    char parent[4096];
+    size_t n = strlen(path);
+    if (n >= sizeof parent)
+        return usp_error(USP_ERR_CONFIG, "%s %s: the path is too long", option, path);
+    memcpy(parent, path, n + 1);
+    while (n > 1 && parent[n - 1] == '/') /* "dir/" names dir */
+        parent[--n] = '\0';
+    char *slash = strrchr(parent, '/');
+    if (!slash)
+        strcpy(parent, ".");
+    else
+        slash[slash == parent ? 1 : 0] = '\0';
+    if (stat(parent, &st) != 0)
+        return usp_error(USP_ERR_CONFIG, "%s %s: the directory %s does not exist (%s); create it first", option, path,
+                         parent, strerror(errno));
+    if (!S_ISDIR(st.st_mode))
+        return usp_error(USP_ERR_CONFIG, "%s %s: %s is not a directory", option, path, parent);
+    if (access(parent, W_OK | X_OK) != 0)
+        return usp_error(USP_ERR_CONFIG, "%s %s: cannot write in the directory %s (%s)", option, path, parent,
+                         strerror(errno));
+    return USP_OK;
+}
 
 static usp_status build_config(const char *command, const train_options *o, usp_train_config *c)
 {
@@ -56,7 +104,12 @@ static usp_status build_config(const char *command, const train_options *o, usp_
     USP_CHECK(usp_train_check(c, &padded)); /* before any rank runs: the message then names no rank */
     if (o->dot) { /* a picture this build cannot write is an option error, found before anything runs */
         USP_CHECK(viz_check_output("--dot", o->dot));
+        USP_CHECK(check_output_path("--dot", o->dot, 0));
     }
+    if (o->trace)
+        USP_CHECK(check_output_path("--trace", o->trace, 0));
+    if (o->save)
+        USP_CHECK(check_output_path("--save", o->save, 1));
     return USP_OK;
 }
 

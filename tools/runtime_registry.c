@@ -3,6 +3,7 @@
  * says what it needs instead of "unknown". */
 #include "tools/runtime_registry.h"
 
+#include <stdio.h>
 #include <string.h>
 
 #include "sim/sim_runtime.h"
@@ -27,15 +28,29 @@ static const runtime_entry *find(const char *name)
     return NULL;
 }
 
+/* "sim (built), nccl (needs CUDA and NCCL), mpi (needs MPI)": what --backend can name. */
+static void list_backends(char *buf, size_t size)
+{
+    size_t at = 0;
+    buf[0] = '\0';
+    for (size_t i = 0; i < sizeof runtimes / sizeof *runtimes && at < size; i++) {
+        const runtime_entry *e = &runtimes[i];
+        at += (size_t)snprintf(buf + at, size - at, "%s%s (%s%s)", i ? ", " : "", e->name,
+                               e->create ? "in this build" : "needs ", e->create ? "" : e->needs);
+    }
+}
+
 usp_status runtime_registry_check(const char *name)
 {
     const runtime_entry *e = find(name);
     if (e && e->create)
         return USP_OK;
+    char known[256];
+    list_backends(known, sizeof known);
     if (e)
-        return usp_error(USP_ERR_CONFIG, "--backend %s: this build has the sim backend only (the %s backend needs "
-                         "%s at build time)", name, name, e->needs);
-    return usp_error(USP_ERR_CONFIG, "--backend %s: unknown; this build has the sim backend only", name);
+        return usp_error(USP_ERR_CONFIG, "--backend %s: not in this build (the %s backend needs %s at build time); "
+                         "the backends are %s", name, name, e->needs, known);
+    return usp_error(USP_ERR_CONFIG, "--backend %s: unknown backend; the backends are %s", name, known);
 }
 
 usp_status runtime_registry_create(const char *name, const usp_runtime_options *o, usp_runtime_t **out)

@@ -1,5 +1,6 @@
 /* The `usp` command: parses the sub-command and hands over to it. Thin on
  * purpose: everything it runs lives in core/, sim/ and the backends. */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -40,9 +41,9 @@ static void prefer_passive_openmp(char **argv)
     execv("/proc/self/exe", argv); /* returns only when it fails: then go on as we are */
 }
 
-int main(int argc, char **argv)
+/* Runs the command argv[1] names; its exit code. */
+static int run_command(int argc, char **argv)
 {
-    prefer_passive_openmp(argv);
     if (argc < 2) {
         print_help(stderr);
         return 2;
@@ -66,4 +67,19 @@ int main(int argc, char **argv)
         return cmd_plan(argc, argv);
     fprintf(stderr, "usp: unknown command '%s'; see usp --help\n", cmd);
     return 2;
+}
+
+int main(int argc, char **argv)
+{
+    prefer_passive_openmp(argv);
+    int code = run_command(argc, argv);
+    /* Output that never reached its file (a full disk, a closed pipe, /dev/full)
+     * is a failed command: stdout is buffered, so the error shows only here. */
+    errno = 0;
+    if (fflush(stdout) != 0 || ferror(stdout)) {
+        fprintf(stderr, "usp%s%s: could not write the output to stdout: %s\n", argc > 1 ? " " : "",
+                argc > 1 ? argv[1] : "", errno ? strerror(errno) : "write error");
+        return code != 0 ? code : 1;
+    }
+    return code;
 }

@@ -4,6 +4,7 @@
 #include "backends/cpu/cpu_backend.h"
 
 #include <cblas.h>
+#include <limits.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -23,15 +24,49 @@ static atomic_size_t budget_used;
 static size_t budget_limit; /* 0: not read yet */
 static const char *budget_source = "the memory this machine had available";
 
-/* The process's memory budget (see cpu_backend.h), read once. */
+/* Reads USP_CPU_MEMORY_LIMIT strictly (cpu_backend.h): digits, then at most one
+ * of K, M, G, T (powers of 1024). strtoull alone read "1e9" as 1, "10G" as 10
+ * and "-1" as SIZE_MAX, each a budget nobody asked for. 0 and overflow are
+ * refused too. Returns 0 for a value it refuses. */
+static unsigned long long parse_memory_limit(const char *text)
+{
+    unsigned long long value = 0;
+    const char *p = text;
+    for (; *p >= '0' && *p <= '9'; p++) {
+        if (value > (ULLONG_MAX - (unsigned long long)(*p - '0')) / 10)
+            return 0;
+        value = value * 10 + (unsigned long long)(*p - '0');
+    }
+    if (p == text)
+        return 0;
+    static const char suffixes[] = "KMGT";
+    const char *suffix = *p ? strchr(suffixes, *p) : NULL;
+    if (*p && (!suffix || p[1]))
+        return 0;
+    for (int shift = suffix ? (int)(suffix - suffixes) + 1 : 0; shift > 0; shift--) {
+        if (value > ULLONG_MAX / 1024)
+            return 0;
+        value *= 1024;
+    }
+    return value;
+}
+
+/* The process's memory budget (see cpu_backend.h), read once; 0 with an error
+ * set when USP_CPU_MEMORY_LIMIT is not a size. */
 static size_t memory_budget(void)
 {
     if (budget_limit)
         return budget_limit;
     const char *env = getenv("USP_CPU_MEMORY_LIMIT");
     unsigned long long limit = 0;
-    if (env && *env) {
-        limit = strtoull(env, NULL, 10);
+    if (env) {
+        limit = parse_memory_limit(env);
+        if (!limit || limit > SIZE_MAX) {
+            usp_error(USP_ERR_CONFIG, "USP_CPU_MEMORY_LIMIT=%s: not a memory size; expected a whole number of "
+                      "bytes above 0, optionally with K, M, G or T (powers of 1024), e.g. USP_CPU_MEMORY_LIMIT=8G, "
+                      "or unset it to use the memory available", env);
+            return 0;
+        }
         budget_source = "USP_CPU_MEMORY_LIMIT";
     }
     FILE *f = limit ? NULL : fopen("/proc/meminfo", "r");
@@ -54,6 +89,8 @@ static usp_status cpu_alloc(void *ctx, size_t bytes, void **out)
     (void)ctx;
     *out = NULL;
     const size_t rounded = (bytes + 63) / 64 * 64 + HEADER, limit = memory_budget();
+    if (!limit) /* USP_CPU_MEMORY_LIMIT is not a size: its message is set */
+        return USP_ERR_CONFIG;
     size_t used = atomic_fetch_add(&budget_used, rounded) + rounded;
     if (used > limit) {
         atomic_fetch_sub(&budget_used, rounded);
