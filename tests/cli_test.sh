@@ -165,7 +165,7 @@ check "train's wait-for picture names the training code" grep -q 'at core/train.
 check "a failed training run still writes its whole trace" grep -q '\]\,"displayTimeUnit"' "$tr/dl.json"
 expect 4 "crashed" -- "${short[@]}" --inject crash:rank=1 --dot "$tr/crash.dot"
 check "train's wait-for picture names the crashed rank" grep -q 'rank 1: CRASHED (others wait for it)' "$tr/crash.dot"
-expect 1 "cannot write $tr/missing/t.dot" -- "${short[@]}" --dot "$tr/missing/t.dot"
+expect 2 "--dot $tr/missing/t.dot: the directory $tr/missing does not exist" -- "${short[@]}" --dot "$tr/missing/t.dot"
 if [[ -s $vz/probe.png ]]; then # built with Graphviz
     expect 0 "traffic map in $tr/traffic.svg" -- "${short[@]}" --dot "$tr/traffic.svg"
     check "train --dot .svg renders" grep -q '<svg' "$tr/traffic.svg"
@@ -193,5 +193,49 @@ if [[ -s $work/plan.json ]] && grep -q '"ph"' "$work/plan.json"; then passed=$((
 rm -f "$work/plan.json"
 
 expect 2 "never fired" -- selftest --world 8 --ulysses 4 --inject skip:rank=0,op=sendrecv
+
+# faults that could not change the run are usage errors, not a pass (issue 15, class 7)
+limit=5
+expect 2 "--inject size:rank=2,op=barrier: a barrier has no count" -- selftest --world 8 --ulysses 4 --inject size:rank=2,op=barrier
+expect 2 "--inject swap:rank=1,op=sendrecv: swap reorders collectives" -- selftest --world 8 --ulysses 2 --ring 2 --inject swap:rank=1,op=sendrecv
+expect 2 "--inject swap:rank=0,op=send: swap reorders collectives" -- selftest --world 8 --ulysses 4 --inject swap:rank=0,op=send
+expect 2 "--inject group:rank=2,group=foo: group= names no group of the mesh" -- selftest --world 8 --ulysses 4 --inject group:rank=2,group=foo
+expect 2 "--inject group:rank=2,op=all_to_all,group=ulysses: the op already runs on that group kind" -- selftest --world 8 --ulysses 4 --inject group:rank=2,op=all_to_all,group=ulysses
+expect 2 "group=ulysses[1] fired but changed nothing (the rank is in no other group of that name)" -- selftest --world 8 --ulysses 4 --inject 'group:rank=2,group=ulysses[1]'
+expect 3 "rank 2 waits in all_reduce #9 on ulysses[0]" -- selftest --world 8 --ulysses 4 --inject 'group:rank=2,op=all_reduce,group=ulysses[0]'
+unset limit
+
+# training options checked before step 1, naming the option and the value (issue 15, class 9)
+one=(train --steps 1 --seq 64 --batch 2 --eval-samples 0)
+expect 2 "--lr nan: the learning rate must be a finite number above 0" -- "${one[@]}" --lr nan
+expect 2 "--lr inf: the learning rate must be" -- "${one[@]}" --lr inf
+expect 2 "--lr -0.1: the learning rate must be" -- "${one[@]}" --lr -0.1
+expect 2 "--lr 0: the learning rate must be" -- "${one[@]}" --lr 0
+expect 2 "--backend foo: unknown backend; the backends are sim (in this build), nccl (needs CUDA and NCCL)" -- "${one[@]}" --backend foo
+out_dir=$work/outputs
+mkdir -p "$out_dir"
+printf 'x' > "$out_dir/file"
+expect 2 "--save $out_dir/file: exists and is not a directory" -- "${one[@]}" --save "$out_dir/file"
+expect 2 "--save $out_dir/missing/ck: the directory $out_dir/missing does not exist" -- "${one[@]}" --save "$out_dir/missing/ck"
+expect 2 "--trace $out_dir/missing/t.json: the directory $out_dir/missing does not exist" -- "${one[@]}" --trace "$out_dir/missing/t.json"
+expect 2 "--trace $out_dir: is a directory" -- "${one[@]}" --trace "$out_dir"
+expect 2 "--dot $out_dir/file/t.dot: $out_dir/file is not a directory" -- "${one[@]}" --dot "$out_dir/file/t.dot"
+check "refused outputs leave no file" test "$(ls "$out_dir")" = file
+expect 0 "done: loss" -- "${one[@]}" --save "$out_dir/ck"
+check "--save into an existing parent writes the checkpoint" test -s "$out_dir/ck/model.safetensors"
+# USP_CPU_MEMORY_LIMIT: digits with K/M/G/T (powers of 1024); anything else is named
+USP_CPU_MEMORY_LIMIT=1e9 expect 2 "USP_CPU_MEMORY_LIMIT=1e9: not a memory size" -- "${one[@]}"
+USP_CPU_MEMORY_LIMIT=-1 expect 2 "USP_CPU_MEMORY_LIMIT=-1: not a memory size" -- "${one[@]}"
+USP_CPU_MEMORY_LIMIT=1.5G expect 2 "USP_CPU_MEMORY_LIMIT=1.5G: not a memory size" -- "${one[@]}"
+USP_CPU_MEMORY_LIMIT=10G expect 0 "done: loss" -- "${one[@]}"
+USP_CPU_MEMORY_LIMIT=2M expect 1 "more than the 2.1 MB of USP_CPU_MEMORY_LIMIT" -- "${one[@]}"
+# a write error on stdout is a failed command (exit 1, with a message), not exit 0
+for args in "plan --json" "--version" "selftest --world 4"; do
+    # shellcheck disable=SC2086 # the words of $args are the arguments
+    timeout 60 "$usp" $args > /dev/full 2> "$work/full.err"
+    rc=$?
+    if [[ $rc -eq 1 ]] && grep -q "could not write the output to stdout" "$work/full.err"; then passed=$((passed + 1)); else
+        failed=$((failed + 1)); echo "FAIL: usp $args > /dev/full -> exit $rc (expected 1): $(head -3 "$work/full.err")"; fi
+done
 echo "cli: $passed passed, $failed failed"
 [[ $failed -eq 0 ]]

@@ -149,6 +149,72 @@ START_TEST(split_children_are_decorated)
 }
 END_TEST
 
+/* --- faults that could not change a run ------------------------------- */
+
+START_TEST(faults_that_cannot_apply_are_refused_when_parsed)
+{
+    static const struct {
+        const char *spec, *why;
+    } refused[] = {
+        {"size:rank=1,op=barrier", "a barrier has no count"},
+        {"swap:rank=1,op=send", "swap reorders collectives"},
+        {"swap:rank=1,op=recv,call=2", "swap reorders collectives"},
+        {"swap:rank=1,op=sendrecv", "swap reorders collectives"},
+        {"group:rank=1,group=foo", "group= names no group of the mesh"},
+        {"group:rank=1,group=worlds", "group= names no group of the mesh"},
+        {"group:rank=1,group=world[0]", "group= names no group of the mesh"},
+        {"group:rank=1,group=ulysses[]", "group= names no group of the mesh"},
+        {"group:rank=1,group=ulysses[1", "group= names no group of the mesh"},
+        {"group:rank=1,group=ulysses[x]", "group= names no group of the mesh"},
+        {"group:rank=1,op=all_to_all,group=ulysses", "the op already runs on that group kind"},
+        {"group:rank=1,op=all_to_all_v,group=ulysses[0]", "the op already runs on that group kind"},
+        {"group:rank=1,op=sendrecv,group=ring", "the op already runs on that group kind"},
+        {"size:rank=1,op=split", "unknown op"},
+    };
+    usp_fault f;
+    for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++) {
+        ck_assert_msg(usp_fault_parse(refused[i].spec, &f) == USP_ERR_CONFIG, "%s was accepted", refused[i].spec);
+        const char *message = usp_error_message();
+        ck_assert_msg(strstr(message, refused[i].spec) && strstr(message, refused[i].why),
+                      "%s: the message must name the spec and '%s': %s", refused[i].spec, refused[i].why, message);
+    }
+    /* What can apply still parses: another group kind, an index the mesh makes, op=any. */
+    const char *accepted[] = {"group:rank=1,group=dp", "group:rank=1,group=ulysses[12]", "group:rank=1,group=world",
+                              "group:rank=1,op=all_to_all,group=dp", "group:rank=1,op=all_reduce,group=sp",
+                              "size:rank=1,op=sendrecv", "size:rank=1", "swap:rank=1,op=all_reduce", "swap:rank=1",
+                              "skip:rank=1,op=barrier"};
+    for (size_t i = 0; i < sizeof accepted / sizeof accepted[0]; i++)
+        ck_assert_msg(usp_fault_parse(accepted[i], &f) == USP_OK, "%s: %s", accepted[i], usp_error_message());
+}
+END_TEST
+
+/* Faults that parse but meet a call they cannot change: the run must not pass as if injected. */
+START_TEST(a_fault_that_changed_nothing_fails_the_check)
+{
+    static const struct {
+        const char *spec, *why;
+    } cases[] = {
+        {"group:rank=2,group=dp", "the rank is in no other group of that name"}, /* the rank has world only */
+        {"size:rank=2", "a barrier has no count"},                             /* op=any lands on a barrier */
+        {"swap:rank=2", "the call is point-to-point"},                         /* ... on a send */
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        usp_comm_decorator *d;
+        recorder *inner;
+        usp_comm_t *c = decorated_rank(&cases[i].spec, 1, &d, &inner);
+        usp_status s = i == 2 ? usp_comm_send(c, NULL, 4, USP_F32, 0, NULL) : usp_comm_barrier(c, NULL);
+        ck_assert_int_eq(s, USP_OK);
+        ck_assert_int_eq(inner->n, 1); /* the call went through unchanged */
+        ck_assert_int_eq(usp_comm_decorator_check_fired(d), USP_ERR_CONFIG);
+        ck_assert_msg(strstr(usp_error_message(), "fired but changed nothing") &&
+                          strstr(usp_error_message(), cases[i].why),
+                      "%s: %s", cases[i].spec, usp_error_message());
+        usp_comm_destroy(c);
+        usp_comm_decorator_destroy(d);
+    }
+}
+END_TEST
+
 /* --- reports from records ------------------------------------------------ */
 
 static usp_comm_fingerprint call_of(usp_comm_kind op, const char *group, int line)
@@ -212,6 +278,8 @@ int main(void)
     tcase_add_test(t, skip_drops_a_call_and_crash_fails_every_later_call);
     tcase_add_test(t, split_children_are_decorated);
     tcase_add_test(t, records_of_any_backend_make_the_report_and_its_graph);
+    tcase_add_test(t, faults_that_cannot_apply_are_refused_when_parsed);
+    tcase_add_test(t, a_fault_that_changed_nothing_fails_the_check);
     suite_add_tcase(s, t);
     return check_main_run(s);
 }
