@@ -2,6 +2,7 @@
 #include "core/comm_fault.h"
 
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -104,9 +105,13 @@ static usp_status check_applies(const char *spec, const usp_fault *f)
     if (kind < 0)
         return bad(spec, "group= names no group of the mesh; expected world, dp, sp, ulysses or ring, optionally "
                          "with an index as the mesh names them (ulysses[1])");
-    if (kind == pinned_group_kind(f->op))
-        return bad(spec, "the op already runs on that group kind, and a rank is in one group of each kind, so "
-                         "the call would stay where it is; name another group (e.g. world or dp)");
+    if (kind == pinned_group_kind(f->op)) {
+        char why[160];
+        snprintf(why, sizeof why, "the op already runs on that group kind (%s), and a rank is in one %s group, so "
+                 "the call would stay where it is; name another group (e.g. world or dp)", group_kinds[kind],
+                 group_kinds[kind]);
+        return bad(spec, why);
+    }
     return USP_OK;
 }
 

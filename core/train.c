@@ -292,33 +292,34 @@ static usp_status record_last_weights(trainer *t)
 }
 
 /* The optimizer's numbers, before step 1: a NaN learning rate would otherwise
- * surface steps later as NaN weights inside AdamW, naming no option. --lr is
- * the command's option; the others are config fields a program sets. */
+ * surface only inside AdamW, after the setup and a forward and backward pass,
+ * naming no option. --lr is the command's option; the others are fields a
+ * program sets, named as such. */
 static usp_status check_optimizer(const usp_train_config *c)
 {
-    static const char *const expect = "a finite number";
     if (!isfinite(c->lr) || c->lr <= 0)
-        return usp_error(USP_ERR_CONFIG, "--lr %g: the learning rate must be %s above 0, e.g. --lr 1e-3", c->lr,
-                         expect);
+        return usp_error(USP_ERR_CONFIG, "--lr %g: the learning rate must be a finite number above 0, e.g. --lr 1e-3",
+                         c->lr);
     const struct {
         const char *name, *range;
-        double value, low, high; /* low <= value < high */
-        int high_open;           /* 1: value < high; 0: value <= high */
+        double value, low, high;
+        int high_included;
     } fields[] = {
-        {"min_lr_ratio", "in [0, 1] (the schedule's floor as a fraction of --lr; default 0.1)", c->min_lr_ratio, 0, 1, 0},
-        {"weight_decay", ">= 0 (default 0.1)", c->weight_decay, 0, INFINITY, 1},
-        {"grad_clip", ">= 0 (0: no clipping; default 1)", c->grad_clip, 0, INFINITY, 1},
-        {"beta1", "in [0, 1) (default 0.9)", c->beta1, 0, 1, 1},
-        {"beta2", "in [0, 1) (default 0.95)", c->beta2, 0, 1, 1},
+        {"min_lr_ratio", "in [0, 1] (the schedule's floor as a fraction of the peak lr; default 0.1)",
+         c->min_lr_ratio, 0, 1, 1},
+        {"weight_decay", ">= 0 (default 0.1)", c->weight_decay, 0, INFINITY, 0},
+        {"grad_clip", ">= 0 (0: no clipping; default 1)", c->grad_clip, 0, INFINITY, 0},
+        {"beta1", "in [0, 1) (default 0.9)", c->beta1, 0, 1, 0},
+        {"beta2", "in [0, 1) (default 0.95)", c->beta2, 0, 1, 0},
+        {"eps", "above 0 (default 1e-8)", c->eps, 0x1p-1074 /* the least double above 0 */, INFINITY, 0},
     };
     for (size_t i = 0; i < sizeof fields / sizeof fields[0]; i++) {
         double v = fields[i].value;
-        if (!isfinite(v) || v < fields[i].low || (fields[i].high_open ? v >= fields[i].high : v > fields[i].high))
-            return usp_error(USP_ERR_CONFIG, "AdamW %s = %g: must be %s %s", fields[i].name, v, expect,
-                             fields[i].range);
+        int in_range = v >= fields[i].low && (fields[i].high_included ? v <= fields[i].high : v < fields[i].high);
+        if (!isfinite(v) || !in_range)
+            return usp_error(USP_ERR_CONFIG, "usp_train_config.%s = %g: AdamW and its schedule need a finite number "
+                             "%s", fields[i].name, v, fields[i].range);
     }
-    if (!isfinite(c->eps) || c->eps <= 0)
-        return usp_error(USP_ERR_CONFIG, "AdamW eps = %g: must be %s above 0 (default 1e-8)", c->eps, expect);
     return USP_OK;
 }
 

@@ -39,20 +39,19 @@ typedef struct train_options {
 static usp_status check_output_path(const char *option, const char *path, int is_dir)
 {
     struct stat st;
-    if (stat(path, &st) == 0) {
-        if (is_dir && !S_ISDIR(st.st_mode))
-            return usp_error(USP_ERR_CONFIG, "%s %s: exists and is not a directory; name a new or an existing "
-                             "directory", option, path);
-        if (!is_dir && S_ISDIR(st.st_mode))
-            return usp_error(USP_ERR_CONFIG, "%s %s: is a directory; name a file in it, e.g. %s %s/out", option,
-                             path, option, path);
-        if (is_dir && access(path, W_OK | X_OK) != 0)
+    int exists = stat(path, &st) == 0;
+    if (exists && is_dir != S_ISDIR(st.st_mode))
+        return is_dir ? usp_error(USP_ERR_CONFIG, "%s %s: exists and is not a directory; name a new or an existing "
+                                  "directory", option, path)
+                      : usp_error(USP_ERR_CONFIG, "%s %s: is a directory; name a file in it, e.g. %s %s/out", option,
+                                  path, option, path);
+    if (exists && is_dir) {
+        if (access(path, W_OK | X_OK) != 0)
             return usp_error(USP_ERR_CONFIG, "%s %s: cannot write in this directory (%s); name one this user can "
                              "write", option, path, strerror(errno));
-        if (is_dir)
-            return USP_OK;
-        /* an existing file is replaced through a new file in its directory: check the directory */
+        return USP_OK;
     }
+    /* A new path, or a file replaced through a new file beside it: its directory must take one. */
     char parent[4096];
     size_t n = strlen(path);
     if (n >= sizeof parent)
