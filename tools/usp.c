@@ -73,7 +73,7 @@ int main(int argc, char **argv)
 {
     prefer_passive_openmp(argv);
     int code = run_command(argc, argv);
-    /* Output that never reached its file (a full disk, a closed pipe, /dev/full)
+    /* Output that never reached its file (a full disk, /dev/full, a quota)
      * is a failed command: stdout is buffered, so the error shows only here. */
     errno = 0;
     if (fflush(stdout) != 0 || ferror(stdout)) {
