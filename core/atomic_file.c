@@ -181,14 +181,20 @@ usp_status usp_atomic_dir_open(usp_atomic_dir *d, const char *path)
     return s;
 }
 
+static int use_exchange = 1;
+
+void usp_atomic_dir_set_exchange(int use) { use_exchange = use; }
+
 /* Swaps d->tmp_path in for DIR: one exchange where the filesystem has it, else two renames. */
 static int swap_in(usp_atomic_dir *d)
 {
 #ifdef RENAME_EXCHANGE
-    if (renameat2(AT_FDCWD, d->tmp_path, AT_FDCWD, d->path, RENAME_EXCHANGE) == 0)
-        return 0;
-    if (errno != EINVAL && errno != ENOSYS && errno != ENOTSUP && errno != ENOENT)
-        return -1;
+    if (use_exchange) {
+        if (renameat2(AT_FDCWD, d->tmp_path, AT_FDCWD, d->path, RENAME_EXCHANGE) == 0)
+            return 0;
+        if (errno != EINVAL && errno != ENOSYS && errno != ENOTSUP && errno != ENOENT)
+            return -1; /* else: no exchange on this filesystem, or no DIR to exchange with */
+    }
 #endif
     if (!exists(d->path))
         return rename(d->tmp_path, d->path);

@@ -52,4 +52,7 @@ usp_status usp_atomic_dir_commit(usp_atomic_dir *d);
  * after a failure, the replaced old one after a commit), then frees d. */
 void usp_atomic_dir_close(usp_atomic_dir *d);
 
+/* Tests only (one global): 0 makes commits take the two-rename fallback even where the exchange works. */
+void usp_atomic_dir_set_exchange(int use_exchange);
+
 #endif
