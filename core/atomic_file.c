@@ -58,13 +58,13 @@ void usp_atomic_file_abort(usp_atomic_file *f)
     *f = (usp_atomic_file){0};
 }
 
-/* "a" followed by "b", or NULL when out of memory. */
-static char *joined(const char *a, const char *b)
+/* a, b and c one after another, or NULL when out of memory. */
+static char *joined(const char *a, const char *b, const char *c)
 {
-    size_t n = strlen(a) + strlen(b) + 1;
+    size_t n = strlen(a) + strlen(b) + strlen(c) + 1;
     char *s = malloc(n);
     if (s)
-        snprintf(s, n, "%s%s", a, b);
+        snprintf(s, n, "%s%s%s", a, b, c);
     return s;
 }
 
@@ -96,12 +96,10 @@ static void remove_flat_dir(const char *dir)
     for (struct dirent *e; (e = readdir(h)) != NULL;) {
         if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
             continue;
-        char *p = malloc(strlen(dir) + strlen(e->d_name) + 2);
-        if (p) {
-            sprintf(p, "%s/%s", dir, e->d_name);
+        char *p = joined(dir, "/", e->d_name);
+        if (p)
             unlink(p);
-            free(p);
-        }
+        free(p);
     }
     closedir(h);
     rmdir(dir);
@@ -115,8 +113,10 @@ static char *parent_of(const char *path, const char **base)
         return NULL;
     char *slash = strrchr(trimmed, '/');
     *base = path + (slash ? (size_t)(slash - trimmed) + 1 : 0);
-    if (!slash)
-        return strcpy(trimmed, ".");
+    if (!slash) {
+        free(trimmed);
+        return strdup(".");
+    }
     if (slash == trimmed)
         slash[1] = '\0'; /* "/x": the parent is "/" */
     else
@@ -124,7 +124,7 @@ static char *parent_of(const char *path, const char **base)
     return trimmed;
 }
 
-/* Puts DIR.old back when DIR is missing (the fallback swap was killed between its two
+/* Puts DIR.usp-old back when DIR is missing (the fallback swap was killed between its two
  * renames) or removes it when DIR is there (killed before the old one was removed), and
  * removes every DIR.tmp-*: a killed writer's unfinished new directory, or the old one
  * an exchange left behind. Concurrent writers of one DIR are not supported. */
@@ -139,17 +139,15 @@ static usp_status recover(const char *path, const char *old_path)
     }
     const char *base = NULL;
     char *parent = parent_of(path, &base);
-    char *prefix = parent ? joined(base, ".tmp-") : NULL;
+    char *prefix = parent ? joined(base, ".tmp-", "") : NULL;
     DIR *h = prefix ? opendir(parent) : NULL;
     for (struct dirent *e; h && (e = readdir(h)) != NULL;) {
         if (strncmp(e->d_name, prefix, strlen(prefix)) != 0)
             continue;
-        char *p = malloc(strlen(parent) + strlen(e->d_name) + 2);
-        if (p) {
-            sprintf(p, "%s/%s", parent, e->d_name);
+        char *p = joined(parent, "/", e->d_name);
+        if (p)
             remove_flat_dir(p);
-            free(p);
-        }
+        free(p);
     }
     if (h)
         closedir(h);
@@ -160,14 +158,16 @@ static usp_status recover(const char *path, const char *old_path)
 usp_status usp_atomic_dir_open(usp_atomic_dir *d, const char *path)
 {
     *d = (usp_atomic_dir){0};
+    if (!path[0])
+        return usp_error(USP_ERR_CONFIG, "an empty directory name: name the directory to write");
     struct stat st;
     if (stat(path, &st) == 0 && !S_ISDIR(st.st_mode))
         return usp_error(USP_ERR_CONFIG, "%s is a file, not a directory: name a new or existing directory", path);
     d->path = strdup(path);
     for (size_t n = d->path ? strlen(d->path) : 0; n > 1 && d->path[n - 1] == '/'; n--)
         d->path[n - 1] = '\0'; /* "ckpt/": the temporary directory goes beside ckpt, not into it */
-    char *old_path = d->path ? joined(d->path, ".old") : NULL;
-    d->tmp_path = d->path ? joined(d->path, ".tmp-XXXXXX") : NULL;
+    char *old_path = d->path ? joined(d->path, USP_ATOMIC_DIR_OLD_SUFFIX, "") : NULL;
+    d->tmp_path = d->path ? joined(d->path, ".tmp-XXXXXX", "") : NULL;
     usp_status s = old_path && d->tmp_path ? USP_OK : usp_error(USP_ERR_RUNTIME, "out of memory writing %s", path);
     if (s == USP_OK)
         s = recover(d->path, old_path);
@@ -198,7 +198,7 @@ static int swap_in(usp_atomic_dir *d)
 #endif
     if (!exists(d->path))
         return rename(d->tmp_path, d->path);
-    char *old_path = joined(d->path, ".old");
+    char *old_path = joined(d->path, USP_ATOMIC_DIR_OLD_SUFFIX, "");
     if (!old_path || rename(d->path, old_path) != 0 || rename(d->tmp_path, d->path) != 0) {
         int e = old_path ? errno : ENOMEM;
         free(old_path);

@@ -382,7 +382,7 @@ static usp_status check_complete(const char *dir, int *is_usp, int64_t *step)
     char manifest[1024], optimizer[1024], old[1024];
     snprintf(manifest, sizeof manifest, "%s/%s", dir, manifest_name);
     snprintf(optimizer, sizeof optimizer, "%s/optimizer.safetensors", dir);
-    snprintf(old, sizeof old, "%s.old", dir);
+    snprintf(old, sizeof old, "%s" USP_ATOMIC_DIR_OLD_SUFFIX, dir);
     *is_usp = 0, *step = 0;
     if (!file_exists(dir) && file_exists(old))
         return usp_error(USP_ERR_CONFIG, "checkpoint %s is missing and %s holds the one a killed save was replacing: "

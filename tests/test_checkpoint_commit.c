@@ -239,13 +239,13 @@ START_TEST(a_save_never_replaces_a_directory_of_other_files)
 }
 END_TEST
 
-/* The fallback swap (two renames) killed between them: DIR missing, DIR.old the old checkpoint. */
+/* The fallback swap (two renames) killed between them: DIR missing, DIR.usp-old the old checkpoint. */
 START_TEST(a_checkpoint_renamed_aside_is_reported_then_put_back)
 {
     snapshot a = snapshot_make(11, 110), b = snapshot_make(12, 120);
     char dir[256], old[300];
     snprintf(dir, sizeof dir, "%s/aside", tmpdir);
-    snprintf(old, sizeof old, "%s.old", dir);
+    snprintf(old, sizeof old, "%s" USP_ATOMIC_DIR_OLD_SUFFIX, dir);
     ck_assert_int_eq(save(dir, &a), USP_OK);
     ck_assert_int_eq(rename(dir, old), 0);
     snapshot got;
@@ -260,6 +260,13 @@ START_TEST(a_checkpoint_renamed_aside_is_reported_then_put_back)
     usp_checkpoint_set_save_hook(NULL, NULL);
     ck_assert_int_eq(loads_as_old_or_new(dir, &a, &a, 0), 1);
     ck_assert_int_eq(count_entries("aside."), 0);
+    /* a user's own backup named DIR.old is not usp's to touch */
+    char cmd[700], kept[320];
+    snprintf(cmd, sizeof cmd, "cp -r '%s' '%s.old'", dir, dir);
+    ck_assert_int_eq(system(cmd), 0);
+    ck_assert_int_eq(save(dir, &b), USP_OK);
+    snprintf(kept, sizeof kept, "%s.old", dir);
+    ck_assert_int_eq(loads_as_old_or_new(kept, &a, &a, 0), 1);
     free(a.p), free(b.p);
 }
 END_TEST
