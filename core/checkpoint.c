@@ -145,8 +145,7 @@ static int is_checkpoint_file(const char *name)
     return strcmp(name, manifest_name) == 0 || strstr(name, ".tmp.") != NULL;
 }
 
-/* A save replaces the whole directory: refuse one that holds anything else (`--save $HOME`). */
-static usp_status check_replaceable(const char *dir)
+usp_status usp_checkpoint_check_save_dir(const char *dir)
 {
     DIR *h = opendir(dir);
     if (!h)
@@ -182,7 +181,7 @@ static usp_status write_manifest(const char *dir, int64_t step)
         json_object_set(root, "files", files);
         s = usp_atomic_file_open(&f, path);
     }
-    if (s == USP_OK && json_dumpf(root, f.fp, JSON_INDENT(2)) != 0) {
+    if (s == USP_OK && (json_dumpf(root, f.fp, JSON_INDENT(2)) != 0 || fputc('\n', f.fp) == EOF)) {
         usp_atomic_file_abort(&f);
         s = usp_error(USP_ERR_RUNTIME, "cannot write %s", path);
     } else if (s == USP_OK) {
@@ -249,7 +248,7 @@ usp_status usp_checkpoint_save(const char *dir, const usp_model_config *c, const
                                const float *params, const float *adam_m, const float *adam_v, int64_t step,
                                uint64_t seed)
 {
-    USP_CHECK(check_replaceable(dir));
+    USP_CHECK(usp_checkpoint_check_save_dir(dir));
     usp_atomic_dir d;
     USP_CHECK(usp_atomic_dir_open(&d, dir));
     usp_status s = write_files(d.tmp_path, dir, c, t, params, adam_m, adam_v, step, seed);

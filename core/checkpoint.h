@@ -22,6 +22,9 @@ usp_status usp_checkpoint_save(const char *dir, const usp_model_config *c, const
                                const float *params, const float *adam_m, const float *adam_v, int64_t step,
                                uint64_t seed);
 
+/* Whether a save may replace `dir` (missing, or holding only checkpoint files): USP_ERR_CONFIG naming the other file. */
+usp_status usp_checkpoint_check_save_dir(const char *dir);
+
 /* The moments of a save at which a test can stop it (usp_checkpoint_set_save_hook). */
 typedef enum usp_checkpoint_boundary {
     USP_CKPT_DIR_CREATED,      /* the temporary directory exists, empty */

@@ -231,6 +231,7 @@ START_TEST(a_save_never_replaces_a_directory_of_other_files)
     FILE *f = fopen(notes, "w");
     ck_assert_ptr_nonnull(f);
     fclose(f);
+    ck_assert_int_eq(usp_checkpoint_check_save_dir(dir), USP_ERR_CONFIG); /* what training checks up front */
     ck_assert_int_eq(save(dir, &b), USP_ERR_CONFIG);
     ck_assert_msg(strstr(usp_error_message(), "notes.txt") != NULL, "%s", usp_error_message());
     struct stat st;
