@@ -221,6 +221,27 @@ START_TEST(a_half_directory_is_refused_naming_what_is_missing)
 }
 END_TEST
 
+/* optimizer.safetensors copied by hand from another save (same size): the steps disagree. */
+START_TEST(files_from_two_saves_are_refused)
+{
+    snapshot a = snapshot_make(13, 130), b = snapshot_make(14, 140);
+    char one[256], two[256], cmd[700];
+    snprintf(one, sizeof one, "%s/one", tmpdir);
+    snprintf(two, sizeof two, "%s/two", tmpdir);
+    ck_assert_int_eq(save(one, &a), USP_OK);
+    ck_assert_int_eq(save(two, &b), USP_OK);
+    snprintf(cmd, sizeof cmd, "cp '%s/optimizer.safetensors' '%s/'", two, one);
+    ck_assert_int_eq(system(cmd), 0);
+    snapshot got;
+    int has_optimizer = 0;
+    usp_status s = load(one, &got, &has_optimizer);
+    free(got.p);
+    ck_assert_int_eq(s, USP_ERR_CONFIG);
+    ck_assert_msg(strstr(usp_error_message(), "different saves") != NULL, "%s", usp_error_message());
+    free(a.p), free(b.p);
+}
+END_TEST
+
 START_TEST(a_save_never_replaces_a_directory_of_other_files)
 {
     snapshot b = snapshot_make(9, 90);
@@ -286,6 +307,7 @@ int main(void)
     tcase_add_loop_test(t, a_save_killed_at_each_boundary_leaves_old_or_new, 0, 2);
     tcase_add_test(t, a_failed_fresh_save_leaves_nothing_a_resume_accepts);
     tcase_add_test(t, a_half_directory_is_refused_naming_what_is_missing);
+    tcase_add_test(t, files_from_two_saves_are_refused);
     tcase_add_test(t, a_save_never_replaces_a_directory_of_other_files);
     tcase_add_test(t, a_checkpoint_renamed_aside_is_reported_then_put_back);
     suite_add_tcase(s, t);
