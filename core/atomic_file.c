@@ -1,9 +1,12 @@
-/* Whole-or-nothing output files (temporary name, fsync, rename). */
+/* Whole-or-nothing output files and directories (temporary name, fsync, rename). */
 #include "core/atomic_file.h"
 
+#include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 usp_status usp_atomic_file_open(usp_atomic_file *f, const char *path)
@@ -53,4 +56,179 @@ void usp_atomic_file_abort(usp_atomic_file *f)
     free(f->tmp_path);
     free(f->path);
     *f = (usp_atomic_file){0};
+}
+
+/* a, b and c one after another, or NULL when out of memory. */
+static char *joined(const char *a, const char *b, const char *c)
+{
+    size_t n = strlen(a) + strlen(b) + strlen(c) + 1;
+    char *s = malloc(n);
+    if (s)
+        snprintf(s, n, "%s%s%s", a, b, c);
+    return s;
+}
+
+static int exists(const char *path)
+{
+    struct stat st;
+    return lstat(path, &st) == 0;
+}
+
+/* fsync on a directory makes the renames and creations inside it durable. */
+static int sync_dir(const char *dir)
+{
+    int fd = open(dir, O_RDONLY | O_DIRECTORY);
+    if (fd < 0)
+        return -1;
+    int failed = fsync(fd) != 0, e = errno;
+    close(fd);
+    errno = e;
+    return failed ? -1 : 0;
+}
+
+/* Removes the regular files directly in `dir`, then `dir`: a checkpoint is flat,
+ * so anything deeper makes rmdir fail and the directory stays for a person to look at. */
+static void remove_flat_dir(const char *dir)
+{
+    DIR *h = opendir(dir);
+    if (!h)
+        return;
+    for (struct dirent *e; (e = readdir(h)) != NULL;) {
+        if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
+            continue;
+        char *p = joined(dir, "/", e->d_name);
+        if (p)
+            unlink(p);
+        free(p);
+    }
+    closedir(h);
+    rmdir(dir);
+}
+
+/* The parent directory of `path` (no trailing slash), a copy, and where its last component starts. */
+static char *parent_of(const char *path, const char **base)
+{
+    char *trimmed = strdup(path);
+    if (!trimmed)
+        return NULL;
+    char *slash = strrchr(trimmed, '/');
+    *base = path + (slash ? (size_t)(slash - trimmed) + 1 : 0);
+    if (!slash) {
+        free(trimmed);
+        return strdup(".");
+    }
+    if (slash == trimmed)
+        slash[1] = '\0'; /* "/x": the parent is "/" */
+    else
+        *slash = '\0';
+    return trimmed;
+}
+
+/* Puts DIR.usp-old back when DIR is missing (the fallback swap was killed between its two
+ * renames) or removes it when DIR is there (killed before the old one was removed), and
+ * removes every DIR.tmp-*: a killed writer's unfinished new directory, or the old one
+ * an exchange left behind. Concurrent writers of one DIR are not supported. */
+static usp_status recover(const char *path, const char *old_path)
+{
+    if (exists(old_path)) {
+        if (!exists(path) && rename(old_path, path) != 0)
+            return usp_error(USP_ERR_RUNTIME, "%s is missing and %s, the previous one, cannot be renamed back: %s",
+                             path, old_path, strerror(errno));
+        if (exists(old_path))
+            remove_flat_dir(old_path);
+    }
+    const char *base = NULL;
+    char *parent = parent_of(path, &base);
+    char *prefix = parent ? joined(base, ".tmp-", "") : NULL;
+    DIR *h = prefix ? opendir(parent) : NULL;
+    for (struct dirent *e; h && (e = readdir(h)) != NULL;) {
+        if (strncmp(e->d_name, prefix, strlen(prefix)) != 0)
+            continue;
+        char *p = joined(parent, "/", e->d_name);
+        if (p)
+            remove_flat_dir(p);
+        free(p);
+    }
+    if (h)
+        closedir(h);
+    free(parent), free(prefix);
+    return USP_OK;
+}
+
+usp_status usp_atomic_dir_open(usp_atomic_dir *d, const char *path)
+{
+    *d = (usp_atomic_dir){0};
+    if (!path[0])
+        return usp_error(USP_ERR_CONFIG, "an empty directory name: name the directory to write");
+    struct stat st;
+    if (stat(path, &st) == 0 && !S_ISDIR(st.st_mode))
+        return usp_error(USP_ERR_CONFIG, "%s is a file, not a directory: name a new or existing directory", path);
+    d->path = strdup(path);
+    for (size_t n = d->path ? strlen(d->path) : 0; n > 1 && d->path[n - 1] == '/'; n--)
+        d->path[n - 1] = '\0'; /* "ckpt/": the temporary directory goes beside ckpt, not into it */
+    char *old_path = d->path ? joined(d->path, USP_ATOMIC_DIR_OLD_SUFFIX, "") : NULL;
+    d->tmp_path = d->path ? joined(d->path, ".tmp-XXXXXX", "") : NULL;
+    usp_status s = old_path && d->tmp_path ? USP_OK : usp_error(USP_ERR_RUNTIME, "out of memory writing %s", path);
+    if (s == USP_OK)
+        s = recover(d->path, old_path);
+    if (s == USP_OK && !mkdtemp(d->tmp_path))
+        s = usp_error(USP_ERR_RUNTIME, "cannot create %s beside %s: %s", d->tmp_path, path, strerror(errno));
+    free(old_path);
+    if (s != USP_OK) {
+        free(d->path), free(d->tmp_path);
+        *d = (usp_atomic_dir){0};
+    }
+    return s;
+}
+
+static int use_exchange = 1;
+
+void usp_atomic_dir_set_exchange(int use) { use_exchange = use; }
+
+/* Swaps d->tmp_path in for DIR: one exchange where the filesystem has it, else two renames. */
+static int swap_in(usp_atomic_dir *d)
+{
+#ifdef RENAME_EXCHANGE
+    if (use_exchange) {
+        if (renameat2(AT_FDCWD, d->tmp_path, AT_FDCWD, d->path, RENAME_EXCHANGE) == 0)
+            return 0;
+        if (errno != EINVAL && errno != ENOSYS && errno != ENOTSUP && errno != ENOENT)
+            return -1; /* else: no exchange on this filesystem, or no DIR to exchange with */
+    }
+#endif
+    if (!exists(d->path))
+        return rename(d->tmp_path, d->path);
+    char *old_path = joined(d->path, USP_ATOMIC_DIR_OLD_SUFFIX, "");
+    if (!old_path || rename(d->path, old_path) != 0 || rename(d->tmp_path, d->path) != 0) {
+        int e = old_path ? errno : ENOMEM;
+        free(old_path);
+        errno = e;
+        return -1;
+    }
+    free(d->tmp_path);
+    d->tmp_path = old_path; /* the old directory, for usp_atomic_dir_close to remove */
+    return 0;
+}
+
+usp_status usp_atomic_dir_commit(usp_atomic_dir *d)
+{
+    if (sync_dir(d->tmp_path) != 0)
+        return usp_error(USP_ERR_RUNTIME, "cannot sync %s: %s", d->tmp_path, strerror(errno));
+    if (swap_in(d) != 0)
+        return usp_error(USP_ERR_RUNTIME, "cannot rename %s to %s: %s", d->tmp_path, d->path, strerror(errno));
+    const char *base = NULL;
+    char *parent = parent_of(d->path, &base);
+    int failed = !parent || sync_dir(parent) != 0, e = parent ? errno : ENOMEM;
+    free(parent);
+    if (failed)
+        return usp_error(USP_ERR_RUNTIME, "cannot sync the directory holding %s: %s", d->path, strerror(e));
+    return USP_OK;
+}
+
+void usp_atomic_dir_close(usp_atomic_dir *d)
+{
+    if (d->tmp_path)
+        remove_flat_dir(d->tmp_path);
+    free(d->tmp_path), free(d->path);
+    *d = (usp_atomic_dir){0};
 }

@@ -1,6 +1,17 @@
-/* Output files that appear whole or not at all: written under a temporary
- * name in the same directory and renamed on success, so a failed run leaves
- * no partial file behind. */
+/* Outputs that appear whole or not at all.
+ *
+ * A file is written under a temporary name in the same directory and renamed
+ * on success, so a failed run leaves no partial file behind.
+ *
+ * A directory of several files (a checkpoint) is written the same way one
+ * level up: into DIR.tmp-XXXXXX beside DIR (same filesystem, so a rename and
+ * never a copy), synced, then swapped in for DIR in one step with
+ * renameat2(RENAME_EXCHANGE). Where the filesystem has no exchange, the old
+ * DIR is renamed to DIR.usp-old and the new one renamed in; between the two
+ * renames DIR is missing and DIR.usp-old is the whole old directory, which the
+ * next usp_atomic_dir_open renames back. A killed writer thus leaves DIR
+ * (or, in the fallback's window, DIR.usp-old) as the old directory or the new
+ * one, never a mix of the two. */
 #ifndef USP_ATOMIC_FILE_H
 #define USP_ATOMIC_FILE_H
 
@@ -22,5 +33,29 @@ usp_status usp_atomic_file_commit(usp_atomic_file *f);
 
 /* Removes the temporary file (safe to call after a failed open or a commit). */
 void usp_atomic_file_abort(usp_atomic_file *f);
+
+/* DIR + this: the old directory during the fallback swap (a name of usp's, not a user's backup "DIR.old"). */
+#define USP_ATOMIC_DIR_OLD_SUFFIX ".usp-old"
+
+typedef struct usp_atomic_dir {
+    char *path;     /* DIR, as the caller named it */
+    char *tmp_path; /* DIR.tmp-XXXXXX: the new files before the commit, the old directory after it */
+} usp_atomic_dir;
+
+/* Creates an empty DIR.tmp-XXXXXX beside `path` to be filled, after putting
+ * back DIR.usp-old from an interrupted fallback swap and removing the
+ * DIR.tmp-* directories that killed writers left. */
+usp_status usp_atomic_dir_open(usp_atomic_dir *d, const char *path);
+
+/* Syncs the temporary directory and swaps it in for DIR; the old DIR (if
+ * any) is then at d->tmp_path until usp_atomic_dir_close removes it. */
+usp_status usp_atomic_dir_commit(usp_atomic_dir *d);
+
+/* Removes d->tmp_path and the files in it (the unfinished new directory
+ * after a failure, the replaced old one after a commit), then frees d. */
+void usp_atomic_dir_close(usp_atomic_dir *d);
+
+/* Tests only (one global): 0 makes commits take the two-rename fallback even where the exchange works. */
+void usp_atomic_dir_set_exchange(int use_exchange);
 
 #endif

@@ -1,12 +1,15 @@
 /* Hugging Face names and layouts of the parameter table (see checkpoint.h). */
 #include "core/checkpoint.h"
 
+#include <dirent.h>
 #include <errno.h>
+#include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 
+#include "core/atomic_file.h"
 #include "core/safetensors.h"
 
 /* One Hugging Face tensor: rows [row0, row1) of one of our [rows, cols]
@@ -113,11 +116,79 @@ static void convert(const usp_param_tensor *p, const hf_piece *h, float *ours, f
         }
 }
 
-static usp_status make_dir(const char *dir)
+/* The files of a usp checkpoint; the manifest, written last, lists the others. */
+static const char *const checkpoint_files[] = {"model.safetensors", "config.json", "optimizer.safetensors"};
+enum { N_CHECKPOINT_FILES = 3 };
+static const char manifest_name[] = "usp_checkpoint.json";
+
+static usp_checkpoint_save_hook save_hook;
+static void *save_hook_ctx;
+
+void usp_checkpoint_set_save_hook(usp_checkpoint_save_hook hook, void *ctx)
 {
-    if (mkdir(dir, 0777) != 0 && errno != EEXIST)
-        return usp_error(USP_ERR_RUNTIME, "--save %s: cannot create the directory: %s", dir, strerror(errno));
+    save_hook = hook, save_hook_ctx = ctx;
+}
+
+static usp_status reach(usp_checkpoint_boundary at, const char *dir)
+{
+    if (save_hook && save_hook(at, save_hook_ctx))
+        return usp_error(USP_ERR_RUNTIME, "--save %s: stopped by the test hook at boundary %d", dir, (int)at);
     return USP_OK;
+}
+
+static int is_checkpoint_file(const char *name)
+{
+    for (int i = 0; i < N_CHECKPOINT_FILES; i++)
+        if (strcmp(name, checkpoint_files[i]) == 0)
+            return 1;
+    /* the manifest, and a temporary file an older usp's killed save left */
+    return strcmp(name, manifest_name) == 0 || strstr(name, ".tmp.") != NULL;
+}
+
+usp_status usp_checkpoint_check_save_dir(const char *dir)
+{
+    DIR *h = opendir(dir);
+    if (!h)
+        return USP_OK; /* missing (a fresh save) or not a directory (usp_atomic_dir_open says so) */
+    usp_status s = USP_OK;
+    for (struct dirent *e; s == USP_OK && (e = readdir(h)) != NULL;)
+        if (strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0 && !is_checkpoint_file(e->d_name))
+            s = usp_error(USP_ERR_CONFIG, "--save %s: the directory holds %s, which is not part of a checkpoint, and "
+                          "a save replaces the whole directory: save into a new or empty directory", dir, e->d_name);
+    closedir(h);
+    return s;
+}
+
+/* DIR/usp_checkpoint.json: the step and the size of each file, which the loader checks. */
+static usp_status write_manifest(const char *dir, int64_t step)
+{
+    json_t *files = json_object(), *root = json_object();
+    char path[1024];
+    usp_status s = files && root ? USP_OK : usp_error(USP_ERR_RUNTIME, "out of memory writing %s/%s", dir, manifest_name);
+    for (int i = 0; i < N_CHECKPOINT_FILES && s == USP_OK; i++) {
+        struct stat st;
+        snprintf(path, sizeof path, "%s/%s", dir, checkpoint_files[i]);
+        if (stat(path, &st) != 0)
+            s = usp_error(USP_ERR_RUNTIME, "cannot read the size of %s: %s", path, strerror(errno));
+        else
+            json_object_set_new(files, checkpoint_files[i], json_integer((json_int_t)st.st_size));
+    }
+    usp_atomic_file f;
+    snprintf(path, sizeof path, "%s/%s", dir, manifest_name);
+    if (s == USP_OK) {
+        json_object_set_new(root, "usp_checkpoint", json_integer(1));
+        json_object_set_new(root, "step", json_integer((json_int_t)step));
+        json_object_set(root, "files", files);
+        s = usp_atomic_file_open(&f, path);
+    }
+    if (s == USP_OK && (json_dumpf(root, f.fp, JSON_INDENT(2)) != 0 || fputc('\n', f.fp) == EOF)) {
+        usp_atomic_file_abort(&f);
+        s = usp_error(USP_ERR_RUNTIME, "cannot write %s", path);
+    } else if (s == USP_OK) {
+        s = usp_atomic_file_commit(&f);
+    }
+    json_decref(files), json_decref(root);
+    return s;
 }
 
 static usp_status save_weights(const char *path, const usp_model_config *c, const usp_param_table *t,
@@ -149,22 +220,44 @@ static usp_status save_weights(const char *path, const usp_model_config *c, cons
     return s;
 }
 
-usp_status usp_checkpoint_save(const char *dir, const usp_model_config *c, const usp_param_table *t,
-                               const float *params, const float *adam_m, const float *adam_v, int64_t step,
-                               uint64_t seed)
+/* Writes the checkpoint's files into `tmp`, the manifest last. */
+static usp_status write_files(const char *tmp, const char *dir, const usp_model_config *c, const usp_param_table *t,
+                              const float *params, const float *adam_m, const float *adam_v, int64_t step,
+                              uint64_t seed)
 {
-    USP_CHECK(make_dir(dir));
     char path[1024], meta[256];
-    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    USP_CHECK(reach(USP_CKPT_DIR_CREATED, dir));
+    snprintf(path, sizeof path, "%s/model.safetensors", tmp);
     USP_CHECK(save_weights(path, c, t, params));
-    snprintf(path, sizeof path, "%s/config.json", dir);
+    USP_CHECK(reach(USP_CKPT_WEIGHTS_WRITTEN, dir));
+    snprintf(path, sizeof path, "%s/config.json", tmp);
     USP_CHECK(usp_model_config_write_hf_json(c, path));
-    snprintf(path, sizeof path, "%s/optimizer.safetensors", dir);
+    USP_CHECK(reach(USP_CKPT_CONFIG_WRITTEN, dir));
+    snprintf(path, sizeof path, "%s/optimizer.safetensors", tmp);
     snprintf(meta, sizeof meta, "{\"format\": \"pt\", \"usp\": \"optimizer-1\", \"step\": \"%lld\", \"seed\": \"%llu\"}",
              (long long)step, (unsigned long long)seed);
     usp_st_entry moments[2] = {{.name = "adam_m", .ndim = 1, .shape = {t->total}, .data = adam_m},
                                {.name = "adam_v", .ndim = 1, .shape = {t->total}, .data = adam_v}};
-    return usp_safetensors_write(path, moments, 2, meta);
+    USP_CHECK(usp_safetensors_write(path, moments, 2, meta));
+    USP_CHECK(reach(USP_CKPT_OPTIMIZER_WRITTEN, dir));
+    USP_CHECK(write_manifest(tmp, step));
+    return reach(USP_CKPT_MANIFEST_WRITTEN, dir);
+}
+
+usp_status usp_checkpoint_save(const char *dir, const usp_model_config *c, const usp_param_table *t,
+                               const float *params, const float *adam_m, const float *adam_v, int64_t step,
+                               uint64_t seed)
+{
+    USP_CHECK(usp_checkpoint_check_save_dir(dir));
+    usp_atomic_dir d;
+    USP_CHECK(usp_atomic_dir_open(&d, dir));
+    usp_status s = write_files(d.tmp_path, dir, c, t, params, adam_m, adam_v, step, seed);
+    if (s == USP_OK)
+        s = usp_atomic_dir_commit(&d);
+    if (s == USP_OK)
+        s = reach(USP_CKPT_SWAPPED, dir);
+    usp_atomic_dir_close(&d); /* the unfinished new directory, or the replaced old one */
+    return s;
 }
 
 /* The tensor `name` of st (also under GPT-2's "transformer." prefix) with the expected shape. */
@@ -241,20 +334,87 @@ static usp_status load_optimizer(const char *path, const usp_param_table *t, flo
     return s;
 }
 
+static int file_exists(const char *path)
+{
+    struct stat st;
+    return stat(path, &st) == 0;
+}
+
+/* Checks DIR/usp_checkpoint.json against the files beside it: each listed, each there with its size. */
+static usp_status check_manifest(const char *dir, const char *manifest, int64_t *step)
+{
+    json_error_t error;
+    json_t *root = json_load_file(manifest, 0, &error);
+    if (!root)
+        return usp_error(USP_ERR_CONFIG, "%s: not a usp checkpoint manifest (line %d: %s); save the checkpoint again",
+                         manifest, error.line, error.text);
+    json_t *files = json_object_get(root, "files"), *at = json_object_get(root, "step");
+    usp_status s = USP_OK;
+    if (!json_is_object(files) || !json_is_integer(at) || json_integer_value(at) < 0)
+        s = usp_error(USP_ERR_CONFIG, "%s: expected an object \"files\" and a step >= 0; save the checkpoint again",
+                      manifest);
+    for (int i = 0; i < N_CHECKPOINT_FILES && s == USP_OK; i++) {
+        const char *name = checkpoint_files[i];
+        json_t *size = json_object_get(files, name);
+        char path[1024];
+        snprintf(path, sizeof path, "%s/%s", dir, name);
+        struct stat st;
+        if (!json_is_integer(size))
+            s = usp_error(USP_ERR_CONFIG, "%s does not list %s: not a checkpoint this usp wrote; save it again",
+                          manifest, name);
+        else if (stat(path, &st) != 0)
+            s = usp_error(USP_ERR_CONFIG, "checkpoint %s is incomplete: %s, listed in %s, is missing", dir, path,
+                          manifest);
+        else if ((json_int_t)st.st_size != json_integer_value(size))
+            s = usp_error(USP_ERR_CONFIG, "%s has %lld bytes, %s lists %lld: the file was changed after the save",
+                          path, (long long)st.st_size, manifest, (long long)json_integer_value(size));
+    }
+    *step = s == USP_OK ? (int64_t)json_integer_value(at) : 0;
+    json_decref(root);
+    return s;
+}
+
+/* Whether DIR is a complete usp checkpoint (*is_usp = 1, with the manifest's step) or a
+ * Hugging Face directory (*is_usp = 0); anything between is refused, naming what is missing. */
+static usp_status check_complete(const char *dir, int *is_usp, int64_t *step)
+{
+    char manifest[1024], optimizer[1024], old[1024];
+    snprintf(manifest, sizeof manifest, "%s/%s", dir, manifest_name);
+    snprintf(optimizer, sizeof optimizer, "%s/optimizer.safetensors", dir);
+    snprintf(old, sizeof old, "%s" USP_ATOMIC_DIR_OLD_SUFFIX, dir);
+    *is_usp = 0, *step = 0;
+    if (!file_exists(dir) && file_exists(old))
+        return usp_error(USP_ERR_CONFIG, "checkpoint %s is missing and %s holds the one a killed save was replacing: "
+                         "rename %s to %s, or save again", dir, old, old, dir);
+    if (file_exists(manifest)) {
+        *is_usp = 1;
+        return check_manifest(dir, manifest, step);
+    }
+    if (file_exists(optimizer))
+        return usp_error(USP_ERR_CONFIG, "checkpoint %s is incomplete: %s is missing (a save writes it last, so the save "
+                         "did not finish, or an older usp wrote it); resume from another checkpoint, or delete %s to "
+                         "load only the weights with a fresh optimizer", dir, manifest, optimizer);
+    return USP_OK;
+}
+
 usp_status usp_checkpoint_load(const char *dir, const usp_model_config *c, const usp_param_table *t, float *params,
                                float *adam_m, float *adam_v, int64_t *step, int *has_optimizer)
 {
     char path[1024];
-    snprintf(path, sizeof path, "%s/model.safetensors", dir);
-    USP_CHECK(load_weights(path, c, t, params));
-    snprintf(path, sizeof path, "%s/optimizer.safetensors", dir);
+    int is_usp;
+    int64_t manifest_step;
     *has_optimizer = 0;
     *step = 0;
-    FILE *f = fopen(path, "rb");
-    if (!f)
+    USP_CHECK(check_complete(dir, &is_usp, &manifest_step));
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    USP_CHECK(load_weights(path, c, t, params));
+    if (!is_usp)
         return USP_OK; /* a Hugging Face directory: a fresh optimizer */
-    fclose(f);
+    snprintf(path, sizeof path, "%s/optimizer.safetensors", dir);
     USP_CHECK(load_optimizer(path, t, adam_m, adam_v, step));
+    if (*step != manifest_step)
+        return usp_error(USP_ERR_CONFIG, "%s says step %lld, %s/%s says %lld: the files come from different saves",
+                         path, (long long)*step, dir, manifest_name, (long long)manifest_step);
     *has_optimizer = 1;
     return USP_OK;
 }

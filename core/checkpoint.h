@@ -4,10 +4,14 @@
  * of the family (GPT-2: wte, wpe, h.N.ln_1, h.N.attn.c_attn, ... with Conv1D
  * weights stored [in, out]; Llama: model.embed_tokens, model.layers.N.self_attn.q_proj,
  * ..., lm_head), DIR/config.json, and usp's own DIR/optimizer.safetensors
- * (Adam moments, step and seed in its metadata). Each file is written under a
- * temporary name and renamed. Loading accepts any such directory, including
- * one written by Hugging Face's save_pretrained (F32, F16 or BF16); without
- * optimizer.safetensors training starts a fresh optimizer. */
+ * (Adam moments, step and seed in its metadata), then, last, DIR/usp_checkpoint.json
+ * (the manifest: the step and each file's size). The files go into a new
+ * directory beside DIR that is swapped in for DIR as a whole (core/atomic_file.h),
+ * so a save killed at any moment leaves the old checkpoint or the new one.
+ * Loading accepts a usp checkpoint only when its manifest lists every file and
+ * every file is there; a directory without optimizer.safetensors and without
+ * a manifest is a Hugging Face one, as save_pretrained writes it (F32, F16 or
+ * BF16): training from it starts a fresh optimizer. */
 #ifndef USP_CHECKPOINT_H
 #define USP_CHECKPOINT_H
 
@@ -18,8 +22,30 @@ usp_status usp_checkpoint_save(const char *dir, const usp_model_config *c, const
                                const float *params, const float *adam_m, const float *adam_v, int64_t step,
                                uint64_t seed);
 
+/* Whether a save may replace `dir` (missing, or holding only checkpoint files): USP_ERR_CONFIG naming the other file. */
+usp_status usp_checkpoint_check_save_dir(const char *dir);
+
+/* The moments of a save at which a test can stop it (usp_checkpoint_set_save_hook). */
+typedef enum usp_checkpoint_boundary {
+    USP_CKPT_DIR_CREATED,      /* the temporary directory exists, empty */
+    USP_CKPT_WEIGHTS_WRITTEN,  /* model.safetensors in it */
+    USP_CKPT_CONFIG_WRITTEN,   /* config.json too */
+    USP_CKPT_OPTIMIZER_WRITTEN, /* optimizer.safetensors too */
+    USP_CKPT_MANIFEST_WRITTEN, /* usp_checkpoint.json too: complete, not yet swapped in */
+    USP_CKPT_SWAPPED,          /* the new directory is DIR; the old one not yet removed */
+    USP_CKPT_BOUNDARIES
+} usp_checkpoint_boundary;
+
+/* A test's hook: a non-zero return fails the save there, as a full disk would. */
+typedef int (*usp_checkpoint_save_hook)(usp_checkpoint_boundary at, void *ctx);
+
+/* Tests only (one global, not thread-safe): calls hook at each boundary of every save; NULL removes it. */
+void usp_checkpoint_set_save_hook(usp_checkpoint_save_hook hook, void *ctx);
+
 /* Reads weights (and, when present, *has_optimizer = 1 with the moments and step).
- * A missing tensor or a shape that does not match the config is USP_ERR_CONFIG naming the file and the tensor. */
+ * A missing tensor or a shape that does not match the config is USP_ERR_CONFIG naming the file and the tensor;
+ * an incomplete usp checkpoint (a file of the manifest missing, or optimizer.safetensors without a
+ * manifest) is USP_ERR_CONFIG naming what is missing. */
 usp_status usp_checkpoint_load(const char *dir, const usp_model_config *c, const usp_param_table *t, float *params,
                                float *adam_m, float *adam_v, int64_t *step, int *has_optimizer);
 

@@ -343,6 +343,8 @@ static usp_status setup(trainer *t)
     if (!t->numerics && c->save_dir)
         return usp_error(USP_ERR_CONFIG, "--save %s with the %s backend: a run on shapes only has no weights to "
                          "save; drop --save or --meta", c->save_dir, usp_backend_name(BE));
+    if (c->save_dir) /* before the run, not after hours of it */
+        USP_CHECK(usp_checkpoint_check_save_dir(c->save_dir));
     if (t->numerics && c->storage != USP_F32)
         return usp_error(USP_ERR_CONFIG, "--dtype %s with the %s backend, which computes in fp32: mixed precision "
                          "is planned on shapes only (add --meta, or use usp plan)", usp_dtype_name(c->storage),
