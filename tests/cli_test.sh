@@ -193,5 +193,23 @@ if [[ -s $work/plan.json ]] && grep -q '"ph"' "$work/plan.json"; then passed=$((
 rm -f "$work/plan.json"
 
 expect 2 "never fired" -- selftest --world 8 --ulysses 4 --inject skip:rank=0,op=sendrecv
+# absurd numbers and keys given twice in a topology file (issue 15): exit 2 naming the field and its range,
+# quickly (a 5e-324 GB/s link once made plan spin until killed, 1e-315 made --json print nothing and exit 0)
+topology_with_bandwidth() {
+    printf '{"gpu": "h100-sxm", "gpus_per_node": 8,\n "fabric": {"kind": "nvswitch", "gpu_link": {%s}}}\n' "$1"
+}
+topology_with_bandwidth '"bandwidth_gbs": 5e-324' >"$work/denormal.json"
+topology_with_bandwidth '"bandwidth_gbs": 1e-315' >"$work/tiny.json"
+topology_with_bandwidth '"bandwidth_gbs": 450, "bandwidth_gbs": 1' >"$work/twice.json"
+limit=10
+expect 2 "topology file $work/denormal.json: field 'fabric.gpu_link.bandwidth_gbs' is 4.94066e-324: it must be at least 0.001 and at most 100000" -- \
+    plan --topology "$work/denormal.json"
+expect 2 "field 'fabric.gpu_link.bandwidth_gbs' is 1e-315: it must be at least 0.001 and at most 100000" -- \
+    plan --topology "$work/tiny.json" --json
+expect 2 "topology file $work/twice.json: duplicate object key near '\"bandwidth_gbs\"' (line 2" -- \
+    plan --topology "$work/twice.json"
+unset limit
+rm -f "$work/denormal.json" "$work/tiny.json" "$work/twice.json"
+
 echo "cli: $passed passed, $failed failed"
 [[ $failed -eq 0 ]]
