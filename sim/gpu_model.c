@@ -79,14 +79,13 @@ double sim_gpu_op_seconds(const sim_gpu *gpu, usp_dtype dtype, const usp_op_cost
  * Generous, so any GPU built or announced fits with room to spare, but finite,
  * so every time the roofline computes is a finite number of seconds:
  * - peaks 0.001 .. 100000 TFLOP/s: 1 GFLOP/s is below one CPU core; 100
- *   PFLOP/s is ten times the densest dense peak announced (B200 FP4, 9 PFLOP/s);
+ *   PFLOP/s is several times any dense peak announced (Blackwell FP4, 9-15 PFLOP/s);
  * - HBM 0.001 .. 1000 TB/s: 1 GB/s is below a DDR channel; 1 PB/s is over a
  *   hundred times the B200's 8 TB/s;
  * - memory 1e-6 .. 100000 GB: 1 kB lets a test model a GPU nothing fits on;
- *   100 TB is hundreds of times the largest (288 GB);
+ *   100 TB is hundreds of times any GPU's (under 0.5 TB);
  * - efficiencies 0.001 .. 1: a fraction of a peak, (0, 1], floored at 0.1%
- *   (no kernel the model prices runs slower) so peak x efficiency stays a
- *   rate a time can be divided by. */
+ *   so peak x efficiency stays a rate a time can be divided by. */
 #define PEAK_RANGE(dtype) {dtype, 1e-3, 1e5, TERA, "dense TFLOP/s, e.g. 989.4 for an H100's BF16"}
 static const sim_json_range peak_bf16 = PEAK_RANGE("bf16"), peak_fp32 = PEAK_RANGE("fp32"),
                             peak_tf32 = PEAK_RANGE("tf32"), peak_fp8 = PEAK_RANGE("fp8"),
@@ -133,7 +132,8 @@ static usp_status read_peaks(const json_t *obj, sim_json_at gpu_at, sim_gpu *g)
     USP_CHECK(sim_json_check_keys(obj, at, known));
     USP_CHECK(sim_json_number(obj, at, &peak_bf16, 1, &g->peak_bf16));
     USP_CHECK(sim_json_number(obj, at, &peak_fp32, 1, &g->peak_fp32));
-    g->peak_tf32 = g->peak_fp32, g->peak_fp8 = g->peak_bf16, g->peak_fp64 = g->peak_fp32; /* absent: the unit below it */
+    /* absent: the unit below it */
+    g->peak_tf32 = g->peak_fp32, g->peak_fp8 = g->peak_bf16, g->peak_fp64 = g->peak_fp32;
     USP_CHECK(sim_json_number(obj, at, &peak_tf32, 0, &g->peak_tf32));
     USP_CHECK(sim_json_number(obj, at, &peak_fp8, 0, &g->peak_fp8));
     return sim_json_number(obj, at, &peak_fp64, 0, &g->peak_fp64);

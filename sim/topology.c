@@ -223,14 +223,14 @@ double sim_topology_route_latency(const sim_topology *t, const int *links, int n
  * - efficiency 0.001 .. 1: a fraction of the line rate, (0, 1], floored at
  *   0.1% so a link's capacity stays at least 1 kB/s;
  * - latency 0 .. 1e6 us, a link's and the base per call: a hop costs 0.5-3 us,
- *   NCCL's base 8.4 us, a round trip across an ocean under 0.1 s; 1 s is
+ *   NCCL's base 8.4 us, a round trip around the globe under 0.3 s; 1 s is
  *   beyond any link (0: an ideal one);
- * - nodes 1 .. 100000 (as --nodes): the largest clusters have about 100k GPUs,
- *   some 12500 nodes of 8;
+ * - nodes 1 .. 100000 (as --nodes): the largest clusters have 100k-200k GPUs,
+ *   at most 25000 nodes of 8;
  * - GPUs a node 1 .. 4096: the largest NVLink domain announced has 576;
  * - NICs a node 1 .. 64 (0 in code: no network): a DGX has 8, plus 2 for storage;
- * - CPU sockets a node (PCIe: switches / switches_per_socket) at most 8, the
- *   largest servers'.
+ * - CPU sockets a node (PCIe: switches / switches_per_socket) at most 8: GPU
+ *   servers have 1-4, 8 is the largest glueless x86 board.
  * With these bounds every link id (node x links a node, at most
  * 2 x 4096 + 2 x 4096 + 8 + 8 x 8 + 2 x 64 a node) fits in an int. */
 #define MAX_NODES 100000
