@@ -11,6 +11,7 @@
  * edge of its range (the file is accepted and every time priced on it is a
  * finite number of seconds) and refuses one beyond it. */
 #include <check.h>
+#include <dirent.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,14 +22,33 @@
 #include "sim/cost_model.h"
 #include "tests/check_main.h"
 
-static char tmpdir[] = "/tmp/usp_topology_ranges_XXXXXX";
+/* The files of the tests live in one scratch directory, which main() makes and removes. */
+static char scratch_dir[] = "/tmp/usp_topology_ranges_XXXXXX";
 
-static void write_file(const char *path, const char *text)
+/* Removes the directory with what is in it: a failed test leaves its file behind. */
+static void remove_scratch_dir(void)
 {
+    DIR *d = opendir(scratch_dir);
+    if (!d)
+        return;
+    char path[512];
+    for (struct dirent *e = readdir(d); e; e = readdir(d)) {
+        snprintf(path, sizeof path, "%s/%s", scratch_dir, e->d_name);
+        if (e->d_name[0] != '.')
+            unlink(path);
+    }
+    closedir(d);
+    rmdir(scratch_dir);
+}
+
+/* Writes `text` to the file `name` of the scratch directory; its path goes to path[256]. */
+static void scratch_file(const char *name, const char *text, char *path)
+{
+    snprintf(path, 256, "%s/%s", scratch_dir, name);
     FILE *f = fopen(path, "w");
     ck_assert_ptr_nonnull(f);
-    fputs(text, f);
-    fclose(f);
+    ck_assert_int_ge(fputs(text, f), 0);
+    ck_assert_int_eq(fclose(f), 0);
 }
 
 /* --- a file with every number of the format -------------------------------- */
@@ -86,8 +106,9 @@ static const char *value_of(const char *token, size_t len, const field_value *se
     return NULL;
 }
 
-/* Writes the template with the values of `set` (up to MAX_SET, NULL-ended) over the defaults. */
-static void write_topology(const char *path, const field_value *set)
+/* Writes the template with the values of `set` (up to MAX_SET, NULL-ended) over the defaults
+ * to the scratch file `name`; its path goes to path[256]. */
+static void write_topology(const char *name, const field_value *set, char *path)
 {
     char json[4096];
     size_t n = 0;
@@ -100,7 +121,7 @@ static void write_topology(const char *path, const field_value *set)
         p = end ? end + 1 : p + 1;
     }
     json[n] = '\0';
-    write_file(path, json);
+    scratch_file(name, json, path);
 }
 
 /* Every time the model gives on `t` is a finite, positive number of seconds:
@@ -189,23 +210,21 @@ START_TEST(every_number_of_a_file_is_refused_outside_its_range)
 {
     const range_case *c = &range_cases[_i];
     char path[256];
-    snprintf(path, sizeof path, "%s/range%d.json", tmpdir, _i);
     field_value set[MAX_SET + 1] = {{c->token, c->edge}};
     memcpy(set + 1, c->also, sizeof c->also);
-    write_topology(path, set);
+    write_topology("range.json", set, path);
     sim_topology t;
     ck_assert_msg(sim_topology_from_name_or_file(path, 0, &t) == USP_OK, "%s = %s, at the edge of its range: %s",
                   c->token, c->edge, usp_error_message());
     expect_finite_times(&t);
     set[0].value = c->beyond;
-    write_topology(path, set);
+    write_topology("range.json", set, path);
     ck_assert_msg(sim_topology_from_name_or_file(path, 0, &t) == USP_ERR_CONFIG, "%s = %s was accepted", c->token,
                   c->beyond);
     const char *msg = usp_error_message();
     ck_assert_msg(strstr(msg, path) && strstr(msg, c->field) && strstr(msg, c->range),
                   "%s = %s: the message lacks the path, \"%s\" or \"%s\": %s", c->token, c->beyond, c->field,
                   c->range, msg);
-    unlink(path);
 }
 END_TEST
 
@@ -231,8 +250,7 @@ START_TEST(a_key_given_twice_is_refused_naming_it)
 {
     const duplicate_case *c = &duplicate_cases[_i];
     char path[256], needle[128];
-    snprintf(path, sizeof path, "%s/duplicate%d.json", tmpdir, _i);
-    write_file(path, c->json);
+    scratch_file("duplicate.json", c->json, path);
     sim_topology t;
     sim_gpu g;
     usp_status s = c->gpu_file ? sim_gpu_from_name_or_file(path, &g) : sim_topology_from_name_or_file(path, 0, &t);
@@ -241,7 +259,6 @@ START_TEST(a_key_given_twice_is_refused_naming_it)
     const char *msg = usp_error_message();
     ck_assert_msg(strstr(msg, path) && strstr(msg, needle) && strstr(msg, "line"),
                   "case %d: the message lacks the path, \"%s\" or the line: %s", _i, needle, msg);
-    unlink(path);
 }
 END_TEST
 
@@ -312,13 +329,11 @@ START_TEST(too_many_nodes_from_the_caller_are_refused)
     ck_assert_msg(strstr(usp_error_message(), "'nodes' is 100001") &&
                   strstr(usp_error_message(), "between 1 and 100000"), "%s", usp_error_message());
     char path[256];
-    snprintf(path, sizeof path, "%s/nodes.json", tmpdir);
-    write_topology(path, (field_value[MAX_SET]){{0}});
+    write_topology("nodes.json", (field_value[MAX_SET]){{0}}, path);
     ck_assert_int_eq(sim_topology_from_name_or_file(path, 100000, &t), USP_OK);
     ck_assert_int_eq(sim_topology_from_name_or_file(path, 100001, &t), USP_ERR_CONFIG);
     ck_assert_msg(strstr(usp_error_message(), path) && strstr(usp_error_message(), "'nodes' is 100001"), "%s",
                   usp_error_message());
-    unlink(path);
 }
 END_TEST
 
@@ -326,27 +341,24 @@ END_TEST
 START_TEST(gpu_file_numbers_are_range_checked)
 {
     char path[256];
-    snprintf(path, sizeof path, "%s/gpu.json", tmpdir);
-    write_file(path, "{\"peak_tflops\": {\"bf16\": 989.4, \"fp32\": 67}, \"hbm_tbs\": 1e-315, \"memory_gb\": 80}");
+    scratch_file("gpu.json", "{\"peak_tflops\": {\"bf16\": 989.4, \"fp32\": 67}, \"hbm_tbs\": 1e-315, \"memory_gb\": 80}",
+                 path);
     sim_gpu g;
     ck_assert_int_eq(sim_gpu_from_name_or_file(path, &g), USP_ERR_CONFIG);
     const char *msg = usp_error_message();
     ck_assert_msg(strstr(msg, "GPU file") && strstr(msg, path) && strstr(msg, "'hbm_tbs' is 1e-315") &&
                   strstr(msg, "at least 0.001 and at most 1000"), "%s", msg);
-    unlink(path);
 }
 END_TEST
 
 static Suite *ranges_suite(void)
 {
     Suite *s = suite_create("topology_ranges");
-    TCase *t = tcase_create("files");
+    TCase *t = tcase_create("ranges"); /* files, then topologies built in code */
     tcase_add_loop_test(t, every_number_of_a_file_is_refused_outside_its_range, 0, N_RANGE_CASES);
     tcase_add_loop_test(t, a_key_given_twice_is_refused_naming_it, 0, N_DUPLICATE_CASES);
     tcase_add_test(t, too_many_nodes_from_the_caller_are_refused);
     tcase_add_test(t, gpu_file_numbers_are_range_checked);
-    suite_add_tcase(s, t);
-    t = tcase_create("code");
     tcase_add_loop_test(t, topologies_built_in_code_obey_the_file_ranges, 0, N_CODE_CASES);
     suite_add_tcase(s, t);
     return s;
@@ -354,11 +366,9 @@ static Suite *ranges_suite(void)
 
 int main(void)
 {
-    if (!mkdtemp(tmpdir)) {
-        perror("mkdtemp");
-        return 1;
-    }
-    int code = check_main_run(ranges_suite());
-    rmdir(tmpdir);
-    return code;
+    if (!mkdtemp(scratch_dir))
+        return perror(scratch_dir), 1;
+    int failed = check_main_run(ranges_suite());
+    remove_scratch_dir();
+    return failed;
 }
