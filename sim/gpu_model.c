@@ -75,29 +75,68 @@ double sim_gpu_op_seconds(const sim_gpu *gpu, usp_dtype dtype, const usp_op_cost
     return t_flops > t_bytes ? t_flops : t_bytes;
 }
 
-/* --- the JSON reader ------------------------------------------------------ */
+/* --- physical ranges and the JSON reader ----------------------------------
+ * Generous, so any GPU built or announced fits with room to spare, but finite,
+ * so every time the roofline computes is a finite number of seconds:
+ * - peaks 0.001 .. 100000 TFLOP/s: 1 GFLOP/s is below one CPU core; 100
+ *   PFLOP/s is several times any dense peak announced (Blackwell FP4, 9-15 PFLOP/s);
+ * - HBM 0.001 .. 1000 TB/s: 1 GB/s is below a DDR channel; 1 PB/s is over a
+ *   hundred times the B200's 8 TB/s;
+ * - memory 1e-6 .. 100000 GB: 1 kB lets a test model a GPU nothing fits on;
+ *   100 TB is hundreds of times any GPU's (under 0.5 TB);
+ * - efficiencies 0.001 .. 1: a fraction of a peak, (0, 1], floored at 0.1%
+ *   so peak x efficiency stays a rate a time can be divided by. */
+#define PEAK_RANGE(dtype) {dtype, 1e-3, 1e5, TERA, "dense TFLOP/s, e.g. 989.4 for an H100's BF16"}
+static const sim_json_range peak_bf16 = PEAK_RANGE("bf16"), peak_fp32 = PEAK_RANGE("fp32"),
+                            peak_tf32 = PEAK_RANGE("tf32"), peak_fp8 = PEAK_RANGE("fp8"),
+                            peak_fp64 = PEAK_RANGE("fp64");
+static const sim_json_range hbm = {"hbm_tbs", 1e-3, 1e3, TERA, "HBM bandwidth in TB/s, e.g. 3.35"};
+static const sim_json_range memory = {"memory_gb", 1e-6, 1e5, 1e9, "memory capacity in GB, e.g. 80"};
+#define EFFICIENCY_RANGE(key) {key, 1e-3, 1, 1, "a fraction of the peak, e.g. 0.7"}
+static const sim_json_range gemm_eff = EFFICIENCY_RANGE("gemm_efficiency"),
+                            attention_eff = EFFICIENCY_RANGE("attention_efficiency"),
+                            attention_backward_eff = EFFICIENCY_RANGE("attention_backward_efficiency"),
+                            memory_eff = EFFICIENCY_RANGE("memory_efficiency");
+
+static sim_json_at peaks_at(const char *where, const char *prefix, char *buf, size_t size)
+{
+    snprintf(buf, size, "%speak_tflops.", prefix);
+    return (sim_json_at){where, buf};
+}
+
+usp_status sim_gpu_check(const sim_gpu *g, const char *where, const char *prefix)
+{
+    char buf[128];
+    sim_json_at at = {where, prefix}, peaks = peaks_at(where, prefix, buf, sizeof buf);
+    USP_CHECK(sim_json_check_number(peaks, &peak_bf16, g->peak_bf16));
+    USP_CHECK(sim_json_check_number(peaks, &peak_fp32, g->peak_fp32));
+    USP_CHECK(sim_json_check_number(peaks, &peak_tf32, g->peak_tf32));
+    USP_CHECK(sim_json_check_number(peaks, &peak_fp8, g->peak_fp8));
+    USP_CHECK(sim_json_check_number(peaks, &peak_fp64, g->peak_fp64));
+    USP_CHECK(sim_json_check_number(at, &hbm, g->hbm_bandwidth));
+    USP_CHECK(sim_json_check_number(at, &memory, g->memory_bytes));
+    USP_CHECK(sim_json_check_number(at, &gemm_eff, g->gemm_efficiency));
+    USP_CHECK(sim_json_check_number(at, &attention_eff, g->attention_efficiency));
+    USP_CHECK(sim_json_check_number(at, &attention_backward_eff, g->attention_backward_efficiency));
+    return sim_json_check_number(at, &memory_eff, g->memory_efficiency);
+}
 
 static usp_status read_peaks(const json_t *obj, sim_json_at gpu_at, sim_gpu *g)
 {
     static const char *const known[] = {"fp64", "fp32", "tf32", "bf16", "fp8", NULL};
-    char prefix[128];
-    snprintf(prefix, sizeof prefix, "%speak_tflops.", gpu_at.prefix);
-    sim_json_at at = {gpu_at.where, prefix};
+    char buf[128];
+    sim_json_at at = peaks_at(gpu_at.where, gpu_at.prefix, buf, sizeof buf);
     if (!json_is_object(obj))
         return usp_error(USP_ERR_CONFIG, "%s: field '%speak_tflops' must be an object such as "
                          "{\"bf16\": 989.4, \"fp32\": 67}", at.where, gpu_at.prefix);
     USP_CHECK(sim_json_check_keys(obj, at, known));
-    const char *hint = "dense TFLOP/s, e.g. 989.4 for an H100's BF16";
-    double bf16 = 0, fp32 = 0;
-    USP_CHECK(sim_json_number(obj, at, "bf16", 1, 0, 0, -1, hint, &bf16));
-    USP_CHECK(sim_json_number(obj, at, "fp32", 1, 0, 0, -1, hint, &fp32));
-    double tf32 = fp32, fp8 = bf16, fp64 = fp32; /* absent: the unit below it */
-    USP_CHECK(sim_json_number(obj, at, "tf32", 0, 0, 0, -1, hint, &tf32));
-    USP_CHECK(sim_json_number(obj, at, "fp8", 0, 0, 0, -1, hint, &fp8));
-    USP_CHECK(sim_json_number(obj, at, "fp64", 0, 0, 0, -1, hint, &fp64));
-    g->peak_bf16 = bf16 * TERA, g->peak_fp32 = fp32 * TERA, g->peak_tf32 = tf32 * TERA;
-    g->peak_fp8 = fp8 * TERA, g->peak_fp64 = fp64 * TERA;
-    return USP_OK;
+    USP_CHECK(sim_json_number(obj, at, &peak_bf16, 1, &g->peak_bf16));
+    USP_CHECK(sim_json_number(obj, at, &peak_fp32, 1, &g->peak_fp32));
+    /* absent: the unit below it */
+    g->peak_tf32 = g->peak_fp32, g->peak_fp8 = g->peak_bf16, g->peak_fp64 = g->peak_fp32;
+    USP_CHECK(sim_json_number(obj, at, &peak_tf32, 0, &g->peak_tf32));
+    USP_CHECK(sim_json_number(obj, at, &peak_fp8, 0, &g->peak_fp8));
+    return sim_json_number(obj, at, &peak_fp64, 0, &g->peak_fp64);
 }
 
 usp_status sim_gpu_from_json(const json_t *obj, const char *where, const char *prefix, sim_gpu *out)
@@ -117,17 +156,13 @@ usp_status sim_gpu_from_json(const json_t *obj, const char *where, const char *p
         return usp_error(USP_ERR_CONFIG, "%s: field '%speak_tflops' is missing (dense TFLOP/s per dtype, e.g. "
                          "{\"bf16\": 989.4, \"fp32\": 67})", where, prefix);
     USP_CHECK(read_peaks(peaks, at, &g));
-    double hbm = 0, mem = 0;
-    USP_CHECK(sim_json_number(obj, at, "hbm_tbs", 1, 0, 0, -1, "HBM bandwidth in TB/s, e.g. 3.35", &hbm));
-    USP_CHECK(sim_json_number(obj, at, "memory_gb", 1, 0, 0, -1, "memory capacity in GB, e.g. 80", &mem));
-    g.hbm_bandwidth = hbm * TERA, g.memory_bytes = mem * 1e9;
-    const char *eff = "a fraction of the peak, e.g. 0.7";
-    USP_CHECK(sim_json_number(obj, at, "gemm_efficiency", 0, 0, 0, 1, eff, &g.gemm_efficiency));
-    USP_CHECK(sim_json_number(obj, at, "attention_efficiency", 0, 0, 0, 1, eff, &g.attention_efficiency));
+    USP_CHECK(sim_json_number(obj, at, &hbm, 1, &g.hbm_bandwidth));
+    USP_CHECK(sim_json_number(obj, at, &memory, 1, &g.memory_bytes));
+    USP_CHECK(sim_json_number(obj, at, &gemm_eff, 0, &g.gemm_efficiency));
+    USP_CHECK(sim_json_number(obj, at, &attention_eff, 0, &g.attention_efficiency));
     g.attention_backward_efficiency = g.attention_efficiency;
-    USP_CHECK(sim_json_number(obj, at, "attention_backward_efficiency", 0, 0, 0, 1, eff,
-                          &g.attention_backward_efficiency));
-    USP_CHECK(sim_json_number(obj, at, "memory_efficiency", 0, 0, 0, 1, eff, &g.memory_efficiency));
+    USP_CHECK(sim_json_number(obj, at, &attention_backward_eff, 0, &g.attention_backward_efficiency));
+    USP_CHECK(sim_json_number(obj, at, &memory_eff, 0, &g.memory_efficiency));
     *out = g;
     return USP_OK;
 }
@@ -136,12 +171,10 @@ usp_status sim_gpu_from_name_or_file(const char *spec, sim_gpu *out)
 {
     if (sim_gpu_preset(spec, out))
         return USP_OK;
-    json_error_t err;
-    json_t *root = json_load_file(spec, 0, &err);
-    if (!root)
-        return usp_error(USP_ERR_CONFIG, "GPU '%s': not a preset (%s) and not a readable JSON file (%s, line %d)",
-                         spec, sim_gpu_preset_names(), err.text, err.line);
     char where[512];
+    snprintf(where, sizeof where, "GPU file %s (not a preset: %s)", spec, sim_gpu_preset_names());
+    json_t *root;
+    USP_CHECK(sim_json_load_file(spec, where, &root));
     snprintf(where, sizeof where, "GPU file %s", spec);
     usp_status s = json_is_object(root) ? sim_gpu_from_json(root, where, "", out)
                                         : usp_error(USP_ERR_CONFIG, "%s: the file must hold one JSON object "

@@ -54,6 +54,11 @@ usp_status sim_gpu_from_name_or_file(const char *spec, sim_gpu *out);
  * e.g. where "topology file x.json" and prefix "gpu.". */
 usp_status sim_gpu_from_json(const json_t *obj, const char *where, const char *prefix, sim_gpu *out);
 
+/* Checks a GPU built in code against the ranges the JSON reader applies
+ * (docs/cluster_model.md); messages read "<where>: field '<prefix>hbm_tbs' ...".
+ * USP_ERR_CONFIG naming the field, the value and the range. */
+usp_status sim_gpu_check(const sim_gpu *gpu, const char *where, const char *prefix);
+
 /* The tensor-core peak FLOP/s for GEMMs in `dtype` (f32 runs as TF32, bf16 as BF16). */
 double sim_gpu_peak_flops(const sim_gpu *gpu, usp_dtype dtype);
 

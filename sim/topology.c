@@ -212,32 +212,70 @@ double sim_topology_route_latency(const sim_topology *t, const int *links, int n
     return s;
 }
 
-/* --- checks and the JSON reader ------------------------------------------- */
+/* --- physical ranges and checks --------------------------------------------
+ * Every number a topology holds, from a file or from code, lies in a range
+ * generous enough for any machine built or announced, but finite, so every
+ * time the model computes is a finite number (a 5e-324 GB/s link once made
+ * the planner spin; docs/cluster_model.md lists the ranges):
+ * - link bandwidth 0.001 .. 100000 GB/s a direction: 1 MB/s is below 100 Mb/s
+ *   Ethernet (12.5 MB/s), slower than anything a cluster trains over; 100 TB/s
+ *   is over a hundred times NVLink 5 (900 GB/s a direction);
+ * - efficiency 0.001 .. 1: a fraction of the line rate, (0, 1], floored at
+ *   0.1% so a link's capacity stays at least 1 kB/s;
+ * - latency 0 .. 1e6 us, a link's and the base per call: a hop costs 0.5-3 us,
+ *   NCCL's base 8.4 us, a round trip around the globe under 0.3 s; 1 s is
+ *   beyond any link (0: an ideal one);
+ * - nodes 1 .. 100000 (as --nodes): the largest clusters have 100k-200k GPUs,
+ *   at most 25000 nodes of 8;
+ * - GPUs a node 1 .. 4096: the largest NVLink domain announced has 576;
+ * - NICs a node 1 .. 64 (0 in code: no network): a DGX has 8, plus 2 for storage;
+ * - CPU sockets a node (PCIe: switches / switches_per_socket) at most 8: GPU
+ *   servers have 1-4, 8 is the largest glueless x86 board.
+ * With these bounds every link id (node x links a node, at most
+ * 2 x 4096 + 2 x 4096 + 8 + 8 x 8 + 2 x 64 a node) fits in an int. */
+#define MAX_NODES 100000
+#define MAX_GPUS_PER_NODE 4096
+#define MAX_NICS_PER_NODE 64
+#define MAX_SOCKETS_PER_NODE 8
+static const sim_json_range link_bandwidth = {"bandwidth_gbs", 1e-3, 1e5, GB, "line rate in GB/s per direction"};
+static const sim_json_range link_efficiency = {"efficiency", 1e-3, 1, 1, "the fraction of the line rate NCCL reaches"};
+static const sim_json_range link_latency = {"latency_us", 0, 1e6, US, "microseconds to cross the link"};
+static const sim_json_range base_latency = {"base_latency_us", 0, 1e6, US,
+                                            "microseconds every NCCL call costs, e.g. 8.4"};
 
 /* PCIe: switches hold whole groups of GPUs, sockets whole groups of switches. */
 static usp_status check_pcie_shape(const sim_topology *t, const char *where)
 {
-    if (t->gpus_per_switch < 1 || t->gpus_per_node % t->gpus_per_switch != 0)
+    sim_json_at at = {where, "fabric."};
+    USP_CHECK(sim_json_check_int(at, "gpus_per_switch", t->gpus_per_switch, 1, t->gpus_per_node,
+                                 "GPUs under one PCIe switch, at most gpus_per_node"));
+    if (t->gpus_per_node % t->gpus_per_switch != 0)
         return usp_error(USP_ERR_CONFIG, "%s: field 'fabric.gpus_per_switch' is %d: it must divide gpus_per_node "
                          "(%d)", where, t->gpus_per_switch, t->gpus_per_node);
     int switches = t->gpus_per_node / t->gpus_per_switch;
-    if (t->switches_per_socket < 1 || switches % t->switches_per_socket != 0)
+    USP_CHECK(sim_json_check_int(at, "switches_per_socket", t->switches_per_socket, 1, switches,
+                                 "PCIe switches under one CPU socket, at most gpus_per_node / gpus_per_switch"));
+    if (switches % t->switches_per_socket != 0)
         return usp_error(USP_ERR_CONFIG, "%s: field 'fabric.switches_per_socket' is %d: it must divide the %d PCIe "
                          "switches (gpus_per_node / gpus_per_switch)", where, t->switches_per_socket, switches);
+    if (switches / t->switches_per_socket > MAX_SOCKETS_PER_NODE)
+        return usp_error(USP_ERR_CONFIG, "%s: field 'fabric.switches_per_socket' is %d: the %d PCIe switches make %d "
+                         "CPU sockets, and a node has at most %d; put at least %d switches under a socket", where,
+                         t->switches_per_socket, switches, switches / t->switches_per_socket, MAX_SOCKETS_PER_NODE,
+                         (switches + MAX_SOCKETS_PER_NODE - 1) / MAX_SOCKETS_PER_NODE);
     return USP_OK;
 }
 
-/* Rules that tie fields together; `where` names the topology in messages. */
+/* The counts and the rules that tie them together; `where` names the topology in messages. */
 static usp_status check_shape(const sim_topology *t, const char *where)
 {
-    if (t->nodes < 1 || t->gpus_per_node < 1)
-        return usp_error(USP_ERR_CONFIG, "%s: %d nodes of %d GPUs: both must be at least 1", where, t->nodes,
-                         t->gpus_per_node);
+    sim_json_at top = {where, ""}, network = {where, "network."};
+    USP_CHECK(sim_json_check_int(top, "nodes", t->nodes, 1, MAX_NODES, "nodes in the cluster"));
+    USP_CHECK(sim_json_check_int(top, "gpus_per_node", t->gpus_per_node, 1, MAX_GPUS_PER_NODE, "GPUs in one node"));
     if (t->fabric == SIM_FABRIC_PCIE)
         USP_CHECK(check_pcie_shape(t, where));
-    if (t->nics_per_node < 0)
-        return usp_error(USP_ERR_CONFIG, "%s: field 'network.nics_per_node' is %d: it must be at least 1", where,
-                         t->nics_per_node);
+    USP_CHECK(sim_json_check_int(network, "nics_per_node", t->nics_per_node, 0, MAX_NICS_PER_NODE,
+                                 "NICs in a node; 0: no network, one node"));
     if (t->nodes > 1 && t->nics_per_node == 0)
         return usp_error(USP_ERR_CONFIG, "%s has no 'network' (NICs), so it is one node: %d nodes need a "
                          "'network' with nics_per_node and nic", where, t->nodes);
@@ -246,18 +284,19 @@ static usp_status check_shape(const sim_topology *t, const char *where)
 
 static usp_status check_link(const sim_link_class *c, const char *where, const char *field)
 {
-    if (!(c->bandwidth > 0) || !(c->efficiency > 0 && c->efficiency <= 1) || !(c->latency >= 0))
-        return usp_error(USP_ERR_CONFIG, "%s: link '%s' has bandwidth %g B/s, efficiency %g, latency %g s: the "
-                         "bandwidth must be positive, the efficiency in (0, 1], the latency at least 0", where,
-                         field, c->bandwidth, c->efficiency, c->latency);
-    return USP_OK;
+    char prefix[64];
+    snprintf(prefix, sizeof prefix, "%s.", field);
+    sim_json_at at = {where, prefix};
+    USP_CHECK(sim_json_check_number(at, &link_bandwidth, c->bandwidth));
+    USP_CHECK(sim_json_check_number(at, &link_efficiency, c->efficiency));
+    return sim_json_check_number(at, &link_latency, c->latency);
 }
 
-usp_status sim_topology_check(const sim_topology *t)
+/* Every rule of the file format, on a topology however it was built; only the links it has are checked. */
+static usp_status check_topology(const sim_topology *t, const char *where)
 {
-    char where[96];
-    snprintf(where, sizeof where, "topology %s", t->name);
     USP_CHECK(check_shape(t, where));
+    USP_CHECK(sim_json_check_number((sim_json_at){where, ""}, &base_latency, t->base_latency));
     USP_CHECK(check_link(&t->gpu_link, where, "fabric.gpu_link"));
     if (t->fabric == SIM_FABRIC_PCIE && t->gpus_per_switch < t->gpus_per_node) {
         USP_CHECK(check_link(&t->switch_uplink, where, "fabric.switch_uplink"));
@@ -267,30 +306,17 @@ usp_status sim_topology_check(const sim_topology *t)
     }
     if (t->nics_per_node > 0)
         USP_CHECK(check_link(&t->nic, where, "network.nic"));
-    if (!(t->gpu.peak_bf16 > 0 && t->gpu.peak_fp32 > 0 && t->gpu.hbm_bandwidth > 0 && t->gpu.memory_bytes > 0))
-        return usp_error(USP_ERR_CONFIG, "%s: its GPU '%s' needs positive peaks, HBM bandwidth and memory", where,
-                         t->gpu.name);
-    return USP_OK;
+    return sim_gpu_check(&t->gpu, where, "gpu.");
 }
 
-static usp_status read_int(const json_t *obj, sim_json_at at, const char *key, int required, int lo, const char *hint,
-                           int *out)
+usp_status sim_topology_check(const sim_topology *t)
 {
-    const json_t *v = json_object_get(obj, key);
-    if (!v && !required)
-        return USP_OK;
-    if (!v)
-        return usp_error(USP_ERR_CONFIG, "%s: field '%s%s' is missing (%s)", at.where, at.prefix, key, hint);
-    if (!json_is_integer(v))
-        return usp_error(USP_ERR_CONFIG, "%s: field '%s%s' must be a whole number (%s), not %s", at.where,
-                         at.prefix, key, hint, sim_json_kind(v));
-    json_int_t x = json_integer_value(v);
-    if (x < lo || x > 1 << 20)
-        return usp_error(USP_ERR_CONFIG, "%s: field '%s%s' is %lld: it must be between %d and %d (%s)", at.where,
-                         at.prefix, key, (long long)x, lo, 1 << 20, hint);
-    *out = (int)x;
-    return USP_OK;
+    char where[96];
+    snprintf(where, sizeof where, "topology %s", t->name);
+    return check_topology(t, where);
 }
+
+/* --- the JSON reader ------------------------------------------------------- */
 
 /* An object field, or NULL when it is absent and optional. */
 static usp_status read_object(const json_t *obj, sim_json_at at, const char *key, int required, const char *hint,
@@ -305,7 +331,7 @@ static usp_status read_object(const json_t *obj, sim_json_at at, const char *key
     return USP_OK;
 }
 
-/* {"bandwidth_gbs": line rate GB/s per direction, "efficiency": (0, 1] (1), "latency_us": >= 0 (0)} */
+/* {"bandwidth_gbs": line rate GB/s per direction (required), "efficiency" (1), "latency_us" (0)} */
 static usp_status read_link(const json_t *parent, sim_json_at at, const char *key, const char *example,
                             sim_link_class *out)
 {
@@ -316,11 +342,11 @@ static usp_status read_link(const json_t *parent, sim_json_at at, const char *ke
     snprintf(prefix, sizeof prefix, "%s%s.", at.prefix, key);
     sim_json_at in = {at.where, prefix};
     USP_CHECK(sim_json_check_keys(obj, in, known));
-    double gbs = 0, eff = 1, lat = 0;
-    USP_CHECK(sim_json_number(obj, in, "bandwidth_gbs", 1, 0, 0, -1, "line rate in GB/s per direction", &gbs));
-    USP_CHECK(sim_json_number(obj, in, "efficiency", 0, 0, 0, 1, "the fraction of the line rate NCCL reaches", &eff));
-    USP_CHECK(sim_json_number(obj, in, "latency_us", 0, 0, 1, -1, "microseconds to cross the link", &lat));
-    *out = (sim_link_class){gbs * GB, eff, lat * US};
+    sim_link_class c = {.efficiency = 1, .latency = 0};
+    USP_CHECK(sim_json_number(obj, in, &link_bandwidth, 1, &c.bandwidth));
+    USP_CHECK(sim_json_number(obj, in, &link_efficiency, 0, &c.efficiency));
+    USP_CHECK(sim_json_number(obj, in, &link_latency, 0, &c.latency));
+    *out = c;
     return USP_OK;
 }
 
@@ -343,9 +369,10 @@ static usp_status read_fabric(const json_t *root, sim_json_at at, sim_topology *
     if (t->fabric == SIM_FABRIC_NVSWITCH)
         return USP_OK;
     t->gpus_per_switch = t->gpus_per_node, t->switches_per_socket = 1;
-    USP_CHECK(read_int(obj, in, "gpus_per_switch", 0, 1, "GPUs under one PCIe switch", &t->gpus_per_switch));
-    USP_CHECK(read_int(obj, in, "switches_per_socket", 0, 1, "PCIe switches under one CPU socket",
-                       &t->switches_per_socket));
+    USP_CHECK(sim_json_int(obj, in, "gpus_per_switch", 0, 1, MAX_GPUS_PER_NODE, "GPUs under one PCIe switch",
+                           &t->gpus_per_switch));
+    USP_CHECK(sim_json_int(obj, in, "switches_per_socket", 0, 1, MAX_GPUS_PER_NODE,
+                           "PCIe switches under one CPU socket", &t->switches_per_socket));
     USP_CHECK(check_pcie_shape(t, at.where));
     int switches = t->gpus_per_node / t->gpus_per_switch, sockets = switches / t->switches_per_socket;
     const char *x16 = "{\"bandwidth_gbs\": 31.5, \"efficiency\": 0.79, \"latency_us\": 1}";
@@ -367,7 +394,8 @@ static usp_status read_network(const json_t *root, sim_json_at at, sim_topology 
         return USP_OK;
     sim_json_at in = {at.where, "network."};
     USP_CHECK(sim_json_check_keys(obj, in, known));
-    USP_CHECK(read_int(obj, in, "nics_per_node", 1, 1, "NICs in a node, e.g. 8: one per GPU", &t->nics_per_node));
+    USP_CHECK(sim_json_int(obj, in, "nics_per_node", 1, 1, MAX_NICS_PER_NODE, "NICs in a node, e.g. 8: one per GPU",
+                           &t->nics_per_node));
     return read_link(obj, in, "nic", "{\"bandwidth_gbs\": 50, \"efficiency\": 0.95, \"latency_us\": 3}", &t->nic);
 }
 
@@ -403,35 +431,34 @@ static usp_status read_topology(const json_t *root, const char *where, sim_topol
     if (name && !json_is_string(name))
         return usp_error(USP_ERR_CONFIG, "%s: field 'name' must be a string, not %s", where, sim_json_kind(name));
     snprintf(t->name, sizeof t->name, "%s", name ? json_string_value(name) : "custom");
-    USP_CHECK(read_int(root, at, "nodes", 0, 1, "nodes in the cluster", &t->nodes));
-    USP_CHECK(read_int(root, at, "gpus_per_node", 1, 1, "GPUs in one node, e.g. 8", &t->gpus_per_node));
-    double base_us = t->base_latency / US;
-    USP_CHECK(sim_json_number(root, at, "base_latency_us", 0, 0, 1, -1, "microseconds every NCCL call costs, e.g. 8.4",
-                          &base_us));
-    t->base_latency = base_us * US;
+    USP_CHECK(sim_json_int(root, at, "nodes", 0, 1, MAX_NODES, "nodes in the cluster", &t->nodes));
+    USP_CHECK(sim_json_int(root, at, "gpus_per_node", 1, 1, MAX_GPUS_PER_NODE, "GPUs in one node, e.g. 8",
+                           &t->gpus_per_node));
+    USP_CHECK(sim_json_number(root, at, &base_latency, 0, &t->base_latency));
     USP_CHECK(read_gpu(root, at, &t->gpu));
     USP_CHECK(read_fabric(root, at, t));
     USP_CHECK(read_network(root, at, t));
-    return check_shape(t, where);
+    return check_topology(t, where);
 }
 
 usp_status sim_topology_from_name_or_file(const char *spec, int nodes, sim_topology *out)
 {
     if (nodes < 0)
         return usp_error(USP_ERR_CONFIG, "--nodes %d: the number of nodes must be at least 1", nodes);
-    if (sim_topology_preset(spec, nodes, out))
+    sim_topology t;
+    if (sim_topology_preset(spec, nodes, &t)) {
+        USP_CHECK(sim_topology_check(&t));
+        *out = t;
         return USP_OK;
+    }
     size_t len = strlen(spec);
     if (len < 5 || strcmp(spec + len - 5, ".json") != 0)
         return usp_error(USP_ERR_CONFIG, "--topology %s: not a preset (%s) nor a .json topology file "
                          "(docs/cluster_model.md)", spec, sim_topology_preset_names());
-    json_error_t err;
-    json_t *root = json_load_file(spec, 0, &err);
-    if (!root)
-        return usp_error(USP_ERR_CONFIG, "topology file %s: %s (line %d)", spec, err.text, err.line);
     char where[512];
     snprintf(where, sizeof where, "topology file %s", spec);
-    sim_topology t;
+    json_t *root;
+    USP_CHECK(sim_json_load_file(spec, where, &root));
     usp_status s = read_topology(root, where, &t);
     json_decref(root);
     USP_CHECK(s);

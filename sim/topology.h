@@ -73,7 +73,9 @@ usp_status sim_topology_from_name_or_file(const char *spec, int nodes, sim_topol
  * --world and --nodes. */
 usp_status sim_topology_for_world(const char *spec, int nodes, int world, sim_topology *out);
 
-/* Checks a topology built in code (the rules the JSON reader applies); USP_ERR_CONFIG. */
+/* Checks a topology built in code, its GPU included, against the rules and
+ * physical ranges the JSON reader applies (docs/cluster_model.md): USP_ERR_CONFIG
+ * naming the field (as in a file), the value and the range. */
 usp_status sim_topology_check(const sim_topology *t);
 
 /* GPUs in the cluster. */

@@ -237,5 +237,23 @@ for args in "plan --json" "--version" "selftest --world 4"; do
     if [[ $rc -eq 1 ]] && grep -q "could not write the output to stdout" "$work/full.err"; then passed=$((passed + 1)); else
         failed=$((failed + 1)); echo "FAIL: usp $args > /dev/full -> exit $rc (expected 1): $(head -3 "$work/full.err")"; fi
 done
+# absurd numbers and keys given twice in a topology file (issue 15): exit 2 naming the field and its range,
+# quickly (a 5e-324 GB/s link once made plan spin until killed, 1e-315 made --json print nothing and exit 0)
+topology_with_bandwidth() {
+    printf '{"gpu": "h100-sxm", "gpus_per_node": 8,\n "fabric": {"kind": "nvswitch", "gpu_link": {%s}}}\n' "$1"
+}
+topology_with_bandwidth '"bandwidth_gbs": 5e-324' >"$work/denormal.json"
+topology_with_bandwidth '"bandwidth_gbs": 1e-315' >"$work/tiny.json"
+topology_with_bandwidth '"bandwidth_gbs": 450, "bandwidth_gbs": 1' >"$work/twice.json"
+limit=10
+expect 2 "topology file $work/denormal.json: field 'fabric.gpu_link.bandwidth_gbs' is 4.94066e-324: it must be at least 0.001 and at most 100000" -- \
+    plan --topology "$work/denormal.json"
+expect 2 "field 'fabric.gpu_link.bandwidth_gbs' is 1e-315: it must be at least 0.001 and at most 100000" -- \
+    plan --topology "$work/tiny.json" --json
+expect 2 "topology file $work/twice.json: duplicate object key near '\"bandwidth_gbs\"' (line 2" -- \
+    plan --topology "$work/twice.json"
+unset limit
+rm -f "$work/denormal.json" "$work/tiny.json" "$work/twice.json"
+
 echo "cli: $passed passed, $failed failed"
 [[ $failed -eq 0 ]]

@@ -471,7 +471,7 @@ static const bad_file bad_files[] = {
     {"{\"gpu\": \"h100-sxm\", " NV "}", "'gpus_per_node' is missing", "GPUs in one node"},
     {"{\"gpu\": \"h100-sxm\", \"gpus_per_node\": \"eight\", " NV "}", "'gpus_per_node'", "whole number"},
     {"{\"gpu\": \"h100-sxm\", \"gpus_per_node\": 8, \"fabric\": {\"kind\": \"nvswitch\", "
-     "\"gpu_link\": {\"bandwidth_gbs\": -3}}}", "'fabric.gpu_link.bandwidth_gbs' is -3", "above 0"},
+     "\"gpu_link\": {\"bandwidth_gbs\": -3}}}", "'fabric.gpu_link.bandwidth_gbs' is -3", "at least 0.001"},
     {"{\"gpu\": \"h100-sxm\", \"gpus_per_node\": 8, \"fabric\": {\"kind\": \"nvswitch\", "
      "\"gpu_link\": {\"bandwidth_gbs\": 450, \"efficiency\": 1.5}}}", "'fabric.gpu_link.efficiency' is 1.5",
      "at most 1"},
