@@ -4,8 +4,8 @@
 #include <ctype.h>
 #include <dirent.h>
 #include <errno.h>
-#include <stdint.h>
 #include <jansson.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -331,7 +331,7 @@ static usp_status metadata_whole_number(const usp_safetensors *st, const char *k
     return USP_OK;
 }
 
-/* The step of optimizer.safetensors (and its seed, which usp before the seed field did not record). */
+/* The step and seed of optimizer.safetensors; a file without "seed" (not written by usp) has_seed = 0. */
 static usp_status read_optimizer_fields(const usp_safetensors *st, int64_t *step, int *has_seed, uint64_t *seed)
 {
     uint64_t value = 0;
@@ -355,6 +355,7 @@ static usp_status load_optimizer(const char *path, const usp_param_table *t, flo
     if (s == USP_OK) s = find_piece(&st, "adam_v", 1, shape, &v);
     if (s == USP_OK) s = usp_safetensors_read_f32(&st, m, adam_m, t->total);
     if (s == USP_OK) s = usp_safetensors_read_f32(&st, v, adam_v, t->total);
+    /* the seed too: a load refuses every file usp_checkpoint_read_state refuses */
     if (s == USP_OK) s = read_optimizer_fields(&st, step, &has_seed, &seed);
     usp_safetensors_close(&st);
     return s;
