@@ -1,9 +1,11 @@
 /* Hugging Face names and layouts of the parameter table (see checkpoint.h). */
 #include "core/checkpoint.h"
 
+#include <ctype.h>
 #include <dirent.h>
 #include <errno.h>
 #include <jansson.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -313,6 +315,33 @@ static usp_status load_weights(const char *path, const usp_model_config *c, cons
     return s;
 }
 
+/* The metadata field `key` of st as a whole number in [0, max]: strtoull alone would take "" as 0,
+ * "-1" as 2^64 - 1 and 99999999999999999999 as its largest value. */
+static usp_status metadata_whole_number(const usp_safetensors *st, const char *key, uint64_t max, uint64_t *out)
+{
+    const char *text = usp_safetensors_metadata_get(st, key);
+    char *end = NULL;
+    errno = 0;
+    unsigned long long value = text && isdigit((unsigned char)text[0]) ? strtoull(text, &end, 10) : 0;
+    if (!text || !end || *end || errno == ERANGE || value > max)
+        return usp_error(USP_ERR_CONFIG, "%s: the metadata field \"%s\" is %s%s%s: expected a whole number from 0 "
+                         "to %llu; resume from another checkpoint, or save this one again", st->path, key,
+                         text ? "\"" : "", text ? text : "missing", text ? "\"" : "", (unsigned long long)max);
+    *out = value;
+    return USP_OK;
+}
+
+/* The step and seed of optimizer.safetensors; a file without "seed" (not written by usp) has_seed = 0. */
+static usp_status read_optimizer_fields(const usp_safetensors *st, int64_t *step, int *has_seed, uint64_t *seed)
+{
+    uint64_t value = 0;
+    USP_CHECK(metadata_whole_number(st, "step", INT64_MAX, &value));
+    *step = (int64_t)value;
+    *has_seed = usp_safetensors_metadata_get(st, "seed") != NULL;
+    *seed = 0;
+    return *has_seed ? metadata_whole_number(st, "seed", UINT64_MAX, seed) : USP_OK;
+}
+
 static usp_status load_optimizer(const char *path, const usp_param_table *t, float *adam_m, float *adam_v,
                                  int64_t *step)
 {
@@ -320,16 +349,14 @@ static usp_status load_optimizer(const char *path, const usp_param_table *t, flo
     USP_CHECK(usp_safetensors_open(path, &st));
     const int64_t shape[1] = {t->total};
     const usp_st_tensor *m = NULL, *v = NULL;
+    int has_seed;
+    uint64_t seed;
     usp_status s = find_piece(&st, "adam_m", 1, shape, &m);
     if (s == USP_OK) s = find_piece(&st, "adam_v", 1, shape, &v);
     if (s == USP_OK) s = usp_safetensors_read_f32(&st, m, adam_m, t->total);
     if (s == USP_OK) s = usp_safetensors_read_f32(&st, v, adam_v, t->total);
-    const char *text = usp_safetensors_metadata_get(&st, "step");
-    char *end = NULL;
-    long long value = text ? strtoll(text, &end, 10) : -1;
-    if (s == USP_OK && (!text || *end || value < 0))
-        s = usp_error(USP_ERR_CONFIG, "%s: the metadata has no valid \"step\"", path);
-    *step = value;
+    /* the seed too: a load refuses every file usp_checkpoint_read_state refuses */
+    if (s == USP_OK) s = read_optimizer_fields(&st, step, &has_seed, &seed);
     usp_safetensors_close(&st);
     return s;
 }
@@ -351,8 +378,8 @@ static usp_status check_manifest(const char *dir, const char *manifest, int64_t 
     json_t *files = json_object_get(root, "files"), *at = json_object_get(root, "step");
     usp_status s = USP_OK;
     if (!json_is_object(files) || !json_is_integer(at) || json_integer_value(at) < 0)
-        s = usp_error(USP_ERR_CONFIG, "%s: expected an object \"files\" and a step >= 0; save the checkpoint again",
-                      manifest);
+        s = usp_error(USP_ERR_CONFIG, "%s: expected an object \"files\" and a field \"step\" that is a whole number "
+                      ">= 0; save the checkpoint again", manifest);
     for (int i = 0; i < N_CHECKPOINT_FILES && s == USP_OK; i++) {
         const char *name = checkpoint_files[i];
         json_t *size = json_object_get(files, name);
@@ -417,4 +444,23 @@ usp_status usp_checkpoint_load(const char *dir, const usp_model_config *c, const
                          path, (long long)*step, dir, manifest_name, (long long)manifest_step);
     *has_optimizer = 1;
     return USP_OK;
+}
+
+usp_status usp_checkpoint_read_state(const char *dir, usp_checkpoint_state *out)
+{
+    *out = (usp_checkpoint_state){0};
+    int64_t manifest_step;
+    USP_CHECK(check_complete(dir, &out->is_usp, &manifest_step));
+    if (!out->is_usp)
+        return USP_OK; /* a Hugging Face directory: step 0, no seed */
+    char path[1024];
+    snprintf(path, sizeof path, "%s/optimizer.safetensors", dir);
+    usp_safetensors st;
+    USP_CHECK(usp_safetensors_open(path, &st));
+    usp_status s = read_optimizer_fields(&st, &out->step, &out->has_seed, &out->seed);
+    usp_safetensors_close(&st);
+    if (s == USP_OK && out->step != manifest_step)
+        s = usp_error(USP_ERR_CONFIG, "%s says step %lld, %s/%s says %lld: the files come from different saves",
+                      path, (long long)out->step, dir, manifest_name, (long long)manifest_step);
+    return s;
 }

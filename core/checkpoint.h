@@ -49,4 +49,17 @@ void usp_checkpoint_set_save_hook(usp_checkpoint_save_hook hook, void *ctx);
 usp_status usp_checkpoint_load(const char *dir, const usp_model_config *c, const usp_param_table *t, float *params,
                                float *adam_m, float *adam_v, int64_t *step, int *has_optimizer);
 
+/* What a checkpoint says about the run that saved it, read without its tensors. */
+typedef struct usp_checkpoint_state {
+    int is_usp;       /* a usp checkpoint (manifest, optimizer state); 0: a Hugging Face directory */
+    int64_t step;     /* steps done (0 for a Hugging Face directory) */
+    int has_seed;     /* the save recorded the run's seed (optimizer.safetensors metadata "seed") */
+    uint64_t seed;
+} usp_checkpoint_state;
+
+/* Checks that DIR is complete (as usp_checkpoint_load does) and reads its step and seed; a step or seed
+ * that is not a whole number in range ("", "-1", "1e3", 99999999999999999999) is USP_ERR_CONFIG naming
+ * the file and the field. */
+usp_status usp_checkpoint_read_state(const char *dir, usp_checkpoint_state *out);
+
 #endif

@@ -255,5 +255,49 @@ expect 2 "topology file $work/twice.json: duplicate object key near '\"bandwidth
 unset limit
 rm -f "$work/denormal.json" "$work/tiny.json" "$work/twice.json"
 
+# --resume continues the run that saved the checkpoint (issue 15): its seed and model, and steps still to
+# train. Before, a --seed or --model beside --resume was silently ignored or obeyed, a checkpoint past --steps
+# trained nothing with exit 0, and an optimizer step of "" or 99999999999999999999 was taken as 0 or 2^63 - 1.
+# set_saved_step DIR TEXT MANIFEST_STEP: DIR's optimizer.safetensors metadata says step TEXT, its manifest
+# MANIFEST_STEP and the file's new size (a whole checkpoint whose step field is TEXT)
+set_saved_step() {
+    perl -e 'my ($dir, $text, $manifest_step) = @ARGV;
+        my $file = "$dir/optimizer.safetensors";
+        open(my $in, "<:raw", $file) or die; local $/; my $bytes = <$in>; close $in;
+        my $n = unpack("Q<", substr($bytes, 0, 8));
+        my ($header, $tensors) = (substr($bytes, 8, $n), substr($bytes, 8 + $n));
+        $header =~ s/\s+$//; $header =~ s/"step":\s*"[^"]*"/"step":"$text"/ or die "no step in $file";
+        $header .= " " x ((8 - length($header) % 8) % 8);
+        open(my $out, ">:raw", $file) or die; print $out pack("Q<", length $header), $header, $tensors; close $out;
+        my $size = -s $file, $manifest = "$dir/usp_checkpoint.json";
+        open($in, "<", $manifest) or die; my $json = <$in>; close $in;
+        $json =~ s/("optimizer.safetensors":\s*)\d+/$1$size/ or die; $json =~ s/("step":\s*)\d+/$1$manifest_step/ or die;
+        open($out, ">", $manifest) or die; print $out $json; close $out;' "$@"
+}
+small=(--seq 64 --batch 2 --eval-samples 0 --log-every 1)
+"$usp" train --seed 7 --steps 4 --until 2 --save "$work/seed7" "${small[@]}" >/dev/null 2>&1
+expect 2 "--seed 8 beside --resume $work/seed7: the checkpoint was saved by a run with seed 7" -- \
+    train --resume "$work/seed7" --seed 8 --steps 4 "${small[@]}"
+expect 0 "done: loss" -- train --resume "$work/seed7" --seed 7 --steps 4 "${small[@]}"
+expect 2 "--model llama-1b beside --resume $work/seed7: not the checkpoint's model" -- \
+    train --resume "$work/seed7" --model llama-1b --steps 4 "${small[@]}"
+expect 0 "done: loss" -- train --resume "$work/seed7" --model tiny --steps 4 "${small[@]}"
+expect 2 "--resume $work/seed7: the checkpoint is at step 2; --steps 2 would train nothing: give --steps above 2" -- \
+    train --resume "$work/seed7" --steps 2 "${small[@]}"
+expect 2 "the checkpoint is at step 2; --steps 1 would train nothing" -- train --resume "$work/seed7" --steps 1 "${small[@]}"
+# without --seed the saved seed 7 continues the data stream: step 4's loss is the uninterrupted run's
+straight=$("$usp" train --seed 7 --steps 4 --json "${small[@]}" 2>&1 | grep '"step":4,' | grep -o '"loss":[^,]*')
+resumed=$("$usp" train --resume "$work/seed7" --steps 4 --json "${small[@]}" 2>&1 | grep '"step":4,' |
+    grep -o '"loss":[^,]*')
+check "resume without --seed: step 4 $resumed, uninterrupted with --seed 7: $straight" \
+    test -n "$straight" -a "$straight" = "$resumed"
+for step in "" 99999999999999999999; do
+    rm -rf "$work/bad_step" && cp -r "$work/seed7" "$work/bad_step"
+    set_saved_step "$work/bad_step" "$step" "$([[ -z $step ]] && echo 0 || echo 9223372036854775807)"
+    expect 2 "$work/bad_step/optimizer.safetensors: the metadata field \"step\" is \"$step\": expected a whole number" -- \
+        train --resume "$work/bad_step" --steps 4 "${small[@]}"
+done
+rm -rf "$work/seed7" "$work/bad_step"
+
 echo "cli: $passed passed, $failed failed"
 [[ $failed -eq 0 ]]

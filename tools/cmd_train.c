@@ -12,6 +12,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "core/checkpoint.h"
 #include "core/runtime.h"
 #include "core/train.h"
 #include "tools/cli.h"
@@ -75,6 +76,66 @@ static usp_status check_output_path(const char *option, const char *path, int is
     return USP_OK;
 }
 
+static usp_status load_model(const char *option, const char *spec, usp_model_config *out)
+{
+    if (usp_model_config_load(spec, out) == USP_OK)
+        return USP_OK;
+    char why[USP_ERROR_MESSAGE_MAX];
+    snprintf(why, sizeof why, "%s", usp_error_message());
+    return usp_error(USP_ERR_CONFIG, "%s %s: %s", option, spec, why);
+}
+
+/* The first field in which two models differ ("d_model 64 vs 128"), or 0 when they are the same model. */
+static int model_difference(const usp_model_config *a, const usp_model_config *b, char *out, size_t size)
+{
+    const struct { const char *name; int64_t a, b; } fields[] = {
+        {"family", a->family, b->family}, {"vocab", a->vocab, b->vocab}, {"n_layer", a->n_layer, b->n_layer},
+        {"n_head", a->n_head, b->n_head}, {"n_kv_head", a->n_kv_head, b->n_kv_head},
+        {"d_model", a->d_model, b->d_model}, {"d_ff", a->d_ff, b->d_ff}, {"max_seq", a->max_seq, b->max_seq},
+        {"norm", a->norm, b->norm}, {"positions", a->positions, b->positions}, {"mlp", a->mlp, b->mlp},
+        {"tied_embeddings", a->tied_embeddings, b->tied_embeddings}, {"bias", a->bias, b->bias},
+    };
+    for (size_t i = 0; i < sizeof fields / sizeof fields[0]; i++)
+        if (fields[i].a != fields[i].b) {
+            snprintf(out, size, "%s %lld vs %lld", fields[i].name, (long long)fields[i].a, (long long)fields[i].b);
+            return 1;
+        }
+    return 0;
+}
+
+/* --resume DIR continues the run that saved DIR: the model is DIR's config.json and the seed (the data
+ * stream) the saved one, so an option given beside it that says otherwise is refused rather than ignored.
+ * usp eval honours an explicit --seed (it draws held-out samples and continues no stream). */
+static usp_status resume_model_and_seed(const char *command, const train_options *o, usp_model_config *model,
+                                        uint64_t *seed)
+{
+    int eval = strcmp(command, "eval") == 0;
+    usp_checkpoint_state saved;
+    USP_CHECK(usp_checkpoint_read_state(o->resume, &saved));
+    USP_CHECK(load_model("--resume", o->resume, model));
+    if (o->model) {
+        usp_model_config given;
+        char difference[128];
+        USP_CHECK(load_model("--model", o->model, &given));
+        if (model_difference(&given, model, difference, sizeof difference))
+            return usp_error(USP_ERR_CONFIG, "--model %s beside --resume %s: not the checkpoint's model (%s: the "
+                             "first from --model, the second from %s/config.json); drop --model to train the "
+                             "checkpoint's model", o->model, o->resume, difference, o->resume);
+    }
+    if (saved.has_seed && o->seed >= 0 && (uint64_t)o->seed != saved.seed && !eval)
+        return usp_error(USP_ERR_CONFIG, "--seed %d beside --resume %s: the checkpoint was saved by a run with seed "
+                         "%llu, and another seed would change its data stream; drop --seed (the saved seed is used) "
+                         "or give --seed %llu", o->seed, o->resume, (unsigned long long)saved.seed,
+                         (unsigned long long)saved.seed);
+    if (saved.has_seed && o->seed < 0)
+        *seed = saved.seed;
+    if (saved.is_usp && saved.step >= o->steps && !eval)
+        return usp_error(USP_ERR_CONFIG, "--resume %s: the checkpoint is at step %lld; --steps %d would train "
+                         "nothing: give --steps above %lld", o->resume, (long long)saved.step, o->steps,
+                         (long long)saved.step);
+    return USP_OK;
+}
+
 static usp_status build_config(const char *command, const train_options *o, usp_train_config *c)
 {
     usp_train_defaults(c);
@@ -82,16 +143,15 @@ static usp_status build_config(const char *command, const train_options *o, usp_
     if (strcmp(o->attention, "sp") != 0 && strcmp(o->attention, "local") != 0)
         return usp_error(USP_ERR_CONFIG, "--attention %s: expected sp (Ulysses/Ring over the mesh) or local (each "
                          "rank attends to its own shard only)", o->attention);
-    const char *model = o->resume ? o->resume : o->model;
-    if (usp_model_config_load(model, &c->model) != USP_OK) {
-        char why[USP_ERROR_MESSAGE_MAX];
-        snprintf(why, sizeof why, "%s", usp_error_message());
-        return usp_error(USP_ERR_CONFIG, "%s %s: %s", o->resume ? "--resume" : "--model", model, why);
-    }
+    uint64_t seed = o->seed >= 0 ? (uint64_t)o->seed : c->seed; /* c->seed: the default */
+    if (o->resume)
+        USP_CHECK(resume_model_and_seed(command, o, &c->model, &seed));
+    else
+        USP_CHECK(load_model("--model", o->model ? o->model : "tiny", &c->model));
     int ulysses = o->ulysses > 0 ? o->ulysses : o->world / o->ring;
     USP_CHECK(usp_mesh_shape_make(o->world, ulysses > 0 ? ulysses : 1, o->ring, &c->shape));
     c->data = o->data, c->seq_len = o->seq, c->pad = o->pad, c->batch = o->batch, c->steps = o->steps;
-    c->until = o->until, c->lr = o->lr, c->seed = (uint64_t)o->seed, c->attention_local = !strcmp(o->attention, "local");
+    c->until = o->until, c->lr = o->lr, c->seed = seed, c->attention_local = !strcmp(o->attention, "local");
     c->save_dir = o->save, c->resume_dir = o->resume, c->log_every = o->log_every;
     c->eval_samples = o->eval_samples, c->eval_only = !strcmp(command, "eval");
     if (o->warmup >= 0)
@@ -202,9 +262,9 @@ int cmd_train(int argc, char **argv)
 {
     const char *command = argv[1];
     int eval = strcmp(command, "eval") == 0;
-    train_options o = {.backend = "sim", .model = "tiny", .data = "passkey", .attention = "sp", .world = 4,
+    train_options o = {.backend = "sim", .data = "passkey", .attention = "sp", .world = 4,
                        .ring = 1, .seq = 64, .batch = 16, .steps = 2000, .warmup = -1, .log_every = 250,
-                       .eval_samples = 64, .seed = 1234, .lr = 1e-2, .memory = MEMORY_OPTIONS_DEFAULTS};
+                       .eval_samples = 64, .seed = -1, .lr = 1e-2, .memory = MEMORY_OPTIONS_DEFAULTS};
     const cli_option options[] = {
         {"--backend", CLI_STRING, &o.backend, "sim|nccl", "where the ranks run (default sim)", 0, -1},
         {"--world", CLI_INT, &o.world, "W", "ranks (simulated GPUs; default 4)", 1, 4096},
@@ -216,7 +276,8 @@ int cmd_train(int argc, char **argv)
         {"--attention", CLI_STRING, &o.attention, "sp|local",
          "sp: Ulysses/Ring over the mesh (default); local: each rank attends to its own shard only", 0, -1},
         {"--model", CLI_STRING, &o.model, "NAME|FILE",
-         "tiny (default), gpt2-124m, llama-1b, llama-7b, llama-13b, or a Hugging Face config.json", 0, -1},
+         "tiny (default), gpt2-124m, llama-1b, llama-7b, llama-13b, or a Hugging Face config.json; with --resume, the "
+         "checkpoint's (a different one is refused)", 0, -1},
         {"--data", CLI_STRING, &o.data, "SOURCE", "passkey (default), text:FILE, tokens:FILE, tokens32:FILE", 0, -1},
         {"--seq", CLI_INT, &o.seq, "N", "sequence length (default 64: 16 tokens per rank by default)", 2, 1 << 30},
         {"--pad", CLI_FLAG, &o.pad, NULL, "pad a length that does not divide (padding is masked out of the loss)", 0, -1},
@@ -225,7 +286,7 @@ int cmd_train(int argc, char **argv)
         {"--until", CLI_INT, &o.until, "K", "stop after step K of the schedule (to --save and --resume later)", 0, 1 << 30},
         {"--lr", CLI_DOUBLE, &o.lr, "X", "peak learning rate (default 1e-2; warmup then cosine to 10%)", 0, -1},
         {"--warmup", CLI_INT, &o.warmup, "S", "warmup steps (default 10% of --steps)", 0, 1 << 30},
-        {"--seed", CLI_INT, &o.seed, "S", "seed of the weights and the data (default 1234)", 0, 2147483647},
+        {"--seed", CLI_INT, &o.seed, "S", "seed of the weights and the data (default 1234; with --resume, the saved one)", 0, 2147483647},
         {"--save", CLI_STRING, &o.save, "DIR", "write a Hugging Face style checkpoint at the end", 0, -1},
         {"--resume", CLI_STRING, &o.resume, "DIR", "start from a checkpoint (usp's or Hugging Face's)", 0, -1},
         {"--eval-samples", CLI_INT, &o.eval_samples, "N", "held-out samples evaluated at the end (default 64)", 0, 1 << 20},
