@@ -159,25 +159,47 @@ START_TEST(a_non_finite_weight_or_moment_or_a_negative_v_is_refused_on_load)
 }
 END_TEST
 
+static usp_model_config tiny_gpt2(void)
+{
+    usp_model_config c;
+    ck_assert_int_eq(usp_model_config_preset("gpt2-124m", &c), USP_OK);
+    c.vocab = 128, c.n_layer = 2, c.d_model = 32, c.n_head = 4, c.n_kv_head = 4, c.d_ff = 128, c.max_seq = 64;
+    snprintf(c.name, sizeof c.name, "test-gpt2");
+    return c;
+}
+
+/* _i: a NaN at (row, col) of one of our tensors; the save names the Hugging Face tensor it would land
+ * in and its element there (a split of Llama's fused q/k/v rows, GPT-2's transposed Conv1D). */
 START_TEST(a_save_refuses_non_finite_weights_and_writes_nothing)
 {
-    usp_model_config model = tiny_llama();
+    const struct {
+        int gpt2;
+        usp_param_kind kind;
+        int64_t row, col;
+        const char *tensor_and_element;
+    } cases[] = {
+        {0, USP_P_MLP_DOWN_W, 0, 3, "model.layers.0.mlp.down_proj.weight holds nan at element 3"},
+        /* q has 4 heads x 8 = 32 rows: row 35 is k_proj's row 3, element 3 x 32 + 2 */
+        {0, USP_P_QKV_W, 35, 2, "model.layers.0.self_attn.k_proj.weight holds nan at element 98"},
+        /* c_attn is stored [C, 3 C] = [32, 96]: our (40, 5) is its element 5 x 96 + 40 */
+        {1, USP_P_QKV_W, 40, 5, "h.0.attn.c_attn.weight holds nan at element 520"},
+    };
+    usp_model_config model = cases[_i].gpt2 ? tiny_gpt2() : tiny_llama();
     usp_param_table table;
     ck_assert_int_eq(usp_param_table_make(&model, &table), USP_OK);
     size_t n = (size_t)table.total;
     float *arrays = calloc(3 * n, sizeof *arrays);
     ck_assert_ptr_nonnull(arrays);
     usp_param_init(&table, &model, 5, arrays);
-    const usp_param_tensor *down = usp_param_find(&table, USP_P_MLP_DOWN_W, 0);
-    ck_assert_ptr_nonnull(down);
-    arrays[down->offset + 3] = NAN;
+    const usp_param_tensor *p = usp_param_find(&table, cases[_i].kind, 0);
+    ck_assert_ptr_nonnull(p);
+    arrays[p->offset + cases[_i].row * p->shape[1] + cases[_i].col] = NAN;
     char dir[256];
-    snprintf(dir, sizeof dir, "%s/nan_save", scratch_dir);
+    snprintf(dir, sizeof dir, "%s/nan_save_%d", scratch_dir, _i);
     usp_error_clear();
     usp_status s = usp_checkpoint_save(dir, &model, &table, arrays, arrays + n, arrays + 2 * n, 1, 7);
     ck_assert_msg(s == USP_ERR_RUNTIME, "saving a NaN weight gave status %d: %s", (int)s, usp_error_message());
-    assert_mentions(usp_error_message(), "model.layers.0.mlp.down_proj.weight");
-    assert_mentions(usp_error_message(), "nan");
+    assert_mentions(usp_error_message(), cases[_i].tensor_and_element);
     ck_assert_msg(!exists(dir), "%s was written with a NaN weight", dir);
     free(arrays);
     usp_param_table_free(&table);
@@ -231,7 +253,7 @@ int main(void)
     tcase_set_timeout(t, 300);
     tcase_add_test(t, resume_from_a_nan_weight_is_refused_naming_the_tensor_and_saves_nothing);
     tcase_add_loop_test(t, a_non_finite_weight_or_moment_or_a_negative_v_is_refused_on_load, 0, 5);
-    tcase_add_test(t, a_save_refuses_non_finite_weights_and_writes_nothing);
+    tcase_add_loop_test(t, a_save_refuses_non_finite_weights_and_writes_nothing, 0, 3);
     tcase_add_loop_test(t, a_diverging_lr_stops_at_the_step_and_saves_nothing, 0, 2);
     suite_add_tcase(s, t);
     int code = check_main_run(s);
