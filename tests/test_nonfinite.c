@@ -22,12 +22,14 @@
 /* Every test's files live here; main() makes it and removes it. */
 static char scratch_dir[] = "/tmp/usp_nonfinite_XXXXXX";
 
-static usp_model_config tiny_llama(void)
+/* A 2-layer model of d_model 32 and 4 heads: Llama (2 KV heads, d_ff 48) or GPT-2 (d_ff 128). */
+static usp_model_config tiny_model(int gpt2)
 {
     usp_model_config c;
-    ck_assert_int_eq(usp_model_config_preset("tiny", &c), USP_OK);
-    c.vocab = 128, c.n_layer = 2, c.d_model = 32, c.n_head = 4, c.n_kv_head = 2, c.d_ff = 48, c.max_seq = 64;
-    snprintf(c.name, sizeof c.name, "test-llama");
+    ck_assert_int_eq(usp_model_config_preset(gpt2 ? "gpt2-124m" : "tiny", &c), USP_OK);
+    c.vocab = 128, c.n_layer = 2, c.d_model = 32, c.n_head = 4, c.max_seq = 64;
+    c.n_kv_head = gpt2 ? 4 : 2, c.d_ff = gpt2 ? 128 : 48;
+    snprintf(c.name, sizeof c.name, "test-%s", gpt2 ? "gpt2" : "llama");
     return c;
 }
 
@@ -109,7 +111,7 @@ static usp_train_config tiny_training(const usp_model_config *model, int64_t ste
 
 START_TEST(resume_from_a_nan_weight_is_refused_naming_the_tensor_and_saves_nothing)
 {
-    usp_model_config model = tiny_llama();
+    usp_model_config model = tiny_model(0);
     char dir[256], out[256];
     save_finite_checkpoint(&model, "nan_weight", 2, dir);
     poke(dir, "model.safetensors", "model.layers.1.self_attn.k_proj.weight", 5, NAN);
@@ -141,7 +143,7 @@ START_TEST(a_non_finite_weight_or_moment_or_a_negative_v_is_refused_on_load)
         {"optimizer.safetensors", "adam_v", "-0.001", 7, -1e-3f},
         {"optimizer.safetensors", "adam_v", "inf", 9, INFINITY},
     };
-    usp_model_config model = tiny_llama();
+    usp_model_config model = tiny_model(0);
     char dir[256], name[64], element[64];
     snprintf(name, sizeof name, "bad_load_%d", _i);
     save_finite_checkpoint(&model, name, 3, dir);
@@ -159,15 +161,6 @@ START_TEST(a_non_finite_weight_or_moment_or_a_negative_v_is_refused_on_load)
 }
 END_TEST
 
-static usp_model_config tiny_gpt2(void)
-{
-    usp_model_config c;
-    ck_assert_int_eq(usp_model_config_preset("gpt2-124m", &c), USP_OK);
-    c.vocab = 128, c.n_layer = 2, c.d_model = 32, c.n_head = 4, c.n_kv_head = 4, c.d_ff = 128, c.max_seq = 64;
-    snprintf(c.name, sizeof c.name, "test-gpt2");
-    return c;
-}
-
 /* _i: a NaN at (row, col) of one of our tensors; the save names the Hugging Face tensor it would land
  * in and its element there (a split of Llama's fused q/k/v rows, GPT-2's transposed Conv1D). */
 START_TEST(a_save_refuses_non_finite_weights_and_writes_nothing)
@@ -184,7 +177,7 @@ START_TEST(a_save_refuses_non_finite_weights_and_writes_nothing)
         /* c_attn is stored [C, 3 C] = [32, 96]: our (40, 5) is its element 5 x 96 + 40 */
         {1, USP_P_QKV_W, 40, 5, "h.0.attn.c_attn.weight holds nan at element 520"},
     };
-    usp_model_config model = cases[_i].gpt2 ? tiny_gpt2() : tiny_llama();
+    usp_model_config model = tiny_model(cases[_i].gpt2);
     usp_param_table table;
     ck_assert_int_eq(usp_param_table_make(&model, &table), USP_OK);
     size_t n = (size_t)table.total;
@@ -211,7 +204,7 @@ END_TEST
  * created (_i = 0) or still holds the checkpoint it held (_i = 1). */
 START_TEST(a_diverging_lr_stops_at_the_step_and_saves_nothing)
 {
-    usp_model_config model = tiny_llama();
+    usp_model_config model = tiny_model(0);
     char dir[256], weights[300];
     snprintf(dir, sizeof dir, "%s/diverged_%d", scratch_dir, _i);
     snprintf(weights, sizeof weights, "%s/model.safetensors", dir);
