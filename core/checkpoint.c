@@ -5,6 +5,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <jansson.h>
+#include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -116,6 +117,27 @@ static void convert(const usp_param_tensor *p, const hf_piece *h, float *ours, f
             else
                 *o = *x;
         }
+}
+
+/* The first element of x[0, n) that is NaN or infinite, or (with at_least_zero) below 0; -1 when
+ * there is none. One pass over a host copy, made as it is read or written: NaN and Inf pass
+ * through every kernel and every save silently, so they are stopped at the files. */
+static int64_t first_bad_element(const float *x, int64_t n, int at_least_zero)
+{
+    for (int64_t i = 0; i < n; i++)
+        if (!isfinite(x[i]) || (at_least_zero && x[i] < 0))
+            return i;
+    return -1;
+}
+
+/* Adam's m is a running mean of gradients, v of their squares: finite, and v >= 0 (a negative v
+ * reaches a square root in every AdamW step). The first element that is not, in adam_m
+ * (*is_v = 0) or adam_v (*is_v = 1); -1 when there is none. */
+static int64_t first_bad_moment(const float *adam_m, const float *adam_v, int64_t n, int *is_v)
+{
+    int64_t bad = first_bad_element(adam_m, n, 0);
+    *is_v = bad < 0;
+    return *is_v ? first_bad_element(adam_v, n, 1) : bad;
 }
 
 /* The files of a usp checkpoint; the manifest, written last, lists the others. */
@@ -246,10 +268,42 @@ static usp_status write_files(const char *tmp, const char *dir, const usp_model_
     return reach(USP_CKPT_MANIFEST_WRITTEN, dir);
 }
 
+/* Defence in depth behind the trainer's stop on a non-finite loss or gradient norm: a checkpoint
+ * of non-finite weights (or moments, or a negative v) would be refused by the load anyway, and
+ * would replace a good one. Element indices are those of the tensor as the file would hold it. */
+static usp_status refuse_bad_save(const char *dir, const usp_model_config *c, const usp_param_table *t,
+                                  const float *params, const float *adam_m, const float *adam_v)
+{
+    for (int i = 0; i < t->n; i++) {
+        const usp_param_tensor *p = &t->tensors[i];
+        int64_t bad = first_bad_element(params + p->offset, p->count, 0);
+        if (bad < 0)
+            continue;
+        hf_piece pieces[3];
+        int k = hf_pieces(c, p, pieces), j = 0;
+        int64_t cols = p->ndim == 2 ? p->shape[1] : 1, row = bad / cols, col = bad % cols;
+        while (j + 1 < k && row >= pieces[j].row1)
+            j++;
+        int64_t rows = pieces[j].row1 - pieces[j].row0, r = row - pieces[j].row0;
+        return usp_error(USP_ERR_RUNTIME, "--save %s: tensor %s holds %g at element %lld: a checkpoint of non-finite "
+                         "weights is not written (the training diverged: lower --lr); %s is left as it was", dir,
+                         pieces[j].name, params[p->offset + bad],
+                         (long long)(pieces[j].transpose ? col * rows + r : r * cols + col), dir);
+    }
+    int is_v;
+    int64_t bad = first_bad_moment(adam_m, adam_v, t->total, &is_v);
+    if (bad >= 0)
+        return usp_error(USP_ERR_RUNTIME, "--save %s: tensor %s holds %g at element %lld: Adam's m must be finite and "
+                         "its v finite and >= 0; the checkpoint is not written and %s is left as it was", dir,
+                         is_v ? "adam_v" : "adam_m", (is_v ? adam_v : adam_m)[bad], (long long)bad, dir);
+    return USP_OK;
+}
+
 usp_status usp_checkpoint_save(const char *dir, const usp_model_config *c, const usp_param_table *t,
                                const float *params, const float *adam_m, const float *adam_v, int64_t step,
                                uint64_t seed)
 {
+    USP_CHECK(refuse_bad_save(dir, c, t, params, adam_m, adam_v));
     USP_CHECK(usp_checkpoint_check_save_dir(dir));
     usp_atomic_dir d;
     USP_CHECK(usp_atomic_dir_open(&d, dir));
@@ -306,6 +360,11 @@ static usp_status load_weights(const char *path, const usp_model_config *c, cons
             s = find_piece(&st, pieces[j].name, ndim, shape, &x);
             if (s == USP_OK)
                 s = usp_safetensors_read_f32(&st, x, buffer, x->n_elems);
+            int64_t bad = s == USP_OK ? first_bad_element(buffer, x->n_elems, 0) : -1;
+            if (bad >= 0)
+                s = usp_error(USP_ERR_CONFIG, "%s: tensor %s holds %g at element %lld: weights must be finite numbers "
+                              "(the checkpoint was saved from a diverged run, or damaged since); resume from an "
+                              "earlier checkpoint", path, x->name, buffer[bad], (long long)bad);
             if (s == USP_OK)
                 convert(p, &pieces[j], params + p->offset, buffer, 0);
         }
@@ -342,6 +401,20 @@ static usp_status read_optimizer_fields(const usp_safetensors *st, int64_t *step
     return *has_seed ? metadata_whole_number(st, "seed", UINT64_MAX, seed) : USP_OK;
 }
 
+/* USP_ERR_CONFIG naming the first element of the moments read from `path` that Adam cannot use. */
+static usp_status refuse_bad_moments(const char *path, const float *adam_m, const float *adam_v, int64_t n)
+{
+    int is_v;
+    int64_t bad = first_bad_moment(adam_m, adam_v, n, &is_v);
+    if (bad < 0)
+        return USP_OK;
+    return usp_error(USP_ERR_CONFIG, "%s: tensor %s holds %g at element %lld: Adam's %s (the file is damaged); resume "
+                     "from an earlier checkpoint, or delete %s and the usp_checkpoint.json beside it to load the "
+                     "weights with a fresh optimizer", path, is_v ? "adam_v" : "adam_m", (is_v ? adam_v : adam_m)[bad],
+                     (long long)bad, is_v ? "second moment, a mean of squared gradients, must be finite and >= 0"
+                                          : "first moment must be finite", path);
+}
+
 static usp_status load_optimizer(const char *path, const usp_param_table *t, float *adam_m, float *adam_v,
                                  int64_t *step)
 {
@@ -355,6 +428,7 @@ static usp_status load_optimizer(const char *path, const usp_param_table *t, flo
     if (s == USP_OK) s = find_piece(&st, "adam_v", 1, shape, &v);
     if (s == USP_OK) s = usp_safetensors_read_f32(&st, m, adam_m, t->total);
     if (s == USP_OK) s = usp_safetensors_read_f32(&st, v, adam_v, t->total);
+    if (s == USP_OK) s = refuse_bad_moments(path, adam_m, adam_v, t->total);
     /* the seed too: a load refuses every file usp_checkpoint_read_state refuses */
     if (s == USP_OK) s = read_optimizer_fields(&st, step, &has_seed, &seed);
     usp_safetensors_close(&st);

@@ -17,7 +17,8 @@
 
 #include "core/model_params.h"
 
-/* Writes the checkpoint directory (created if missing); host arrays of t->total floats. */
+/* Writes the checkpoint directory (created if missing); host arrays of t->total floats.
+ * A non-finite weight or moment, or a negative v, is USP_ERR_RUNTIME naming the tensor: nothing is written. */
 usp_status usp_checkpoint_save(const char *dir, const usp_model_config *c, const usp_param_table *t,
                                const float *params, const float *adam_m, const float *adam_v, int64_t step,
                                uint64_t seed);
@@ -44,6 +45,8 @@ void usp_checkpoint_set_save_hook(usp_checkpoint_save_hook hook, void *ctx);
 
 /* Reads weights (and, when present, *has_optimizer = 1 with the moments and step).
  * A missing tensor or a shape that does not match the config is USP_ERR_CONFIG naming the file and the tensor;
+ * a NaN or Inf weight or Adam m, or a negative or non-finite Adam v, is USP_ERR_CONFIG naming the file, the tensor,
+ * the element and the value;
  * an incomplete usp checkpoint (a file of the manifest missing, or optimizer.safetensors without a
  * manifest) is USP_ERR_CONFIG naming what is missing. */
 usp_status usp_checkpoint_load(const char *dir, const usp_model_config *c, const usp_param_table *t, float *params,

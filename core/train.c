@@ -149,12 +149,28 @@ static usp_status record_first_grads(trainer *t, const float *whole)
     return s;
 }
 
+/* A diverged step stops the run before AdamW, and so before any save: one NaN or Inf in the
+ * loss or the gradient norm would spread into every weight, and `loss nan` would end in exit 0
+ * with a checkpoint of NaN. The loss and the norm are all-reduced (sum_over, and
+ * usp_param_store_reduce_grads), so every rank holds the same value (a NaN or Inf on one rank
+ * is one in the sum) and all stop at the same step: no rank is left waiting in a collective.
+ * On meta nothing is computed, so nothing is checked. */
+static usp_status stop_if_not_finite(const trainer *t, int64_t step, const char *what, double value)
+{
+    if (!t->numerics || isfinite(value))
+        return USP_OK;
+    return usp_error(USP_ERR_RUNTIME, "step %lld of %lld: the %s is %g, not a finite number: the training diverged and "
+                     "stops before this step's update, saving nothing; lower --lr (now %g), or check the data",
+                     (long long)step, (long long)t->c->steps, what, value, t->c->lr);
+}
+
 /* The store sums the gradients over the ranks (every rank, or each its shard,
  * ends with the gradient of the global loss); clipping; AdamW. */
 static usp_status reduce_and_update(trainer *t, int64_t step)
 {
     double norm;
     USP_CHECK(usp_param_store_reduce_grads(t->store, &norm));
+    USP_CHECK(stop_if_not_finite(t, step, "gradient norm", norm));
     float *whole = usp_param_store_whole_grads(t->store);
     if (t->c->record_tensors && t->c->on_record && t->ctx->rank == 0 && step == 1 && t->numerics && whole)
         USP_CHECK(record_first_grads(t, whole));
@@ -404,6 +420,7 @@ static usp_status run(trainer *t)
         if (s == USP_OK) s = forward_loss(t, 1, &loss, NULL);
         if (t->result && step == 1 && t->ctx->rank == 0)
             t->result->first_loss = loss;
+        if (s == USP_OK) s = stop_if_not_finite(t, step, "loss", loss);
         if (s == USP_OK) s = usp_model_backward(t->model);
         if (s == USP_OK) s = reduce_and_update(t, step);
         if (s == USP_OK && c->step_stats) {

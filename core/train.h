@@ -6,7 +6,9 @@
  * means); forward, cross-entropy, backward; gradients all-reduced over sp and
  * then dp (weights are replicated on SP ranks), or reduce-scattered over the
  * world with ZeRO 2-3; global-norm clipping; AdamW with linear warmup and
- * cosine decay. The same code runs on every backend.
+ * cosine decay. The same code runs on every backend. A step whose loss or
+ * gradient norm is not finite stops the run (USP_ERR_RUNTIME naming the step)
+ * before its update, so a diverged run saves nothing.
  *
  * On a backend without numerics (meta) the step runs on shapes only: every op,
  * allocation and collective is issued as in a numeric run, but nothing is read

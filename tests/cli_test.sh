@@ -299,5 +299,22 @@ for step in "" 99999999999999999999; do
 done
 rm -rf "$work/seed7" "$work/bad_step"
 
+# NaN and Inf (issue 15, class 4): a diverging --lr stops the run at its step (exit 1) before any save,
+# and a checkpoint holding a NaN weight is refused on load (exit 2) naming the tensor and the element
+out=$(timeout 60 "$usp" train --lr 1e6 --steps 30 --seq 64 --batch 2 --eval-samples 0 --save "$work/diverged" 2>&1)
+rc=$?
+check "--lr 1e6 stops with exit 1 naming the step and --lr (exit $rc: $(echo "$out" | tail -1))" \
+    test $rc -eq 1 -a -n "$(echo "$out" | grep -E 'step [0-9]+ of 30: the (loss|gradient norm) is .*lower --lr')"
+check "a diverged run creates no --save directory" test ! -e "$work/diverged"
+expect 0 "done: loss" -- train --steps 1 --seq 64 --batch 2 --eval-samples 0 --save "$work/finite"
+# the data section starts after the 8-byte header length and the header; its first float is
+# element 0 of the first tensor written, the token embedding: make it a NaN (0x7fc00000, little-endian)
+header=$(od -An -tu8 -N8 "$work/finite/model.safetensors" | tr -d ' ')
+printf '\x00\x00\xc0\x7f' | dd of="$work/finite/model.safetensors" bs=1 seek=$((8 + header)) conv=notrunc 2>/dev/null
+expect 2 "model.embed_tokens.weight holds nan at element 0" -- \
+    train --resume "$work/finite" --steps 2 --seq 64 --batch 2 --eval-samples 0 --save "$work/from_nan"
+check "a refused resume creates no --save directory" test ! -e "$work/from_nan"
+rm -rf "$work/finite"
+
 echo "cli: $passed passed, $failed failed"
 [[ $failed -eq 0 ]]
