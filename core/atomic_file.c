@@ -78,17 +78,16 @@ usp_status usp_atomic_file_open(usp_atomic_file *f, const char *path)
     *f = (usp_atomic_file){0};
     usp_status s = USP_OK;
     USP_CHECK(usp_atomic_path_check("output", path, 0, TMP_SUFFIX_MAX));
-    f->path = resolved_target(path);
+    struct stat st; /* what the kernel finds at the end of the links: /dev/stdout may end in "pipe:[N]", no path */
+    int exists = stat(path, &st) == 0;
+    if (exists && S_ISDIR(st.st_mode))
+        return usp_error(USP_ERR_CONFIG, "cannot write %s: it is a directory; name a file", path);
+    f->direct = exists && !S_ISREG(st.st_mode);
+    f->path = f->direct ? strdup(path) : resolved_target(path);
     if (!f->path)
         return usp_error(USP_ERR_CONFIG, "cannot write %s: following its symbolic link: %s", path, strerror(errno));
     if (strcmp(f->path, path) != 0) /* a link's target can be longer than the link */
         USP_CHECK_GOTO(usp_atomic_path_check("output", f->path, 0, TMP_SUFFIX_MAX), s, failed);
-    struct stat st;
-    if (stat(f->path, &st) == 0 && S_ISDIR(st.st_mode)) {
-        s = usp_error(USP_ERR_CONFIG, "cannot write %s: it is a directory; name a file", path);
-        goto failed;
-    }
-    f->direct = stat(f->path, &st) == 0 && !S_ISREG(st.st_mode);
     if (f->direct) { /* a device, FIFO or socket: written through, never replaced by a regular file */
         f->fp = fopen(f->path, "wb");
     } else {

@@ -300,6 +300,9 @@ check "--trace to a FIFO writes through it to its reader" grep -q "# usp trace:"
 expect 0 "done: loss" -- "${one[@]}" --trace /dev/null
 check "--trace /dev/null leaves /dev/null a character device" test -c /dev/null
 check "--trace /dev/null leaves nothing beside it" test -z "$(ls /dev | grep 'null\.tmp')"
+# /dev/stdout is a link to /proc/self/fd/1, which ends in a pipe here ("pipe:[N]", not a path): written through
+expect 0 "# usp trace:" -- "${one[@]}" --trace /dev/stdout
+check "--trace /dev/stdout leaves /dev/stdout a link" test -L /dev/stdout
 
 echo "cli: $passed passed, $failed failed"
 [[ $failed -eq 0 ]]
