@@ -4,38 +4,124 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
-usp_status usp_atomic_file_open(usp_atomic_file *f, const char *path)
+/* The most usp adds to a file's path to write it: ".tmp." and a pid (at most 19 digits). */
+#define TMP_SUFFIX_MAX 24
+
+usp_status usp_atomic_path_check(const char *option, const char *path, size_t added_to_last, size_t added_to_path)
 {
-    *f = (usp_atomic_file){0};
     size_t n = strlen(path);
-    f->path = strdup(path);
-    f->tmp_path = malloc(n + 32);
-    if (!f->path || !f->tmp_path) {
-        usp_atomic_file_abort(f);
-        return usp_error(USP_ERR_RUNTIME, "out of memory opening %s", path);
-    }
-    snprintf(f->tmp_path, n + 32, "%s.tmp.%ld", path, (long)getpid());
-    f->fp = fopen(f->tmp_path, "wb");
-    if (!f->fp) {
-        int e = errno;
-        usp_atomic_file_abort(f);
-        return usp_error(USP_ERR_RUNTIME, "cannot write %s: %s", path, strerror(e));
+    if (n + added_to_path >= PATH_MAX)
+        return usp_error(USP_ERR_CONFIG, "%s %s: the path is %zu characters; with the %zu that usp adds to write it, "
+                         "it is over the %d of PATH_MAX: name a shorter path", option, path, n, added_to_path,
+                         PATH_MAX);
+    for (const char *c = path; *c;) {
+        size_t len = strcspn(c, "/"), added = c[len] == '\0' ? added_to_last : 0;
+        if (len + added > NAME_MAX)
+            return usp_error(USP_ERR_CONFIG, "%s %s: the name '%.*s' is %zu characters%s, over the %d of NAME_MAX: "
+                             "name it in at most %zu", option, path, (int)len, c, len,
+                             added ? " with the suffix usp adds to write it" : "", NAME_MAX, (size_t)NAME_MAX - added);
+        c += len;
+        c += strspn(c, "/");
     }
     return USP_OK;
 }
 
+/* Follows `path` through symbolic links to the name that is really written (a
+ * relative link target is relative to the link's directory); a malloc'd copy,
+ * or NULL with errno set (ELOOP after 40 links, as the kernel). */
+static char *resolved_target(const char *path)
+{
+    char *now = strdup(path);
+    for (int hops = 0; now; hops++) {
+        struct stat st;
+        if (lstat(now, &st) != 0 || !S_ISLNK(st.st_mode))
+            return now; /* missing (a new file) or not a link: written here */
+        if (hops == 40) {
+            free(now);
+            errno = ELOOP;
+            return NULL;
+        }
+        char *target = malloc((size_t)st.st_size + 1);
+        ssize_t len = target ? readlink(now, target, (size_t)st.st_size + 1) : -1;
+        if (len < 0 || len > st.st_size) { /* the link changed under us: refuse rather than cut it */
+            int e = len < 0 ? errno : ENAMETOOLONG;
+            free(target), free(now);
+            errno = e;
+            return NULL;
+        }
+        target[len] = '\0';
+        char *slash = strrchr(now, '/');
+        if (target[0] == '/' || !slash) {
+            free(now);
+            now = target;
+            continue;
+        }
+        size_t dir_len = (size_t)(slash - now) + 1, n = dir_len + (size_t)len + 1;
+        char *next = malloc(n);
+        if (next)
+            snprintf(next, n, "%.*s%s", (int)dir_len, now, target);
+        free(target), free(now);
+        now = next;
+    }
+    errno = ENOMEM;
+    return NULL;
+}
+
+usp_status usp_atomic_file_open(usp_atomic_file *f, const char *path)
+{
+    *f = (usp_atomic_file){0};
+    usp_status s = USP_OK;
+    USP_CHECK(usp_atomic_path_check("output", path, 0, TMP_SUFFIX_MAX));
+    struct stat st; /* what the kernel finds at the end of the links: /dev/stdout may end in "pipe:[N]", no path */
+    int exists = stat(path, &st) == 0;
+    if (exists && S_ISDIR(st.st_mode))
+        return usp_error(USP_ERR_CONFIG, "cannot write %s: it is a directory; name a file", path);
+    f->direct = exists && !S_ISREG(st.st_mode);
+    f->path = f->direct ? strdup(path) : resolved_target(path);
+    if (!f->path)
+        return usp_error(USP_ERR_CONFIG, "cannot write %s: following its symbolic link: %s", path, strerror(errno));
+    if (strcmp(f->path, path) != 0) /* a link's target can be longer than the link */
+        USP_CHECK_GOTO(usp_atomic_path_check("output", f->path, 0, TMP_SUFFIX_MAX), s, failed);
+    if (f->direct) { /* a device, FIFO or socket: written through, never replaced by a regular file */
+        f->fp = fopen(f->path, "wb");
+    } else {
+        /* The temporary name is the target's name cut to leave room for ".tmp.PID" in
+         * NAME_MAX: any name the OS takes can be written, and the cut is only ever usp's own. */
+        const char *slash = strrchr(f->path, '/'), *base = slash ? slash + 1 : f->path;
+        size_t dir_len = (size_t)(base - f->path), base_len = strlen(base), n = strlen(f->path) + TMP_SUFFIX_MAX + 1;
+        int keep = (int)(base_len < NAME_MAX - TMP_SUFFIX_MAX ? base_len : NAME_MAX - TMP_SUFFIX_MAX);
+        f->tmp_path = malloc(n);
+        if (!f->tmp_path) {
+            s = usp_error(USP_ERR_RUNTIME, "out of memory opening %s", path);
+            goto failed;
+        }
+        snprintf(f->tmp_path, n, "%.*s%.*s.tmp.%ld", (int)dir_len, f->path, keep, base, (long)getpid());
+        f->fp = fopen(f->tmp_path, "wb");
+    }
+    if (!f->fp) {
+        s = usp_error(USP_ERR_RUNTIME, "cannot write %s: %s", path, strerror(errno));
+        goto failed;
+    }
+    return USP_OK;
+failed:
+    usp_atomic_file_abort(f);
+    return s;
+}
+
 usp_status usp_atomic_file_commit(usp_atomic_file *f)
 {
-    int failed = ferror(f->fp) || fflush(f->fp) != 0 || fsync(fileno(f->fp)) != 0;
+    /* fsync on a FIFO or a character device fails with EINVAL: there is nothing on disk to sync. */
+    int failed = ferror(f->fp) || fflush(f->fp) != 0 || (!f->direct && fsync(fileno(f->fp)) != 0);
     int e = errno;
     failed |= fclose(f->fp) != 0;
     f->fp = NULL;
-    if (failed || rename(f->tmp_path, f->path) != 0) {
+    if (failed || (!f->direct && rename(f->tmp_path, f->path) != 0)) {
         e = failed ? e : errno;
         usp_status s = usp_error(USP_ERR_RUNTIME, "cannot write %s: %s", f->path, strerror(e));
         usp_atomic_file_abort(f);

@@ -1,7 +1,19 @@
 /* Outputs that appear whole or not at all.
  *
  * A file is written under a temporary name in the same directory and renamed
- * on success, so a failed run leaves no partial file behind.
+ * on success, so a failed run leaves no partial file behind. What the target
+ * already is decides what is replaced:
+ * - missing or a regular file: the temporary file is renamed over it;
+ * - a symbolic link: followed (link after link, a relative target from the
+ *   link's directory) and the file it names is replaced as above, so the link
+ *   stays a link and its target gets the new content;
+ * - a device, FIFO or socket (--trace /dev/null, a pipe to a reader): opened
+ *   and written through, never renamed over, so it stays what it was; such a
+ *   target has no "whole or not at all" (a reader may see part of a failed run);
+ * - a directory: refused (USP_ERR_CONFIG).
+ * A path the OS cannot take (over PATH_MAX, or a name over NAME_MAX once usp's
+ * temporary suffix is added) is refused with USP_ERR_CONFIG naming the limit,
+ * never cut to a shorter, different name.
  *
  * A directory of several files (a checkpoint) is written the same way one
  * level up: into DIR.tmp-XXXXXX beside DIR (same filesystem, so a rename and
@@ -22,16 +34,24 @@
 typedef struct usp_atomic_file {
     FILE *fp;
     char *path;
-    char *tmp_path;
+    char *tmp_path; /* NULL when direct */
+    int direct;     /* the target is not a regular file: written through, not renamed over */
 } usp_atomic_file;
 
-/* Opens a temporary file beside `path` for writing. */
+/* USP_ERR_CONFIG, naming `option`, `path` and PATH_MAX or NAME_MAX, when `path`
+ * plus `added_to_path` characters is over PATH_MAX or one of its names is over
+ * NAME_MAX (its last one plus `added_to_last`): the suffixes usp adds to
+ * write it (a temporary name, the files of a checkpoint directory). */
+usp_status usp_atomic_path_check(const char *option, const char *path, size_t added_to_last, size_t added_to_path);
+
+/* Opens a temporary file beside `path` (after its links) for writing, or
+ * `path` itself when it is a device, FIFO or socket. */
 usp_status usp_atomic_file_open(usp_atomic_file *f, const char *path);
 
-/* Flushes, syncs and renames the temporary file to its final path. */
+/* Flushes, syncs and renames the temporary file to its final path (a direct one: flushes and closes). */
 usp_status usp_atomic_file_commit(usp_atomic_file *f);
 
-/* Removes the temporary file (safe to call after a failed open or a commit). */
+/* Removes the temporary file, never a direct target (safe to call after a failed open or a commit). */
 void usp_atomic_file_abort(usp_atomic_file *f);
 
 /* DIR + this: the old directory during the fallback swap (a name of usp's, not a user's backup "DIR.old"). */

@@ -4,6 +4,7 @@
 #include <ctype.h>
 #include <dirent.h>
 #include <errno.h>
+#include <limits.h>
 #include <jansson.h>
 #include <math.h>
 #include <stdint.h>
@@ -183,22 +184,34 @@ usp_status usp_checkpoint_check_save_dir(const char *dir)
     return s;
 }
 
+/* dir, sep and name into path[PATH_MAX]: a path the OS could not open is refused, never cut to another name. */
+static usp_status checkpoint_path(char path[PATH_MAX], const char *dir, const char *sep, const char *name)
+{
+    int n = snprintf(path, PATH_MAX, "%s%s%s", dir, sep, name);
+    if (n < 0 || n >= PATH_MAX)
+        return usp_error(USP_ERR_CONFIG, "checkpoint %s: %s%s%s is %d characters, over the %d of PATH_MAX: name a "
+                         "directory with a shorter path", dir, dir, sep, name, n, PATH_MAX);
+    return USP_OK;
+}
+
 /* DIR/usp_checkpoint.json: the step and the size of each file, which the loader checks. */
 static usp_status write_manifest(const char *dir, int64_t step)
 {
     json_t *files = json_object(), *root = json_object();
-    char path[1024];
+    char path[PATH_MAX];
     usp_status s = files && root ? USP_OK : usp_error(USP_ERR_RUNTIME, "out of memory writing %s/%s", dir, manifest_name);
     for (int i = 0; i < N_CHECKPOINT_FILES && s == USP_OK; i++) {
         struct stat st;
-        snprintf(path, sizeof path, "%s/%s", dir, checkpoint_files[i]);
+        if ((s = checkpoint_path(path, dir, "/", checkpoint_files[i])) != USP_OK)
+            break;
         if (stat(path, &st) != 0)
             s = usp_error(USP_ERR_RUNTIME, "cannot read the size of %s: %s", path, strerror(errno));
         else
             json_object_set_new(files, checkpoint_files[i], json_integer((json_int_t)st.st_size));
     }
     usp_atomic_file f;
-    snprintf(path, sizeof path, "%s/%s", dir, manifest_name);
+    if (s == USP_OK)
+        s = checkpoint_path(path, dir, "/", manifest_name);
     if (s == USP_OK) {
         json_object_set_new(root, "usp_checkpoint", json_integer(1));
         json_object_set_new(root, "step", json_integer((json_int_t)step));
@@ -249,15 +262,15 @@ static usp_status write_files(const char *tmp, const char *dir, const usp_model_
                               const float *params, const float *adam_m, const float *adam_v, int64_t step,
                               uint64_t seed)
 {
-    char path[1024], meta[256];
+    char path[PATH_MAX], meta[256]; /* meta: two numbers in a fixed text, at most 120 characters */
     USP_CHECK(reach(USP_CKPT_DIR_CREATED, dir));
-    snprintf(path, sizeof path, "%s/model.safetensors", tmp);
+    USP_CHECK(checkpoint_path(path, tmp, "/", "model.safetensors"));
     USP_CHECK(save_weights(path, c, t, params));
     USP_CHECK(reach(USP_CKPT_WEIGHTS_WRITTEN, dir));
-    snprintf(path, sizeof path, "%s/config.json", tmp);
+    USP_CHECK(checkpoint_path(path, tmp, "/", "config.json"));
     USP_CHECK(usp_model_config_write_hf_json(c, path));
     USP_CHECK(reach(USP_CKPT_CONFIG_WRITTEN, dir));
-    snprintf(path, sizeof path, "%s/optimizer.safetensors", tmp);
+    USP_CHECK(checkpoint_path(path, tmp, "/", "optimizer.safetensors"));
     snprintf(meta, sizeof meta, "{\"format\": \"pt\", \"usp\": \"optimizer-1\", \"step\": \"%lld\", \"seed\": \"%llu\"}",
              (long long)step, (unsigned long long)seed);
     usp_st_entry moments[2] = {{.name = "adam_m", .ndim = 1, .shape = {t->total}, .data = adam_m},
@@ -457,9 +470,10 @@ static usp_status check_manifest(const char *dir, const char *manifest, int64_t 
     for (int i = 0; i < N_CHECKPOINT_FILES && s == USP_OK; i++) {
         const char *name = checkpoint_files[i];
         json_t *size = json_object_get(files, name);
-        char path[1024];
-        snprintf(path, sizeof path, "%s/%s", dir, name);
+        char path[PATH_MAX];
         struct stat st;
+        if ((s = checkpoint_path(path, dir, "/", name)) != USP_OK)
+            break;
         if (!json_is_integer(size))
             s = usp_error(USP_ERR_CONFIG, "%s does not list %s: not a checkpoint this usp wrote; save it again",
                           manifest, name);
@@ -479,10 +493,10 @@ static usp_status check_manifest(const char *dir, const char *manifest, int64_t 
  * Hugging Face directory (*is_usp = 0); anything between is refused, naming what is missing. */
 static usp_status check_complete(const char *dir, int *is_usp, int64_t *step)
 {
-    char manifest[1024], optimizer[1024], old[1024];
-    snprintf(manifest, sizeof manifest, "%s/%s", dir, manifest_name);
-    snprintf(optimizer, sizeof optimizer, "%s/optimizer.safetensors", dir);
-    snprintf(old, sizeof old, "%s" USP_ATOMIC_DIR_OLD_SUFFIX, dir);
+    char manifest[PATH_MAX], optimizer[PATH_MAX], old[PATH_MAX];
+    USP_CHECK(checkpoint_path(manifest, dir, "/", manifest_name));
+    USP_CHECK(checkpoint_path(optimizer, dir, "/", "optimizer.safetensors"));
+    USP_CHECK(checkpoint_path(old, dir, USP_ATOMIC_DIR_OLD_SUFFIX, ""));
     *is_usp = 0, *step = 0;
     if (!file_exists(dir) && file_exists(old))
         return usp_error(USP_ERR_CONFIG, "checkpoint %s is missing and %s holds the one a killed save was replacing: "
@@ -501,17 +515,17 @@ static usp_status check_complete(const char *dir, int *is_usp, int64_t *step)
 usp_status usp_checkpoint_load(const char *dir, const usp_model_config *c, const usp_param_table *t, float *params,
                                float *adam_m, float *adam_v, int64_t *step, int *has_optimizer)
 {
-    char path[1024];
+    char path[PATH_MAX];
     int is_usp;
     int64_t manifest_step;
     *has_optimizer = 0;
     *step = 0;
     USP_CHECK(check_complete(dir, &is_usp, &manifest_step));
-    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    USP_CHECK(checkpoint_path(path, dir, "/", "model.safetensors"));
     USP_CHECK(load_weights(path, c, t, params));
     if (!is_usp)
         return USP_OK; /* a Hugging Face directory: a fresh optimizer */
-    snprintf(path, sizeof path, "%s/optimizer.safetensors", dir);
+    USP_CHECK(checkpoint_path(path, dir, "/", "optimizer.safetensors"));
     USP_CHECK(load_optimizer(path, t, adam_m, adam_v, step));
     if (*step != manifest_step)
         return usp_error(USP_ERR_CONFIG, "%s says step %lld, %s/%s says %lld: the files come from different saves",

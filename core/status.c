@@ -4,6 +4,7 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 static _Thread_local usp_error_slot thread_slot;
 static _Thread_local usp_error_slot *current_slot;
@@ -13,13 +14,39 @@ static usp_error_slot *slot_now(void)
     return current_slot ? current_slot : &thread_slot;
 }
 
+/* Copies `text` (length n) into out[cap]: whole when it fits, else its first
+ * quarter, USP_ERROR_ELISION and its end, so that the reason at the end survives. */
+static void error_keep_ends(char *out, size_t cap, const char *text, size_t n)
+{
+    if (n < cap) {
+        memcpy(out, text, n + 1);
+        return;
+    }
+    size_t elision = strlen(USP_ERROR_ELISION), head = (cap - 1) / 4, tail = cap - 1 - head - elision;
+    memcpy(out, text, head);
+    memcpy(out + head, USP_ERROR_ELISION, elision);
+    memcpy(out + head + elision, text + n - tail, tail + 1);
+}
+
 usp_status usp_error(usp_status status, const char *fmt, ...)
 {
     usp_error_slot *slot = slot_now();
-    va_list ap;
+    va_list ap, again;
     va_start(ap, fmt);
-    vsnprintf(slot->message, sizeof slot->message, fmt, ap);
+    va_copy(again, ap);
+    int n = vsnprintf(NULL, 0, fmt, ap);
     va_end(ap);
+    /* Formatted apart from the slot: an argument may be the slot's own message. */
+    char *whole = n >= 0 ? malloc((size_t)n + 1) : NULL;
+    if (whole)
+        vsnprintf(whole, (size_t)n + 1, fmt, again);
+    va_end(again);
+    if (!whole) {
+        snprintf(slot->message, sizeof slot->message, "%s (out of memory formatting its message)", fmt);
+    } else {
+        error_keep_ends(slot->message, sizeof slot->message, whole, (size_t)n);
+        free(whole);
+    }
     slot->status = status;
     return status;
 }

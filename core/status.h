@@ -21,7 +21,12 @@ typedef enum usp_status {
     USP_ERR_RANK_FAILED = 4, /* a rank died (injected crash, NCCL error) */
 } usp_status;
 
-#define USP_ERROR_MESSAGE_MAX 1024
+/* A message longer than this keeps its beginning and its end, joined by
+ * USP_ERROR_ELISION: the end holds the reason ("...: No space left on device")
+ * and the beginning what failed, so only the middle of a long path is lost.
+ * 8192 holds two paths of PATH_MAX (4096) whole in all but the longest case. */
+#define USP_ERROR_MESSAGE_MAX 8192
+#define USP_ERROR_ELISION " [...] "
 
 /* One place where an error message is kept. */
 typedef struct usp_error_slot {
@@ -29,7 +34,8 @@ typedef struct usp_error_slot {
     char message[USP_ERROR_MESSAGE_MAX];
 } usp_error_slot;
 
-/* Records `status` with a printf-style message in the current slot; returns status. */
+/* Records `status` with a printf-style message in the current slot; returns status.
+ * The arguments may include usp_error_message() (a message wrapping the last one). */
 usp_status usp_error(usp_status status, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 

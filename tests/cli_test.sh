@@ -316,5 +316,54 @@ expect 2 "model.embed_tokens.weight holds nan at element 0" -- \
 check "a refused resume creates no --save directory" test ! -e "$work/from_nan"
 rm -rf "$work/finite"
 
+# Output paths (issue 15): never cut, a path the OS cannot take refused naming the limit (exit 2, no file
+# written); a link stays a link and its target gets the output, a FIFO or a device is written through
+out_dir=$work/paths
+mkdir -p "$out_dir"
+name99=$(printf 'd%.0s' {1..99})
+deep=$out_dir
+for _ in {1..15}; do deep=$deep/$name99; done # about 1550 characters, every name valid
+mkdir -p "$deep"
+over_path_max=$out_dir
+while [[ ${#over_path_max} -le 4096 ]]; do over_path_max=$over_path_max/$name99; done
+over_name_max=$out_dir/$(printf 'n%.0s' {1..256})
+expect 2 "--save $over_path_max: the path is" -- "${one[@]}" --save "$over_path_max"
+expect 2 "PATH_MAX" -- "${one[@]}" --save "$over_path_max"
+expect 2 "NAME_MAX" -- "${one[@]}" --save "$over_name_max"
+expect 2 "--trace $over_name_max: the name" -- "${one[@]}" --trace "$over_name_max"
+check "refused long paths leave no file" test "$(ls "$out_dir")" = "$name99"
+expect 0 "done: loss" -- "${one[@]}" --save "$deep/ck" --trace "$deep/t.json"
+check "a 1500-character --save writes model.safetensors under its full name" test -s "$deep/ck/model.safetensors"
+check "a 1500-character --save writes config.json and optimizer.safetensors" \
+    test -s "$deep/ck/config.json" -a -s "$deep/ck/optimizer.safetensors"
+check "a 1500-character --save writes nothing beside its directory" test "$(ls "$deep")" = "$(printf 'ck\nt.json')"
+check "a 1500-character --trace is written under its full name" grep -q traceEvents "$deep/t.json"
+# a message longer than 1024 bytes keeps its reason at the end
+expect 2 "does not exist (No such file or directory); create it first" -- "${one[@]}" --save "$deep/missing/ck"
+# a name of 250 characters is valid: the temporary name beside it must not be too long
+name250=$(printf 'x%.0s' {1..245}).json
+expect 0 "done: loss" -- "${one[@]}" --trace "$out_dir/$name250"
+check "a --trace name of 250 characters is written" grep -q traceEvents "$out_dir/$name250"
+rm -rf "${out_dir:?}"/*
+echo old >"$out_dir/real.json"
+ln -s real.json "$out_dir/link.json"
+expect 0 "done: loss" -- "${one[@]}" --trace "$out_dir/link.json"
+check "--trace through a symlink keeps the link" test -L "$out_dir/link.json"
+check "--trace through a symlink writes its target" grep -q traceEvents "$out_dir/real.json"
+mkfifo "$out_dir/pipe"
+timeout 90 cat "$out_dir/pipe" >"$out_dir/from_pipe" &
+reader=$!
+expect 0 "done: loss" -- "${one[@]}" --trace "$out_dir/pipe"
+check "--trace to a FIFO leaves a FIFO" test -p "$out_dir/pipe"
+kill "$reader" 2>/dev/null
+wait "$reader" 2>/dev/null
+check "--trace to a FIFO writes through it to its reader" grep -q "# usp trace:" "$out_dir/from_pipe"
+expect 0 "done: loss" -- "${one[@]}" --trace /dev/null
+check "--trace /dev/null leaves /dev/null a character device" test -c /dev/null
+check "--trace /dev/null leaves nothing beside it" test -z "$(ls /dev | grep 'null\.tmp')"
+# /dev/stdout is a link to /proc/self/fd/1, which ends in a pipe here ("pipe:[N]", not a path): written through
+expect 0 "# usp trace:" -- "${one[@]}" --trace /dev/stdout
+check "--trace /dev/stdout leaves /dev/stdout a link" test -L /dev/stdout
+
 echo "cli: $passed passed, $failed failed"
 [[ $failed -eq 0 ]]

@@ -37,8 +37,8 @@ static void rewrite_optimizer_metadata(const char *dir, const char *metadata, in
     char path[512], manifest[512];
     snprintf(path, sizeof path, "%s/optimizer.safetensors", dir);
     snprintf(manifest, sizeof manifest, "%s/usp_checkpoint.json", dir);
-    usp_st_entry moments[2] = {{.name = "adam_m", .ndim = 1, .shape = {table.total}, .data = values},
-                               {.name = "adam_v", .ndim = 1, .shape = {table.total}, .data = values}};
+    usp_st_entry moments[2] = {{.name = "adam_m", .ndim = 1, .shape = {table.total}, .data = values + table.total},
+                               {.name = "adam_v", .ndim = 1, .shape = {table.total}, .data = values + 2 * table.total}};
     ck_assert_msg(usp_safetensors_write(path, moments, 2, metadata) == USP_OK, "%s", usp_error_message());
     struct stat st;
     ck_assert_int_eq(stat(path, &st), 0);

@@ -6,12 +6,14 @@
  * trace only when one of them asks: a trace keeps every call and compute op
  * of every step. */
 #include <errno.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "core/atomic_file.h"
 #include "core/checkpoint.h"
 #include "core/runtime.h"
 #include "core/train.h"
@@ -39,8 +41,16 @@ typedef struct train_options {
  * `is_dir`: the path names a directory the run creates or fills. */
 static usp_status check_output_path(const char *option, const char *path, int is_dir)
 {
+    /* A checkpoint is written as DIR.tmp-XXXXXX/optimizer.safetensors.tmp.PID: the most usp adds to DIR. */
+    size_t dir_suffix = strlen(".tmp-XXXXXX"), dir_added = dir_suffix + strlen("/optimizer.safetensors.tmp.") + 20;
+    USP_CHECK(usp_atomic_path_check(option, path, is_dir ? dir_suffix : 0, is_dir ? dir_added : 24));
     struct stat st;
     int exists = stat(path, &st) == 0;
+    if (exists && !is_dir && !S_ISREG(st.st_mode) && !S_ISDIR(st.st_mode)) { /* a device or FIFO: written through */
+        if (access(path, W_OK) != 0)
+            return usp_error(USP_ERR_CONFIG, "%s %s: cannot write it (%s)", option, path, strerror(errno));
+        return USP_OK;
+    }
     if (exists && is_dir != S_ISDIR(st.st_mode))
         return is_dir ? usp_error(USP_ERR_CONFIG, "%s %s: exists and is not a directory; name a new or an existing "
                                   "directory", option, path)
@@ -53,7 +63,7 @@ static usp_status check_output_path(const char *option, const char *path, int is
         return USP_OK;
     }
     /* A new path, or a file replaced through a new file beside it: its directory must take one. */
-    char parent[4096];
+    char parent[PATH_MAX]; /* path is shorter: usp_atomic_path_check */
     size_t n = strlen(path);
     if (n >= sizeof parent)
         return usp_error(USP_ERR_CONFIG, "%s %s: the path is too long", option, path);

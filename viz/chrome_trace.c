@@ -12,6 +12,7 @@
 #include "viz/chrome_trace.h"
 
 #include <jansson.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -116,7 +117,7 @@ static void add_rank(sink *out, const usp_trace_t *t, int rank, const rank_index
             json_pack("{s:f, s:f}", "flops", e->flops, "bytes", e->mem_bytes));
         add(out, "E", e->name, us(e->t_end), rank, TID_COMPUTE, NULL);
     }
-    char name[128], site[256];
+    char name[128], site[PATH_MAX + 16]; /* site: a source path the compiler opened (< PATH_MAX), ':' and a line */
     for (size_t k = comm->first[rank]; k < comm->first[rank + 1] && out->ok; k++) {
         const usp_trace_event *e = usp_trace_at(t, comm->ids[k]);
         comm_name(t, e, name, sizeof name);
