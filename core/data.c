@@ -170,6 +170,9 @@ usp_status usp_data_read_shard(const usp_data *d, const usp_seq_layout *l, int s
     /* consecutive windows of len+1 tokens, wrapping around the file */
     int64_t windows = d->kind == USP_DATA_PASSKEY ? 1 : d->file_tokens / (real_len + 1);
     int64_t start = d->kind == USP_DATA_PASSKEY ? 0 : (sample % windows) * (real_len + 1);
+    shard->count = l->per_rank;
+    if (!shard->tokens) /* shapes only (meta): no per-token host memory, nothing to read */
+        return USP_OK;
     passkey_sample pk = d->kind == USP_DATA_PASSKEY ? passkey_draw(d, sample) : (passkey_sample){0};
     usp_token_run runs[2];
     int n_runs = usp_seq_layout_runs(l, sp_rank, runs);
@@ -193,13 +196,14 @@ usp_status usp_data_read_shard(const usp_data *d, const usp_seq_layout *l, int s
         }
     }
     free(window);
-    shard->count = l->per_rank;
     return s;
 }
 
-usp_status usp_shard_alloc(usp_shard *s, int64_t count)
+usp_status usp_shard_alloc(usp_shard *s, int64_t count, int shapes_only)
 {
     *s = (usp_shard){.count = count};
+    if (shapes_only) /* meta: the count alone, no token arrays (a shard of 2^28 tokens is 3 GB of host memory) */
+        return USP_OK;
     s->tokens = malloc((size_t)count * sizeof(int32_t));
     s->targets = malloc((size_t)count * sizeof(int32_t));
     s->positions = malloc((size_t)count * sizeof(int32_t));

@@ -61,12 +61,14 @@ void usp_data_close(usp_data *d);
 
 /* Fills `shard` (allocated by the caller for l->per_rank tokens) with SP rank
  * `sp_rank`'s tokens of sample `sample`, whose real length is `real_len` (<= l->n;
- * positions >= real_len are padding). */
+ * positions >= real_len are padding). A shapes-only shard (no arrays) is only
+ * checked and counted. */
 usp_status usp_data_read_shard(const usp_data *d, const usp_seq_layout *l, int sp_rank, int64_t sample,
                                int64_t real_len, usp_shard *shard);
 
-/* Allocates / frees a shard's host arrays for `count` tokens. */
-usp_status usp_shard_alloc(usp_shard *s, int64_t count);
+/* Allocates / frees a shard's host arrays for `count` tokens; `shapes_only`
+ * (the meta backend) allocates none: shapes-only runs hold no per-token host memory. */
+usp_status usp_shard_alloc(usp_shard *s, int64_t count, int shapes_only);
 void usp_shard_free(usp_shard *s);
 
 #endif

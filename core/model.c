@@ -57,6 +57,8 @@ static usp_status alloc_activations(usp_model *m)
     USP_CHECK(model_tensor(m, &m->d_q, n * qd, g));
     USP_CHECK(model_tensor(m, &m->d_k, n * kd, g));
     USP_CHECK(model_tensor(m, &m->d_v, n * kd, g));
+    if (!usp_backend_has_numerics(BE)) /* meta: no loss to sum, no per-token host memory */
+        return USP_OK;
     return usp_malloc((void **)&m->host_targets, (size_t)n * sizeof(int32_t), "targets");
 }
 
@@ -195,6 +197,8 @@ static usp_status upload_batch(usp_model *m, const usp_shard *shards)
         USP_CHECK(usp_buffer_copy(BE, m->tokens + at, sh->tokens, bytes, USP_COPY_HOST_TO_DEVICE, ST));
         USP_CHECK(usp_buffer_copy(BE, m->targets + at, sh->targets, bytes, USP_COPY_HOST_TO_DEVICE, ST));
         USP_CHECK(usp_buffer_copy(BE, m->positions + at, sh->positions, bytes, USP_COPY_HOST_TO_DEVICE, ST));
+        if (!sh->tokens) /* shapes only (meta): the copies' cost counts, there is nothing to check */
+            continue;
         memcpy(m->host_targets + at, sh->targets, bytes);
         for (int64_t i = 0; i < m->T; i++)
             if (sh->tokens[i] < 0 || sh->tokens[i] >= m->V || sh->targets[i] >= m->V)

@@ -29,8 +29,9 @@ struct ring_attention {
     int R, r;                 /* ring size, this rank's index */
     int64_t T;                /* tokens per rank */
     size_t blk;               /* elements of one K (V, dK, dV) block: B*T*Hkv*D */
-    usp_token_run (*runs)[2]; /* runs[o]: ring rank o's tokens, in its local order */
-    int *n_runs;              /* [R] */
+    usp_token_run mine[2];    /* this rank's tokens, in its local order; another rank's are computed when
+                                 its block arrives (a table for every rank would be R^2 over the ring) */
+    int n_mine;
     unsigned char *started;   /* [B][2]: forward has written this query run's first block yet */
     float *buf[2];            /* [4][B,T,Hkv,D] each: K, V, dK, dV; one is sent while the other receives */
     float *o_part;            /* [T,H,D] a block's partial output, before the merge */
@@ -104,17 +105,13 @@ usp_status ring_attention_create(const ring_attention_config *c, ring_attention 
     size_t q_elems = (size_t)a->T * (size_t)c->n_heads * (size_t)c->head_dim;
     size_t lse_elems = (size_t)a->T * (size_t)c->n_heads;
     usp_status s;
-    USP_CHECK_GOTO(usp_calloc((void **)&a->runs, (size_t)R, sizeof *a->runs, "ring attention runs"), s, fail);
-    USP_CHECK_GOTO(usp_calloc((void **)&a->n_runs, (size_t)R, sizeof *a->n_runs, "ring attention runs"), s, fail);
     USP_CHECK_GOTO(usp_calloc((void **)&a->started, (size_t)c->batch * 2, 1, "ring attention flags"), s, fail);
-    for (int o = 0; o < R; o++) {
-        a->n_runs[o] = usp_seq_layout_runs(l, o, a->runs[o]);
-        int64_t held = 0;
-        for (int i = 0; i < a->n_runs[o]; i++)
-            held += a->runs[o][i].count;
-        USP_ASSERT(held == a->T, "ring rank %d holds %lld tokens, expected %lld", o, (long long)held,
-                   (long long)a->T);
-    }
+    a->n_mine = usp_seq_layout_runs(l, a->r, a->mine);
+    int64_t held = 0;
+    for (int i = 0; i < a->n_mine; i++)
+        held += a->mine[i].count;
+    USP_ASSERT(held == a->T, "ring rank %d holds %lld tokens, expected %lld", a->r, (long long)held,
+               (long long)a->T);
     a->q_elems = q_elems, a->lse_elems = lse_elems;
     if (R > 1) {
         USP_CHECK_GOTO(usp_stream_create(c->backend, &a->comm_stream), s, fail);
@@ -135,8 +132,6 @@ void ring_attention_destroy(ring_attention *a)
     usp_event_destroy(a->c.backend, a->arrived);
     usp_event_destroy(a->c.backend, a->consumed);
     (void)usp_stream_destroy(a->c.backend, a->comm_stream);
-    free(a->runs);
-    free(a->n_runs);
     free(a->started);
     free(a);
 }
@@ -149,14 +144,16 @@ static usp_status forward_block(ring_attention *a, const float *q, const float *
                                 int owner)
 {
     const ring_attention_config *c = &a->c;
-    const usp_token_run *mine = a->runs[a->r], *theirs = a->runs[owner];
+    const usp_token_run *mine = a->mine;
+    usp_token_run theirs[2];
+    const int n_theirs = usp_seq_layout_runs(&c->layout, owner, theirs);
     for (int64_t b = 0; b < c->batch; b++)
-        for (int i = 0; i < a->n_runs[a->r]; i++) {
+        for (int i = 0; i < a->n_mine; i++) {
             const usp_token_run *x = &mine[i];
             const float *q_run = elem(a, q, tok_at(a, b, x, c->n_heads));
             float *o_run = elem(a, o, tok_at(a, b, x, c->n_heads)), *lse_run = a->lse_run + lse_slab_at(a, b, x);
             unsigned char *started = &a->started[b * 2 + i];
-            for (int j = 0; j < a->n_runs[owner]; j++) {
+            for (int j = 0; j < n_theirs; j++) {
                 const usp_token_run *y = &theirs[j];
                 if (run_is_masked(a, x, y))
                     continue; /* the zigzag load balance: no call at all */
@@ -185,8 +182,8 @@ static usp_status lse_slabs(ring_attention *a, const float *rows, float *out)
     const ring_attention_config *c = &a->c;
     size_t T = (size_t)a->T, H = (size_t)c->n_heads;
     for (int64_t b = 0; b < c->batch; b++)
-        for (int i = 0; i < a->n_runs[a->r]; i++) {
-            const usp_token_run *x = &a->runs[a->r][i];
+        for (int i = 0; i < a->n_mine; i++) {
+            const usp_token_run *x = &a->mine[i];
             size_t at = (size_t)b * H * T + (size_t)x->local_first, run_bytes = (size_t)x->count * sizeof(float);
             float *slab = a->lse_run + lse_slab_at(a, b, x);
             if (rows)
@@ -271,7 +268,7 @@ static usp_status forward(ring_attention *a, const float *q, const float *k, con
     }
     /* Every query run sees its own diagonal block (causal) or every block (full), so each was started. */
     for (int64_t b = 0; b < c->batch; b++)
-        for (int i = 0; i < a->n_runs[a->r]; i++)
+        for (int i = 0; i < a->n_mine; i++)
             USP_ASSERT(a->started[b * 2 + i], "batch %lld query run %d saw no block", (long long)b, i);
     return lse_slabs(a, NULL, lse);
 }
@@ -282,13 +279,15 @@ static usp_status backward_block(ring_attention *a, const float *q, const float 
                                  const float *k, const float *v, float *dk, float *dv, int owner)
 {
     const ring_attention_config *c = &a->c;
-    const usp_token_run *mine = a->runs[a->r], *theirs = a->runs[owner];
+    const usp_token_run *mine = a->mine;
+    usp_token_run theirs[2];
+    const int n_theirs = usp_seq_layout_runs(&c->layout, owner, theirs);
     for (int64_t b = 0; b < c->batch; b++)
-        for (int i = 0; i < a->n_runs[a->r]; i++) {
+        for (int i = 0; i < a->n_mine; i++) {
             const usp_token_run *x = &mine[i];
             size_t qa = tok_at(a, b, x, c->n_heads);
             const float *lse_run = a->lse_run + lse_slab_at(a, b, x);
-            for (int j = 0; j < a->n_runs[owner]; j++) {
+            for (int j = 0; j < n_theirs; j++) {
                 const usp_token_run *y = &theirs[j];
                 if (run_is_masked(a, x, y))
                     continue;

@@ -84,7 +84,9 @@ static usp_status read_batch(trainer *t, int64_t first_sample)
 static double count_targets(const trainer *t)
 {
     double n = 0;
-    for (int64_t b = 0; b < t->B_local; b++)
+    for (int64_t b = 0; b < t->B_local && !t->shards[b].targets; b++) /* meta: no tokens, every row counts */
+        n += (double)t->shards[b].count;
+    for (int64_t b = 0; b < t->B_local && t->shards[b].targets; b++)
         for (int64_t i = 0; i < t->shards[b].count; i++)
             n += t->shards[b].targets[i] >= 0;
     return n;
@@ -96,13 +98,19 @@ static double count_targets(const trainer *t)
 static usp_status count_right_digits(trainer *t, double *digits)
 {
     const usp_seq_layout *l = usp_model_layout(t->model);
-    int64_t *rows = malloc((size_t)(t->B_local * l->per_rank) * sizeof *rows);
-    int32_t *guess = malloc((size_t)(t->B_local * l->per_rank) * sizeof *guess);
+    int64_t *rows = malloc((size_t)(t->B_local * USP_PASSKEY_DIGITS) * sizeof *rows); /* answers only */
+    int32_t *guess = malloc((size_t)(t->B_local * USP_PASSKEY_DIGITS) * sizeof *guess);
     int n = 0;
-    for (int64_t b = 0; rows && guess && b < t->B_local; b++)
-        for (int64_t i = 0; i < l->per_rank; i++)
-            if (usp_data_is_answer(&t->data, t->shards[b].positions[i], t->c->seq_len))
-                rows[n++] = b * l->per_rank + i;
+    usp_token_run runs[2];
+    int n_runs = usp_seq_layout_runs(l, usp_comm_rank(t->mesh.sp), runs);
+    const int64_t answer = t->c->seq_len - USP_PASSKEY_DIGITS; /* the answer digits close the sequence */
+    for (int64_t b = 0; rows && guess && b < t->B_local; b++) /* from the layout: meta has no positions */
+        for (int r = 0; r < n_runs; r++) {
+            int64_t g0 = runs[r].global_first, end = g0 + runs[r].count;
+            for (int64_t g = g0 > answer ? g0 : answer; g < end; g++)
+                if (usp_data_is_answer(&t->data, g, t->c->seq_len))
+                    rows[n++] = b * l->per_rank + runs[r].local_first + (g - g0);
+        }
     usp_status s = rows && guess ? usp_model_argmax(t->model, rows, n, guess)
                                  : usp_error(USP_ERR_RUNTIME, "out of memory for the answer rows");
     memset(digits, 0, (size_t)t->B_local * sizeof *digits);
@@ -385,7 +393,7 @@ static usp_status setup(trainer *t)
     USP_CHECK(usp_buffer_alloc(BE, (size_t)(t->ctx->world_size + c->batch + 64) * sizeof(double), "comm", (void **)&t->scalars));
     USP_CHECK(usp_calloc((void **)&t->shards, (size_t)t->B_local, sizeof *t->shards, "shards"));
     for (int64_t b = 0; b < t->B_local; b++)
-        USP_CHECK(usp_shard_alloc(&t->shards[b], usp_model_layout(t->model)->per_rank));
+        USP_CHECK(usp_shard_alloc(&t->shards[b], usp_model_layout(t->model)->per_rank, !t->numerics));
     return load_weights(t);
 }
 

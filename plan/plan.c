@@ -63,9 +63,20 @@ static void read_run(const sim_world *w, const sim_cost_model *cost, const usp_t
     read_breakdown(w, out->peak_rank, out);
 }
 
+/* The most ring steps a planned step may simulate, W x R (each rank passes R blocks around its ring):
+ * 1024 x 1024 plans in about 7 s on the tiny model; 4096 x 4096 would take minutes. */
+#define PLAN_RING_STEPS_MAX (1024LL * 1024)
+
 usp_status plan_run(const usp_train_config *train, const sim_cost_model *cost, const char *trace, plan_result *out)
 {
     *out = (plan_result){.shape = train->shape};
+    long long ring_steps = (long long)train->shape.world * train->shape.ring;
+    if (ring_steps > PLAN_RING_STEPS_MAX)
+        return usp_error(USP_ERR_CONFIG,
+                         "--world %d x --ring %d = %lld ring steps to simulate, more than the planner's %lld: use "
+                         "--world x --ring <= %lld (--ring %lld at --world %d), or plan a smaller world and scale",
+                         train->shape.world, train->shape.ring, ring_steps, PLAN_RING_STEPS_MAX, PLAN_RING_STEPS_MAX,
+                         PLAN_RING_STEPS_MAX / train->shape.world, train->shape.world);
     usp_train_config c = *train;
     c.steps = 1, c.until = 0, c.log_every = 1, c.eval_samples = 0, c.eval_only = 0, c.out = NULL;
     c.save_dir = c.resume_dir = NULL, c.first_grads = NULL, c.json = 0;

@@ -365,5 +365,10 @@ check "--trace /dev/null leaves nothing beside it" test -z "$(ls /dev | grep 'nu
 expect 0 "# usp trace:" -- "${one[@]}" --trace /dev/stdout
 check "--trace /dev/stdout leaves /dev/stdout a link" test -L /dev/stdout
 
+# issue 15: host memory that grows with W^2, R^2 or N; each timed out (or ran out of memory) before
+limit=20 expect 2 "--world 4096 x --ring 4096" -- plan --world 4096 --ring 4096 --seq 8192
+limit=20 expect 0 "planned in" -- plan --world 512 --ring 512 --seq 1024
+limit=20 expect 0 "planned in" -- plan --seq 1073741824
+limit=20 expect 2 "--world 4096 with 4096 heads" -- selftest --world 4096
 echo "cli: $passed passed, $failed failed"
 [[ $failed -eq 0 ]]

@@ -38,7 +38,7 @@ static void check_shards(const usp_data *d, const usp_seq_layout *l, int64_t sam
                          int32_t (*expect)(int64_t sample, int64_t g))
 {
     usp_shard s;
-    ck_assert_int_eq(usp_shard_alloc(&s, l->per_rank), USP_OK);
+    ck_assert_int_eq(usp_shard_alloc(&s, l->per_rank, 0), USP_OK);
     char *seen = calloc((size_t)l->n, 1);
     for (int p = 0; p < l->ulysses * l->ring; p++) {
         ck_assert_int_eq(usp_data_read_shard(d, l, p, sample, len, &s), USP_OK);
@@ -125,7 +125,7 @@ static int32_t passkey_reference(int64_t sample, int64_t g)
         usp_seq_layout one;
         ck_assert_int_eq(usp_seq_layout_make(USP_LAYOUT_CONTIGUOUS, 128, 1, 1, &one), USP_OK);
         usp_shard s;
-        ck_assert_int_eq(usp_shard_alloc(&s, 128), USP_OK);
+        ck_assert_int_eq(usp_shard_alloc(&s, 128, 0), USP_OK);
         ck_assert_int_eq(usp_data_read_shard(&passkey_source, &one, 0, sample, 128, &s), USP_OK);
         for (int i = 0; i < 128; i++)
             cache[0][i] = s.tokens[i], cache[1][i + 1] = s.targets[i];
@@ -151,7 +151,7 @@ START_TEST(passkey_samples_do_not_depend_on_the_mesh)
     usp_seq_layout one;
     ck_assert_int_eq(usp_seq_layout_make(USP_LAYOUT_CONTIGUOUS, 128, 1, 1, &one), USP_OK);
     usp_shard s;
-    ck_assert_int_eq(usp_shard_alloc(&s, 128), USP_OK);
+    ck_assert_int_eq(usp_shard_alloc(&s, 128, 0), USP_OK);
     ck_assert_int_eq(usp_data_read_shard(&passkey_source, &one, 0, 5, 128, &s), USP_OK);
     ck_assert_int_eq(memcmp("pass key=", (char[9]){(char)s.tokens[0], (char)s.tokens[1], (char)s.tokens[2],
                             (char)s.tokens[3], (char)s.tokens[4], (char)s.tokens[5], (char)s.tokens[6],
@@ -196,7 +196,7 @@ START_TEST(bad_sources_name_the_input)
     usp_seq_layout l;
     ck_assert_int_eq(usp_seq_layout_make(USP_LAYOUT_CONTIGUOUS, 64, 1, 1, &l), USP_OK);
     usp_shard s;
-    ck_assert_int_eq(usp_shard_alloc(&s, 64), USP_OK);
+    ck_assert_int_eq(usp_shard_alloc(&s, 64, 0), USP_OK);
     ck_assert_int_eq(usp_data_read_shard(&d, &l, 0, 0, 64, &s), USP_ERR_CONFIG);
     ck_assert_ptr_nonnull(strstr(usp_error_message(), "holds 50 tokens"));
     usp_shard_free(&s);

@@ -51,7 +51,7 @@ static usp_status check_rank(const usp_rank_ctx *ctx, void *arg)
     usp_data data;
     usp_shard shard;
     USP_CHECK(usp_data_open("passkey", 3, &data));
-    USP_CHECK(usp_shard_alloc(&shard, N));
+    USP_CHECK(usp_shard_alloc(&shard, N, 0));
     USP_CHECK(usp_data_read_shard(&data, usp_model_layout(m), 0, 0, N, &shard));
     double count = N, loss, plus, minus;
     usp_param_store *store = usp_model_store(m);

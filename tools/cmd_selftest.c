@@ -16,6 +16,9 @@
 #include "viz/render.h"
 #include "viz/run_picture.h"
 
+/* The cap on one layer's Q over all ranks (W x T x heads x D floats): --world 256 with the defaults. */
+#define SELFTEST_Q_BYTES_MAX (256.0 * 1024 * 1024)
+
 typedef struct selftest_options {
     int world, ulysses, ring, layers, heads, kv_heads, head_dim, tokens, json;
     const char *trace, *dot, *topology;
@@ -99,6 +102,17 @@ static usp_status run_selftest(const selftest_options *o, int *exit_code)
     if (o->tokens > 0) c->tokens_per_rank = o->tokens;
     if (c->heads % shape.ulysses != 0)
         return usp_error(USP_ERR_CONFIG, "--heads %d does not divide by --ulysses %d", c->heads, shape.ulysses);
+    /* Every element is real and checked: the host holds about 10 buffers of a layer's Q over all ranks
+     * (4.8 GB and half a minute at --world 512 with the default 512 heads), so refuse before allocating. */
+    double q_bytes = (double)shape.world * c->tokens_per_rank * c->heads * c->head_dim * sizeof(float);
+    if (q_bytes > SELFTEST_Q_BYTES_MAX)
+        return usp_error(USP_ERR_CONFIG,
+                         "--world %d with %d heads, %d tokens per rank and head dimension %d holds %.0f MB of Q over "
+                         "all ranks (about 10 times that in host memory); the selftest holds at most %.0f MB: use a "
+                         "smaller --world (256 with the defaults), --ring to lower the Ulysses degree and the heads, "
+                         "or fewer --tokens or a smaller --head-dim",
+                         shape.world, c->heads, c->tokens_per_rank, c->head_dim, q_bytes / 1e6,
+                         SELFTEST_Q_BYTES_MAX / 1e6);
     /* the summary counts the calls in the trace: it is always on */
     usp_runtime_options ro = {.world_size = shape.world, .cluster = o->topology, .nodes = o->nodes,
                               .inject = o->inject.items, .n_inject = o->inject.n, .trace = 1};
