@@ -23,7 +23,6 @@
 #define USP_TRAIN_H
 
 #include <stdint.h>
-#include <stdio.h>
 
 #include "core/mesh.h"
 #include "core/model_config.h"
@@ -93,11 +92,6 @@ typedef struct usp_train_config {
                                   gather of sharded weights) */
     usp_train_step_stats *step_stats; /* when set (on every rank or none), [world]: every rank's figures of
                                   the last step it ran, gathered to rank 0 (usp_rank_gather) */
-    /* Unused: progress goes through on_record. They stay only while tools/cmd_plan.c, being
-     * turned into the planner library, still clears them; remove them with that change. */
-    FILE *out;
-    int json;
-    float *first_grads;
 } usp_train_config;
 
 /* What rank 0 reports back to the command. */

@@ -79,8 +79,8 @@ usp_status plan_run(const usp_train_config *train, const sim_cost_model *cost, c
                          train->shape.world, train->shape.ring, ring_steps, PLAN_RING_STEPS_MAX, PLAN_RING_STEPS_MAX,
                          PLAN_RING_STEPS_MAX / train->shape.world, train->shape.world);
     usp_train_config c = *train;
-    c.steps = 1, c.until = 0, c.log_every = 1, c.eval_samples = 0, c.eval_only = 0, c.out = NULL;
-    c.save_dir = c.resume_dir = NULL, c.first_grads = NULL, c.json = 0;
+    c.steps = 1, c.until = 0, c.log_every = 1, c.eval_samples = 0, c.eval_only = 0;
+    c.save_dir = c.resume_dir = NULL;
     const int W = c.shape.world;
     usp_train_step_stats *stats;
     USP_CHECK(usp_calloc((void **)&stats, (size_t)W, sizeof *stats, "the step figures"));

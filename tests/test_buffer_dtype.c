@@ -164,7 +164,7 @@ static usp_train_config bf16_config(int llama, int world, int ulysses, int ring,
     c.model.n_kv_head = llama ? 2 : 4, c.model.d_ff = llama ? 48 : 128;
     snprintf(c.model.name, sizeof c.model.name, "bf16-%s", llama ? "llama" : "gpt2");
     ck_assert_int_eq(usp_mesh_shape_make(world, ulysses, ring, &c.shape), USP_OK);
-    c.data = "passkey", c.seq_len = 64, c.batch = c.shape.dp, c.steps = 1, c.until = 1, c.out = NULL;
+    c.data = "passkey", c.seq_len = 64, c.batch = c.shape.dp, c.steps = 1, c.until = 1;
     c.storage = USP_BF16, c.zero_stage = zero, c.tile_rows = 7;
     return c;
 }
