@@ -183,7 +183,8 @@ void usp_report_mismatch(usp_report_snapshot *snap, const usp_rank_record *ranks
         usp_strbuf_printf(text, " as its call #%llu", (unsigned long long)r->call.seq);
         if (collective)
             usp_strbuf_printf(text, " (collective #%llu)", (unsigned long long)r->collective_seq);
-        usp_strbuf_printf(text, " on %s at %s:%d\n", group, r->call.site.file, r->call.site.line);
+        usp_strbuf_printf(text, " on %s at %s:%d\n", r->call.group[0] ? r->call.group : group, r->call.site.file,
+                          r->call.site.line); /* a call on the wrong group names its own */
     }
     describe_ranks(text, ranks, n, injected);
 }

@@ -20,6 +20,8 @@ usp_status usp_runtime_make(const usp_runtime_i *iface, void *context, usp_runti
 const char *usp_runtime_name(const usp_runtime_t *rt) { return rt->iface->name; }
 int usp_runtime_world_size(const usp_runtime_t *rt) { return rt->iface->world_size(rt->context); }
 
+int usp_runtime_prints(const usp_runtime_t *rt) { return rt->iface->prints ? rt->iface->prints(rt->context) : 1; }
+
 usp_status usp_runtime_run(usp_runtime_t *rt, usp_rank_main_fn fn, void *arg)
 {
     return rt->iface->run(rt->context, fn, arg);

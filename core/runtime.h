@@ -30,6 +30,10 @@ typedef struct usp_runtime_options {
     const char *const *inject;  /* fault specs, KIND:rank=R[,op=OP][,call=K][,group=G] */
     int n_inject;
     int trace;                  /* record a trace of every call and op (usp_runtime_trace) */
+    /* Real backends (the simulator checks every call and never hangs, so it needs none of them): */
+    int check_collectives;      /* exchange call fingerprints before each call: a mismatch is a report, not a hang */
+    double timeout_s;           /* the watchdog: a call not complete after this many seconds ends the run (0: 600) */
+    const char *dump_dir;       /* where the watchdog writes each rank's flight recorder (NULL: nowhere) */
 } usp_runtime_options;
 
 /* The machine a run's times are for. */
@@ -44,6 +48,10 @@ const char *usp_runtime_name(const usp_runtime_t *rt);
 
 /* The number of ranks it runs. */
 int usp_runtime_world_size(const usp_runtime_t *rt);
+
+/* 1 when this process prints the command's output (progress, summary, files):
+ * the simulator's one process, rank 0's under a launcher. */
+int usp_runtime_prints(const usp_runtime_t *rt);
 
 /* Runs fn(ctx, arg) on every rank until all have returned. Returns USP_OK, the
  * first failing rank's status (its message prefixed with the rank), or the

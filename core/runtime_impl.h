@@ -22,6 +22,8 @@ typedef struct usp_runtime_i {
     const char *(*report)(const void *ctx);
     /* (optional) The run's trace; NULL: the runtime records none. */
     const usp_trace_t *(*trace)(const void *ctx);
+    /* (optional) 1 when this process prints the command's output; NULL: 1. */
+    int (*prints)(const void *ctx);
     /* The machine the times are for. */
     usp_runtime_cluster (*cluster)(const void *ctx);
     /* Frees the context. */

@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/reduce.h"
 #include "sim/sim_internal.h"
 
 #define PARALLEL_BYTES ((size_t)1 << 20) /* below this, threads cost more than they give */
@@ -78,36 +79,6 @@ static usp_status check_buffers(const sim_rank *r, const usp_comm_op *op, int i,
     return USP_OK;
 }
 
-#define REDUCE_LOOP(T, acc, src, n, op)                                       \
-    do {                                                                      \
-        T *a_ = (T *)(acc);                                                   \
-        const T *s_ = (const T *)(src);                                       \
-        if ((op) == USP_REDUCE_SUM)                                           \
-            for (size_t k_ = 0; k_ < (n); k_++) a_[k_] += s_[k_];             \
-        else                                                                  \
-            for (size_t k_ = 0; k_ < (n); k_++) a_[k_] = s_[k_] > a_[k_] ? s_[k_] : a_[k_]; \
-    } while (0)
-
-/* bf16 as NCCL reduces it: each partial result widened to f32, combined, rounded back. */
-static void reduce_bf16(uint16_t *acc, const uint16_t *src, size_t n, usp_reduce_op op)
-{
-    for (size_t k = 0; k < n; k++) {
-        float a = usp_bf16_to_f32(acc[k]), s = usp_bf16_to_f32(src[k]);
-        acc[k] = usp_f32_to_bf16(op == USP_REDUCE_SUM ? a + s : s > a ? s : a);
-    }
-}
-
-static void reduce_into(void *acc, const void *src, size_t n, usp_dtype dtype, usp_reduce_op op)
-{
-    switch (dtype) {
-    case USP_BF16: reduce_bf16(acc, src, n, op); break;
-    case USP_F32: REDUCE_LOOP(float, acc, src, n, op); break;
-    case USP_F64: REDUCE_LOOP(double, acc, src, n, op); break;
-    case USP_I64: REDUCE_LOOP(int64_t, acc, src, n, op); break;
-    default: USP_ASSERT(0, "reduction over %s", usp_dtype_name(dtype));
-    }
-}
-
 /* Elements [first, first+n) of the reduction of the members' send buffers
  * (each read at element offset `src_at`), written to every member's recv at
  * element offset `dst_at` (all members for all_reduce, one for reduce_scatter). */
@@ -118,7 +89,7 @@ static void reduce_chunk(usp_comm_op **ops, int size, size_t src_at, size_t n, i
     size_t es = usp_dtype_size(op0->dtype);
     memcpy(scratch, (const char *)ops[0]->send + src_at * es, n * es);
     for (int r = 1; r < size; r++)
-        reduce_into(scratch, (const char *)ops[r]->send + src_at * es, n, op0->dtype, op0->reduce);
+        usp_reduce_into(scratch, (const char *)ops[r]->send + src_at * es, n, op0->dtype, op0->reduce);
     for (int r = 0; r < size; r++)
         if (dst_member < 0 || dst_member == r)
             memcpy((char *)ops[r]->recv + dst_at * es, scratch, n * es);

@@ -27,8 +27,9 @@
 #include "viz/run_picture.h"
 
 typedef struct train_options {
-    const char *backend, *model, *data, *save, *resume, *attention, *trace, *dot, *topology;
-    int world, ulysses, ring, pad, json, nodes, meta;
+    const char *backend, *model, *data, *save, *resume, *attention, *trace, *dot, *topology, *dump_dir;
+    int world, ulysses, ring, pad, json, nodes, meta, check_collectives;
+    double timeout;
     int seq, batch, steps, until, warmup, log_every, eval_samples, seed;
     double lr;
     cli_list inject;
@@ -169,6 +170,13 @@ static usp_status build_config(const char *command, const train_options *o, usp_
     USP_CHECK(memory_options_apply(&o->memory, c));
     if (c->eval_only && !o->resume)
         return usp_error(USP_ERR_CONFIG, "usp eval needs --resume DIR (a checkpoint to evaluate)");
+    int real = strcmp(o->backend, "sim") != 0;
+    if (real && (o->trace || o->dot))
+        return usp_error(USP_ERR_CONFIG, "%s with --backend %s: traces and pictures are the simulator's (drop %s, or "
+                         "run the same options on --backend sim)", o->trace ? "--trace" : "--dot", o->backend,
+                         o->trace ? "--trace" : "--dot");
+    if (o->dump_dir)
+        USP_CHECK(check_output_path("--dump-dir", o->dump_dir, 1));
     int64_t padded;
     USP_CHECK(usp_train_check(c, &padded)); /* before any rank runs: the message then names no rank */
     if (o->dot) { /* a picture this build cannot write is an option error, found before anything runs */
@@ -240,14 +248,18 @@ static usp_status run(const char *command, const train_options *o, int *exit_cod
     USP_CHECK(build_config(command, o, &c));
     usp_runtime_options ro = {.world_size = c.shape.world, .shapes_only = o->meta, .cluster = o->topology,
                               .nodes = o->nodes, .inject = o->inject.items, .n_inject = o->inject.n,
-                              .trace = o->trace != NULL || o->dot != NULL};
+                              .trace = o->trace != NULL || o->dot != NULL,
+                              .check_collectives = o->check_collectives, .timeout_s = o->timeout,
+                              .dump_dir = o->dump_dir};
     usp_runtime_t *rt;
     USP_CHECK(runtime_registry_create(o->backend, &ro, &rt));
-    if (!o->json)
+    int prints = usp_runtime_prints(rt); /* under a launcher, rank 0's process; errors: every process its own */
+    if (!o->json && prints)
         printf("usp %s: model %s, world %d = dp %d x ring %d x ulysses %d, attention %s, seq %d, batch %d, data %s\n",
                command, c.model.name, c.shape.world, c.shape.dp, c.shape.ring, c.shape.ulysses, o->attention, o->seq,
                o->batch, o->data);
     train_report report = {.out = stdout, .json = o->json};
+    report.out = prints ? stdout : NULL;
     c.on_record = train_report_record, c.record_ctx = &report;
     usp_train_result result = {.passkey_accuracy = -1};
     usp_status s = usp_calloc((void **)&result.peak_bytes, (size_t)c.shape.world, sizeof *result.peak_bytes,
@@ -255,13 +267,14 @@ static usp_status run(const char *command, const train_options *o, int *exit_cod
     usp_train_run runarg = {.config = &c, .result = &result};
     if (s == USP_OK)
         s = usp_runtime_run(rt, usp_train_rank, &runarg);
-    if (s == USP_OK)
-        train_report_summary(&report, &c, &result, usp_runtime_cluster_of(rt));
-    else if (*usp_runtime_report(rt))
+    if (s == USP_OK) {
+        if (prints)
+            train_report_summary(&report, &c, &result, usp_runtime_cluster_of(rt));
+    } else if (*usp_runtime_report(rt))
         fprintf(stderr, "usp %s: %s", command, usp_runtime_report(rt));
     else
         fprintf(stderr, "usp %s: %s\n", command, usp_error_message());
-    usp_status os = write_outputs(rt, s, command, o, &c);
+    usp_status os = prints ? write_outputs(rt, s, command, o, &c) : USP_OK;
     *exit_code = s != USP_OK ? (int)s : (int)os;
     free(result.peak_bytes);
     usp_runtime_destroy(rt);
@@ -272,12 +285,14 @@ int cmd_train(int argc, char **argv)
 {
     const char *command = argv[1];
     int eval = strcmp(command, "eval") == 0;
-    train_options o = {.backend = "sim", .data = "passkey", .attention = "sp", .world = 4,
+    train_options o = {.backend = "sim", .data = "passkey", .attention = "sp", .world = 0,
                        .ring = 1, .seq = 64, .batch = 16, .steps = 2000, .warmup = -1, .log_every = 250,
                        .eval_samples = 64, .seed = -1, .lr = 1e-2, .memory = MEMORY_OPTIONS_DEFAULTS};
     const cli_option options[] = {
-        {"--backend", CLI_STRING, &o.backend, "sim|nccl", "where the ranks run (default sim)", 0, -1},
-        {"--world", CLI_INT, &o.world, "W", "ranks (simulated GPUs; default 4)", 1, 4096},
+        {"--backend", CLI_STRING, &o.backend, "sim|mpi|nccl",
+         "where the ranks run: sim (default, one process), mpi (one process per rank: mpirun -np W usp train "
+         "--backend mpi), nccl (GPUs)", 0, -1},
+        {"--world", CLI_INT, &o.world, "W", "ranks (simulated GPUs; default 4, or the launcher's process count)", 1, 4096},
         {"--ulysses", CLI_INT, &o.ulysses, "U", "Ulysses degree (default W/R)", 1, 4096},
         {"--ring", CLI_INT, &o.ring, "R", "Ring degree (default 1); DP = W/(U*R)", 1, 4096},
         {"--topology", CLI_STRING, &o.topology, "NAME|FILE",
@@ -308,6 +323,14 @@ int cmd_train(int argc, char **argv)
          "picture (.dot, .svg, .png, .pdf): the wait-for graph of a deadlock/mismatch, else the traffic map", 0, -1},
         {"--json", CLI_FLAG, &o.json, NULL, "one JSON object per line: per-step records, then a summary", 0, -1},
         {"--meta", CLI_FLAG, &o.meta, NULL, "run on shapes only (meta backend): modelled time and memory, no loss", 0, -1},
+        {"--check-collectives", CLI_FLAG, &o.check_collectives, NULL,
+         "real backends: ranks exchange each call's fingerprint first, so a mismatch is a report (exit 3), not a hang "
+         "(the simulator always checks)", 0, -1},
+        {"--timeout", CLI_DOUBLE, &o.timeout, "SECONDS",
+         "real backends: a call not complete after this long ends the run with exit 3 (default 600)", 0, -1},
+        {"--dump-dir", CLI_STRING, &o.dump_dir, "DIR",
+         "real backends: where each rank writes its flight recorder when the run fails or hangs (read with usp "
+         "postmortem DIR)", 0, -1},
         MEMORY_OPTIONS(o.memory),
         {0},
     };
@@ -327,6 +350,8 @@ int cmd_train(int argc, char **argv)
                        options);
         return 0;
     }
+    if (o.world == 0)
+        o.world = runtime_registry_default_world(o.backend);
     int code = 0;
     s = run(command, &o, &code);
     return s != USP_OK ? cli_fail(command, s) : code;

@@ -7,6 +7,9 @@
 #include <string.h>
 
 #include "sim/sim_runtime.h"
+#ifdef USP_HAVE_MPI
+#include "backends/mpi/mpi_runtime.h"
+#endif
 
 typedef struct runtime_entry {
     const char *name;
@@ -17,7 +20,11 @@ typedef struct runtime_entry {
 static const runtime_entry runtimes[] = {
     {.name = "sim", .create = sim_runtime_create},
     {.name = "nccl", .needs = "CUDA and NCCL"},
-    {.name = "mpi", .needs = "MPI"},
+#ifdef USP_HAVE_MPI
+    {.name = "mpi", .create = mpi_runtime_create},
+#else
+    {.name = "mpi", .needs = "Open MPI (apt-get install libopenmpi-dev openmpi-bin)"},
+#endif
 };
 
 static const runtime_entry *find(const char *name)
@@ -57,4 +64,15 @@ usp_status runtime_registry_create(const char *name, const usp_runtime_options *
 {
     USP_CHECK(runtime_registry_check(name));
     return find(name)->create(o, out);
+}
+
+int runtime_registry_default_world(const char *name)
+{
+#ifdef USP_HAVE_MPI
+    if (strcmp(name, "mpi") == 0 && mpi_launcher_world_size() > 0)
+        return mpi_launcher_world_size();
+#else
+    (void)name;
+#endif
+    return 4;
 }

@@ -1,0 +1,162 @@
+/* The watchdog (see mpi_watchdog.h). */
+#include "backends/mpi/mpi_watchdog.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+#include <unistd.h>
+
+#define TICK_NS 100000000L /* ten looks a second: a hang ends within 0.1 s of its timeout */
+
+struct mpi_watchdog {
+    int rank;
+    double timeout_s;
+    const char *dump_dir;
+    usp_flight_recorder *recorder;
+    pthread_t thread;
+    pthread_mutex_t lock;         /* guards what follows */
+    int in_call, stopping;
+    usp_comm_fingerprint call;
+    uint64_t entry;               /* the call's entry in the recorder */
+    struct timespec since;        /* when it entered the call (CLOCK_MONOTONIC) */
+};
+
+static sigset_t watched_signals(void)
+{
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGTERM);
+    sigaddset(&set, SIGINT);
+    return set;
+}
+
+void mpi_watchdog_block_signals(void)
+{
+    sigset_t set = watched_signals();
+    pthread_sigmask(SIG_BLOCK, &set, NULL);
+}
+
+static double seconds_since(const struct timespec *t)
+{
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    return (double)(now.tv_sec - t->tv_sec) + 1e-9 * (double)(now.tv_nsec - t->tv_nsec);
+}
+
+usp_status mpi_watchdog_dump(mpi_watchdog *w, const char *reason)
+{
+    if (!w || !w->dump_dir)
+        return USP_OK;
+    return usp_flight_recorder_dump(w->recorder, w->dump_dir, reason);
+}
+
+/* Writes the recorder, says so, and ends the process: the last thing a watchdog does. */
+static void end_process(mpi_watchdog *w, const char *reason, int code)
+{
+    char where[600] = "";
+    if (w->dump_dir) {
+        if (mpi_watchdog_dump(w, reason) == USP_OK)
+            snprintf(where, sizeof where, "; its flight record is in %s (read them all with: usp postmortem %s)",
+                     w->dump_dir, w->dump_dir);
+        else
+            snprintf(where, sizeof where, "; writing its flight record failed: %s", usp_error_message());
+    } else {
+        snprintf(where, sizeof where, "; give --dump-dir DIR to keep its flight record");
+    }
+    fprintf(stderr, "usp: rank %d: %s%s\n", w->rank, reason, where);
+    fflush(stderr);
+    _exit(code); /* MPI cannot be finalised with a call in flight; the launcher ends the others */
+}
+
+static void *watch(void *arg)
+{
+    mpi_watchdog *w = arg;
+    sigset_t set = watched_signals();
+    struct timespec tick = {0, TICK_NS};
+    for (;;) {
+        int sig = sigtimedwait(&set, NULL, &tick);
+        pthread_mutex_lock(&w->lock);
+        if (w->stopping) {
+            pthread_mutex_unlock(&w->lock);
+            return NULL;
+        }
+        char reason[512];
+        usp_strbuf call = {0};
+        if (w->in_call) {
+            usp_comm_fingerprint_describe(&call, &w->call);
+            snprintf(reason, sizeof reason, "%s #%llu on %s (%s:%d) %s", usp_comm_kind_name((usp_comm_kind)w->call.op),
+                     (unsigned long long)w->call.seq, w->call.group, w->call.site.file, w->call.site.line,
+                     usp_strbuf_text(&call));
+            usp_strbuf_free(&call);
+        }
+        double waited = w->in_call ? seconds_since(&w->since) : 0.0;
+        int in_call = w->in_call;
+        pthread_mutex_unlock(&w->lock);
+        char why[700];
+        if (sig == SIGTERM || sig == SIGINT) {
+            snprintf(why, sizeof why, "ended by %s%s%s", sig == SIGTERM ? "SIGTERM (the launcher ends the job: "
+                     "another rank failed or died)" : "SIGINT", in_call ? " while in " : " outside any call",
+                     in_call ? reason : "");
+            end_process(w, why, sig == SIGTERM ? USP_ERR_RANK_FAILED : 130);
+        }
+        if (in_call && waited > w->timeout_s) {
+            snprintf(why, sizeof why, "watchdog: %s not complete after %.1f s (--timeout %g): a hang", reason,
+                     waited, w->timeout_s);
+            end_process(w, why, USP_ERR_COLLECTIVE);
+        }
+    }
+}
+
+usp_status mpi_watchdog_start(int rank, double timeout_s, const char *dump_dir, usp_flight_recorder *recorder,
+                              mpi_watchdog **out)
+{
+    mpi_watchdog *w;
+    USP_CHECK(usp_calloc((void **)&w, 1, sizeof *w, "the watchdog"));
+    *w = (mpi_watchdog){.rank = rank, .timeout_s = timeout_s, .dump_dir = dump_dir, .recorder = recorder};
+    pthread_mutex_init(&w->lock, NULL);
+    int rc = pthread_create(&w->thread, NULL, watch, w);
+    if (rc != 0) {
+        pthread_mutex_destroy(&w->lock);
+        free(w);
+        return usp_error(USP_ERR_RUNTIME, "starting the watchdog thread failed (%d)", rc);
+    }
+    *out = w;
+    return USP_OK;
+}
+
+void mpi_watchdog_enter(mpi_watchdog *w, const usp_comm_fingerprint *fp, double t)
+{
+    if (!w)
+        return;
+    pthread_mutex_lock(&w->lock);
+    w->in_call = 1;
+    w->call = *fp;
+    clock_gettime(CLOCK_MONOTONIC, &w->since);
+    w->entry = usp_flight_recorder_post(w->recorder, fp, t);
+    pthread_mutex_unlock(&w->lock);
+}
+
+void mpi_watchdog_leave(mpi_watchdog *w, double t, usp_status status)
+{
+    if (!w)
+        return;
+    pthread_mutex_lock(&w->lock);
+    w->in_call = 0;
+    usp_flight_recorder_completed(w->recorder, w->entry, t, status);
+    pthread_mutex_unlock(&w->lock);
+}
+
+void mpi_watchdog_stop(mpi_watchdog *w)
+{
+    if (!w)
+        return;
+    pthread_mutex_lock(&w->lock);
+    w->stopping = 1;
+    pthread_mutex_unlock(&w->lock);
+    pthread_join(w->thread, NULL);
+    pthread_mutex_destroy(&w->lock);
+    free(w);
+}

@@ -1,0 +1,49 @@
+/* The watchdog of one rank's process: what keeps a broken schedule on a real
+ * backend from hanging until someone kills it.
+ *
+ * A thread of its own (it never calls MPI) looks ten times a second at the
+ * call the rank is in. A call not complete after --timeout seconds writes the
+ * rank's flight recorder (core/flight_recorder.h) to --dump-dir, says so on
+ * stderr and ends the process with exit 3 (a hang). A SIGTERM or SIGINT (the
+ * launcher ending the job because another rank failed or died, or a user's
+ * Ctrl-C) writes the recorder too, then ends the process with exit 4 (a rank
+ * failed) or 130. Each rank's watchdog acts alone, so every rank stuck in a
+ * call ends within the timeout even when the launcher does not end the job
+ * (srun without --kill-on-bad-exit), and `usp postmortem DIR` then reads the
+ * files of the ranks that wrote one.
+ *
+ * Signals are taken by sigwait in the watchdog's thread: the process must
+ * block SIGTERM and SIGINT (mpi_watchdog_block_signals) before it starts any
+ * thread, MPI's and OpenMP's included. */
+#ifndef USP_MPI_WATCHDOG_H
+#define USP_MPI_WATCHDOG_H
+
+#include "core/comm_fingerprint.h"
+#include "core/comm_report.h"
+#include "core/flight_recorder.h"
+
+typedef struct mpi_watchdog mpi_watchdog;
+
+/* Blocks SIGTERM and SIGINT in the calling thread and the threads it will start. */
+void mpi_watchdog_block_signals(void);
+
+/* Starts the watchdog of world rank `rank`: calls longer than timeout_s (> 0)
+ * end the process; the recorder (owned by the caller, outliving the watchdog)
+ * is written to dump_dir (NULL: not written) when it fires. */
+usp_status mpi_watchdog_start(int rank, double timeout_s, const char *dump_dir, usp_flight_recorder *recorder,
+                              mpi_watchdog **out);
+
+/* The rank enters a call (fingerprint fp) at `t` seconds (NULL watchdog: nothing). */
+void mpi_watchdog_enter(mpi_watchdog *w, const usp_comm_fingerprint *fp, double t);
+
+/* The rank's call ended at `t` with `status`. */
+void mpi_watchdog_leave(mpi_watchdog *w, double t, usp_status status);
+
+/* Writes the recorder to the dump directory now, with `reason` (a failed or
+ * crashed rank, from its own thread); USP_OK when there is no directory. */
+usp_status mpi_watchdog_dump(mpi_watchdog *w, const char *reason);
+
+/* Stops the thread; calls after it are not watched (NULL is a no-op). */
+void mpi_watchdog_stop(mpi_watchdog *w);
+
+#endif

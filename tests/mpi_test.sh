@@ -1,0 +1,148 @@
+#!/usr/bin/env bash
+# The mpi backend in real processes (mpirun on loopback): the same losses as
+# the simulator, checkpoints across backends, every injected fault caught by
+# --check-collectives, the watchdog and `usp postmortem`, a rank killed with
+# SIGKILL. Usage: mpi_test.sh PATH/TO/usp
+set -u
+usp=$(realpath "$1")
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+cd "$work"
+passed=0 failed=0
+# CI runs as root on 2 cores; 4 ranks need --oversubscribe. One thread a process on
+# both backends: the cpu kernels split their sums by thread, so equal bits need equal threads.
+export OMP_NUM_THREADS=1 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+export OMPI_MCA_btl_vader_single_copy_mechanism=none # no CMA inside containers (ptrace is refused)
+mpi=(mpirun --oversubscribe -np 4 -x OMP_NUM_THREADS)
+
+ok() { passed=$((passed + 1)); }
+fail() {
+    failed=$((failed + 1))
+    echo "FAIL: $1"
+    [[ -n ${2:-} ]] && echo "$2" | head -30 | sed 's/^/    /'
+}
+
+# The summary line of a run (--json's last line), without its times.
+summary() { tail -n 1 | sed -E 's/"(tokens_per_s|wall_s|sim_time_s)":[^,]*,//g'; }
+
+# --- the same losses as the simulator, bit for bit -----------------------------
+for mesh in "--ulysses 4" "--ring 4" "--ulysses 2 --ring 2" "--ulysses 2"; do
+    args=(train $mesh --steps 50 --log-every 10 --json)
+    sim=$("$usp" "${args[@]}" 2>&1)
+    got=$(timeout 120 "${mpi[@]}" "$usp" "${args[@]}" --backend mpi 2>&1)
+    # every progress record's loss, and the summary (loss, peaks, accuracy)
+    a=$(echo "$sim" | grep -o '"loss":[^,]*' | tr '\n' ' ')
+    b=$(echo "$got" | grep -o '"loss":[^,]*' | tr '\n' ' ')
+    if [[ -n $a && $a == "$b" && $(echo "$sim" | summary) == "$(echo "$got" | summary)" ]]; then
+        ok
+    else
+        fail "mpi $mesh: losses differ from the simulator's" "sim: $a
+mpi: $b
+$got"
+    fi
+done
+
+# --- checkpoints across backends ------------------------------------------------
+"$usp" train --ulysses 2 --ring 2 --steps 20 --until 10 --save sim_ckpt >/dev/null 2>&1
+timeout 120 "${mpi[@]}" "$usp" train --backend mpi --ulysses 2 --ring 2 --steps 20 --until 10 --save mpi_ckpt \
+    >/dev/null 2>&1
+if cmp -s sim_ckpt/model.safetensors mpi_ckpt/model.safetensors &&
+    cmp -s sim_ckpt/optimizer.safetensors mpi_ckpt/optimizer.safetensors &&
+    cmp -s sim_ckpt/config.json mpi_ckpt/config.json &&
+    cmp -s sim_ckpt/usp_checkpoint.json mpi_ckpt/usp_checkpoint.json; then
+    ok
+else
+    fail "an mpi --save is not the simulator's bytes" "$(ls -l sim_ckpt mpi_ckpt 2>&1)"
+fi
+whole=$("$usp" train --ulysses 2 --ring 2 --steps 20 --json 2>&1 | summary | grep -o '"loss":[^,]*')
+from_sim=$(timeout 120 "${mpi[@]}" "$usp" train --backend mpi --ulysses 2 --ring 2 --steps 20 --resume sim_ckpt \
+    --json 2>&1 | summary | grep -o '"loss":[^,]*')
+from_mpi=$("$usp" train --ulysses 2 --ring 2 --steps 20 --resume mpi_ckpt --json 2>&1 | summary |
+    grep -o '"loss":[^,]*')
+if [[ -n $whole && $whole == "$from_sim" && $whole == "$from_mpi" ]]; then
+    ok
+else
+    fail "resume across backends: whole run $whole, mpi from a sim checkpoint $from_sim, sim from an mpi one $from_mpi"
+fi
+
+# --- launch errors ----------------------------------------------------------------
+out=$(env -u OMPI_COMM_WORLD_SIZE "$usp" train --backend mpi --world 4 --steps 1 2>&1)
+rc=$?
+[[ $rc -eq 2 && $out == *"mpirun -np 4"* ]] && ok || fail "--backend mpi without a launcher: exit $rc" "$out"
+out=$(timeout 60 mpirun --oversubscribe -np 2 "$usp" train --backend mpi --world 4 --steps 1 2>&1)
+rc=$?
+[[ $rc -eq 2 && $out == *"--world 4: the launcher started 2 processes"* ]] && ok ||
+    fail "--world 4 under mpirun -np 2: exit $rc" "$out"
+
+# --- every injected fault caught by --check-collectives: exit 3 within 10 s -----
+# The report names the ranks, the op, the group, the call's number and its call site.
+for fault in skip:rank=2,op=all_to_all swap:rank=1,op=all_reduce size:rank=1,op=all_to_all \
+    group:rank=1,op=all_reduce size:rank=3,op=sendrecv; do
+    start=$SECONDS
+    out=$(timeout 60 "${mpi[@]}" "$usp" train --backend mpi --ulysses 2 --ring 2 --steps 3 --check-collectives \
+        --inject "$fault" 2>&1)
+    rc=$?
+    took=$((SECONDS - start))
+    if [[ $rc -eq 3 && $took -le 10 && $out == *"collective mismatch on "* && $out == *"calls "*" as its call #"* &&
+        $out == *" at core/"*".c:"* && $out == *"rank states:"* ]]; then
+        ok
+    else
+        fail "--check-collectives --inject $fault: exit $rc after ${took} s" "$out"
+    fi
+done
+
+# --- the same faults without the check: the watchdog (or MPI itself) ends the run ---
+# A swapped or misdirected collective hangs: every stuck rank's watchdog fires after
+# --timeout 3 (exit 3). A skipped or resized one makes MPI see a truncated message: the
+# rank fails (exit 4). Either way every rank leaves its flight record, and
+# `usp postmortem` names the rank that broke the schedule.
+for fault in swap:rank=1,op=all_reduce group:rank=1,op=all_reduce skip:rank=2,op=all_to_all \
+    size:rank=1,op=all_to_all; do
+    culprit=${fault#*rank=}
+    culprit=${culprit%%,*}
+    rm -rf dumps
+    start=$SECONDS
+    out=$(timeout 60 "${mpi[@]}" "$usp" train --backend mpi --ulysses 2 --ring 2 --steps 3 --timeout 3 \
+        --dump-dir dumps --inject "$fault" 2>&1)
+    rc=$?
+    took=$((SECONDS - start))
+    report=$(timeout 30 "$usp" postmortem dumps 2>&1)
+    prc=$?
+    if [[ ($rc -eq 3 || $rc -eq 4) && $took -le 12 && $(ls dumps | wc -l) -eq 4 && ($prc -eq 3 || $prc -eq 4) &&
+        $report == *"rank $culprit"* && $report == *"rank states:"* ]]; then
+        ok
+    else
+        fail "--timeout 3 --inject $fault: exit $rc after ${took} s, postmortem exit $prc" "$out
+$(ls dumps 2>&1)
+$report"
+    fi
+done
+
+# --- a rank killed with SIGKILL mid-run: the others end with a record, none hangs ---
+rm -rf dumps
+"${mpi[@]}" "$usp" train --backend mpi --ulysses 4 --steps 100000 --log-every 20 --timeout 5 --dump-dir dumps \
+    >run.log 2>&1 &
+launcher=$!
+for _ in $(seq 1 100); do grep -q "^step" run.log && break; sleep 0.2; done
+victim=
+for pid in $(pgrep -f "usp train --backend mpi --ulysses 4 --steps 100000"); do
+    tr '\0' '\n' <"/proc/$pid/environ" 2>/dev/null | grep -qx OMPI_COMM_WORLD_RANK=2 && victim=$pid
+done
+start=$SECONDS
+[[ -n $victim ]] && kill -KILL "$victim"
+for _ in $(seq 1 100); do kill -0 "$launcher" 2>/dev/null || break; sleep 0.2; done
+took=$((SECONDS - start))
+kill -KILL "$launcher" 2>/dev/null
+wait "$launcher" 2>/dev/null
+report=$(timeout 30 "$usp" postmortem dumps 2>&1)
+if [[ -n $victim && $took -le 10 && ! -e dumps/rank-2.json && $(ls dumps | wc -l) -eq 3 &&
+    $report == *"rank 2"* ]]; then
+    ok
+else
+    fail "rank 2 killed (pid ${victim:-none found}): the job ended after ${took} s" "$(cat run.log)
+$(ls dumps 2>&1)
+$report"
+fi
+
+echo "mpi tests: $passed passed, $failed failed"
+[[ $failed -eq 0 ]]
