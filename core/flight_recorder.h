@@ -13,7 +13,9 @@
  * Threads: the rank's main thread records (post, started, completed), a
  * watchdog thread dumps while the main thread may be blocked inside the
  * backend. One mutex guards everything; no call blocks for longer than a
- * copy. The recorder belongs below the fault-injection decorator
+ * copy. Nothing here is async-signal-safe (it allocates and locks): on
+ * SIGTERM, have the handler wake the watchdog (sigwait, a pipe) and dump
+ * from that thread. The recorder belongs below the fault-injection decorator
  * (core/comm_decorator.h), in the backend's own communicator: it should see
  * the calls the backend sees (a skipped call is not issued, so not counted).
  *
