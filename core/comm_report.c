@@ -157,7 +157,8 @@ usp_status usp_report_stall(usp_report_snapshot *snap, const usp_rank_record *ra
                 failed = r->waits[k].rank;
         }
     }
-    if (failed >= 0 && !crashed_wait && !missing_wait) { /* the cause is that rank's own error: say it first, with its status */
+    /* the cause is that rank's own error: say it first, with its status */
+    if (failed >= 0 && !crashed_wait && !missing_wait) {
         const usp_rank_record *f = &ranks[failed];
         snapshot(snap, USP_REPORT_RANK_FAILURE, ranks, n, injected, -1, -1);
         usp_strbuf_printf(text, "rank %d failed: %s\nthe other ranks wait for it:\n", failed, f->error ? f->error : "");

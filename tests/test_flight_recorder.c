@@ -264,6 +264,25 @@ START_TEST(a_rank_that_failed_while_others_wait_is_a_rank_failure)
 }
 END_TEST
 
+START_TEST(a_missing_rank_that_nobody_waited_for_is_a_rank_failure)
+{
+    char dir[256];
+    make_dir(dir, sizeof dir, "gone");
+    for (int i = 0; i < 3; i += 2) { /* ranks 0 and 2 finish; rank 1 leaves nothing */
+        usp_flight_recorder *r = recorder(i, 3);
+        usp_flight_recorder_exited(r, USP_OK, NULL, 1.0);
+        ck_assert_int_eq(usp_flight_recorder_dump(r, dir, "exit"), USP_OK);
+        usp_flight_recorder_destroy(r);
+    }
+    usp_strbuf text = {0};
+    ck_assert_int_eq(report_of(dir, &text), USP_ERR_RANK_FAILED);
+    const char *t = usp_strbuf_text(&text);
+    ck_assert_msg(strstr(t, "rank failure: rank 1 left no flight record: killed, or never started\n") &&
+                      strstr(t, "  rank 2: exited (ok) after 0 calls [t=1.000000 s]"), "%s", t);
+    usp_strbuf_free(&text);
+}
+END_TEST
+
 START_TEST(ranks_that_still_ran_show_no_cause)
 {
     char dir[256];
@@ -359,6 +378,7 @@ static Suite *suite(void)
     tcase_add_test(tc, a_watchdog_thread_dumps_while_calls_are_posted);
     tcase_add_test(tc, ranks_at_one_position_with_different_calls_are_a_mismatch);
     tcase_add_test(tc, a_rank_that_failed_while_others_wait_is_a_rank_failure);
+    tcase_add_test(tc, a_missing_rank_that_nobody_waited_for_is_a_rank_failure);
     tcase_add_test(tc, ranks_that_still_ran_show_no_cause);
     tcase_add_test(tc, files_that_are_not_whole_records_are_refused_by_name_and_field);
     suite_add_tcase(s, tc);

@@ -61,20 +61,21 @@ static usp_status run(const char *dir, const char *dot, int *code)
     printf("usp postmortem: %s", usp_strbuf_text(&text));
     printf("usp postmortem: flight records of %d of %d ranks in %s\n", have, n, dir);
     usp_strbuf_free(&text);
-    usp_status s = USP_OK;
-    if (found != USP_OK && found != USP_ERR_COLLECTIVE && found != USP_ERR_RANK_FAILED && found != USP_ERR_RUNTIME)
-        s = found; /* not a finding: the report could not be made */
     *code = (int)found;
-    if (s == USP_OK && dot) {
+    if (dot) { /* after the report: a picture that cannot be written does not hide what the records show */
         int drawn;
-        s = write_dot(pm, dir, dot, &drawn);
-        if (s == USP_OK)
-            fprintf(drawn ? stdout : stderr, drawn ? "usp postmortem: wait-for picture in %s\n"
-                                                   : "usp postmortem: no picture in %s: nothing waited for anything\n",
-                    dot);
+        usp_status s = write_dot(pm, dir, dot, &drawn);
+        if (s != USP_OK)
+            fprintf(stderr, "usp postmortem: %s\n", usp_error_message());
+        else if (drawn)
+            printf("usp postmortem: wait-for picture in %s\n", dot);
+        else
+            fprintf(stderr, "usp postmortem: no picture in %s: no rank waited for another\n", dot);
+        if (s != USP_OK && found == USP_OK)
+            *code = (int)s;
     }
     usp_postmortem_destroy(pm);
-    return s;
+    return USP_OK;
 }
 
 int cmd_postmortem(int argc, char **argv)
