@@ -237,6 +237,38 @@ START_TEST(ranks_at_one_position_with_different_calls_are_a_mismatch)
 }
 END_TEST
 
+START_TEST(records_sent_as_text_give_the_same_report)
+{
+    usp_postmortem *pm;
+    ck_assert_int_eq(usp_postmortem_create(2, &pm), USP_OK);
+    char *json[2];
+    for (int i = 0; i < 2; i++) {
+        usp_flight_recorder *r = recorder(i, 2);
+        usp_comm_fingerprint fp = call_of(USP_OP_ALL_REDUCE, "world", 1, "core/m.c", 40 + i);
+        fp.count = i ? 5 : 4;
+        uint64_t id;
+        ck_assert_int_eq(usp_flight_recorder_post(r, &fp, 1.0 + i, &id), USP_OK);
+        ck_assert_int_eq(usp_flight_recorder_to_json(r, "timeout", &json[i]), USP_OK);
+        usp_flight_recorder_destroy(r);
+    }
+    ck_assert_int_eq(usp_postmortem_add(pm, json[1], "from rank 1"), USP_OK);
+    ck_assert_int_eq(usp_postmortem_add(pm, json[1], "again"), USP_ERR_CONFIG);
+    ck_assert_ptr_nonnull(strstr(usp_error_message(), "again: a second record of rank 1 (the first: from rank 1)"));
+    ck_assert_ptr_null(usp_postmortem_record(pm, 0));
+    ck_assert_int_eq(usp_postmortem_add(pm, json[0], "from rank 0"), USP_OK);
+    usp_strbuf text = {0};
+    ck_assert_int_eq(usp_postmortem_report(pm, &text), USP_ERR_COLLECTIVE);
+    ck_assert_ptr_nonnull(strstr(usp_strbuf_text(&text), "collective mismatch on world: different counts\n"));
+    usp_strbuf_free(&text);
+    usp_postmortem_destroy(pm);
+    ck_assert_int_eq(usp_postmortem_create(3, &pm), USP_OK);
+    ck_assert_int_eq(usp_postmortem_add(pm, json[0], "rank 0 of 2"), USP_ERR_CONFIG);
+    ck_assert_ptr_nonnull(strstr(usp_error_message(), "rank 0 of 2: field 'world_size' is 2, but the postmortem says 3"));
+    usp_postmortem_destroy(pm);
+    free(json[0]), free(json[1]);
+}
+END_TEST
+
 START_TEST(a_rank_that_failed_while_others_wait_is_a_rank_failure)
 {
     char dir[256];
@@ -377,6 +409,7 @@ static Suite *suite(void)
     tcase_add_test(tc, posts_on_an_unknown_group_or_twice_added_groups_are_refused);
     tcase_add_test(tc, a_watchdog_thread_dumps_while_calls_are_posted);
     tcase_add_test(tc, ranks_at_one_position_with_different_calls_are_a_mismatch);
+    tcase_add_test(tc, records_sent_as_text_give_the_same_report);
     tcase_add_test(tc, a_rank_that_failed_while_others_wait_is_a_rank_failure);
     tcase_add_test(tc, a_missing_rank_that_nobody_waited_for_is_a_rank_failure);
     tcase_add_test(tc, ranks_that_still_ran_show_no_cause);

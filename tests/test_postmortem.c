@@ -145,15 +145,15 @@ static void injected_of(const char *report, int rank, char *out, size_t size)
     }
 }
 
-/* Runs one training step of W = U = 4 on the simulator with `fault`, each
- * rank recorded; dumps every record into `dir` and copies the simulator's
- * report into `report`. Returns the run's status. */
-static usp_status run_recorded(const char *fault, const char *dir, char *report)
+/* Runs one training step of W = 4 = U x R on the simulator with `fault`,
+ * each rank recorded; dumps every record into `dir` and copies the
+ * simulator's report into `report`. Returns the run's status. */
+static usp_status run_recorded_mesh(int ulysses, const char *fault, const char *dir, char *report)
 {
     usp_train_config c;
     usp_train_defaults(&c);
     ck_assert_int_eq(usp_model_config_load("tiny", &c.model), USP_OK);
-    ck_assert_int_eq(usp_mesh_shape_make(WORLD, WORLD, 1, &c.shape), USP_OK);
+    ck_assert_int_eq(usp_mesh_shape_make(WORLD, ulysses, WORLD / ulysses, &c.shape), USP_OK);
     c.data = "passkey", c.seq_len = 64, c.batch = 16, c.steps = 1, c.eval_samples = 0, c.log_every = 1000;
     usp_train_result result = {.passkey_accuracy = -1};
     recorded_run run = {.train = {.config = &c, .result = &result}};
@@ -179,6 +179,11 @@ static usp_status run_recorded(const char *fault, const char *dir, char *report)
         usp_flight_recorder_destroy(run.ranks[i].fr);
     }
     return s;
+}
+
+static usp_status run_recorded(const char *fault, const char *dir, char *report)
+{
+    return run_recorded_mesh(WORLD, fault, dir, report);
 }
 
 /* `text` without its clocks (" [t=0.000105 s]"), which the records need not share. */
@@ -286,6 +291,19 @@ START_TEST(a_crash_gives_the_simulators_rank_failure_report)
 }
 END_TEST
 
+START_TEST(a_skipped_ring_transfer_gives_the_simulators_report)
+{
+    static char sim[REPORT_SIZE], post[REPORT_SIZE];
+    char dir[256];
+    int world;
+    make_dir(dir, sizeof dir, "ring");
+    ck_assert_int_eq(run_recorded_mesh(2, "skip:rank=1,op=sendrecv,call=2", dir, sim), USP_ERR_COLLECTIVE);
+    ck_assert_int_eq(postmortem_of(dir, post, &world), USP_ERR_COLLECTIVE);
+    ck_assert_msg(strstr(post, "sendrecv #"), "%s", post);
+    assert_same_report(sim, post);
+}
+END_TEST
+
 START_TEST(a_run_that_finished_is_no_failure)
 {
     static char sim[REPORT_SIZE], post[REPORT_SIZE];
@@ -333,6 +351,7 @@ static Suite *suite(void)
     tcase_add_test(tc, skipped_all_to_all_gives_the_simulators_deadlock_report);
     tcase_add_test(tc, a_rank_without_a_record_is_the_one_that_never_came);
     tcase_add_test(tc, a_crash_gives_the_simulators_rank_failure_report);
+    tcase_add_test(tc, a_skipped_ring_transfer_gives_the_simulators_report);
     tcase_add_test(tc, a_run_that_finished_is_no_failure);
     tcase_add_test(tc, the_command_line_fixture_is_what_the_recorders_write);
     suite_add_tcase(s, tc);
