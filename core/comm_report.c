@@ -47,6 +47,9 @@ void usp_report_snapshot_free(usp_report_snapshot *snap)
     *snap = (usp_report_snapshot){0};
 }
 
+/* What a report says of a rank that left no flight record (only a postmortem has such ranks). */
+#define MISSING_TEXT "no flight record: killed, or never started"
+
 /* "all_to_all #5 on ulysses[0] (core/x.c:88)" for the call a rank is blocked in. */
 static void describe_blocked(usp_strbuf *b, const usp_rank_record *r)
 {
@@ -79,6 +82,8 @@ static void describe_ranks(usp_strbuf *b, const usp_rank_record *ranks, int n, c
                 usp_strbuf_printf(b, "%s%d", k == 0 ? ", waiting for rank " : ", ", r->waits[k].rank);
         } else if (r->state == USP_RANK_CRASHED) {
             describe_crash(b, r);
+        } else if (r->state == USP_RANK_MISSING) {
+            usp_strbuf_printf(b, "%s", MISSING_TEXT);
         } else if (r->state == USP_RANK_EXITED) {
             usp_strbuf_printf(b, "exited (%s) after %llu calls", usp_status_name(r->result),
                               (unsigned long long)r->calls);
@@ -110,6 +115,8 @@ static void describe_chain(usp_strbuf *b, const usp_rank_record *ranks, int n, i
             if (r->state == USP_RANK_CRASHED) {
                 usp_strbuf_printf(b, "rank %d ", id);
                 describe_crash(b, r);
+            } else if (r->state == USP_RANK_MISSING) {
+                usp_strbuf_printf(b, "rank %d never came (%s)", id, MISSING_TEXT);
             } else {
                 usp_strbuf_printf(b, "rank %d exited after %llu calls on %s", id,
                                   (unsigned long long)(via ? via->calls_on_group : r->calls),
@@ -135,7 +142,7 @@ static void describe_chain(usp_strbuf *b, const usp_rank_record *ranks, int n, i
 usp_status usp_report_stall(usp_report_snapshot *snap, const usp_rank_record *ranks, int n, const char *injected,
                             usp_strbuf *text)
 {
-    int first = -1, crashed_wait = 0, failed = -1;
+    int first = -1, crashed_wait = 0, missing_wait = 0, failed = -1;
     for (int i = 0; i < n; i++) {
         const usp_rank_record *r = &ranks[i];
         if (r->state != USP_RANK_BLOCKED)
@@ -145,11 +152,13 @@ usp_status usp_report_stall(usp_report_snapshot *snap, const usp_rank_record *ra
         for (int k = 0; k < r->n_waits && k < 256; k++) {
             const usp_rank_record *o = &ranks[r->waits[k].rank];
             crashed_wait |= o->state == USP_RANK_CRASHED;
+            missing_wait |= o->state == USP_RANK_MISSING;
             if (failed < 0 && o->state == USP_RANK_EXITED && o->result != USP_OK)
                 failed = r->waits[k].rank;
         }
     }
-    if (failed >= 0 && !crashed_wait) { /* the cause is that rank's own error: say it first, with its status */
+    /* the cause is that rank's own error: say it first, with its status */
+    if (failed >= 0 && !crashed_wait && !missing_wait) {
         const usp_rank_record *f = &ranks[failed];
         snapshot(snap, USP_REPORT_RANK_FAILURE, ranks, n, injected, -1, -1);
         usp_strbuf_printf(text, "rank %d failed: %s\nthe other ranks wait for it:\n", failed, f->error ? f->error : "");
@@ -157,14 +166,18 @@ usp_status usp_report_stall(usp_report_snapshot *snap, const usp_rank_record *ra
         describe_ranks(text, ranks, n, injected);
         return f->result;
     }
-    snapshot(snap, crashed_wait ? USP_REPORT_RANK_FAILURE : USP_REPORT_DEADLOCK, ranks, n, injected, -1, -1);
+    int lost = crashed_wait || missing_wait;
+    snapshot(snap, lost ? USP_REPORT_RANK_FAILURE : USP_REPORT_DEADLOCK, ranks, n, injected, -1, -1);
     if (crashed_wait)
         usp_strbuf_printf(text, "rank failure: ranks wait for a rank that crashed\n");
+    else if (missing_wait)
+        usp_strbuf_printf(text, "rank failure: ranks wait for a rank that left no flight record (killed, or never "
+                                "started)\n");
     else
         usp_strbuf_printf(text, "deadlock: no rank can run and %s blocked\n", first >= 0 ? "some are" : "none is");
     describe_chain(text, ranks, n, first);
     describe_ranks(text, ranks, n, injected);
-    return crashed_wait ? USP_ERR_RANK_FAILED : USP_ERR_COLLECTIVE;
+    return lost ? USP_ERR_RANK_FAILED : USP_ERR_COLLECTIVE;
 }
 
 static int is_p2p(int op) { return op == USP_OP_SEND || op == USP_OP_RECV || op == USP_OP_SENDRECV; }
@@ -194,12 +207,18 @@ void usp_report_crash(usp_report_snapshot *snap, const usp_rank_record *ranks, i
 {
     snapshot(snap, USP_REPORT_RANK_FAILURE, ranks, n, injected, -1, -1);
     usp_strbuf_printf(text, "rank failure: ");
+    int lost = 0;
     for (int i = 0; i < n; i++)
         if (ranks[i].state == USP_RANK_CRASHED) {
-            usp_strbuf_printf(text, "rank %d ", i);
+            usp_strbuf_printf(text, "rank %d ", i), lost++;
             describe_crash(text, &ranks[i]);
             usp_strbuf_printf(text, "\n");
+        } else if (ranks[i].state == USP_RANK_MISSING) {
+            usp_strbuf_printf(text, "rank %d left %s\n", i, MISSING_TEXT), lost++;
         }
+    for (int i = 0, any = lost; i < n && !any; i++) /* none crashed or went missing: the cause is a rank's own error */
+        if (ranks[i].state == USP_RANK_EXITED && ranks[i].result != USP_OK)
+            usp_strbuf_printf(text, "rank %d failed: %s\n", i, ranks[i].error ? ranks[i].error : "");
     describe_ranks(text, ranks, n, injected);
 }
 

@@ -28,6 +28,7 @@ typedef enum usp_rank_state {
     USP_RANK_BLOCKED,
     USP_RANK_EXITED,
     USP_RANK_CRASHED,
+    USP_RANK_MISSING,  /* left no flight record (core/postmortem.h): killed, or never started */
 } usp_rank_state;
 
 /* A rank that a blocked rank waits for. */
@@ -74,7 +75,9 @@ usp_status usp_report_stall(usp_report_snapshot *snap, const usp_rank_record *ra
 void usp_report_mismatch(usp_report_snapshot *snap, const usp_rank_record *ranks, int n, const char *injected,
                          const char *group, int a, int b, const char *why, usp_strbuf *text);
 
-/* Appends the report of a run in which ranks crashed (injected) and no other waited for them. */
+/* Appends the report of a run in which ranks crashed (injected) and no other
+ * waited for them; ranks missing (no flight record) are named beside the
+ * crashed ones and, when there are neither, ranks that exited with an error. */
 void usp_report_crash(usp_report_snapshot *snap, const usp_rank_record *ranks, int n, const char *injected,
                       usp_strbuf *text);
 
@@ -85,8 +88,8 @@ void usp_report_snapshot_free(usp_report_snapshot *snap);
  * Who waited for whom when the run stalled, mismatched or lost a rank. Edges
  * point from a waiting rank to a rank it waits for. The highlighted path is
  * the report's own wait chain (first wait of each rank from the first blocked
- * one): its cycle, or the rank it ends at that will never come (exited or
- * crashed: the missing participant). */
+ * one): its cycle, or the rank it ends at that will never come (exited,
+ * crashed or without a flight record: the missing participant). */
 
 typedef struct usp_wait_rank {
     usp_rank_state state;
@@ -100,7 +103,7 @@ typedef struct usp_wait_rank {
     usp_status result;  /* exited: what its main function returned */
     double clock;       /* virtual seconds */
     int in_cycle;       /* on the highlighted wait cycle */
-    int missing;        /* the chain ends here: a rank that exited or crashed while others wait for it */
+    int missing;        /* the chain ends here: a rank that exited, crashed or is missing while others wait for it */
     int mismatched;     /* one of the two ranks whose calls disagree */
 } usp_wait_rank;
 
@@ -111,6 +114,7 @@ typedef struct usp_wait_edge {
 
 typedef struct usp_wait_graph {
     usp_report_kind kind;
+    const char *source; /* who made the report, for the caption ("usp postmortem of DIR"); NULL: the simulator */
     char title[256];    /* the report's first line */
     char injected[512]; /* the faults that fired, one line each ("rank 2: skip at its call 1, ..."), or "" */
     int n_ranks;

@@ -371,5 +371,23 @@ limit=20 expect 0 "planned in" -- plan --world 512 --ring 512 --seq 1024
 # 7 s here, 48 s under the sanitizers (scripts/test.sh sets ASAN_OPTIONS there); before: minutes and 16.8 GB
 limit=$([[ -n ${ASAN_OPTIONS:-} ]] && echo 150 || echo 20) expect 0 "planned in" -- plan --seq 1073741824
 limit=20 expect 2 "--world 4096 with 4096 heads" -- selftest --world 4096
+# usp postmortem: the records of the skip example (tests/golden/postmortem-skip, kept equal to what
+# tests/test_postmortem.c's recorders write) give the simulator's report, exit 3; without rank 1's
+# record, a rank failure naming it (exit 4); no records or a cut record: exit 2 naming the file
+records=$(dirname "$0")/golden/postmortem-skip
+expect 0 "usp train --backend mpi --timeout S --dump-dir DIR" -- postmortem --help
+expect 2 "expected the directory of flight records first" -- postmortem
+expect 2 "$work/nothing: cannot read this directory" -- postmortem "$work/nothing"
+mkdir "$work/pm" && expect 2 "$work/pm: no flight records in it (files rank-<R>.usp-flight.json" -- postmortem "$work/pm"
+expect 3 "wait chain: rank 0 waits in all_to_all #8 on ulysses[0] (core/ulysses.c:150) for rank 2; rank 2 waits in all_reduce #6 on world (core/train.c:70) for rank 0; a cycle" -- postmortem "$records"
+expect 3 "  rank 2: blocked in all_reduce #6 on world (core/train.c:70) all_reduce(count=1, f64, sum), waiting for rank 0, 1, 3" -- postmortem "$records"
+expect 3 "wait-for picture in $work/pm.dot" -- postmortem "$records" --dot "$work/pm.dot"
+if grep -q "usp postmortem of the flight records in" "$work/pm.dot" 2>/dev/null; then passed=$((passed + 1)); else
+    failed=$((failed + 1)); echo "FAIL: postmortem --dot wrote no wait-for picture"; fi
+cp "$records"/rank-[023].usp-flight.json "$work/pm/"
+expect 4 "  rank 1: no flight record: killed, or never started" -- postmortem "$work/pm"
+head -c 300 "$records/rank-1.usp-flight.json" >"$work/pm/rank-1.usp-flight.json"
+expect 2 "$work/pm/rank-1.usp-flight.json: not a whole JSON flight record" -- postmortem "$work/pm"
+
 echo "cli: $passed passed, $failed failed"
 [[ $failed -eq 0 ]]

@@ -108,7 +108,7 @@ for fault in swap:rank=1,op=all_reduce group:rank=1,op=all_reduce skip:rank=2,op
     took=$((SECONDS - start))
     report=$(timeout 30 "$usp" postmortem dumps 2>&1)
     prc=$?
-    if [[ ($rc -eq 3 || $rc -eq 4) && $took -le 12 && $(ls dumps | wc -l) -eq 4 && ($prc -eq 3 || $prc -eq 4) &&
+    if [[ ($rc -eq 3 || $rc -eq 4) && $took -le 12 && $(ls dumps/rank-*.usp-flight.json | wc -l) -eq 4 && ($prc -eq 3 || $prc -eq 4) &&
         $report == *"rank $culprit"* && $report == *"rank states:"* ]]; then
         ok
     else
@@ -135,7 +135,7 @@ took=$((SECONDS - start))
 kill -KILL "$launcher" 2>/dev/null
 wait "$launcher" 2>/dev/null
 report=$(timeout 30 "$usp" postmortem dumps 2>&1)
-if [[ -n $victim && $took -le 10 && ! -e dumps/rank-2.json && $(ls dumps | wc -l) -eq 3 &&
+if [[ -n $victim && $took -le 10 && ! -e dumps/rank-2.usp-flight.json && $(ls dumps/rank-*.usp-flight.json | wc -l) -eq 3 &&
     $report == *"rank 2"* ]]; then
     ok
 else

@@ -14,4 +14,7 @@ int cmd_train(int argc, char **argv);
 /* usp plan: one step on the meta backend: memory, modelled time, MFU; --sweep ranks the U x R splits. */
 int cmd_plan(int argc, char **argv);
 
+/* usp postmortem DIR: the deadlock / rank-failure report of a real-backend run from its flight records. */
+int cmd_postmortem(int argc, char **argv);
+
 #endif

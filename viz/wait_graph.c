@@ -13,7 +13,7 @@
 
 static const char *state_fill(const usp_wait_rank *r)
 {
-    if (r->missing || r->state == USP_RANK_CRASHED)
+    if (r->missing || r->state == USP_RANK_CRASHED || r->state == USP_RANK_MISSING)
         return "#f4cccc";
     if (r->mismatched)
         return "#fce5cd";
@@ -42,6 +42,10 @@ static void rank_label(char *buf, size_t size, int id, const usp_wait_rank *r)
     case USP_RANK_EXITED:
         snprintf(buf, size, "rank %d: EXITED%s\nafter %llu calls (%s)", id,
                  r->missing ? " (others wait for it)" : "", (unsigned long long)r->calls, usp_status_name(r->result));
+        break;
+    case USP_RANK_MISSING:
+        snprintf(buf, size, "rank %d: NO FLIGHT RECORD%s\nkilled, or never started", id,
+                 r->missing ? " (others wait for it)" : "");
         break;
     default:
         snprintf(buf, size, "rank %d\nrunnable: not at a call yet\n(the run stopped first)", id);
@@ -158,6 +162,8 @@ static void classes(usp_strbuf *b, const usp_wait_graph *g)
                          r->file ? r->file : "?", r->line);
             else if (r->state == USP_RANK_EXITED)
                 snprintf(what, sizeof what, "exited (%s)", usp_status_name(r->result));
+            else if (r->state == USP_RANK_MISSING)
+                snprintf(what, sizeof what, "no flight record: killed, or never started");
             else
                 snprintf(what, sizeof what, "runnable: not at a call yet");
             snprintf(label, sizeof label, "%d rank%s: %s\n%s", count, count == 1 ? "" : "s", ranges, what);
@@ -193,23 +199,28 @@ usp_status viz_dot_wait_graph(const usp_wait_graph *g, usp_strbuf *dot)
     if (g->kind == USP_REPORT_NONE)
         return usp_error(USP_ERR_RUNTIME, "there is no deadlock, mismatch or rank failure report to draw");
     int big = g->n_ranks > 2 * VIZ_DETAIL_MAX_RANKS || g->n_edges > VIZ_MAX_ARROWS, cycle = 0, missing = 0, mismatched = 0;
-    for (int i = 0; i < g->n_ranks; i++)
+    int unrecorded = 0; /* ranks without a flight record (a postmortem's report) */
+    for (int i = 0; i < g->n_ranks; i++) {
         cycle |= g->ranks[i].in_cycle, missing |= g->ranks[i].missing, mismatched |= g->ranks[i].mismatched;
+        unrecorded |= g->ranks[i].state == USP_RANK_MISSING;
+    }
     char title[320], label[512];
     snprintf(title, sizeof title, "%s: who waits for whom", what[g->kind]);
     usp_strbuf cap = {0};
-    usp_strbuf_printf(&cap, "The simulator's report: %s", g->title);
+    usp_strbuf_printf(&cap, "%s: %s", g->source ? g->source : "The simulator's report", g->title);
     if (*g->injected)
         usp_strbuf_printf(&cap, "\nInjected fault%s %s", strchr(g->injected, '\n') ? "s:\n" : ":", g->injected);
     usp_strbuf_printf(&cap, "\nArrow A -> B: rank A is blocked in a call that cannot finish before rank B joins it.");
     if (cycle)
         usp_strbuf_printf(&cap, "\nRed arrows: the cycle - every rank on it waits for the next, so none can go on.");
     if (missing)
-        usp_strbuf_printf(&cap, "\nRed box: the missing participant - it exited or crashed, and the red arrows lead "
-                                "to it.");
+        usp_strbuf_printf(&cap, "\nRed box: the missing participant - it exited%s crashed%s, and the red arrows lead "
+                                "to it.", unrecorded ? "," : " or", unrecorded ? " or left no flight record" : "");
     if (mismatched)
         usp_strbuf_printf(&cap, "\nOrange line: two ranks whose calls at the same position disagree.");
-    usp_strbuf_printf(&cap, "\nYellow: blocked; grey: exited; white: runnable (not at a call when the run stopped).");
+    usp_strbuf_printf(&cap, "\nYellow: blocked; grey: exited; white: %s.",
+                      unrecorded ? "running (not in a call when its record was taken)"
+                                 : "runnable (not at a call when the run stopped)");
     if (big)
         usp_strbuf_printf(&cap, "\nAggregated: %d ranks and %zu waits, so ranks in the same situation share a box "
                                 "(the ranks that explain the report stand alone); an arrow counts the waits it stands "

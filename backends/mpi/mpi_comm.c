@@ -41,11 +41,12 @@ static usp_status mpi_failed(const usp_comm_t *c, const usp_comm_op *op, const c
                      op->site.file, op->site.line, what, mpi_error_text(code, text, sizeof text));
 }
 
-#define MPI_TRY(c, op, call)                                  \
+/* Calls MPI function `fn` with the arguments that follow; a failure returns its message. */
+#define MPI_TRY(c, op, fn, ...)                               \
     do {                                                      \
-        int rc_ = (call);                                     \
+        int rc_ = fn(__VA_ARGS__);                            \
         if (rc_ != MPI_SUCCESS)                               \
-            return mpi_failed((c), (op), #call, rc_);         \
+            return mpi_failed((c), (op), #fn, rc_);           \
     } while (0)
 
 /* Elements move as unsigned words of their size: the data is only copied
@@ -186,8 +187,8 @@ static usp_status split(mpi_handle *h, const usp_comm_op *op)
 {
     const usp_comm_t *c = h->self;
     MPI_Comm child;
-    MPI_TRY(c, op, MPI_Comm_split(h->comm, op->color == USP_SPLIT_NOCOLOR ? MPI_UNDEFINED : op->color, op->key,
-                                  &child));
+    MPI_TRY(c, op, MPI_Comm_split, h->comm, op->color == USP_SPLIT_NOCOLOR ? MPI_UNDEFINED : op->color, op->key,
+            &child);
     if (child == MPI_COMM_NULL)
         return USP_OK;
     int rank, size;
@@ -239,25 +240,25 @@ static usp_status run(mpi_handle *h, usp_comm_op *op)
     USP_CHECK(to_int(c, op, op->recv_count, &recv_count));
     MPI_Status st;
     switch (op->kind) {
-    case USP_OP_ALL_TO_ALL: MPI_TRY(c, op, MPI_Alltoall(op->send, count, t, op->recv, count, t, comm)); break;
+    case USP_OP_ALL_TO_ALL: MPI_TRY(c, op, MPI_Alltoall, op->send, count, t, op->recv, count, t, comm); break;
     case USP_OP_ALL_TO_ALL_V: return all_to_all_v(c, comm, op);
-    case USP_OP_ALL_GATHER: MPI_TRY(c, op, MPI_Allgather(op->send, count, t, op->recv, count, t, comm)); break;
+    case USP_OP_ALL_GATHER: MPI_TRY(c, op, MPI_Allgather, op->send, count, t, op->recv, count, t, comm); break;
     case USP_OP_REDUCE_SCATTER: return reduce_scatter(c, comm, op);
     case USP_OP_ALL_REDUCE: return all_reduce(c, comm, op);
     case USP_OP_BROADCAST:
         if (c->rank == op->root && op->send != op->recv)
             memcpy(op->recv, op->send, op->count * usp_dtype_size(op->dtype));
-        MPI_TRY(c, op, MPI_Bcast(op->recv, count, t, op->root, comm));
+        MPI_TRY(c, op, MPI_Bcast, op->recv, count, t, op->root, comm);
         break;
-    case USP_OP_SEND: MPI_TRY(c, op, MPI_Send(op->send, count, t, op->peer, P2P_TAG, comm)); break;
+    case USP_OP_SEND: MPI_TRY(c, op, MPI_Send, op->send, count, t, op->peer, P2P_TAG, comm); break;
     case USP_OP_RECV:
-        MPI_TRY(c, op, MPI_Recv(op->recv, recv_count, t, op->peer, P2P_TAG, comm, &st));
+        MPI_TRY(c, op, MPI_Recv, op->recv, recv_count, t, op->peer, P2P_TAG, comm, &st);
         return recv_checked(c, op, &st, recv_count);
     case USP_OP_SENDRECV:
-        MPI_TRY(c, op, MPI_Sendrecv(op->send, count, t, op->peer, P2P_TAG, op->recv, recv_count, t, op->recv_peer,
-                                    P2P_TAG, comm, &st));
+        MPI_TRY(c, op, MPI_Sendrecv, op->send, count, t, op->peer, P2P_TAG, op->recv, recv_count, t, op->recv_peer,
+                P2P_TAG, comm, &st);
         return recv_checked(c, op, &st, recv_count);
-    case USP_OP_BARRIER: MPI_TRY(c, op, MPI_Barrier(comm)); break;
+    case USP_OP_BARRIER: MPI_TRY(c, op, MPI_Barrier, comm); break;
     case USP_OP_SPLIT: return split(h, op);
     default: USP_ASSERT(0, "communication kind %d", (int)op->kind);
     }
@@ -270,6 +271,11 @@ static usp_status mpi_issue(void *ctx, usp_comm_op *op)
     mpi_comm_process *p = h->process;
     op->issued_on = h->self;
     USP_CHECK(usp_backend_synchronize(p->backend, op->stream)); /* the send buffer holds what the stream wrote */
+    if (p->decorator && p->recorder) { /* a fault fired on the way here: a hang's record names it */
+        const char *injected = usp_comm_decorator_injected(p->decorator);
+        if (strlen(injected) != p->injected_seen && usp_flight_recorder_set_injected(p->recorder, injected) == USP_OK)
+            p->injected_seen = strlen(injected);
+    }
     usp_comm_fingerprint fp = usp_comm_fingerprint_of(op, h->self->name, ++h->issued);
     op->t_post = MPI_Wtime() - p->t0;
     mpi_watchdog_enter(p->watchdog, &fp, op->t_post);

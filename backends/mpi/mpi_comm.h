@@ -24,6 +24,7 @@
 
 #include "backends/mpi/mpi_check.h"
 #include "backends/mpi/mpi_watchdog.h"
+#include "core/comm_decorator.h"
 #include "core/comm_impl.h"
 #include "core/ops.h"
 
@@ -33,6 +34,8 @@ typedef struct mpi_comm_process {
     mpi_watchdog *watchdog;  /* NULL: no watchdog */
     mpi_check *check;        /* NULL: no --check-collectives */
     usp_flight_recorder *recorder; /* learns every group the rank opens (NULL: none) */
+    const usp_comm_decorator *decorator; /* its fired faults go into the record (NULL: none) */
+    size_t injected_seen;    /* bytes of the decorator's fault lines the record has */
     double t0;               /* MPI_Wtime at the start: the clock of t_post, t_start, t_end */
 } mpi_comm_process;
 

@@ -1,11 +1,13 @@
 /* Open MPI as a runtime (see mpi_runtime.h). */
 #include "backends/mpi/mpi_runtime.h"
 
+#include <errno.h>
 #include <mpi.h>
 #include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "backends/cpu/cpu_backend.h"
@@ -70,21 +72,23 @@ static usp_status make_world(mpi_runtime *rt, usp_comm_t **out)
     return s;
 }
 
-/* What the flight record says of a rank whose main function returned `s`. */
-static void record_end(mpi_runtime *rt, usp_status s)
+/* What the flight record says of a rank whose main function returned `s`;
+ * a rank that failed writes it now (its peers may wait in a call with it). */
+static void record_end(mpi_runtime *rt, usp_status s, const char *message)
 {
     usp_comm_fingerprint at;
     uint64_t call = 0;
-    char reason[USP_ERROR_MESSAGE_MAX + 64];
-    if (usp_comm_decorator_crashed(rt->decorator, rt->rank, &at, &call)) {
-        usp_flight_recorder_crashed(rt->recorder, &at, call);
-        snprintf(reason, sizeof reason, "crashed (injected): %s", usp_error_message());
-    } else {
-        usp_flight_recorder_finished(rt->recorder, s, s == USP_OK ? NULL : usp_error_message());
-        snprintf(reason, sizeof reason, s == USP_OK ? "exited" : "failed: %s", usp_error_message());
-    }
-    usp_flight_recorder_set_injected(rt->recorder, usp_comm_decorator_injected(rt->decorator));
-    if (s != USP_OK && mpi_watchdog_dump(rt->watchdog, reason) != USP_OK)
+    double t = MPI_Wtime() - rt->process.t0;
+    int crashed = usp_comm_decorator_crashed(rt->decorator, rt->rank, &at, &call);
+    const char *error = s == USP_OK ? NULL : message;
+    if (crashed)
+        usp_flight_recorder_crashed(rt->recorder, &at, call, error, t);
+    else
+        usp_flight_recorder_exited(rt->recorder, s, error, t);
+    usp_status rs = usp_flight_recorder_set_injected(rt->recorder, usp_comm_decorator_injected(rt->decorator));
+    if (rs == USP_OK && s != USP_OK)
+        rs = mpi_watchdog_dump(rt->watchdog, crashed ? "crash" : "failed");
+    if (rs != USP_OK)
         fprintf(stderr, "usp: rank %d: writing its flight record failed: %s\n", rt->rank, usp_error_message());
 }
 
@@ -95,7 +99,8 @@ static usp_status mpi_runtime_run(void *ctx, usp_rank_main_fn fn, void *arg)
     usp_comm_t *world = NULL;
     usp_status s = usp_backend_cpu_create(&backend);
     rt->process = (mpi_comm_process){.backend = backend, .watchdog = rt->watchdog, .check = rt->check,
-                                     .recorder = rt->recorder, .t0 = rt->process.t0};
+                                     .recorder = rt->recorder, .decorator = rt->decorator,
+                                     .t0 = rt->process.t0};
     if (s == USP_OK)
         s = make_world(rt, &world);
     if (s == USP_OK) {
@@ -104,14 +109,14 @@ static usp_status mpi_runtime_run(void *ctx, usp_rank_main_fn fn, void *arg)
         s = fn(&rank, arg);
         if (s == USP_OK)
             s = usp_comm_decorator_check_fired(rt->decorator);
-        record_end(rt, s);
     }
-    if (s != USP_OK) { /* the message names the rank: every process prints its own */
-        char message[USP_ERROR_MESSAGE_MAX];
-        snprintf(message, sizeof message, "%s", usp_error_message());
-        if (strncmp(message, "rank ", 5) != 0)
-            s = usp_error(s, "rank %d: %s", rt->rank, message);
-    }
+    char message[USP_ERROR_MESSAGE_MAX]; /* kept: writing the record may set another */
+    snprintf(message, sizeof message, "%s", s == USP_OK ? "" : usp_error_message());
+    if (world)
+        record_end(rt, s, message);
+    if (s != USP_OK) /* the message names the rank: every process prints its own */
+        s = strncmp(message, "rank ", 5) == 0 ? usp_error(s, "%s", message)
+                                              : usp_error(s, "rank %d: %s", rt->rank, message);
     usp_comm_destroy(world);
     usp_backend_destroy(backend);
     rt->result = s;
@@ -203,6 +208,8 @@ static usp_status start(mpi_runtime *rt, const usp_runtime_options *o)
     if (MPI_Comm_dup(MPI_COMM_WORLD, &rt->gather_comm) != MPI_SUCCESS)
         return usp_error(USP_ERR_RUNTIME, "MPI_Comm_dup for the runtime's gathers failed");
     share_the_node(rt);
+    if (rt->dump_dir && mkdir(rt->dump_dir, 0777) != 0 && errno != EEXIST)
+        return usp_error(USP_ERR_CONFIG, "--dump-dir %s: cannot create it (%s)", rt->dump_dir, strerror(errno));
     usp_fault *faults = NULL;
     usp_status s = o->n_inject > 0 ? usp_calloc((void **)&faults, (size_t)o->n_inject, sizeof *faults, "the faults")
                                    : USP_OK;

@@ -21,6 +21,7 @@ struct mpi_watchdog {
     int in_call, stopping;
     usp_comm_fingerprint call;
     uint64_t entry;               /* the call's entry in the recorder */
+    int recorded;                 /* the recorder took it */
     struct timespec since;        /* when it entered the call (CLOCK_MONOTONIC) */
 };
 
@@ -53,8 +54,9 @@ usp_status mpi_watchdog_dump(mpi_watchdog *w, const char *reason)
     return usp_flight_recorder_dump(w->recorder, w->dump_dir, reason);
 }
 
-/* Writes the recorder, says so, and ends the process: the last thing a watchdog does. */
-static void end_process(mpi_watchdog *w, const char *reason, int code)
+/* Writes the recorder (`reason`: "timeout", "sigterm", ...), says `why` on
+ * stderr, and ends the process: the last thing a watchdog does. */
+static void end_process(mpi_watchdog *w, const char *why, const char *reason, int code)
 {
     char where[600] = "";
     if (w->dump_dir) {
@@ -66,7 +68,7 @@ static void end_process(mpi_watchdog *w, const char *reason, int code)
     } else {
         snprintf(where, sizeof where, "; give --dump-dir DIR to keep its flight record");
     }
-    fprintf(stderr, "usp: rank %d: %s%s\n", w->rank, reason, where);
+    fprintf(stderr, "usp: rank %d: %s%s\n", w->rank, why, where);
     fflush(stderr);
     _exit(code); /* MPI cannot be finalised with a call in flight; the launcher ends the others */
 }
@@ -100,12 +102,12 @@ static void *watch(void *arg)
             snprintf(why, sizeof why, "ended by %s%s%s", sig == SIGTERM ? "SIGTERM (the launcher ends the job: "
                      "another rank failed or died)" : "SIGINT", in_call ? " while in " : " outside any call",
                      in_call ? reason : "");
-            end_process(w, why, sig == SIGTERM ? USP_ERR_RANK_FAILED : 130);
+            end_process(w, why, sig == SIGTERM ? "sigterm" : "sigint", sig == SIGTERM ? USP_ERR_RANK_FAILED : 130);
         }
         if (in_call && waited > w->timeout_s) {
             snprintf(why, sizeof why, "watchdog: %s not complete after %.1f s (--timeout %g): a hang", reason,
                      waited, w->timeout_s);
-            end_process(w, why, USP_ERR_COLLECTIVE);
+            end_process(w, why, "timeout", USP_ERR_COLLECTIVE);
         }
     }
 }
@@ -135,7 +137,8 @@ void mpi_watchdog_enter(mpi_watchdog *w, const usp_comm_fingerprint *fp, double 
     w->in_call = 1;
     w->call = *fp;
     clock_gettime(CLOCK_MONOTONIC, &w->since);
-    w->entry = usp_flight_recorder_post(w->recorder, fp, t);
+    usp_status s = usp_flight_recorder_post(w->recorder, fp, t, &w->entry);
+    w->recorded = s == USP_OK; /* a record that cannot be kept leaves the call unwatched by the dump, not failed */
     pthread_mutex_unlock(&w->lock);
 }
 
@@ -145,7 +148,8 @@ void mpi_watchdog_leave(mpi_watchdog *w, double t, usp_status status)
         return;
     pthread_mutex_lock(&w->lock);
     w->in_call = 0;
-    usp_flight_recorder_completed(w->recorder, w->entry, t, status);
+    if (w->recorded && status == USP_OK)
+        usp_flight_recorder_completed(w->recorder, w->entry, t);
     pthread_mutex_unlock(&w->lock);
 }
 
