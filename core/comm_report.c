@@ -84,6 +84,8 @@ static void describe_ranks(usp_strbuf *b, const usp_rank_record *ranks, int n, c
             describe_crash(b, r);
         } else if (r->state == USP_RANK_MISSING) {
             usp_strbuf_printf(b, "%s", MISSING_TEXT);
+        } else if (r->state == USP_RANK_UNSEEN) {
+            usp_strbuf_printf(b, "not a party to these calls (its state is in its own flight record)");
         } else if (r->state == USP_RANK_EXITED) {
             usp_strbuf_printf(b, "exited (%s) after %llu calls", usp_status_name(r->result),
                               (unsigned long long)r->calls);

@@ -29,6 +29,7 @@ typedef enum usp_rank_state {
     USP_RANK_EXITED,
     USP_RANK_CRASHED,
     USP_RANK_MISSING,  /* left no flight record (core/postmortem.h): killed, or never started */
+    USP_RANK_UNSEEN,   /* not a party to the call a real backend's rank reports on: its state is its own record's */
 } usp_rank_state;
 
 /* A rank that a blocked rank waits for. */

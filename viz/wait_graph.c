@@ -47,6 +47,9 @@ static void rank_label(char *buf, size_t size, int id, const usp_wait_rank *r)
         snprintf(buf, size, "rank %d: NO FLIGHT RECORD%s\nkilled, or never started", id,
                  r->missing ? " (others wait for it)" : "");
         break;
+    case USP_RANK_UNSEEN:
+        snprintf(buf, size, "rank %d\nnot a party to these calls", id);
+        break;
     default:
         snprintf(buf, size, "rank %d\nrunnable: not at a call yet\n(the run stopped first)", id);
         break;

@@ -18,13 +18,16 @@ typedef struct check_msg {
     int32_t send_to, recv_from;   /* point to point: world ranks, -1 when none */
     uint64_t count, recv_count, seq, collective; /* collective: its index among the group's collectives */
     uint64_t v_to_you, v_from_you;
+    double clock;                 /* the sender's seconds since its start */
     char group[USP_COMM_NAME_MAX];
     char file[FILE_MAX];
+    char injected[192];           /* the last fault injected on the sender, so the report can name it */
 } check_msg;
 
 struct mpi_check {
     MPI_Comm comm;
     int me, n;
+    double t0;                    /* MPI_Wtime at the start: the reports' clocks */
     const usp_comm_decorator *decorator;
     int *partners;                /* [n] */
     check_msg *sent, *got;        /* [n]: to and from each partner */
@@ -33,7 +36,7 @@ struct mpi_check {
     usp_strbuf report;
 };
 
-usp_status mpi_check_create(MPI_Comm world, const usp_comm_decorator *decorator, mpi_check **out)
+usp_status mpi_check_create(MPI_Comm world, const usp_comm_decorator *decorator, double t0, mpi_check **out)
 {
     mpi_check *k;
     USP_CHECK(usp_calloc((void **)&k, 1, sizeof *k, "the collective checker"));
@@ -41,6 +44,7 @@ usp_status mpi_check_create(MPI_Comm world, const usp_comm_decorator *decorator,
     MPI_Comm_rank(world, &k->me);
     MPI_Comm_size(world, &k->n);
     k->decorator = decorator;
+    k->t0 = t0;
     size_t n = (size_t)k->n;
     usp_status s = usp_calloc((void **)&k->partners, n, sizeof *k->partners, "the checker's partners");
     if (s == USP_OK)
@@ -79,12 +83,12 @@ static int find_partners(mpi_check *k, const usp_comm_t *c, const usp_comm_op *o
     return n;
 }
 
-static check_msg message_of(const usp_comm_t *c, const usp_comm_op *op, const usp_comm_fingerprint *fp,
-                            uint64_t collective, int to)
+static check_msg message_of(const mpi_check *k, const usp_comm_t *c, const usp_comm_op *op, const usp_comm_fingerprint *fp,
+                            uint64_t collective, double clock, int to)
 {
     check_msg m = {.op = fp->op, .dtype = (int32_t)fp->dtype, .reduce = (int32_t)fp->reduce, .root = fp->root,
                    .line = fp->site.line, .send_to = -1, .recv_from = -1, .count = fp->count,
-                   .recv_count = fp->recv_count, .seq = fp->seq, .collective = collective};
+                   .recv_count = fp->recv_count, .seq = fp->seq, .collective = collective, .clock = clock};
     if (op->kind == USP_OP_SEND || op->kind == USP_OP_SENDRECV)
         m.send_to = c->world_ranks[op->peer];
     if (op->kind == USP_OP_RECV)
@@ -96,6 +100,13 @@ static check_msg message_of(const usp_comm_t *c, const usp_comm_op *op, const us
             if (c->world_ranks[j] == to)
                 m.v_to_you = op->send_counts[j], m.v_from_you = op->recv_counts[j];
     snprintf(m.group, sizeof m.group, "%s", fp->group);
+    if (k->decorator) { /* its last line */
+        const char *lines = usp_comm_decorator_injected(k->decorator), *last = lines;
+        for (const char *p = lines; *p; p++)
+            if (p[0] == '\n' && p[1])
+                last = p + 1;
+        snprintf(m.injected, sizeof m.injected, "%s", last);
+    }
     snprintf(m.file, sizeof m.file, "%s", fp->site.file ? fp->site.file : "?");
     return m;
 }
@@ -154,26 +165,32 @@ static usp_comm_fingerprint fingerprint_of(const check_msg *m, const char *file)
 /* The simulator's mismatch report of world ranks a < b, from the calls this rank saw. */
 static void report(mpi_check *k, int n_partners, const check_msg *mine, int a, int b, const char *why)
 {
+    double clock = MPI_Wtime() - k->t0;
     usp_rank_record *records = calloc((size_t)k->n, sizeof *records);
     if (!records) {
         usp_strbuf_printf(&k->report, "collective mismatch between rank %d and rank %d: %s\n", a, b, why);
         return;
     }
     for (int i = 0; i < k->n; i++)
-        records[i] = (usp_rank_record){.state = USP_RANK_RUNNABLE, .call.op = -1};
+        records[i] = (usp_rank_record){.state = USP_RANK_UNSEEN, .call.op = -1};
     snprintf(k->files[k->me], FILE_MAX, "%s", mine->file);
     records[k->me] = (usp_rank_record){.state = USP_RANK_BLOCKED, .call = fingerprint_of(mine, k->files[k->me]),
-                                       .collective_seq = mine->collective};
+                                       .collective_seq = mine->collective, .clock = clock};
     for (int i = 0; i < n_partners; i++) {
         int p = k->partners[i];
         snprintf(k->files[p], FILE_MAX, "%s", k->got[i].file);
         records[p] = (usp_rank_record){.state = USP_RANK_BLOCKED, .call = fingerprint_of(&k->got[i], k->files[p]),
-                                       .collective_seq = k->got[i].collective};
+                                       .collective_seq = k->got[i].collective, .clock = k->got[i].clock};
     }
+    usp_strbuf injected = {0}; /* this rank's faults, and the last of each party's */
+    usp_strbuf_printf(&injected, "%s", k->decorator ? usp_comm_decorator_injected(k->decorator) : "");
+    for (int i = 0; i < n_partners; i++)
+        if (k->got[i].injected[0] && !strstr(usp_strbuf_text(&injected), k->got[i].injected))
+            usp_strbuf_printf(&injected, "%s", k->got[i].injected);
     usp_report_snapshot snap = {0};
-    const char *injected = k->decorator ? usp_comm_decorator_injected(k->decorator) : "";
-    usp_report_mismatch(&snap, records, k->n, injected, mine->group, a, b, why, &k->report);
+    usp_report_mismatch(&snap, records, k->n, usp_strbuf_text(&injected), mine->group, a, b, why, &k->report);
     usp_report_snapshot_free(&snap);
+    usp_strbuf_free(&injected);
     free(records);
 }
 
@@ -182,7 +199,7 @@ usp_status mpi_check_call(mpi_check *k, const usp_comm_t *c, const usp_comm_op *
 {
     int n = find_partners(k, c, op);
     for (int i = 0; i < n; i++) {
-        k->sent[i] = message_of(c, op, fp, collective, k->partners[i]);
+        k->sent[i] = message_of(k, c, op, fp, collective, MPI_Wtime() - k->t0, k->partners[i]);
         if (MPI_Isend(&k->sent[i], (int)sizeof k->sent[i], MPI_BYTE, k->partners[i], CHECK_TAG, k->comm,
                       &k->requests[i]) != MPI_SUCCESS)
             return usp_error(USP_ERR_RUNTIME, "--check-collectives: sending a fingerprint to rank %d failed",

@@ -219,7 +219,7 @@ static usp_status start(mpi_runtime *rt, const usp_runtime_options *o)
         s = usp_comm_decorator_create(faults, o->n_inject, rt->size, &rt->decorator);
     free(faults);
     if (s == USP_OK && o->check_collectives)
-        s = mpi_check_create(MPI_COMM_WORLD, rt->decorator, &rt->check);
+        s = mpi_check_create(MPI_COMM_WORLD, rt->decorator, rt->process.t0, &rt->check);
     if (s == USP_OK)
         s = usp_flight_recorder_create(rt->rank, rt->size, RECORDED_CALLS, &rt->recorder);
     if (s == USP_OK)
