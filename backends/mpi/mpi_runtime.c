@@ -194,7 +194,6 @@ static usp_status start(mpi_runtime *rt, const usp_runtime_options *o)
                          "it would be a world of one; start %d processes: mpirun -np %d usp ... --backend mpi "
                          "(add --oversubscribe beyond the cores, --allow-run-as-root as root), or srun -n %d usp ...",
                          o->world_size, o->world_size, o->world_size, o->world_size);
-    mpi_watchdog_block_signals(); /* before MPI and OpenMP start their threads */
     int initialized = 0, provided;
     MPI_Initialized(&initialized);
     if (!initialized && MPI_Init_thread(NULL, NULL, MPI_THREAD_FUNNELED, &provided) != MPI_SUCCESS)

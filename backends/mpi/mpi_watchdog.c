@@ -2,14 +2,21 @@
 #include "backends/mpi/mpi_watchdog.h"
 
 #include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 #include <unistd.h>
 
-#define TICK_NS 100000000L /* ten looks a second: a hang ends within 0.1 s of its timeout */
+#define TICK_MS 100 /* ten looks a second: a hang ends within 0.1 s of its timeout */
+/* After SIGTERM a process exits only this late, unless the launcher's SIGKILL
+ * comes first: mpirun ends the whole job (SIGKILL) when one process exits
+ * with an error, which would cut the other processes' dumps short. */
+#define SIGTERM_LINGER_S 5
 
 struct mpi_watchdog {
     int rank;
@@ -25,19 +32,28 @@ struct mpi_watchdog {
     struct timespec since;        /* when it entered the call (CLOCK_MONOTONIC) */
 };
 
-static sigset_t watched_signals(void)
+/* The self-pipe: a signal handler may only write(2), and any thread of the
+ * process (an OpenMP worker, MPI's own) may take the signal. */
+static int signal_pipe[2] = {-1, -1};
+
+static void on_signal(int sig)
 {
-    sigset_t set;
-    sigemptyset(&set);
-    sigaddset(&set, SIGTERM);
-    sigaddset(&set, SIGINT);
-    return set;
+    unsigned char b = (unsigned char)sig;
+    int saved = errno;
+    if (write(signal_pipe[1], &b, 1) < 0) { /* full: a signal is already waiting to be read */
+    }
+    errno = saved;
 }
 
-void mpi_watchdog_block_signals(void)
+static usp_status catch_signals(void)
 {
-    sigset_t set = watched_signals();
-    pthread_sigmask(SIG_BLOCK, &set, NULL);
+    if (signal_pipe[0] < 0 && pipe2(signal_pipe, O_CLOEXEC | O_NONBLOCK) != 0)
+        return usp_error(USP_ERR_RUNTIME, "the watchdog's signal pipe: %s", strerror(errno));
+    struct sigaction sa = {.sa_handler = on_signal, .sa_flags = SA_RESTART};
+    sigemptyset(&sa.sa_mask);
+    if (sigaction(SIGTERM, &sa, NULL) != 0 || sigaction(SIGINT, &sa, NULL) != 0)
+        return usp_error(USP_ERR_RUNTIME, "catching SIGTERM and SIGINT: %s", strerror(errno));
+    return USP_OK;
 }
 
 static double seconds_since(const struct timespec *t)
@@ -55,8 +71,9 @@ usp_status mpi_watchdog_dump(mpi_watchdog *w, const char *reason)
 }
 
 /* Writes the recorder (`reason`: "timeout", "sigterm", ...), says `why` on
- * stderr, and ends the process: the last thing a watchdog does. */
-static void end_process(mpi_watchdog *w, const char *why, const char *reason, int code)
+ * stderr, waits linger_s seconds for the launcher to end it, and ends the
+ * process: the last thing a watchdog does. */
+static void end_process(mpi_watchdog *w, const char *why, const char *reason, int code, int linger_s)
 {
     char where[600] = "";
     if (w->dump_dir) {
@@ -70,16 +87,21 @@ static void end_process(mpi_watchdog *w, const char *why, const char *reason, in
     }
     fprintf(stderr, "usp: rank %d: %s%s\n", w->rank, why, where);
     fflush(stderr);
+    if (linger_s > 0) { /* the launcher is ending the job: leave it to, so that no exit of ours cuts another's dump */
+        struct timespec t = {(time_t)linger_s, 0};
+        while (nanosleep(&t, &t) != 0 && errno == EINTR) {
+        }
+    }
     _exit(code); /* MPI cannot be finalised with a call in flight; the launcher ends the others */
 }
 
 static void *watch(void *arg)
 {
     mpi_watchdog *w = arg;
-    sigset_t set = watched_signals();
-    struct timespec tick = {0, TICK_NS};
     for (;;) {
-        int sig = sigtimedwait(&set, NULL, &tick);
+        struct pollfd fd = {.fd = signal_pipe[0], .events = POLLIN};
+        unsigned char b = 0;
+        int sig = poll(&fd, 1, TICK_MS) == 1 && read(signal_pipe[0], &b, 1) == 1 ? b : 0;
         pthread_mutex_lock(&w->lock);
         if (w->stopping) {
             pthread_mutex_unlock(&w->lock);
@@ -102,12 +124,13 @@ static void *watch(void *arg)
             snprintf(why, sizeof why, "ended by %s%s%s", sig == SIGTERM ? "SIGTERM (the launcher ends the job: "
                      "another rank failed or died)" : "SIGINT", in_call ? " while in " : " outside any call",
                      in_call ? reason : "");
-            end_process(w, why, sig == SIGTERM ? "sigterm" : "sigint", sig == SIGTERM ? USP_ERR_RANK_FAILED : 130);
+            end_process(w, why, sig == SIGTERM ? "sigterm" : "sigint", sig == SIGTERM ? USP_ERR_RANK_FAILED : 130,
+                        sig == SIGTERM ? SIGTERM_LINGER_S : 0);
         }
         if (in_call && waited > w->timeout_s) {
             snprintf(why, sizeof why, "watchdog: %s not complete after %.1f s (--timeout %g): a hang", reason,
                      waited, w->timeout_s);
-            end_process(w, why, "timeout", USP_ERR_COLLECTIVE);
+            end_process(w, why, "timeout", USP_ERR_COLLECTIVE, 0);
         }
     }
 }
@@ -115,6 +138,7 @@ static void *watch(void *arg)
 usp_status mpi_watchdog_start(int rank, double timeout_s, const char *dump_dir, usp_flight_recorder *recorder,
                               mpi_watchdog **out)
 {
+    USP_CHECK(catch_signals());
     mpi_watchdog *w;
     USP_CHECK(usp_calloc((void **)&w, 1, sizeof *w, "the watchdog"));
     *w = (mpi_watchdog){.rank = rank, .timeout_s = timeout_s, .dump_dir = dump_dir, .recorder = recorder};
@@ -161,6 +185,8 @@ void mpi_watchdog_stop(mpi_watchdog *w)
     w->stopping = 1;
     pthread_mutex_unlock(&w->lock);
     pthread_join(w->thread, NULL);
+    signal(SIGTERM, SIG_DFL); /* nothing reads the pipe any more: a signal ends the process again */
+    signal(SIGINT, SIG_DFL);
     pthread_mutex_destroy(&w->lock);
     free(w);
 }

@@ -7,14 +7,16 @@
  * stderr and ends the process with exit 3 (a hang). A SIGTERM or SIGINT (the
  * launcher ending the job because another rank failed or died, or a user's
  * Ctrl-C) writes the recorder too, then ends the process with exit 4 (a rank
- * failed) or 130. Each rank's watchdog acts alone, so every rank stuck in a
+ * failed; after SIGTERM only a few seconds later, leaving the launcher time to
+ * end the job first: mpirun kills every process once one exits with an error,
+ * which would cut the others' dumps short) or 130. Each rank's watchdog acts alone, so every rank stuck in a
  * call ends within the timeout even when the launcher does not end the job
  * (srun without --kill-on-bad-exit), and `usp postmortem DIR` then reads the
  * files of the ranks that wrote one.
  *
- * Signals are taken by sigwait in the watchdog's thread: the process must
- * block SIGTERM and SIGINT (mpi_watchdog_block_signals) before it starts any
- * thread, MPI's and OpenMP's included. */
+ * Signals: a handler writes the signal to a pipe that the watchdog's thread
+ * polls, whichever thread of the process (OpenMP's, MPI's) took it; the
+ * record is written from the watchdog's thread (it locks and allocates). */
 #ifndef USP_MPI_WATCHDOG_H
 #define USP_MPI_WATCHDOG_H
 
@@ -24,10 +26,7 @@
 
 typedef struct mpi_watchdog mpi_watchdog;
 
-/* Blocks SIGTERM and SIGINT in the calling thread and the threads it will start. */
-void mpi_watchdog_block_signals(void);
-
-/* Starts the watchdog of world rank `rank`: calls longer than timeout_s (> 0)
+/* Catches SIGTERM and SIGINT and starts the watchdog of world rank `rank`: calls longer than timeout_s (> 0)
  * end the process; the recorder (owned by the caller, outliving the watchdog)
  * is written to dump_dir (NULL: not written) when it fires. */
 usp_status mpi_watchdog_start(int rank, double timeout_s, const char *dump_dir, usp_flight_recorder *recorder,
