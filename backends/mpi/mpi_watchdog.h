@@ -9,10 +9,10 @@
  * Ctrl-C) writes the recorder too, then ends the process with exit 4 (a rank
  * failed; after SIGTERM only a few seconds later, leaving the launcher time to
  * end the job first: mpirun kills every process once one exits with an error,
- * which would cut the others' dumps short) or 130. Each rank's watchdog acts alone, so every rank stuck in a
- * call ends within the timeout even when the launcher does not end the job
- * (srun without --kill-on-bad-exit), and `usp postmortem DIR` then reads the
- * files of the ranks that wrote one.
+ * which would cut the others' dumps short) or 130. Each rank's watchdog acts
+ * alone, so every rank stuck in a call ends within the timeout even when the
+ * launcher does not end the job (srun without --kill-on-bad-exit), and
+ * `usp postmortem DIR` then reads the files of the ranks that wrote one.
  *
  * Signals: a handler writes the signal to a pipe that the watchdog's thread
  * polls, whichever thread of the process (OpenMP's, MPI's) took it; the
