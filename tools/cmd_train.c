@@ -260,6 +260,7 @@ static usp_status run(const char *command, const train_options *o, int *exit_cod
                o->batch, o->data);
     train_report report = {.out = stdout, .json = o->json};
     report.out = prints ? stdout : NULL;
+    report.measured = !usp_runtime_cluster_of(rt).modelled;
     c.on_record = train_report_record, c.record_ctx = &report;
     usp_train_result result = {.passkey_accuracy = -1};
     usp_status s = usp_calloc((void **)&result.peak_bytes, (size_t)c.shape.world, sizeof *result.peak_bytes,

@@ -29,8 +29,9 @@ void train_report_record(void *ctx, const usp_train_record *r)
                                   r->tokens_per_s, "sim_time_s", r->sim_time_s, "sim_step_s", r->sim_step_s, "lr",
                                   r->lr));
     } else {
-        fprintf(out, "step %5lld/%lld  loss %.4f  %9.0f tokens/s  sim %.4f s (%.4f s/step)  peak MiB/rank",
-                (long long)r->step, (long long)r->steps, r->loss, r->tokens_per_s, r->sim_time_s, r->sim_step_s);
+        fprintf(out, "step %5lld/%lld  loss %.4f  %9.0f tokens/s  %s %.4f s (%.4f s/step)  peak MiB/rank",
+                (long long)r->step, (long long)r->steps, r->loss, r->tokens_per_s, report->measured ? "time" : "sim",
+                r->sim_time_s, r->sim_step_s);
         for (int i = 0; i < r->n_peaks && i < 16; i++)
             fprintf(out, " %.1f", r->peak_bytes[i] / (1 << 20));
         fprintf(out, "%s\n", r->n_peaks > 16 ? " ..." : r->shapes_only ? " (rank 0; meta)" : "");

@@ -11,7 +11,8 @@
 
 typedef struct train_report {
     FILE *out;
-    int json; /* one JSON object per line instead of text */
+    int json;     /* one JSON object per line instead of text */
+    int measured; /* times are the machine's own (a real backend), not the simulator's model */
 } train_report;
 
 /* usp_train_config.on_record (ctx: a train_report): a STEP record as a progress
