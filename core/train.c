@@ -249,50 +249,35 @@ static usp_status evaluate(trainer *t, double *loss_out, double *accuracy)
     return USP_OK;
 }
 
-/* Every rank gathers the whole arrays (a collective when they are sharded);
- * rank 0 writes the checkpoint. */
+/* Every rank joins the save, which streams the store bucket by bucket (a
+ * gather per bucket when it is sharded); rank 0 writes the checkpoint. */
 static usp_status save(trainer *t)
 {
-    const usp_param_table *table = &t->table;
-    size_t bytes = (size_t)table->total * sizeof(float);
-    float *host = malloc(3 * bytes);
-    if (!host)
-        return usp_error(USP_ERR_RUNTIME, "out of memory saving a checkpoint of %zu bytes", bytes);
-    usp_status s = USP_OK;
-    for (int a = 0; a < 3 && s == USP_OK; a++)
-        s = usp_param_store_read(t->store, (usp_param_array)a, host + a * table->total);
-    if (s == USP_OK && t->ctx->rank == 0)
-        s = usp_checkpoint_save(t->c->save_dir, &t->c->model, table, host, host + table->total,
-                                host + 2 * table->total, t->step, t->c->seed);
-    free(host);
-    return s;
+    return usp_checkpoint_save_store(t->c->save_dir, &t->c->model, &t->table, t->store, t->ctx, t->step, t->c->seed,
+                                     NULL);
 }
 
 /* Fresh weights from the seed, or a checkpoint (with its optimizer state when it
- * has one). On meta nothing: there is nowhere to put them. */
+ * has one: every rank reads the part it keeps). On meta nothing: there is
+ * nowhere to put them. */
 static usp_status load_weights(trainer *t)
 {
     if (!t->numerics)
         return USP_OK;
+    if (t->c->resume_dir) {
+        int has_optimizer;
+        return usp_checkpoint_load_store(t->c->resume_dir, &t->c->model, &t->table, t->store, t->ctx, &t->step,
+                                         &has_optimizer, NULL);
+    }
     const usp_param_table *table = &t->table;
-    size_t bytes = (size_t)table->total * sizeof(float);
-    int arrays = t->c->resume_dir ? 3 : 1; /* fresh weights: no host copy of Adam's zeros */
-    float *host = calloc((size_t)arrays, bytes);
+    float *host = malloc((size_t)table->total * sizeof *host); /* fresh weights: no host copy of Adam's zeros */
     if (!host)
-        return usp_error(USP_ERR_RUNTIME, "out of memory for %zu bytes of weights", bytes);
-    usp_status s = USP_OK;
-    int has_optimizer = 0;
-    if (t->c->resume_dir)
-        s = usp_checkpoint_load(t->c->resume_dir, &t->c->model, table, host, host + table->total,
-                                host + 2 * table->total, &t->step, &has_optimizer);
-    else
-        usp_param_init(table, &t->c->model, t->c->seed, host);
-    for (int a = 0; a < (has_optimizer ? 3 : 1) && s == USP_OK; a++)
-        s = usp_param_store_write(t->store, (usp_param_array)a, host + a * table->total);
+        return usp_error(USP_ERR_RUNTIME, "out of memory for %zu bytes of weights", (size_t)table->total * sizeof *host);
+    usp_param_init(table, &t->c->model, t->c->seed, host);
+    usp_status s = usp_param_store_write(t->store, USP_ARRAY_WEIGHTS, host);
     free(host);
-    if (!has_optimizer)
-        t->step = 0;
-    for (int a = USP_ARRAY_ADAM_M; a <= USP_ARRAY_ADAM_V && !has_optimizer && s == USP_OK; a++)
+    t->step = 0;
+    for (int a = USP_ARRAY_ADAM_M; a <= USP_ARRAY_ADAM_V && s == USP_OK; a++)
         s = usp_param_store_zero(t->store, (usp_param_array)a);
     return s;
 }
