@@ -257,6 +257,31 @@ static usp_status save(trainer *t)
                                      NULL);
 }
 
+/* Fresh weights, drawn for the part of each bucket this rank keeps, through one
+ * bucket's host buffer: element i depends on (seed, i) alone, so every rank
+ * draws the same model; Adam's moments start at zero. */
+static usp_status init_weights(trainer *t)
+{
+    int64_t most = 0, lo, count;
+    for (int b = 0; b < usp_param_store_n_buckets(t->store); b++) {
+        usp_param_store_held(t->store, USP_ARRAY_WEIGHTS, b, &lo, &count);
+        most = count > most ? count : most;
+    }
+    float *host;
+    USP_CHECK(usp_malloc((void **)&host, (size_t)(most > 0 ? most : 1) * sizeof *host, "the initial weights"));
+    usp_status s = usp_param_store_zero(t->store, USP_ARRAY_WEIGHTS); /* the shards' padding too */
+    for (int b = 0; b < usp_param_store_n_buckets(t->store) && s == USP_OK; b++) {
+        usp_param_store_held(t->store, USP_ARRAY_WEIGHTS, b, &lo, &count);
+        usp_param_init_range(&t->table, &t->c->model, t->c->seed, lo, count, host);
+        s = usp_param_store_write_range(t->store, USP_ARRAY_WEIGHTS, lo, count, host);
+    }
+    free(host);
+    for (int a = USP_ARRAY_ADAM_M; a <= USP_ARRAY_ADAM_V && s == USP_OK; a++)
+        s = usp_param_store_zero(t->store, (usp_param_array)a);
+    t->step = 0;
+    return s;
+}
+
 /* Fresh weights from the seed, or a checkpoint (with its optimizer state when it
  * has one: every rank reads the part it keeps). On meta nothing: there is
  * nowhere to put them. */
@@ -264,22 +289,11 @@ static usp_status load_weights(trainer *t)
 {
     if (!t->numerics)
         return USP_OK;
-    if (t->c->resume_dir) {
-        int has_optimizer;
-        return usp_checkpoint_load_store(t->c->resume_dir, &t->c->model, &t->table, t->store, t->ctx, &t->step,
-                                         &has_optimizer, NULL);
-    }
-    const usp_param_table *table = &t->table;
-    float *host = malloc((size_t)table->total * sizeof *host); /* fresh weights: no host copy of Adam's zeros */
-    if (!host)
-        return usp_error(USP_ERR_RUNTIME, "out of memory for %zu bytes of weights", (size_t)table->total * sizeof *host);
-    usp_param_init(table, &t->c->model, t->c->seed, host);
-    usp_status s = usp_param_store_write(t->store, USP_ARRAY_WEIGHTS, host);
-    free(host);
-    t->step = 0;
-    for (int a = USP_ARRAY_ADAM_M; a <= USP_ARRAY_ADAM_V && s == USP_OK; a++)
-        s = usp_param_store_zero(t->store, (usp_param_array)a);
-    return s;
+    if (!t->c->resume_dir)
+        return init_weights(t);
+    int has_optimizer;
+    return usp_checkpoint_load_store(t->c->resume_dir, &t->c->model, &t->table, t->store, t->ctx, &t->step,
+                                     &has_optimizer, NULL);
 }
 
 /* Every rank joins the read (a gather when the weights are sharded); rank 0

@@ -112,7 +112,8 @@ START_TEST(padding_gives_the_unpadded_single_rank_result)
 }
 END_TEST
 
-/* _i = 0: whole weights; 1: ZeRO 3, whose checkpoint gathers the shards and whose resume scatters them */
+/* _i = 0: whole weights; 1: ZeRO 3, whose save gathers the shards a bucket at a time and whose resume
+ * has each rank read only its shards */
 START_TEST(twenty_steps_equal_ten_then_resume_then_ten)
 {
     usp_model_config model = tiny_config(USP_FAMILY_LLAMA);
