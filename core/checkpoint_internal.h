@@ -94,7 +94,7 @@ usp_status ckpt_fetch(ckpt_arrays *a, usp_param_array which, int i, const float 
 /* The part of range i of `which` this rank keeps: [*lo, *lo + *count) of the table. */
 void ckpt_held(const ckpt_arrays *a, usp_param_array which, int i, int64_t *lo, int64_t *count);
 
-/* Where a load reads elements [lo, lo + count) of `which` (range i) to; _put then keeps them. */
+/* Where a load reads elements [lo, lo + count) of `which` (a held part) to; ckpt_put then keeps them there. */
 usp_status ckpt_target(ckpt_arrays *a, usp_param_array which, int64_t lo, int64_t count, float **out);
 usp_status ckpt_put(ckpt_arrays *a, usp_param_array which, int64_t lo, int64_t count, const float *data);
 

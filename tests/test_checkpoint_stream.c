@@ -5,7 +5,8 @@
  * neither holds more host memory than one bucket (closed form from the
  * table); a NaN in one rank's shard, a failed write on rank 0 or a damaged
  * tensor only one rank reads fails every rank with the same status and
- * message and leaves the old checkpoint; a run resumed at another stage or
+ * message and leaves the old checkpoint; a BF16 Hugging Face directory loads
+ * into any world as into one rank; a run resumed at another stage or
  * world continues with the losses of the run that never stopped. */
 #include <check.h>
 #include <dirent.h>
@@ -13,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "core/checkpoint.h"
 #include "core/safetensors.h"
@@ -459,6 +461,99 @@ START_TEST(a_bad_number_only_one_rank_reads_fails_the_load_on_every_rank)
 }
 END_TEST
 
+/* dst: a Hugging Face directory holding src's weights in BF16 (as save_pretrained writes a bf16
+ * model) and its config.json; no optimizer state. */
+static void write_bf16_copy(const char *src, const char *dst)
+{
+    char path[512];
+    snprintf(path, sizeof path, "%s/model.safetensors", src);
+    usp_safetensors st;
+    ck_assert_msg(usp_safetensors_open(path, &st) == USP_OK, "%s", usp_error_message());
+    char *header = NULL;
+    size_t header_len = 0;
+    FILE *h = open_memstream(&header, &header_len);
+    uint64_t at = 0;
+    for (size_t i = 0; i < st.n_tensors; i++) {
+        const usp_st_tensor *t = &st.tensors[i];
+        fprintf(h, "%s\"%s\":{\"dtype\":\"BF16\",\"shape\":[", i ? "," : "{", t->name);
+        for (int d = 0; d < t->ndim; d++)
+            fprintf(h, "%s%lld", d ? "," : "", (long long)t->shape[d]);
+        fprintf(h, "],\"data_offsets\":[%llu,%llu]}", (unsigned long long)at,
+                (unsigned long long)(at + 2 * (uint64_t)t->n_elems));
+        at += 2 * (uint64_t)t->n_elems;
+    }
+    fprintf(h, "}");
+    while ((ftell(h) + 8) % 8) /* the data section 8-byte aligned, as the reference writer keeps it */
+        fputc(' ', h);
+    fclose(h);
+    ck_assert_int_eq(mkdir(dst, 0777), 0);
+    snprintf(path, sizeof path, "%s/model.safetensors", dst);
+    FILE *out = fopen(path, "wb");
+    ck_assert_ptr_nonnull(out);
+    uint64_t len = header_len;
+    fwrite(&len, sizeof len, 1, out); /* little-endian, as safetensors.c requires of its host */
+    fwrite(header, 1, header_len, out);
+    for (size_t i = 0; i < st.n_tensors; i++) {
+        const usp_st_tensor *t = &st.tensors[i];
+        float *x = malloc((size_t)t->n_elems * sizeof *x);
+        ck_assert_int_eq(usp_safetensors_read_f32(&st, t, x, t->n_elems), USP_OK);
+        for (int64_t j = 0; j < t->n_elems; j++) {
+            uint16_t b = usp_f32_to_bf16(x[j]);
+            fwrite(&b, sizeof b, 1, out);
+        }
+        free(x);
+    }
+    ck_assert_int_eq(fclose(out), 0);
+    free(header);
+    usp_safetensors_close(&st);
+    char command[1200];
+    snprintf(command, sizeof command, "cp '%s/config.json' '%s/config.json'", src, dst);
+    ck_assert_int_eq(system(command), 0);
+}
+
+/* _i: model. A Hugging Face directory in BF16 (GPT-2's transposed Conv1D weights read one file row
+ * at a time, Llama's fused pieces, each half-precision range widened in place) loads into 4 ranks at
+ * ZeRO 0 and 3, and 3 ranks at ZeRO 3, as into one rank's host arrays, with a fresh optimizer. */
+START_TEST(a_bf16_hugging_face_directory_loads_into_any_world_as_into_one_rank)
+{
+    usp_model_config model = model_of(_i, 3);
+    usp_param_table table;
+    ck_assert_int_eq(usp_param_table_make(&model, &table), USP_OK);
+    const int64_t n = table.total;
+    float *state = state_make(&table), *want = calloc(3 * (size_t)n, sizeof *want);
+    float *got = calloc(3 * (size_t)n, sizeof *got);
+    char f32[256], bf16[256];
+    snprintf(f32, sizeof f32, "%s/f32_%d", scratch, _i);
+    snprintf(bf16, sizeof bf16, "%s/bf16_%d", scratch, _i);
+    ck_assert_int_eq(usp_checkpoint_save(f32, &model, &table, state, state + n, state + 2 * n, 42, 7), USP_OK);
+    write_bf16_copy(f32, bf16);
+    int64_t step = -1;
+    int has_optimizer = -1;
+    ck_assert_msg(usp_checkpoint_load(bf16, &model, &table, want, want + n, want + 2 * n, &step, &has_optimizer) ==
+                  USP_OK, "%s", usp_error_message());
+    ck_assert_int_eq(has_optimizer, 0);
+    int rounded = 0, off = 0; /* the BF16 weights are the saved ones rounded to 8 bits, some changed */
+    for (int64_t i = 0; i < n; i++) {
+        rounded += want[i] != state[i];
+        off += fabsf(want[i] - state[i]) > fabsf(state[i]) * (1.0f / 256);
+    }
+    ck_assert_msg(rounded > 0 && off == 0, "%d weights rounded, %d off by more than bf16's rounding", rounded, off);
+    const int layouts_bf16[][2] = {{4, 0}, {4, 3}, {3, 3}};
+    for (int k = 0; k < 3; k++) {
+        stream_run r = {.model = &model, .table = &table, .world = layouts_bf16[k][0], .zero = layouts_bf16[k][1],
+                        .load = 1, .dir = bf16, .loaded = got};
+        run_stream(&r);
+        assert_agreed(&r, USP_OK, "");
+        ck_assert_msg(memcmp(got, want, (size_t)n * sizeof *got) == 0 && r.has_optimizer[0] == 0 && r.step[0] == 0,
+                      "model %d, W=%d ZeRO %d: not the weights one rank loads", _i, r.world, r.zero);
+        for (int64_t i = n; i < 3 * n; i++)
+            ck_assert_msg(got[i] == 0, "W=%d ZeRO %d: Adam's state is not fresh", r.world, r.zero);
+    }
+    free(state), free(want), free(got);
+    usp_param_table_free(&table);
+}
+END_TEST
+
 /* A training of the 2-layer Llama on the simulator (passkey data); returns rank 0's last loss. */
 static double train(int world, int ulysses, int ring, int zero, int64_t until, const char *save, const char *resume)
 {
@@ -508,6 +603,7 @@ int main(void)
     tcase_add_loop_test(t, a_bad_number_in_one_ranks_shard_fails_the_save_on_every_rank, 0, 3);
     tcase_add_test(t, a_failed_write_on_rank_zero_fails_every_rank);
     tcase_add_loop_test(t, a_bad_number_only_one_rank_reads_fails_the_load_on_every_rank, 0, 2);
+    tcase_add_loop_test(t, a_bf16_hugging_face_directory_loads_into_any_world_as_into_one_rank, 0, N_MODELS);
     tcase_add_loop_test(t, a_resume_at_another_stage_or_world_continues_the_same_losses, 0, 2);
     suite_add_tcase(s, t);
     int code = check_main_run(s);
