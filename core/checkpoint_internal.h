@@ -83,8 +83,10 @@ void ckpt_arrays_done(ckpt_arrays *a, usp_checkpoint_stats *stats);
 /* This rank's place in the world (0 alone). */
 int ckpt_rank(const ckpt_arrays *a);
 
-/* The ranges the table is walked in, and range i of the table. */
+/* The number of ranges the table is walked in (buckets, or 1 for host arrays). */
 int ckpt_n_ranges(const ckpt_arrays *a);
+
+/* Range i of the table: [*start, *start + *len). */
 void ckpt_range(const ckpt_arrays *a, int i, int64_t *start, int64_t *len);
 
 /* Range i of array `which`, on every rank (a collective when the store shards it): *data, when
@@ -94,12 +96,16 @@ usp_status ckpt_fetch(ckpt_arrays *a, usp_param_array which, int i, const float 
 /* The part of range i of `which` this rank keeps: [*lo, *lo + *count) of the table. */
 void ckpt_held(const ckpt_arrays *a, usp_param_array which, int i, int64_t *lo, int64_t *count);
 
-/* Where a load reads elements [lo, lo + count) of `which` (a held part) to; ckpt_put then keeps them there. */
+/* Where a load reads elements [lo, lo + count) of `which` (a held part) to: the host array, or the buffer. */
 usp_status ckpt_target(ckpt_arrays *a, usp_param_array which, int64_t lo, int64_t count, float **out);
+
+/* Keeps what a load read to ckpt_target's place (into the store; host arrays hold it already). */
 usp_status ckpt_put(ckpt_arrays *a, usp_param_array which, int64_t lo, int64_t count, const float *data);
 
-/* Host memory for the stream, counted in the peak; ckpt_free gives it back. */
+/* Host memory for the stream, counted in the peak (elems 0: *p NULL). */
 usp_status ckpt_alloc(ckpt_arrays *a, float **p, int64_t elems, const char *what);
+
+/* Gives back what ckpt_alloc gave (NULL: nothing). */
 void ckpt_free(ckpt_arrays *a, float *p, int64_t elems);
 
 /* Every rank's `mine` in, one status out, the same on every rank: OK when all are, else the
@@ -107,8 +113,10 @@ void ckpt_free(ckpt_arrays *a, float *p, int64_t elems);
  * number of times, so a failure on one rank never leaves the others waiting in a later one). */
 usp_status ckpt_agree(ckpt_arrays *a, usp_status mine);
 
-/* The streams, on every rank of a (checkpoint_save.c, checkpoint_load.c). */
+/* The streamed save, on every rank of a (checkpoint_save.c). */
 usp_status ckpt_save(const char *dir, const usp_model_config *c, ckpt_arrays *a, int64_t step, uint64_t seed);
+
+/* The streamed load, on every rank of a (checkpoint_load.c). */
 usp_status ckpt_load(const char *dir, const usp_model_config *c, ckpt_arrays *a, int64_t *step, int *has_optimizer);
 
 #endif

@@ -96,8 +96,10 @@ usp_status usp_param_store_read(usp_param_store *s, usp_param_array which, float
 /* Sets the array from a whole host copy (table->total floats; each rank keeps its share); fp32 arrays only. */
 usp_status usp_param_store_write(usp_param_store *s, usp_param_array which, const float *host);
 
-/* The number of buckets (n_layer + 2), and bucket b's range of the table, in elements. */
+/* The number of buckets (n_layer + 2). */
 int usp_param_store_n_buckets(const usp_param_store *s);
+
+/* Bucket b's range of the table: [*start, *start + *len), in elements. */
 void usp_param_store_bucket_range(const usp_param_store *s, int bucket, int64_t *start, int64_t *len);
 
 /* The part of the bucket's range this rank holds of the array: all of it, or its shard (count 0: none). */
