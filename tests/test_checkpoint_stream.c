@@ -6,8 +6,8 @@
  * table); a NaN in one rank's shard, a failed write on rank 0 or a damaged
  * tensor only one rank reads fails every rank with the same status and
  * message and leaves the old checkpoint; a BF16 Hugging Face directory loads
- * into any world as into one rank; a run resumed at another stage or
- * world continues with the losses of the run that never stopped. */
+ * into any world as into one rank. (A run resumed at another stage or world:
+ * tests/test_train.c.) */
 #include <check.h>
 #include <dirent.h>
 #include <math.h>
@@ -18,7 +18,6 @@
 
 #include "core/checkpoint.h"
 #include "core/safetensors.h"
-#include "core/train.h"
 #include "tests/check_main.h"
 #include "tests/harness.h"
 
@@ -554,39 +553,6 @@ START_TEST(a_bf16_hugging_face_directory_loads_into_any_world_as_into_one_rank)
 }
 END_TEST
 
-/* A training of the 2-layer Llama on the simulator (passkey data); returns rank 0's last loss. */
-static double train(int world, int ulysses, int ring, int zero, int64_t until, const char *save, const char *resume)
-{
-    usp_train_config c;
-    usp_train_defaults(&c);
-    c.model = model_of(1, 2);
-    ck_assert_int_eq(usp_mesh_shape_make(world, ulysses, ring, &c.shape), USP_OK);
-    c.data = "passkey", c.seq_len = 64, c.batch = 2, c.steps = 20, c.until = until, c.warmup = 2;
-    c.log_every = 1000, c.zero_stage = zero, c.save_dir = save, c.resume_dir = resume;
-    usp_train_result result;
-    char report[4096];
-    usp_status s = harness_train(&c, &result, report, sizeof report);
-    ck_assert_msg(s == USP_OK, "W=%d ZeRO %d: %s", world, zero, report);
-    ck_assert_int_eq(result.steps_done, until ? until : 20);
-    return result.loss;
-}
-
-/* Saved at step 10 of a ZeRO 3 run on 4 ranks, resumed at ZeRO 0 on the same mesh (_i = 0) or at
- * ZeRO 1 on 2 ranks (_i = 1): step 20's loss is the uninterrupted ZeRO 0 run's. Rounding differs
- * (ZeRO's reduce-scatter sums in another order; 2 ranks split the sequence differently), hence a
- * tolerance, as tests/test_memory_options.c allows. */
-START_TEST(a_resume_at_another_stage_or_world_continues_the_same_losses)
-{
-    char half[256];
-    snprintf(half, sizeof half, "%s/half_%d", scratch, _i);
-    double straight = train(4, 2, 2, 0, 0, NULL, NULL);
-    train(4, 2, 2, 3, 10, half, NULL);
-    double resumed = _i == 0 ? train(4, 2, 2, 0, 0, NULL, half) : train(2, 2, 1, 1, 0, NULL, half);
-    ck_assert_msg(fabs(resumed - straight) <= 1e-4 * fabs(straight), "resumed %s: loss %.9g, straight %.9g",
-                  _i == 0 ? "at ZeRO 0" : "on 2 ranks at ZeRO 1", resumed, straight);
-}
-END_TEST
-
 int main(void)
 {
     if (!mkdtemp(scratch)) {
@@ -604,7 +570,6 @@ int main(void)
     tcase_add_test(t, a_failed_write_on_rank_zero_fails_every_rank);
     tcase_add_loop_test(t, a_bad_number_only_one_rank_reads_fails_the_load_on_every_rank, 0, 2);
     tcase_add_loop_test(t, a_bf16_hugging_face_directory_loads_into_any_world_as_into_one_rank, 0, N_MODELS);
-    tcase_add_loop_test(t, a_resume_at_another_stage_or_world_continues_the_same_losses, 0, 2);
     suite_add_tcase(s, t);
     int code = check_main_run(s);
     char command[300];
