@@ -11,14 +11,51 @@
  * Loading accepts a usp checkpoint only when its manifest lists every file and
  * every file is there; a directory without optimizer.safetensors and without
  * a manifest is a Hugging Face one, as save_pretrained writes it (F32, F16 or
- * BF16): training from it starts a fresh optimizer. */
+ * BF16): training from it starts a fresh optimizer.
+ *
+ * Checkpoints stream: no rank ever holds a whole copy of the model. A save
+ * (usp_checkpoint_save_store, a collective of every rank) walks the parameter
+ * store bucket by bucket (embeddings, each layer, the head), array by array;
+ * the ranks gather each bucket's shards and world rank 0 alone converts it to
+ * the Hugging Face layout, checks it for non-finite numbers, and appends it to
+ * the file, whose header was written first from the shapes alone. A load
+ * (usp_checkpoint_load_store) has every rank open the files itself (a shared
+ * filesystem, as Hugging Face assumes), check every header, and read from
+ * each tensor only the elements its shards hold, a bucket at a time. Host
+ * memory is thus one bucket on rank 0 (a save) or one bucket's held part on
+ * every rank (a load), plus a row; usp_checkpoint_stats reports it. A failure
+ * on any rank (a full disk, a NaN, a damaged file) is agreed after each
+ * bucket: every rank returns the status and message of the lowest failing
+ * rank, none is left waiting in a collective, and a failed save removes its
+ * temporary directory, leaving the old checkpoint. */
 #ifndef USP_CHECKPOINT_H
 #define USP_CHECKPOINT_H
 
 #include "core/model_params.h"
+#include "core/param_store.h"
+#include "core/rank.h"
 
-/* Writes the checkpoint directory (created if missing); host arrays of t->total floats.
- * A non-finite weight or moment, or a negative v, is USP_ERR_RUNTIME naming the tensor: nothing is written. */
+/* What a streamed save or load used on this rank. */
+typedef struct usp_checkpoint_stats {
+    size_t host_bytes_peak; /* the most host memory its buffers held at once (a save's other ranks: 0) */
+} usp_checkpoint_stats;
+
+/* Writes the checkpoint directory (created if missing) from the store: a collective of every rank of
+ * ctx (world rank 0 writes). A non-finite weight or moment, or a negative v, is USP_ERR_RUNTIME naming
+ * the tensor and the element, on every rank: the new directory is removed, DIR left as it was.
+ * stats (NULL: not wanted) gets this rank's figures. */
+usp_status usp_checkpoint_save_store(const char *dir, const usp_model_config *c, const usp_param_table *t,
+                                     usp_param_store *store, const usp_rank_ctx *ctx, int64_t step, uint64_t seed,
+                                     usp_checkpoint_stats *stats);
+
+/* Sets the store's weights (and, from a usp checkpoint, *has_optimizer = 1 with the moments and step;
+ * else the moments are zero) from DIR: a collective of every rank of ctx, each reading only what it
+ * keeps. The checks and messages of usp_checkpoint_load, on every rank. */
+usp_status usp_checkpoint_load_store(const char *dir, const usp_model_config *c, const usp_param_table *t,
+                                     usp_param_store *store, const usp_rank_ctx *ctx, int64_t *step,
+                                     int *has_optimizer, usp_checkpoint_stats *stats);
+
+/* usp_checkpoint_save_store on one rank, from host arrays of t->total floats (tests and tools). */
 usp_status usp_checkpoint_save(const char *dir, const usp_model_config *c, const usp_param_table *t,
                                const float *params, const float *adam_m, const float *adam_v, int64_t step,
                                uint64_t seed);
@@ -43,7 +80,8 @@ typedef int (*usp_checkpoint_save_hook)(usp_checkpoint_boundary at, void *ctx);
 /* Tests only (one global, not thread-safe): calls hook at each boundary of every save; NULL removes it. */
 void usp_checkpoint_set_save_hook(usp_checkpoint_save_hook hook, void *ctx);
 
-/* Reads weights (and, when present, *has_optimizer = 1 with the moments and step).
+/* Reads weights into host arrays of t->total floats (and, when present, *has_optimizer = 1 with the
+ * moments and step), on one rank.
  * A missing tensor or a shape that does not match the config is USP_ERR_CONFIG naming the file and the tensor;
  * a NaN or Inf weight or Adam m, or a negative or non-finite Adam v, is USP_ERR_CONFIG naming the file, the tensor,
  * the element and the value;

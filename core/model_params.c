@@ -76,18 +76,20 @@ static double normal(uint64_t seed, int64_t i)
 
 void usp_param_init(const usp_param_table *t, const usp_model_config *c, uint64_t seed, float *params)
 {
+    usp_param_init_range(t, c, seed, 0, t->total, params);
+}
+
+void usp_param_init_range(const usp_param_table *t, const usp_model_config *c, uint64_t seed, int64_t lo,
+                          int64_t count, float *out)
+{
     const double residual_scale = 1.0 / sqrt(2.0 * (double)c->n_layer);
     for (int i = 0; i < t->n; i++) {
         const usp_param_tensor *p = &t->tensors[i];
-        float *x = params + p->offset;
+        int64_t from = p->offset > lo ? p->offset : lo;
+        int64_t to = p->offset + p->count < lo + count ? p->offset + p->count : lo + count;
         int is_norm = p->kind == USP_P_NORM1_W || p->kind == USP_P_NORM2_W || p->kind == USP_P_NORMF_W;
-        if (p->ndim == 1) { /* norms start at 1, biases (and norm biases) at 0 */
-            for (int64_t j = 0; j < p->count; j++)
-                x[j] = is_norm ? 1.0f : 0.0f;
-            continue;
-        }
         double std = 0.02 * (p->kind == USP_P_ATTN_O_W || p->kind == USP_P_MLP_DOWN_W ? residual_scale : 1.0);
-        for (int64_t j = 0; j < p->count; j++)
-            x[j] = (float)(std * normal(seed, p->offset + j));
+        for (int64_t e = from; e < to; e++) /* norms start at 1, biases (and norm biases) at 0 */
+            out[e - lo] = p->ndim == 1 ? (is_norm ? 1.0f : 0.0f) : (float)(std * normal(seed, e));
     }
 }

@@ -62,4 +62,8 @@ const usp_param_tensor *usp_param_find(const usp_param_table *t, usp_param_kind 
  * element i drawn from (seed, i) alone, so every rank gets the same weights. */
 void usp_param_init(const usp_param_table *t, const usp_model_config *c, uint64_t seed, float *params);
 
+/* The same initialisation for elements [lo, lo + count) of the table only (out[0] is element lo). */
+void usp_param_init_range(const usp_param_table *t, const usp_model_config *c, uint64_t seed, int64_t lo,
+                          int64_t count, float *out);
+
 #endif

@@ -398,6 +398,68 @@ usp_status usp_param_store_write(usp_param_store *s, usp_param_array which, cons
     return USP_OK;
 }
 
+int usp_param_store_n_buckets(const usp_param_store *s)
+{
+    return s->n_buckets;
+}
+
+void usp_param_store_bucket_range(const usp_param_store *s, int bucket_id, int64_t *start, int64_t *len)
+{
+    *start = s->buckets[bucket_id].start, *len = s->buckets[bucket_id].len;
+}
+
+void usp_param_store_held(const usp_param_store *s, usp_param_array which, int bucket_id, int64_t *lo,
+                          int64_t *count)
+{
+    const bucket *b = &s->buckets[bucket_id];
+    if (is_sharded(s, array_of((usp_param_store *)s, which)))
+        owned_range(s, b, lo, count);
+    else
+        *lo = b->start, *count = b->len;
+}
+
+usp_status usp_param_store_read_bucket(usp_param_store *s, usp_param_array which, int bucket_id, float *host)
+{
+    float *array = array_of(s, which);
+    const bucket *b = &s->buckets[bucket_id];
+    USP_ASSERT(array, "array %d is not held by this store", (int)which);
+    USP_CHECK(check_host_fp32(s, array, "reading"));
+    if (!is_sharded(s, array))
+        return host ? usp_buffer_download(BE, host, array + b->start, (size_t)b->len * sizeof(float), ST) : USP_OK;
+    if (b->shard == 0)
+        return USP_OK;
+    float *recv;
+    USP_CHECK(alloc_array(s, &recv, b->shard * s->W, USP_F32, "comm"));
+    usp_status st = usp_comm_all_gather(s->c.world, array + b->shard_at, recv, (size_t)b->shard, USP_F32, ST);
+    if (st == USP_OK && host)
+        st = usp_buffer_download(BE, host, recv, (size_t)b->len * sizeof(float), ST);
+    usp_buffer_free(BE, recv);
+    return st;
+}
+
+usp_status usp_param_store_write_range(usp_param_store *s, usp_param_array which, int64_t lo, int64_t count,
+                                       const float *host)
+{
+    float *array = array_of(s, which);
+    USP_ASSERT(array, "array %d is not held by this store", (int)which);
+    USP_CHECK(check_host_fp32(s, array, "writing"));
+    if (count == 0)
+        return USP_OK;
+    if (!is_sharded(s, array))
+        return usp_buffer_copy(BE, array + lo, host, (size_t)count * sizeof(float), USP_COPY_HOST_TO_DEVICE, ST);
+    int i = 0; /* the bucket whose owned range holds [lo, lo + count) */
+    int64_t own_lo = 0, own_count = 0;
+    for (; i < s->n_buckets; i++) {
+        owned_range(s, &s->buckets[i], &own_lo, &own_count);
+        if (lo >= own_lo && lo + count <= own_lo + own_count)
+            break;
+    }
+    USP_ASSERT(i < s->n_buckets, "elements [%lld, %lld) are not inside one shard of this rank", (long long)lo,
+               (long long)(lo + count));
+    return usp_buffer_copy(BE, element(s, array, &s->buckets[i], lo), host, (size_t)count * sizeof(float),
+                           USP_COPY_HOST_TO_DEVICE, ST);
+}
+
 usp_status usp_param_store_zero(usp_param_store *s, usp_param_array which)
 {
     float *array = array_of(s, which);

@@ -96,6 +96,25 @@ usp_status usp_param_store_read(usp_param_store *s, usp_param_array which, float
 /* Sets the array from a whole host copy (table->total floats; each rank keeps its share); fp32 arrays only. */
 usp_status usp_param_store_write(usp_param_store *s, usp_param_array which, const float *host);
 
+/* The number of buckets (n_layer + 2). */
+int usp_param_store_n_buckets(const usp_param_store *s);
+
+/* Bucket b's range of the table: [*start, *start + *len), in elements. */
+void usp_param_store_bucket_range(const usp_param_store *s, int bucket, int64_t *start, int64_t *len);
+
+/* The part of the bucket's range this rank holds of the array: all of it, or its shard (count 0: none). */
+void usp_param_store_held(const usp_param_store *s, usp_param_array which, int bucket, int64_t *lo,
+                          int64_t *count);
+
+/* Copies the bucket's part of the array (its len floats) to `host`; collective over the world when the
+ * array is sharded, every rank joining; host NULL: this rank joins without wanting the values. */
+usp_status usp_param_store_read_bucket(usp_param_store *s, usp_param_array which, int bucket, float *host);
+
+/* Sets elements [lo, lo + count) of the table in the array from host; they lie in one range this rank
+ * holds (usp_param_store_held). Local: no collective. */
+usp_status usp_param_store_write_range(usp_param_store *s, usp_param_array which, int64_t lo, int64_t count,
+                                       const float *host);
+
 /* Sets the array to zero (this rank's share of it). */
 usp_status usp_param_store_zero(usp_param_store *s, usp_param_array which);
 

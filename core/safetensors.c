@@ -318,34 +318,32 @@ usp_status usp_safetensors_read_f32(const usp_safetensors *st, const usp_st_tens
                          "(does the checkpoint match the model config?)", st->path, t->name, shape,
                          (long long)t->n_elems, (long long)n_elems);
     }
-    if (n_elems == 0)
+    return usp_safetensors_read_range_f32(st, t, 0, n_elems, dst);
+}
+
+usp_status usp_safetensors_read_range_f32(const usp_safetensors *st, const usp_st_tensor *t, int64_t first,
+                                          int64_t n, float *dst)
+{
+    USP_ASSERT(first >= 0 && n >= 0 && first + n <= t->n_elems, "elements [%lld, %lld) of a tensor of %lld",
+               (long long)first, (long long)(first + n), (long long)t->n_elems);
+    if (n == 0)
         return USP_OK;
-    if (fseeko(st->fp, (off_t)(st->data_offset + t->begin), SEEK_SET) != 0)
+    const size_t size = dtype_size[t->dtype], count = (size_t)n;
+    if (fseeko(st->fp, (off_t)(st->data_offset + t->begin + (uint64_t)first * size), SEEK_SET) != 0)
         return usp_error(USP_ERR_RUNTIME, "%s: tensor \"%s\": cannot seek: %s", st->path, t->name, strerror(errno));
-    const size_t n = (size_t)n_elems;
-    if (t->dtype == USP_ST_F32) {
-        if (fread(dst, sizeof *dst, n, st->fp) != n)
-            goto short_read;
-        return USP_OK;
+    /* half-precision values are read into the upper half of dst and widened
+     * upwards from the front: value i (at byte 2n + 2i) is read before float i
+     * (bytes 4i..4i+3, never past it) is written, so no second buffer is needed */
+    unsigned char *raw = (unsigned char *)dst + (size == 2 ? 2 * count : 0);
+    if (fread(raw, size, count, st->fp) != count)
+        return usp_error(USP_ERR_CONFIG, "%s: tensor \"%s\": the file ended early (was it changed after it was "
+                         "opened?)", st->path, t->name);
+    for (size_t i = 0; size == 2 && i < count; i++) {
+        uint16_t h;
+        memcpy(&h, raw + 2 * i, sizeof h);
+        dst[i] = t->dtype == USP_ST_F16 ? usp_st_f16_to_f32(h) : usp_bf16_to_f32(h);
     }
-    enum { CHUNK = 1 << 16 };
-    uint16_t *half;
-    USP_CHECK(usp_malloc((void **)&half, (n < CHUNK ? n : CHUNK) * sizeof *half, "a half-precision tensor chunk"));
-    for (size_t at = 0; at < n;) {
-        size_t k = n - at < CHUNK ? n - at : CHUNK;
-        if (fread(half, sizeof *half, k, st->fp) != k) {
-            free(half);
-            goto short_read;
-        }
-        for (size_t i = 0; i < k; i++)
-            dst[at + i] = t->dtype == USP_ST_F16 ? usp_st_f16_to_f32(half[i]) : usp_bf16_to_f32(half[i]);
-        at += k;
-    }
-    free(half);
     return USP_OK;
-short_read:
-    return usp_error(USP_ERR_CONFIG, "%s: tensor \"%s\": the file ended early (was it changed after it was opened?)",
-                     st->path, t->name);
 }
 
 /* ---- writing ------------------------------------------------------------------------------ */
@@ -379,7 +377,7 @@ static uint64_t entry_elems(const usp_st_entry *e, int *overflow)
 }
 
 /* The header object in file order; *data_bytes is the size of the data section. */
-static usp_status build_header(const char *path, const usp_st_entry *e, size_t n, json_t *header,
+static usp_status build_header(const char *path, const usp_st_entry *e, size_t n, int need_data, json_t *header,
                                uint64_t *data_bytes)
 {
     uint64_t at = 0;
@@ -407,7 +405,7 @@ static usp_status build_header(const char *path, const usp_st_entry *e, size_t n
         uint64_t bytes = 0, end = 0;
         overflow |= __builtin_mul_overflow(elems, (uint64_t)4, &bytes);
         overflow |= __builtin_add_overflow(at, bytes, &end);
-        if (overflow || end > (uint64_t)INT64_MAX || (bytes && !e[i].data)) {
+        if (overflow || end > (uint64_t)INT64_MAX || (need_data && bytes && !e[i].data)) {
             json_decref(shape);
             return usp_error(USP_ERR_CONFIG, "%s: tensor \"%s\": %s", path, name,
                              overflow || end > (uint64_t)INT64_MAX ? "too large to write" : "no data");
@@ -422,18 +420,20 @@ static usp_status build_header(const char *path, const usp_st_entry *e, size_t n
     return USP_OK;
 }
 
-usp_status usp_safetensors_write(const char *path, const usp_st_entry *entries, size_t n, const char *metadata_json)
+/* The writer's header for `entries`, whose data must be there when need_data. */
+static usp_status writer_open(usp_st_writer *w, const char *path, const usp_st_entry *entries, size_t n,
+                              int need_data, const char *metadata_json)
 {
     json_t *header = json_object(), *meta = NULL;
     char *text = NULL;
-    uint64_t data_bytes = 0;
     usp_status s = USP_OK;
+    *w = (usp_st_writer){0};
     if (!header)
         return usp_error(USP_ERR_RUNTIME, "out of memory writing %s", path);
     /* __metadata__ first, as the reference writer puts it */
     USP_CHECK_GOTO(build_metadata(path, metadata_json, &meta), s, done);
     json_object_set_new(header, "__metadata__", meta);
-    USP_CHECK_GOTO(build_header(path, entries, n, header, &data_bytes), s, done);
+    USP_CHECK_GOTO(build_header(path, entries, n, need_data, header, &w->data_bytes), s, done);
     text = json_dumps(header, JSON_COMPACT);
     if (!text) {
         s = usp_error(USP_ERR_RUNTIME, "out of memory writing %s", path);
@@ -444,21 +444,56 @@ usp_status usp_safetensors_write(const char *path, const usp_st_entry *entries, 
     unsigned char len_bytes[8];
     for (int i = 0; i < 8; i++)
         len_bytes[i] = (unsigned char)((uint64_t)hlen >> (8 * i));
-    usp_atomic_file f;
-    USP_CHECK_GOTO(usp_atomic_file_open(&f, path), s, done);
-    fwrite(len_bytes, 1, 8, f.fp);
-    fwrite(text, 1, len, f.fp);
+    USP_CHECK_GOTO(usp_atomic_file_open(&w->f, path), s, done);
+    fwrite(len_bytes, 1, 8, w->f.fp);
+    fwrite(text, 1, len, w->f.fp);
     for (size_t i = len; i < hlen; i++)
-        fputc(' ', f.fp);
-    for (size_t i = 0; i < n; i++) {
-        int overflow = 0;
-        size_t elems = (size_t)entry_elems(&entries[i], &overflow); /* checked in build_header */
-        if (elems)
-            fwrite(entries[i].data, sizeof(float), elems, f.fp); /* errors surface in ferror at commit */
-    }
-    s = usp_atomic_file_commit(&f);
+        fputc(' ', w->f.fp); /* errors surface in ferror at commit */
 done:
     free(text);
     json_decref(header);
+    return s;
+}
+
+usp_status usp_st_writer_open(usp_st_writer *w, const char *path, const usp_st_entry *entries, size_t n,
+                              const char *metadata_json)
+{
+    return writer_open(w, path, entries, n, 0, metadata_json);
+}
+
+usp_status usp_st_writer_put(usp_st_writer *w, const float *data, size_t n)
+{
+    USP_ASSERT(w->written + n * sizeof *data <= w->data_bytes, "%s: %zu bytes put past the %llu of the header",
+               w->f.path, (size_t)w->written + n * sizeof *data, (unsigned long long)w->data_bytes);
+    if (n && fwrite(data, sizeof *data, n, w->f.fp) != n)
+        return usp_error(USP_ERR_RUNTIME, "cannot write %s: %s", w->f.path, strerror(errno));
+    w->written += n * sizeof *data;
+    return USP_OK;
+}
+
+usp_status usp_st_writer_commit(usp_st_writer *w)
+{
+    USP_ASSERT(w->written == w->data_bytes, "%s: %llu bytes of data put, the header says %llu", w->f.path,
+               (unsigned long long)w->written, (unsigned long long)w->data_bytes);
+    return usp_atomic_file_commit(&w->f);
+}
+
+void usp_st_writer_abort(usp_st_writer *w)
+{
+    usp_atomic_file_abort(&w->f);
+}
+
+usp_status usp_safetensors_write(const char *path, const usp_st_entry *entries, size_t n, const char *metadata_json)
+{
+    usp_st_writer w;
+    USP_CHECK(writer_open(&w, path, entries, n, 1, metadata_json));
+    usp_status s = USP_OK;
+    for (size_t i = 0; i < n && s == USP_OK; i++) {
+        int overflow = 0;
+        s = usp_st_writer_put(&w, entries[i].data, (size_t)entry_elems(&entries[i], &overflow)); /* checked */
+    }
+    if (s == USP_OK)
+        return usp_st_writer_commit(&w);
+    usp_st_writer_abort(&w);
     return s;
 }

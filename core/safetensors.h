@@ -5,8 +5,9 @@
  * "__metadata__": {"key": "value"}}, then the data section; offsets count
  * from the start of the data section. A file is validated whole when opened
  * (every input is untrusted: the reader is fuzzed), tensors are read one at
- * a time into f32 (F16 and BF16 converted exactly), and files are written in
- * F32 whole-or-nothing. */
+ * a time, or a range of elements at a time, into f32 (F16 and BF16 converted
+ * exactly), and files are written in F32 whole-or-nothing, in one call or as a
+ * stream (usp_st_writer: a checkpoint larger than memory). */
 #ifndef USP_SAFETENSORS_H
 #define USP_SAFETENSORS_H
 
@@ -14,6 +15,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "core/atomic_file.h"
 #include "core/status.h"
 
 #define USP_ST_MAX_DIMS 8
@@ -48,6 +50,10 @@ const usp_st_tensor *usp_safetensors_find(const usp_safetensors *st, const char 
 /* Reads tensor t into dst as f32; n_elems must be the tensor's element count. */
 usp_status usp_safetensors_read_f32(const usp_safetensors *st, const usp_st_tensor *t, float *dst, int64_t n_elems);
 
+/* Reads elements [first, first + n) of tensor t (in file order) into dst[n] as f32. */
+usp_status usp_safetensors_read_range_f32(const usp_safetensors *st, const usp_st_tensor *t, int64_t first,
+                                          int64_t n, float *dst);
+
 /* The value of `key` in the file's __metadata__, or NULL. */
 const char *usp_safetensors_metadata_get(const usp_safetensors *st, const char *key);
 
@@ -73,5 +79,24 @@ typedef struct usp_st_entry {
  * "format": "pt" is added when absent (transformers refuses a file without it). */
 usp_status usp_safetensors_write(const char *path, const usp_st_entry *entries, size_t n,
                                  const char *metadata_json);
+
+/* A file written as a stream: the header from the shapes alone, then the data in header order. */
+typedef struct usp_st_writer {
+    usp_atomic_file f;
+    uint64_t data_bytes, written; /* the data section the header announces, and what was put so far */
+} usp_st_writer;
+
+/* Opens `path` (atomically, as usp_safetensors_write) and writes the header of `entries` (their data is not read). */
+usp_status usp_st_writer_open(usp_st_writer *w, const char *path, const usp_st_entry *entries, size_t n,
+                              const char *metadata_json);
+
+/* Appends n floats of tensor data, in the order of the entries. */
+usp_status usp_st_writer_put(usp_st_writer *w, const float *data, size_t n);
+
+/* Commits the file once all the data the header announces has been put. */
+usp_status usp_st_writer_commit(usp_st_writer *w);
+
+/* Removes the unfinished file (safe after a failed open or a commit). */
+void usp_st_writer_abort(usp_st_writer *w);
 
 #endif

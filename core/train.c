@@ -249,52 +249,51 @@ static usp_status evaluate(trainer *t, double *loss_out, double *accuracy)
     return USP_OK;
 }
 
-/* Every rank gathers the whole arrays (a collective when they are sharded);
- * rank 0 writes the checkpoint. */
+/* Every rank joins the save, which streams the store bucket by bucket (a
+ * gather per bucket when it is sharded); rank 0 writes the checkpoint. */
 static usp_status save(trainer *t)
 {
-    const usp_param_table *table = &t->table;
-    size_t bytes = (size_t)table->total * sizeof(float);
-    float *host = malloc(3 * bytes);
-    if (!host)
-        return usp_error(USP_ERR_RUNTIME, "out of memory saving a checkpoint of %zu bytes", bytes);
-    usp_status s = USP_OK;
-    for (int a = 0; a < 3 && s == USP_OK; a++)
-        s = usp_param_store_read(t->store, (usp_param_array)a, host + a * table->total);
-    if (s == USP_OK && t->ctx->rank == 0)
-        s = usp_checkpoint_save(t->c->save_dir, &t->c->model, table, host, host + table->total,
-                                host + 2 * table->total, t->step, t->c->seed);
+    return usp_checkpoint_save_store(t->c->save_dir, &t->c->model, &t->table, t->store, t->ctx, t->step, t->c->seed,
+                                     NULL);
+}
+
+/* Fresh weights, drawn for the part of each bucket this rank keeps, through one
+ * bucket's host buffer: element i depends on (seed, i) alone, so every rank
+ * draws the same model; Adam's moments start at zero. */
+static usp_status init_weights(trainer *t)
+{
+    int64_t most = 0, lo, count;
+    for (int b = 0; b < usp_param_store_n_buckets(t->store); b++) {
+        usp_param_store_held(t->store, USP_ARRAY_WEIGHTS, b, &lo, &count);
+        most = count > most ? count : most;
+    }
+    float *host;
+    USP_CHECK(usp_malloc((void **)&host, (size_t)(most > 0 ? most : 1) * sizeof *host, "the initial weights"));
+    usp_status s = usp_param_store_zero(t->store, USP_ARRAY_WEIGHTS); /* the shards' padding too */
+    for (int b = 0; b < usp_param_store_n_buckets(t->store) && s == USP_OK; b++) {
+        usp_param_store_held(t->store, USP_ARRAY_WEIGHTS, b, &lo, &count);
+        usp_param_init_range(&t->table, &t->c->model, t->c->seed, lo, count, host);
+        s = usp_param_store_write_range(t->store, USP_ARRAY_WEIGHTS, lo, count, host);
+    }
     free(host);
+    for (int a = USP_ARRAY_ADAM_M; a <= USP_ARRAY_ADAM_V && s == USP_OK; a++)
+        s = usp_param_store_zero(t->store, (usp_param_array)a);
+    t->step = 0;
     return s;
 }
 
 /* Fresh weights from the seed, or a checkpoint (with its optimizer state when it
- * has one). On meta nothing: there is nowhere to put them. */
+ * has one: every rank reads the part it keeps). On meta nothing: there is
+ * nowhere to put them. */
 static usp_status load_weights(trainer *t)
 {
     if (!t->numerics)
         return USP_OK;
-    const usp_param_table *table = &t->table;
-    size_t bytes = (size_t)table->total * sizeof(float);
-    int arrays = t->c->resume_dir ? 3 : 1; /* fresh weights: no host copy of Adam's zeros */
-    float *host = calloc((size_t)arrays, bytes);
-    if (!host)
-        return usp_error(USP_ERR_RUNTIME, "out of memory for %zu bytes of weights", bytes);
-    usp_status s = USP_OK;
-    int has_optimizer = 0;
-    if (t->c->resume_dir)
-        s = usp_checkpoint_load(t->c->resume_dir, &t->c->model, table, host, host + table->total,
-                                host + 2 * table->total, &t->step, &has_optimizer);
-    else
-        usp_param_init(table, &t->c->model, t->c->seed, host);
-    for (int a = 0; a < (has_optimizer ? 3 : 1) && s == USP_OK; a++)
-        s = usp_param_store_write(t->store, (usp_param_array)a, host + a * table->total);
-    free(host);
-    if (!has_optimizer)
-        t->step = 0;
-    for (int a = USP_ARRAY_ADAM_M; a <= USP_ARRAY_ADAM_V && !has_optimizer && s == USP_OK; a++)
-        s = usp_param_store_zero(t->store, (usp_param_array)a);
-    return s;
+    if (!t->c->resume_dir)
+        return init_weights(t);
+    int has_optimizer;
+    return usp_checkpoint_load_store(t->c->resume_dir, &t->c->model, &t->table, t->store, t->ctx, &t->step,
+                                     &has_optimizer, NULL);
 }
 
 /* Every rank joins the read (a gather when the weights are sharded); rank 0
