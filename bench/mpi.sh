@@ -16,8 +16,8 @@ echo "== 1-2. the communicator"
 "$bench" --runtime sim
 "${mpi[@]}" "$bench" --runtime mpi
 "${mpi[@]}" "$bench" --runtime mpi --check-collectives
-echo "== 3-4. usp train (tiny model, ulysses 4, seq 256, 300 steps; interleaved runs, fastest of 3)"
-args=(train --ulysses 4 --seq 256 --steps 300 --log-every 1000 --json)
+echo "== 3-4. usp train (tiny model, ulysses 4, seq 256, 100 steps; interleaved runs, fastest of 3)"
+args=(train --ulysses 4 --seq 256 --steps 100 --log-every 1000 --json)
 wall() { python3 -c 'import json,sys; print(json.loads(sys.stdin.read().strip().splitlines()[-1])["wall_s"])'; }
 best() { sort -g | head -n 1; }
 sim=() mpi_t=() checked=()
@@ -30,9 +30,9 @@ s=$(printf '%s\n' "${sim[@]}" | best) m=$(printf '%s\n' "${mpi_t[@]}" | best) c=
 python3 - "$s" "$m" "$c" <<'PY'
 import sys
 s, m, c = map(float, sys.argv[1:])
-tokens = 300 * 256 * 16  # steps x seq x batch
-print(f"sim 4 ranks:       {s:.2f} s  {tokens / s:9.0f} tokens/s  {1e3 * s / 300:.2f} ms/step")
-print(f"mpi 4 processes:   {m:.2f} s  {tokens / m:9.0f} tokens/s  {1e3 * m / 300:.2f} ms/step"
+tokens = 100 * 256 * 16  # steps x seq x batch
+print(f"sim 4 ranks:       {s:.2f} s  {tokens / s:9.0f} tokens/s  {1e3 * s / 100:.2f} ms/step")
+print(f"mpi 4 processes:   {m:.2f} s  {tokens / m:9.0f} tokens/s  {1e3 * m / 100:.2f} ms/step"
       f"  = {m / s:.2f}x sim's step (target <= 1.25)")
 print(f"mpi --check-coll.: {c:.2f} s  {tokens / c:9.0f} tokens/s  = +{100 * (c / m - 1):.1f}% a step")
 PY
