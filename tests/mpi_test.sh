@@ -94,10 +94,10 @@ done
 # --- the same faults without the check: the watchdog (or MPI itself) ends the run ---
 # A swapped or misdirected collective hangs: every stuck rank's watchdog fires after
 # --timeout 3 (exit 3). A skipped or resized one makes MPI see a truncated message: the
-# rank fails (exit 4). Either way every rank leaves its flight record, and
+# rank fails (exit 4), as does an injected crash. Either way every rank leaves its flight record, and
 # `usp postmortem` names the rank that broke the schedule.
 for fault in swap:rank=1,op=all_reduce group:rank=1,op=all_reduce skip:rank=2,op=all_to_all \
-    size:rank=1,op=all_to_all; do
+    size:rank=1,op=all_to_all crash:rank=2,op=all_to_all; do
     culprit=${fault#*rank=}
     culprit=${culprit%%,*}
     rm -rf dumps
