@@ -136,14 +136,46 @@ static usp_status cpu_zero(void *ctx, void *ptr, size_t bytes, usp_stream_t *str
     return USP_OK;
 }
 
+/* OpenBLAS splits a product among its threads in a way that depends on how
+ * many there are, and so do the bits of the result (measured: C = A^T B of
+ * 16x128 by 128x384 differs between 1 and 2 threads), so a run on 2 cores
+ * would not repeat on 4, nor an MPI process of 1 thread the simulator's rank
+ * of 2. C is cut into tiles of a fixed size instead, each one single-threaded
+ * sgemm call in a parallel loop of ours (OpenBLAS's OpenMP build runs one
+ * thread inside a parallel region): every element is summed over k the same
+ * way whatever the thread count. Products under OpenBLAS's own threading
+ * threshold (m n k < 65536 x 4) go straight to it. The tiles repack their
+ * panels: (GEMM_TILE_M + GEMM_TILE_N) k floats per 2 GEMM_TILE_M GEMM_TILE_N k
+ * flops, under 1%. */
+#define GEMM_TILE_M 128
+#define GEMM_TILE_N 512
+#define GEMM_SINGLE_THREAD_FLOPS 262144.0
+
+static void gemm_tile(const usp_gemm_desc *g, int64_t i, int64_t r0, int64_t c0, int64_t rows, int64_t cols)
+{
+    const float *a = g->a + i * g->stride_a + (g->trans_a ? r0 : r0 * g->lda);
+    const float *b = g->b + i * g->stride_b + (g->trans_b ? c0 * g->ldb : c0);
+    cblas_sgemm(CblasRowMajor, g->trans_a ? CblasTrans : CblasNoTrans, g->trans_b ? CblasTrans : CblasNoTrans,
+                (blasint)rows, (blasint)cols, (blasint)g->k, g->alpha, a, (blasint)g->lda, b, (blasint)g->ldb,
+                g->beta, g->c + i * g->stride_c + r0 * g->ldc + c0, (blasint)g->ldc);
+}
+
 static usp_status cpu_gemm(void *ctx, const usp_gemm_desc *g, usp_stream_t *stream)
 {
     (void)ctx, (void)stream;
-    for (int64_t i = 0; i < g->batch; i++)
-        cblas_sgemm(CblasRowMajor, g->trans_a ? CblasTrans : CblasNoTrans,
-                    g->trans_b ? CblasTrans : CblasNoTrans, (blasint)g->m, (blasint)g->n, (blasint)g->k,
-                    g->alpha, g->a + i * g->stride_a, (blasint)g->lda, g->b + i * g->stride_b,
-                    (blasint)g->ldb, g->beta, g->c + i * g->stride_c, (blasint)g->ldc);
+    if ((double)g->m * (double)g->n * (double)g->k < GEMM_SINGLE_THREAD_FLOPS) {
+        for (int64_t i = 0; i < g->batch; i++)
+            gemm_tile(g, i, 0, 0, g->m, g->n);
+        return USP_OK;
+    }
+    const int64_t tm = (g->m + GEMM_TILE_M - 1) / GEMM_TILE_M, tn = (g->n + GEMM_TILE_N - 1) / GEMM_TILE_N;
+    const int64_t tiles = g->batch * tm * tn;
+    #pragma omp parallel for schedule(dynamic)
+    for (int64_t t = 0; t < tiles; t++) {
+        int64_t i = t / (tm * tn), r0 = t / tn % tm * GEMM_TILE_M, c0 = t % tn * GEMM_TILE_N;
+        gemm_tile(g, i, r0, c0, g->m - r0 < GEMM_TILE_M ? g->m - r0 : GEMM_TILE_M,
+                  g->n - c0 < GEMM_TILE_N ? g->n - c0 : GEMM_TILE_N);
+    }
     return USP_OK;
 }
 
