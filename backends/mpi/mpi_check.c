@@ -6,7 +6,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backends/mpi/mpi_wait.h"
 #include "core/comm_report.h"
 
 #define CHECK_TAG 11
@@ -29,17 +28,15 @@ struct mpi_check {
     MPI_Comm comm;
     int me, n;
     double t0;                    /* MPI_Wtime at the start: the reports' clocks */
-    int nap;                      /* nap while waiting (mpi_wait.h) */
     const usp_comm_decorator *decorator;
     int *partners;                /* [n] */
     check_msg *sent, *got;        /* [n]: to and from each partner */
-    MPI_Request *requests;        /* [2n]: the sends, then the receives */
+    MPI_Request *requests;        /* [n] */
     char (*files)[FILE_MAX];      /* [n]: the call sites the report's fingerprints point to */
     usp_strbuf report;
 };
 
-usp_status mpi_check_create(MPI_Comm world, const usp_comm_decorator *decorator, double t0, int nap,
-                            mpi_check **out)
+usp_status mpi_check_create(MPI_Comm world, const usp_comm_decorator *decorator, double t0, mpi_check **out)
 {
     mpi_check *k;
     USP_CHECK(usp_calloc((void **)&k, 1, sizeof *k, "the collective checker"));
@@ -48,7 +45,6 @@ usp_status mpi_check_create(MPI_Comm world, const usp_comm_decorator *decorator,
     MPI_Comm_size(world, &k->n);
     k->decorator = decorator;
     k->t0 = t0;
-    k->nap = nap;
     size_t n = (size_t)k->n;
     usp_status s = usp_calloc((void **)&k->partners, n, sizeof *k->partners, "the checker's partners");
     if (s == USP_OK)
@@ -56,7 +52,7 @@ usp_status mpi_check_create(MPI_Comm world, const usp_comm_decorator *decorator,
     if (s == USP_OK)
         s = usp_calloc((void **)&k->got, n, sizeof *k->got, "the checker's messages");
     if (s == USP_OK)
-        s = usp_calloc((void **)&k->requests, 2 * n, sizeof *k->requests, "the checker's requests");
+        s = usp_calloc((void **)&k->requests, n, sizeof *k->requests, "the checker's requests");
     if (s == USP_OK)
         s = usp_calloc((void **)&k->files, n, sizeof *k->files, "the checker's call sites");
     if (s == USP_OK && MPI_Comm_dup(world, &k->comm) != MPI_SUCCESS)
@@ -210,12 +206,11 @@ usp_status mpi_check_call(mpi_check *k, const usp_comm_t *c, const usp_comm_op *
                              k->partners[i]);
     }
     for (int i = 0; i < n; i++)
-        if (MPI_Irecv(&k->got[i], (int)sizeof k->got[i], MPI_BYTE, k->partners[i], CHECK_TAG, k->comm,
-                      &k->requests[n + i]) != MPI_SUCCESS)
+        if (MPI_Recv(&k->got[i], (int)sizeof k->got[i], MPI_BYTE, k->partners[i], CHECK_TAG, k->comm,
+                     MPI_STATUS_IGNORE) != MPI_SUCCESS)
             return usp_error(USP_ERR_RUNTIME, "--check-collectives: receiving rank %d's fingerprint failed",
                              k->partners[i]);
-    if (mpi_wait_all(k->nap, 2 * n, k->requests, MPI_STATUSES_IGNORE) != MPI_SUCCESS)
-        return usp_error(USP_ERR_RUNTIME, "--check-collectives: exchanging fingerprints failed");
+    MPI_Waitall(n, k->requests, MPI_STATUSES_IGNORE);
     const check_msg *mine = &k->sent[0];
     int bad = -1, lowest = k->me;
     const char *why = NULL;

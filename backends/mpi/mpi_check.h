@@ -28,10 +28,8 @@
 typedef struct mpi_check mpi_check;
 
 /* A checker for this process's rank of `world`, whose reports list the
- * faults `decorator` injected (NULL: none) and clocks from MPI_Wtime() - t0,
- * napping while it waits when `nap` is set (mpi_wait.h). */
-usp_status mpi_check_create(MPI_Comm world, const usp_comm_decorator *decorator, double t0, int nap,
-                            mpi_check **out);
+ * faults `decorator` injected (NULL: none) and clocks from MPI_Wtime() - t0. */
+usp_status mpi_check_create(MPI_Comm world, const usp_comm_decorator *decorator, double t0, mpi_check **out);
 
 /* Exchanges `fp`, the fingerprint of `op` on `c` (for a collective, the
  * `collective`-th on c: collectives match by their own count, as the point to

@@ -6,7 +6,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backends/mpi/mpi_wait.h"
 #include "core/reduce.h"
 
 #define P2P_TAG 7
@@ -42,18 +41,6 @@ static usp_status mpi_failed(const usp_comm_t *c, const usp_comm_op *op, const c
                      op->site.file, op->site.line, what, mpi_error_text(code, text, sizeof text));
 }
 
-/* Starts the non-blocking MPI call `fn` (the arguments that follow, then its
- * request) and waits for it (mpi_wait.h); a failure returns its message. */
-#define MPI_TRY_WAIT(h, c, op, fn, ...)                                          \
-    do {                                                                          \
-        MPI_Request r_;                                                           \
-        int rc_ = fn(__VA_ARGS__, &r_);                                           \
-        if (rc_ == MPI_SUCCESS)                                                   \
-            rc_ = mpi_wait_all((h)->process->nap, 1, &r_, MPI_STATUSES_IGNORE);   \
-        if (rc_ != MPI_SUCCESS)                                                   \
-            return mpi_failed((c), (op), #fn, rc_);                               \
-    } while (0)
-
 /* Calls MPI function `fn` with the arguments that follow; a failure returns its message. */
 #define MPI_TRY(c, op, fn, ...)                               \
     do {                                                      \
@@ -74,12 +61,6 @@ static MPI_Datatype element_type(usp_dtype dtype)
     }
 }
 
-/* rc of starting a non-blocking call, then of waiting for its request. */
-static int waited(const mpi_handle *h, int rc, MPI_Request *r)
-{
-    return rc == MPI_SUCCESS ? mpi_wait_all(h->process->nap, 1, r, MPI_STATUSES_IGNORE) : rc;
-}
-
 static usp_status to_int(const usp_comm_t *c, const usp_comm_op *op, size_t n, int *out)
 {
     if (n > INT_MAX)
@@ -89,10 +70,8 @@ static usp_status to_int(const usp_comm_t *c, const usp_comm_op *op, size_t n, i
     return USP_OK;
 }
 
-static usp_status all_to_all_v(const mpi_handle *h, const usp_comm_op *op)
+static usp_status all_to_all_v(const usp_comm_t *c, MPI_Comm comm, const usp_comm_op *op)
 {
-    const usp_comm_t *c = h->self;
-    MPI_Request r;
     int n = c->size, *a;
     USP_CHECK(usp_malloc((void **)&a, 4 * (size_t)n * sizeof *a, "all_to_all_v counts"));
     usp_status s = USP_OK;
@@ -106,8 +85,7 @@ static usp_status all_to_all_v(const mpi_handle *h, const usp_comm_op *op)
             s = to_int(c, op, op->recv_offsets[j], &a[3 * n + j]);
     }
     MPI_Datatype t = element_type(op->dtype);
-    int rc = s == USP_OK ? waited(h, MPI_Ialltoallv(op->send, a, a + n, t, op->recv, a + 2 * n, a + 3 * n, t,
-                                                    h->comm, &r), &r)
+    int rc = s == USP_OK ? MPI_Alltoallv(op->send, a, a + n, t, op->recv, a + 2 * n, a + 3 * n, t, comm)
                          : MPI_SUCCESS;
     free(a);
     USP_CHECK(s);
@@ -116,17 +94,15 @@ static usp_status all_to_all_v(const mpi_handle *h, const usp_comm_op *op)
 
 /* reduce_scatter: block i of every member's send comes to member i, which
  * sums them in rank order (the simulator's order: member 0's, then 1's, ...). */
-static usp_status reduce_scatter(const mpi_handle *h, const usp_comm_op *op)
+static usp_status reduce_scatter(const usp_comm_t *c, MPI_Comm comm, const usp_comm_op *op)
 {
-    const usp_comm_t *c = h->self;
-    MPI_Request r;
     size_t es = usp_dtype_size(op->dtype), block = op->count * es;
     int count = 0;
     USP_CHECK(to_int(c, op, op->count, &count));
     char *blocks;
     USP_CHECK(usp_malloc((void **)&blocks, block * (size_t)c->size + 1, "a reduce_scatter's operands"));
     MPI_Datatype t = element_type(op->dtype);
-    int rc = waited(h, MPI_Ialltoall(op->send, count, t, blocks, count, t, h->comm, &r), &r);
+    int rc = MPI_Alltoall(op->send, count, t, blocks, count, t, comm);
     if (rc == MPI_SUCCESS) {
         memcpy(op->recv, blocks, block);
         for (int j = 1; j < c->size; j++)
@@ -140,10 +116,8 @@ static usp_status reduce_scatter(const mpi_handle *h, const usp_comm_op *op)
  * that piece of every operand, sums them in rank order, and an all-gather
  * hands every member the pieces. Each element is summed in the simulator's
  * order, so every rank, and the simulator, get the same bits. */
-static usp_status all_reduce_pieces(const mpi_handle *h, const usp_comm_op *op)
+static usp_status all_reduce_pieces(const usp_comm_t *c, MPI_Comm comm, const usp_comm_op *op)
 {
-    const usp_comm_t *c = h->self;
-    MPI_Request r;
     int n = c->size, me = c->rank, *a;
     size_t es = usp_dtype_size(op->dtype);
     USP_CHECK(usp_malloc((void **)&a, 4 * (size_t)n * sizeof *a, "an all_reduce's pieces"));
@@ -163,14 +137,14 @@ static usp_status all_reduce_pieces(const mpi_handle *h, const usp_comm_op *op)
     MPI_Datatype t = element_type(op->dtype);
     int rc = MPI_SUCCESS;
     if (s == USP_OK)
-        rc = waited(h, MPI_Ialltoallv(op->send, piece, at, t, operands, mine, mine_at, t, h->comm, &r), &r);
+        rc = MPI_Alltoallv(op->send, piece, at, t, operands, mine, mine_at, t, comm);
     if (s == USP_OK && rc == MPI_SUCCESS) {
         char *out = (char *)op->recv + (size_t)at[me] * es; /* the send buffer is read: in place is safe */
         memcpy(out, operands, (size_t)piece[me] * es);
         for (int j = 1; j < n; j++)
             usp_reduce_into(out, operands + (size_t)j * (size_t)piece[me] * es, (size_t)piece[me], op->dtype,
                             op->reduce);
-        rc = waited(h, MPI_Iallgatherv(MPI_IN_PLACE, 0, t, op->recv, piece, at, t, h->comm, &r), &r);
+        rc = MPI_Allgatherv(MPI_IN_PLACE, 0, t, op->recv, piece, at, t, comm);
     }
     free(operands);
     free(a);
@@ -178,19 +152,17 @@ static usp_status all_reduce_pieces(const mpi_handle *h, const usp_comm_op *op)
     return rc == MPI_SUCCESS ? USP_OK : mpi_failed(c, op, "the all_reduce's MPI_Alltoallv / MPI_Allgatherv", rc);
 }
 
-static usp_status all_reduce(const mpi_handle *h, const usp_comm_op *op)
+static usp_status all_reduce(const usp_comm_t *c, MPI_Comm comm, const usp_comm_op *op)
 {
-    const usp_comm_t *c = h->self;
-    MPI_Request r;
     size_t es = usp_dtype_size(op->dtype), bytes = op->count * es;
     if (bytes * (size_t)c->size > SMALL_ALL_REDUCE_BYTES)
-        return all_reduce_pieces(h, op);
+        return all_reduce_pieces(c, comm, op);
     int count = 0;
     USP_CHECK(to_int(c, op, op->count, &count));
     char *all;
     USP_CHECK(usp_malloc((void **)&all, bytes * (size_t)c->size + 1, "an all_reduce's operands"));
     MPI_Datatype t = element_type(op->dtype);
-    int rc = waited(h, MPI_Iallgather(op->send, count, t, all, count, t, h->comm, &r), &r);
+    int rc = MPI_Allgather(op->send, count, t, all, count, t, comm);
     if (rc == MPI_SUCCESS) {
         memcpy(op->recv, all, bytes);
         for (int j = 1; j < c->size; j++)
@@ -266,38 +238,27 @@ static usp_status run(mpi_handle *h, usp_comm_op *op)
     int count = 0, recv_count = 0;
     USP_CHECK(to_int(c, op, op->count, &count));
     USP_CHECK(to_int(c, op, op->recv_count, &recv_count));
-    MPI_Status st[2];
-    MPI_Request r[2];
-    int rc;
+    MPI_Status st;
     switch (op->kind) {
-    case USP_OP_ALL_TO_ALL: MPI_TRY_WAIT(h, c, op, MPI_Ialltoall, op->send, count, t, op->recv, count, t, comm); break;
-    case USP_OP_ALL_TO_ALL_V: return all_to_all_v(h, op);
-    case USP_OP_ALL_GATHER: MPI_TRY_WAIT(h, c, op, MPI_Iallgather, op->send, count, t, op->recv, count, t, comm); break;
-    case USP_OP_REDUCE_SCATTER: return reduce_scatter(h, op);
-    case USP_OP_ALL_REDUCE: return all_reduce(h, op);
+    case USP_OP_ALL_TO_ALL: MPI_TRY(c, op, MPI_Alltoall, op->send, count, t, op->recv, count, t, comm); break;
+    case USP_OP_ALL_TO_ALL_V: return all_to_all_v(c, comm, op);
+    case USP_OP_ALL_GATHER: MPI_TRY(c, op, MPI_Allgather, op->send, count, t, op->recv, count, t, comm); break;
+    case USP_OP_REDUCE_SCATTER: return reduce_scatter(c, comm, op);
+    case USP_OP_ALL_REDUCE: return all_reduce(c, comm, op);
     case USP_OP_BROADCAST:
         if (c->rank == op->root && op->send != op->recv)
             memcpy(op->recv, op->send, op->count * usp_dtype_size(op->dtype));
-        MPI_TRY_WAIT(h, c, op, MPI_Ibcast, op->recv, count, t, op->root, comm);
+        MPI_TRY(c, op, MPI_Bcast, op->recv, count, t, op->root, comm);
         break;
-    case USP_OP_SEND: MPI_TRY_WAIT(h, c, op, MPI_Isend, op->send, count, t, op->peer, P2P_TAG, comm); break;
+    case USP_OP_SEND: MPI_TRY(c, op, MPI_Send, op->send, count, t, op->peer, P2P_TAG, comm); break;
     case USP_OP_RECV:
-        rc = MPI_Irecv(op->recv, recv_count, t, op->peer, P2P_TAG, comm, &r[0]);
-        if (rc == MPI_SUCCESS)
-            rc = mpi_wait_all(h->process->nap, 1, r, st);
-        if (rc != MPI_SUCCESS)
-            return mpi_failed(c, op, "MPI_Irecv", rc);
-        return recv_checked(c, op, &st[0], recv_count);
+        MPI_TRY(c, op, MPI_Recv, op->recv, recv_count, t, op->peer, P2P_TAG, comm, &st);
+        return recv_checked(c, op, &st, recv_count);
     case USP_OP_SENDRECV:
-        rc = MPI_Irecv(op->recv, recv_count, t, op->recv_peer, P2P_TAG, comm, &r[0]);
-        if (rc == MPI_SUCCESS)
-            rc = MPI_Isend(op->send, count, t, op->peer, P2P_TAG, comm, &r[1]);
-        if (rc == MPI_SUCCESS)
-            rc = mpi_wait_all(h->process->nap, 2, r, st);
-        if (rc != MPI_SUCCESS)
-            return mpi_failed(c, op, "MPI_Irecv / MPI_Isend", rc);
-        return recv_checked(c, op, &st[0], recv_count);
-    case USP_OP_BARRIER: MPI_TRY_WAIT(h, c, op, MPI_Ibarrier, comm); break;
+        MPI_TRY(c, op, MPI_Sendrecv, op->send, count, t, op->peer, P2P_TAG, op->recv, recv_count, t, op->recv_peer,
+                P2P_TAG, comm, &st);
+        return recv_checked(c, op, &st, recv_count);
+    case USP_OP_BARRIER: MPI_TRY(c, op, MPI_Barrier, comm); break;
     case USP_OP_SPLIT: return split(h, op);
     default: USP_ASSERT(0, "communication kind %d", (int)op->kind);
     }

@@ -1,8 +1,7 @@
 /* The communicator over MPI (core/comm_impl.h): one process per rank, each
  * call one MPI call on the group's MPI communicator.
  *
- * Blocking (non-blocking MPI calls waited for as mpi_wait.h says), and so
- * stricter than core/comm.h asks: a call first synchronises
+ * Blocking, and so stricter than core/comm.h asks: a call first synchronises
  * the rank's backend (its send buffer then holds what the stream wrote), and
  * returns when the data has arrived. On the cpu backend, whose ops are done
  * when they return, nothing is lost by it; a backend with real streams
@@ -38,7 +37,6 @@ typedef struct mpi_comm_process {
     const usp_comm_decorator *decorator; /* its fired faults go into the record (NULL: none) */
     size_t injected_seen;    /* bytes of the decorator's fault lines the record has */
     double t0;               /* MPI_Wtime at the start: the clock of t_post, t_start, t_end */
-    int nap;                 /* more processes than cores on the node: nap while waiting (mpi_wait.h) */
 } mpi_comm_process;
 
 /* The world group ("world") over `comm` (which the handle duplicates). */

@@ -23,7 +23,6 @@
 
 typedef struct mpi_runtime {
     int rank, size, nodes, threads;
-    int nap;                    /* more processes than cores on this node (mpi_wait.h) */
     double timeout_s;
     const char *dump_dir;
     int check_collectives;
@@ -101,7 +100,7 @@ static usp_status mpi_runtime_run(void *ctx, usp_rank_main_fn fn, void *arg)
     usp_status s = usp_backend_cpu_create(&backend);
     rt->process = (mpi_comm_process){.backend = backend, .watchdog = rt->watchdog, .check = rt->check,
                                      .recorder = rt->recorder, .decorator = rt->decorator,
-                                     .t0 = rt->process.t0, .nap = rt->nap};
+                                     .t0 = rt->process.t0};
     if (s == USP_OK)
         s = make_world(rt, &world);
     if (s == USP_OK) {
@@ -179,7 +178,6 @@ static void share_the_node(mpi_runtime *rt)
     MPI_Comm_free(&node);
     int leader = local_rank == 0;
     MPI_Allreduce(&leader, &rt->nodes, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
-    rt->nap = local > sysconf(_SC_NPROCESSORS_ONLN);
     long cores = sysconf(_SC_NPROCESSORS_ONLN) / local;
     if (cores > omp_get_num_procs()) /* a launcher that binds the process to fewer cores */
         cores = omp_get_num_procs();
@@ -201,9 +199,6 @@ static usp_status start(mpi_runtime *rt, const usp_runtime_options *o)
     if (!initialized && MPI_Init_thread(NULL, NULL, MPI_THREAD_FUNNELED, &provided) != MPI_SUCCESS)
         return usp_error(USP_ERR_RUNTIME, "MPI_Init_thread failed");
     rt->process.t0 = MPI_Wtime();
-    /* Errors come back as codes (a rank failure with a message and a flight record), never an abort;
-     * Open MPI reports a failed MPI_Testall of a non-blocking collective on the world's handler. */
-    MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
     MPI_Comm_rank(MPI_COMM_WORLD, &rt->rank);
     MPI_Comm_size(MPI_COMM_WORLD, &rt->size);
     if (rt->size != o->world_size)
@@ -223,7 +218,7 @@ static usp_status start(mpi_runtime *rt, const usp_runtime_options *o)
         s = usp_comm_decorator_create(faults, o->n_inject, rt->size, &rt->decorator);
     free(faults);
     if (s == USP_OK && o->check_collectives)
-        s = mpi_check_create(MPI_COMM_WORLD, rt->decorator, rt->process.t0, rt->nap, &rt->check);
+        s = mpi_check_create(MPI_COMM_WORLD, rt->decorator, rt->process.t0, &rt->check);
     if (s == USP_OK)
         s = usp_flight_recorder_create(rt->rank, rt->size, RECORDED_CALLS, &rt->recorder);
     if (s == USP_OK)
