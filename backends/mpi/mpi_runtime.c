@@ -199,6 +199,7 @@ static usp_status start(mpi_runtime *rt, const usp_runtime_options *o)
     if (!initialized && MPI_Init_thread(NULL, NULL, MPI_THREAD_FUNNELED, &provided) != MPI_SUCCESS)
         return usp_error(USP_ERR_RUNTIME, "MPI_Init_thread failed");
     rt->process.t0 = MPI_Wtime();
+    MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN); /* errors come back as codes, never an abort */
     MPI_Comm_rank(MPI_COMM_WORLD, &rt->rank);
     MPI_Comm_size(MPI_COMM_WORLD, &rt->size);
     if (rt->size != o->world_size)
