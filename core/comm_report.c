@@ -6,6 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/strbuf.h"
+
 _Static_assert(sizeof ((usp_wait_rank *)0)->group >= USP_COMM_NAME_MAX, "a group name fits a wait-graph rank");
 
 /* Keeps the ranks as the run's first report sees them: the backend's own
@@ -298,14 +300,23 @@ usp_status usp_report_wait_graph(const usp_report_snapshot *snap, const char *re
     *out = (usp_wait_graph){.kind = snap->kind};
     if (snap->kind == USP_REPORT_NONE)
         return USP_OK;
-    snprintf(out->title, sizeof out->title, "%.*s", (int)strcspn(report_text, "\n"), report_text);
+    /* grown, not cut: 16 injected faults of a long group name each outgrow any fixed line */
+    usp_strbuf title = {0}, injected = {0};
+    usp_strbuf_printf(&title, "%.*s", (int)strcspn(report_text, "\n"), report_text);
     const char *faults = snap->injected; /* "  rank 2: ...\n" per fault: keep the lines, not the indent */
-    for (size_t at = 0; *faults && at + 1 < sizeof out->injected;) {
+    while (faults && *faults) {
         faults += strspn(faults, " ");
         size_t len = strcspn(faults, "\n");
-        at += (size_t)snprintf(out->injected + at, sizeof out->injected - at, "%s%.*s", at ? "\n" : "", (int)len,
-                               faults);
+        usp_strbuf_printf(&injected, "%s%.*s", injected.len ? "\n" : "", (int)len, faults);
         faults += len + (faults[len] == '\n');
+    }
+    out->title = strdup(usp_strbuf_text(&title));
+    out->injected = strdup(usp_strbuf_text(&injected));
+    int failed = title.failed || injected.failed;
+    usp_strbuf_free(&title), usp_strbuf_free(&injected);
+    if (failed || !out->title || !out->injected) {
+        usp_wait_graph_free(out);
+        return usp_error(USP_ERR_RUNTIME, "out of memory building the wait-for graph");
     }
     int n = snap->n_ranks, *scratch = NULL;
     size_t n_edges = 0;
@@ -337,6 +348,7 @@ fail:
 
 void usp_wait_graph_free(usp_wait_graph *g)
 {
+    free(g->title), free(g->injected);
     free(g->ranks);
     free(g->edges);
     *g = (usp_wait_graph){0};

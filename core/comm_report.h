@@ -116,8 +116,9 @@ typedef struct usp_wait_edge {
 typedef struct usp_wait_graph {
     usp_report_kind kind;
     const char *source; /* who made the report, for the caption ("usp postmortem of DIR"); NULL: the simulator */
-    char title[256];    /* the report's first line */
-    char injected[512]; /* the faults that fired, one line each ("rank 2: skip at its call 1, ..."), or "" */
+    char *title;        /* the report's first line, whole (NULL only for USP_REPORT_NONE) */
+    char *injected;     /* the faults that fired, one line each ("rank 2: skip at its call 1, ..."), or "";
+                           NULL only for USP_REPORT_NONE */
     int n_ranks;
     usp_wait_rank *ranks;  /* [n_ranks] */
     size_t n_edges;

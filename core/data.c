@@ -27,7 +27,9 @@ static uint64_t mix(uint64_t x)
 
 static usp_status open_file(usp_data *d, const char *path, int64_t token_bytes)
 {
-    snprintf(d->path, sizeof d->path, "%s", path);
+    d->path = strdup(path); /* any length the OS opens: the messages below and the reads name it whole */
+    if (!d->path)
+        return usp_error(USP_ERR_RUNTIME, "out of memory keeping the --data path");
     d->fp = fopen(path, "rb");
     if (!d->fp)
         return usp_error(USP_ERR_CONFIG, "--data: cannot open %s: %s", path, strerror(errno));
@@ -84,6 +86,8 @@ void usp_data_close(usp_data *d)
     if (d->fp)
         fclose(d->fp);
     d->fp = NULL;
+    free(d->path);
+    d->path = NULL;
 }
 
 /* One passkey sample: its key, five distinct digits drawn from (seed, sample)

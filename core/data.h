@@ -36,7 +36,7 @@ typedef enum usp_data_kind { USP_DATA_PASSKEY, USP_DATA_TEXT, USP_DATA_TOKENS16,
 
 typedef struct usp_data {
     usp_data_kind kind;
-    char path[512];
+    char *path;            /* the file (NULL for passkey); freed by usp_data_close */
     FILE *fp;
     int64_t file_tokens;   /* tokens in the file */
     int64_t header_bytes;  /* llm.c header */

@@ -77,14 +77,15 @@ static usp_status create_attention(usp_model *m)
     return USP_OK;
 }
 
-static usp_status check_setup(const usp_model *m, const usp_model_setup *setup)
+usp_status usp_model_check_shape(const usp_model_config *c, int64_t seq_len, int ulysses, int attention_local,
+                                 int64_t tile_rows)
 {
-    if (m->c.positions == USP_POS_LEARNED && setup->seq_len > m->c.max_seq)
+    if (c->positions == USP_POS_LEARNED && seq_len > c->max_seq)
         return usp_error(USP_ERR_CONFIG, "--seq %lld is longer than the %lld learned positions of model %s",
-                         (long long)setup->seq_len, (long long)m->c.max_seq, m->c.name);
-    if (setup->tile_rows < 0)
-        return usp_error(USP_ERR_CONFIG, "--tile-rows %lld: a tile is at least 1 row", (long long)setup->tile_rows);
-    return USP_OK;
+                         (long long)seq_len, (long long)c->max_seq, c->name);
+    if (tile_rows < 0)
+        return usp_error(USP_ERR_CONFIG, "--tile-rows %lld: a tile is at least 1 row", (long long)tile_rows);
+    return attention_local ? USP_OK : ulysses_heads_check(c->n_head, c->n_kv_head, ulysses);
 }
 
 static usp_status make_store(usp_model *m)
@@ -122,7 +123,8 @@ usp_status usp_model_create(const usp_model_setup *setup, usp_model **out)
     m->B = setup->batch, m->C = m->c.d_model, m->H = m->c.n_head, m->Hkv = m->c.n_kv_head;
     m->D = m->C / m->H, m->F = m->c.d_ff, m->V = m->c.vocab;
     m->UP = m->c.mlp == USP_MLP_SWIGLU ? 2 * m->F : m->F;
-    USP_CHECK_GOTO(check_setup(m, setup), s, fail);
+    USP_CHECK_GOTO(usp_model_check_shape(&m->c, setup->seq_len, sh->ulysses, setup->attention_local,
+                                         setup->tile_rows), s, fail);
     const size_t L = (size_t)m->c.n_layer;
     USP_CHECK_GOTO(usp_calloc((void **)&m->acts, L, sizeof *m->acts, "activations"), s, fail);
     USP_CHECK_GOTO(usp_calloc((void **)&m->attn, L, sizeof *m->attn, "attention"), s, fail);

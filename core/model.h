@@ -43,6 +43,11 @@ typedef struct usp_model_setup {
     usp_dtype storage;      /* activations: USP_F32 (0), or USP_BF16 on meta (usp_buffer_alloc_as) */
 } usp_model_setup;
 
+/* Checks what usp_model_create would refuse in the shape, before any rank allocates: the length against
+ * learned positions, the tile rows, and (unless attention is local) the heads over `ulysses` ranks. */
+usp_status usp_model_check_shape(const usp_model_config *c, int64_t seq_len, int ulysses, int attention_local,
+                                 int64_t tile_rows);
+
 /* Allocates parameters, gradients and activations (categories "weights",
  * "gradients", "activations") and the attention of every layer. */
 usp_status usp_model_create(const usp_model_setup *setup, usp_model **out);

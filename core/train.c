@@ -356,7 +356,10 @@ usp_status usp_train_check(const usp_train_config *c, int64_t *padded_len)
     int64_t multiple = usp_seq_layout_multiple(kind, c->shape.ulysses, c->shape.ring);
     *padded_len = c->pad ? (c->seq_len + multiple - 1) / multiple * multiple : c->seq_len;
     usp_seq_layout check;
-    return usp_seq_layout_make(kind, *padded_len, c->shape.ulysses, c->shape.ring, &check);
+    USP_CHECK(usp_seq_layout_make(kind, *padded_len, c->shape.ulysses, c->shape.ring, &check));
+    /* what each rank's model would refuse, refused once here rather than by every rank after the world is built */
+    USP_CHECK(usp_model_config_check(&c->model));
+    return usp_model_check_shape(&c->model, *padded_len, c->shape.ulysses, c->attention_local, c->tile_rows);
 }
 
 static usp_status setup(trainer *t)

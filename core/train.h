@@ -115,8 +115,9 @@ typedef struct usp_train_run {
 void usp_train_defaults(usp_train_config *c);
 
 /* Checks the optimizer's numbers (finite; lr > 0, betas in [0, 1), eps > 0,
- * weight decay and clip >= 0, min_lr_ratio in [0, 1]), the batch against DP
- * and the (padded) length against the layout, before any rank runs;
+ * weight decay and clip >= 0, min_lr_ratio in [0, 1]), the batch against DP,
+ * the (padded) length against the layout and the model against the mesh
+ * (usp_model_check_shape), before any rank runs;
  * *padded_len is the length the ranks will use. */
 usp_status usp_train_check(const usp_train_config *c, int64_t *padded_len);
 

@@ -31,37 +31,55 @@ struct ulysses_attention {
 
 const usp_seq_layout *ulysses_attention_layout(const ulysses_attention *a) { return &a->layout; }
 
-static usp_status split_heads(ulysses_attention *a)
+/* Rank j's query heads (first, count) of H over U, and the KV heads they use (of H / group). */
+static void head_range(int64_t H, int64_t group, int U, int j, int64_t q[2], int64_t kv[2])
 {
-    const int64_t H = a->c.n_heads, Hkv = a->c.n_kv_heads, group = H / Hkv;
-    int64_t *mem;
-    USP_CHECK(usp_calloc((void **)&mem, 4 * (size_t)a->U, sizeof *mem, "the head split"));
-    a->q_heads = (head_split){mem, mem + a->U};
-    a->kv_heads = (head_split){mem + 2 * a->U, mem + 3 * a->U};
-    for (int j = 0, at = 0; j < a->U; j++) {
-        a->q_heads.first[j] = at;
-        a->q_heads.count[j] = H / a->U + (j < H % a->U);
-        at += (int)a->q_heads.count[j];
-        if (a->q_heads.count[j] == 0)
-            return usp_error(USP_ERR_CONFIG, "--ulysses %d is larger than the %lld heads: some ranks would have "
-                             "no head; use --ulysses <= %lld or add --ring", a->U, (long long)H, (long long)H);
-        /* the KV heads its query heads use */
-        int64_t kv_first = a->q_heads.first[j] / group;
-        int64_t kv_last = (a->q_heads.first[j] + a->q_heads.count[j] - 1) / group;
-        a->kv_heads.first[j] = kv_first;
-        a->kv_heads.count[j] = kv_last - kv_first + 1;
+    q[0] = (H / U) * j + (j < H % U ? j : H % U);
+    q[1] = H / U + (j < H % U);
+    kv[0] = q[0] / group;
+    kv[1] = q[1] > 0 ? (q[0] + q[1] - 1) / group - kv[0] + 1 : 0;
+}
+
+usp_status ulysses_heads_check(int64_t H, int64_t Hkv, int U)
+{
+    if (H < 1 || Hkv < 1 || H % Hkv != 0)
+        return usp_error(USP_ERR_CONFIG, "%lld heads and %lld KV heads: the KV heads must divide the heads",
+                         (long long)H, (long long)Hkv);
+    if (U > H)
+        return usp_error(USP_ERR_CONFIG, "--ulysses %d is larger than the %lld heads: some ranks would have "
+                         "no head; use --ulysses <= %lld or add --ring", U, (long long)H, (long long)H);
+    const int64_t group = H / Hkv;
+    for (int j = 0; j < U; j++) {
+        int64_t q[2], kv[2];
+        head_range(H, group, U, j, q, kv);
         /* the kernel maps local query head h to local KV head h / (nq / nkv): check it holds */
-        int64_t nq = a->q_heads.count[j], nkv = a->kv_heads.count[j];
-        int uniform = nq % nkv == 0;
-        for (int64_t h = 0; uniform && h < nq; h++)
-            uniform = (a->q_heads.first[j] + h) / group - kv_first == h / (nq / nkv);
+        int uniform = q[1] % kv[1] == 0;
+        for (int64_t h = 0; uniform && h < q[1]; h++)
+            uniform = (q[0] + h) / group - kv[0] == h / (q[1] / kv[1]);
         if (!uniform)
             return usp_error(USP_ERR_CONFIG,
                              "%lld heads with %lld KV heads do not split over --ulysses %d: a rank's query heads "
                              "must map evenly onto its KV heads; use an Ulysses degree that divides the heads, "
                              "or one that divides or is a multiple of the KV heads",
-                             (long long)H, (long long)Hkv, a->U);
-        if (j > 0 && kv_first < a->kv_heads.first[j - 1] + a->kv_heads.count[j - 1])
+                             (long long)H, (long long)Hkv, U);
+    }
+    return USP_OK;
+}
+
+static usp_status split_heads(ulysses_attention *a)
+{
+    const int64_t H = a->c.n_heads, Hkv = a->c.n_kv_heads;
+    USP_CHECK(ulysses_heads_check(H, Hkv, a->U));
+    int64_t *mem;
+    USP_CHECK(usp_calloc((void **)&mem, 4 * (size_t)a->U, sizeof *mem, "the head split"));
+    a->q_heads = (head_split){mem, mem + a->U};
+    a->kv_heads = (head_split){mem + 2 * a->U, mem + 3 * a->U};
+    for (int j = 0; j < a->U; j++) {
+        int64_t q[2], kv[2];
+        head_range(H, H / Hkv, a->U, j, q, kv);
+        a->q_heads.first[j] = q[0], a->q_heads.count[j] = q[1];
+        a->kv_heads.first[j] = kv[0], a->kv_heads.count[j] = kv[1];
+        if (j > 0 && kv[0] < a->kv_heads.first[j - 1] + a->kv_heads.count[j - 1])
             a->kv_shared = 1;
     }
     return USP_OK;
@@ -85,11 +103,6 @@ usp_status ulysses_attention_create(const ulysses_attention_config *c, ulysses_a
     a->me = usp_comm_rank(c->ulysses);
     int R = c->ring ? usp_comm_size(c->ring) : 1;
     usp_status s;
-    if (c->n_heads < 1 || c->n_kv_heads < 1 || c->n_heads % c->n_kv_heads != 0) {
-        s = usp_error(USP_ERR_CONFIG, "%lld heads and %lld KV heads: the KV heads must divide the heads",
-                      (long long)c->n_heads, (long long)c->n_kv_heads);
-        goto fail;
-    }
     USP_CHECK_GOTO(usp_seq_layout_make(usp_layout_for(c->causal, R), c->seq_len, a->U, R, &a->layout), s, fail);
     USP_CHECK_GOTO(split_heads(a), s, fail);
     a->T = a->layout.per_rank;

@@ -41,6 +41,10 @@ typedef struct ulysses_attention_config {
     usp_dtype storage;    /* of activations and exchanges: USP_F32 (0), or USP_BF16 on meta */
 } ulysses_attention_config;
 
+/* Checks that H query heads and Hkv KV heads split over U ranks: Hkv divides H, each rank holds a
+ * head, and each rank's query heads map evenly onto its KV heads (no allocation: callable before a run). */
+usp_status ulysses_heads_check(int64_t H, int64_t Hkv, int U);
+
 /* Checks the shape (N divisible as the layout needs, heads) and allocates the
  * buffers kept between forward and backward (category "activations"). */
 usp_status ulysses_attention_create(const ulysses_attention_config *c, ulysses_attention **out);

@@ -2,9 +2,11 @@
  * the simulator, and what the finished world says about it. */
 #include "plan/plan.h"
 
+#include <math.h>
 #include <stdlib.h>
 
 #include "backends/meta/meta_backend.h"
+#include "core/strbuf.h"
 #include "sim/world.h"
 #include "viz/chrome_trace.h"
 
@@ -63,21 +65,65 @@ static void read_run(const sim_world *w, const sim_cost_model *cost, const usp_t
     read_breakdown(w, out->peak_rank, out);
 }
 
-/* The most ring steps a planned step may simulate, W x R (each rank passes R blocks around its ring):
- * on the tiny model 512 x 512 plans in 2 s and 4096 x 64 in 9 s; 4096 x 256 takes 20 s, 4096 x 4096
- * would take minutes. */
-#define PLAN_RING_STEPS_MAX (512LL * 512)
+usp_status plan_check_ring_steps(const usp_train_config *c, int64_t passes, const char *passes_what)
+{
+    const usp_mesh_shape *sh = &c->shape;
+    int64_t seqs = sh->dp > 0 && c->batch > sh->dp ? (c->batch + sh->dp - 1) / sh->dp : 1; /* per replica */
+    int64_t layers = c->model.n_layer > 1 ? c->model.n_layer : 1;
+    passes = passes > 1 ? passes : 1;
+    double per_ring = (double)layers * (double)seqs * (double)passes; /* in doubles: W x R x this overflows */
+    double ring_steps = (double)sh->world * sh->ring * per_ring;
+    if (ring_steps <= (double)PLAN_RING_STEPS_MAX)
+        return USP_OK;
+    usp_strbuf why = {0};
+    usp_strbuf_printf(&why, "--world %d x --ring %d x %lld layers (--model %s)", sh->world, sh->ring,
+                      (long long)layers, c->model.name);
+    if (seqs > 1)
+        usp_strbuf_printf(&why, " x %lld sequences per replica (--batch %lld over %d replicas)", (long long)seqs,
+                          (long long)c->batch, sh->dp);
+    if (passes > 1)
+        usp_strbuf_printf(&why, " x %lld %s", (long long)passes, passes_what);
+    double per_world = floor((double)PLAN_RING_STEPS_MAX / per_ring);
+    usp_strbuf_printf(&why, " = %.0f ring steps to simulate, more than the simulator's %lld: use",
+                      ring_steps, PLAN_RING_STEPS_MAX);
+    if (per_world >= 1)
+        usp_strbuf_printf(&why, " --world x --ring <= %.0f,", per_world);
+    if (per_world >= sh->world)
+        usp_strbuf_printf(&why, " --ring %.0f at --world %d,", floor(per_world / sh->world), sh->world);
+    if (seqs > 1)
+        usp_strbuf_printf(&why, " a smaller --batch,");
+    if (passes > 1)
+        usp_strbuf_printf(&why, " fewer %s,", passes_what);
+    usp_strbuf_printf(&why, " or plan a smaller world and scale");
+    usp_status s = usp_error(USP_ERR_CONFIG, "%s", usp_strbuf_text(&why));
+    usp_strbuf_free(&why);
+    return s;
+}
+
+usp_status plan_result_check(const plan_result *r)
+{
+    const struct { const char *name; double value; } figures[] = {
+        {"tokens", r->tokens}, {"fwd_flops", r->fwd_flops}, {"step_flops", r->step_flops},
+        {"recompute_flops", r->recompute_flops}, {"step_time_s", r->step_time_s},
+        {"compute_time_s", r->compute_time_s}, {"comm_time_s", r->comm_time_s}, {"wait_time_s", r->wait_time_s},
+        {"exposed_comm_s", r->exposed_comm_s}, {"tokens_per_s", r->tokens_per_s}, {"peak_flops", r->peak_flops},
+        {"mfu", r->mfu}, {"capacity_bytes", r->capacity_bytes},
+    };
+    for (size_t i = 0; i < sizeof figures / sizeof figures[0]; i++)
+        if (!isfinite(figures[i].value))
+            return usp_error(USP_ERR_RUNTIME, "the plan of U %d x R %d came out with %s = %g: a modelled figure "
+                             "must be finite (a cost or topology number out of its range, or a planner bug); no "
+                             "answer is printed rather than a wrong one", r->shape.ulysses, r->shape.ring,
+                             figures[i].name, figures[i].value);
+    return USP_OK;
+}
 
 usp_status plan_run(const usp_train_config *train, const sim_cost_model *cost, const char *trace, plan_result *out)
 {
     *out = (plan_result){.shape = train->shape};
-    long long ring_steps = (long long)train->shape.world * train->shape.ring;
-    if (ring_steps > PLAN_RING_STEPS_MAX)
-        return usp_error(USP_ERR_CONFIG,
-                         "--world %d x --ring %d = %lld ring steps to simulate, more than the planner's %lld: use "
-                         "--world x --ring <= %lld (--ring %lld at --world %d), or plan a smaller world and scale",
-                         train->shape.world, train->shape.ring, ring_steps, PLAN_RING_STEPS_MAX, PLAN_RING_STEPS_MAX,
-                         PLAN_RING_STEPS_MAX / train->shape.world, train->shape.world);
+    USP_CHECK(plan_check_ring_steps(train, 1, NULL));
+    int64_t padded; /* a shape the ranks would refuse is refused before W ranks are built (W = 4096: 0.5 GB) */
+    USP_CHECK(usp_train_check(train, &padded));
     usp_train_config c = *train;
     c.steps = 1, c.until = 0, c.log_every = 1, c.eval_samples = 0, c.eval_only = 0;
     c.save_dir = c.resume_dir = NULL;
@@ -97,6 +143,8 @@ usp_status plan_run(const usp_train_config *train, const sim_cost_model *cost, c
         s = sim_world_run(w, usp_train_rank, &run);
     if (s == USP_OK)
         read_run(w, cost, &c, stats, out);
+    if (s == USP_OK)
+        s = plan_result_check(out);
     if (s == USP_OK && trace) /* the modelled timeline of the step: Chrome JSON (Perfetto) or text */
         s = viz_trace_write(sim_world_trace(w), trace);
     sim_world_destroy(w);

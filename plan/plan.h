@@ -42,11 +42,27 @@ typedef struct plan_result {
     int fits;                      /* every rank's peak <= capacity */
 } plan_result;
 
+/* The most ring steps one shapes-only run may simulate, W x R x layers x sequences per replica x passes
+ * (each rank passes R blocks around its ring in every layer for every sequence): measured one plan on
+ * 2 cores, tiny (2 layers) at 512 x 512 in 2 s and 4096 x 64 in 10 s, llama-7b (32 layers) at 512 x 64
+ * in 4 s; tiny at 4096 x 256 took 20 s and llama-7b at 4096 x 64 over 2 minutes. */
+#define PLAN_RING_STEPS_MAX (512LL * 512 * 4)
+
+/* Refuses (USP_ERR_CONFIG, naming --world, --ring, --model, --batch and the cap) a shapes-only run of `c`
+ * that would simulate more than PLAN_RING_STEPS_MAX ring steps over `passes` steps (`passes_what` names
+ * them when > 1). */
+usp_status plan_check_ring_steps(const usp_train_config *c, int64_t passes, const char *passes_what);
+
+/* Refuses (USP_ERR_RUNTIME, naming the figure) a result with a NaN or infinite figure. */
+usp_status plan_result_check(const plan_result *r);
+
 /* Runs one step of `train` (model, mesh shape, data, seq, pad, batch; the rest
  * is ignored) on the meta backend on the cluster `cost`, into *out (free with
  * plan_result_free); with `trace` (a path, or NULL) it also writes the step's
  * modelled timeline (Chrome JSON for *.json, text otherwise). Errors: the run's
- * status (USP_ERR_CONFIG for a shape the code refuses, with its message). */
+ * status (USP_ERR_CONFIG for a shape the code refuses, with its message, found
+ * before the world is built where usp_train_check can); USP_ERR_RUNTIME for a
+ * non-finite figure (plan_result_check). */
 usp_status plan_run(const usp_train_config *train, const sim_cost_model *cost, const char *trace, plan_result *out);
 
 /* Frees what plan_run allocated in r (a zeroed result is fine). */

@@ -99,8 +99,7 @@ void sim_fiber_main(sim_fiber *f); /* called from sim_fiber_trampoline only */
 void sim_fiber_main(sim_fiber *f)
 {
     fiber_run(f);
-    void *dead;
-    sim_fiber_switch(&dead, f->caller_sp);
+    sim_fiber_switch(&f->sp, f->caller_sp); /* f->sp: where its frames end, for sim_fiber_destroy */
     __builtin_unreachable();
 }
 
@@ -202,6 +201,13 @@ void sim_fiber_destroy(sim_fiber *f)
 {
     if (!f)
         return;
+#if defined(USP_ASAN_FIBERS) && defined(USP_FIBER_ASM)
+    /* Frames that never returned (a blocked rank's, or sim_fiber_main's own) keep their redzones' poison
+     * past munmap: a later mapping at the same address would then fail in ASan on a valid access. */
+    char *top = (char *)stack_bottom(f) + stack_size(f);
+    if (f->sp)
+        __asan_unpoison_memory_region(f->sp, (size_t)(top - (char *)f->sp));
+#endif
     munmap(f->mapping, f->mapping_bytes);
     free(f);
 }

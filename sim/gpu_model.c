@@ -10,6 +10,7 @@
  *   and about 80% of the A100's (an estimate; the nccl backend can measure it).
  * - memory: streaming kernels reach about 85% of the HBM datasheet bandwidth. */
 #include "sim/gpu_model.h"
+#include "core/strbuf.h"
 #include "sim/json_fields.h"
 
 #include <stdio.h>
@@ -171,14 +172,20 @@ usp_status sim_gpu_from_name_or_file(const char *spec, sim_gpu *out)
 {
     if (sim_gpu_preset(spec, out))
         return USP_OK;
-    char where[512];
-    snprintf(where, sizeof where, "GPU file %s (not a preset: %s)", spec, sim_gpu_preset_names());
-    json_t *root;
-    USP_CHECK(sim_json_load_file(spec, where, &root));
-    snprintf(where, sizeof where, "GPU file %s", spec);
-    usp_status s = json_is_object(root) ? sim_gpu_from_json(root, where, "", out)
-                                        : usp_error(USP_ERR_CONFIG, "%s: the file must hold one JSON object "
-                                                    "(see docs/cluster_model.md)", where);
+    usp_strbuf where = {0}; /* grown, not cut: a deep path stays whole in every message */
+    usp_strbuf_printf(&where, "GPU file %s (not a preset: %s)", spec, sim_gpu_preset_names());
+    json_t *root = NULL;
+    usp_status s = where.failed ? usp_error(USP_ERR_RUNTIME, "out of memory naming the GPU file")
+                                : sim_json_load_file(spec, usp_strbuf_text(&where), &root);
+    usp_strbuf_free(&where);
+    usp_strbuf_printf(&where, "GPU file %s", spec);
+    if (s == USP_OK && where.failed)
+        s = usp_error(USP_ERR_RUNTIME, "out of memory naming the GPU file");
+    if (s == USP_OK)
+        s = json_is_object(root) ? sim_gpu_from_json(root, usp_strbuf_text(&where), "", out)
+                                 : usp_error(USP_ERR_CONFIG, "%s: the file must hold one JSON object "
+                                             "(see docs/cluster_model.md)", usp_strbuf_text(&where));
     json_decref(root);
+    usp_strbuf_free(&where);
     return s;
 }

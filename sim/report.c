@@ -12,11 +12,8 @@ void sim_abort(sim_world *w, usp_status status)
     if (w->abort_status == USP_OK) {
         w->abort_status = status;
         const char *text = usp_strbuf_text(&w->report);
-        size_t n = strcspn(text, "\n");
-        if (n >= sizeof w->abort_reason)
-            n = sizeof w->abort_reason - 1;
-        memcpy(w->abort_reason, text, n);
-        w->abort_reason[n] = '\0';
+        /* whole, however long its names are; out of memory: the ranks' messages say less, the report is whole */
+        w->abort_reason = strndup(text, strcspn(text, "\n"));
     }
     usp_comm_decorator_stop(w->decorator); /* no fault fires after the report that ended the run */
     for (int i = 0; i < w->n; i++) {

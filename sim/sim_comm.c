@@ -338,7 +338,8 @@ static usp_status post_and_wait(sim_comm *sc, usp_comm_op *op)
     r->send_pending = r->recv_pending = r->in_flight = 0;
     if (wake != USP_OK)
         return usp_error(wake, "%s on %s at %s:%d did not complete: %s", usp_comm_kind_name(op->kind),
-                         sc->group->name, op->site.file, op->site.line, w->abort_reason);
+                         sc->group->name, op->site.file, op->site.line,
+                         w->abort_reason ? w->abort_reason : "the run was aborted");
     return USP_OK;
 }
 
@@ -355,7 +356,7 @@ static usp_status sim_comm_issue(void *ctx, usp_comm_op *op)
     if (w->abort_status != USP_OK)
         return usp_error(w->abort_status, "%s on %s at %s:%d: the run was aborted: %s",
                          usp_comm_kind_name(op->kind), sc->group->name, op->site.file, op->site.line,
-                         w->abort_reason);
+                         w->abort_reason ? w->abort_reason : "the run was aborted");
     return post_and_wait(sc, op);
 }
 

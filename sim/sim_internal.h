@@ -72,7 +72,7 @@ struct sim_world {
     sim_rank *current;       /* the rank whose fiber runs, NULL in the scheduler */
     usp_status abort_status; /* USP_OK until a report aborts the run */
     usp_strbuf report;
-    char abort_reason[256];  /* the report's first line, for the ranks' messages */
+    char *abort_reason;      /* the report's first line, for the ranks' messages (NULL until an abort) */
     int ran;
     usp_report_snapshot snapshot;  /* the ranks as the first report saw them (sim_world_wait_graph) */
     struct sim_gather_slot *gathers; /* usp_rank_gather calls in progress, by call index (rank_gather.c) */

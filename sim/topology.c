@@ -20,6 +20,7 @@
  *   performance you get is usually determined by the bandwidth your CPU and
  *   memory can deliver"). */
 #include "sim/topology.h"
+#include "core/strbuf.h"
 #include "sim/json_fields.h"
 
 #include <jansson.h>
@@ -455,18 +456,25 @@ usp_status sim_topology_from_name_or_file(const char *spec, int nodes, sim_topol
     if (len < 5 || strcmp(spec + len - 5, ".json") != 0)
         return usp_error(USP_ERR_CONFIG, "--topology %s: not a preset (%s) nor a .json topology file "
                          "(docs/cluster_model.md)", spec, sim_topology_preset_names());
-    char where[512];
-    snprintf(where, sizeof where, "topology file %s", spec);
-    json_t *root;
-    USP_CHECK(sim_json_load_file(spec, where, &root));
-    usp_status s = read_topology(root, where, &t);
+    usp_strbuf where = {0}; /* grown, not cut: a deep path stays whole in every message */
+    usp_strbuf_printf(&where, "topology file %s", spec);
+    if (where.failed) {
+        usp_strbuf_free(&where);
+        return usp_error(USP_ERR_RUNTIME, "out of memory naming the topology file");
+    }
+    json_t *root = NULL;
+    usp_status s = sim_json_load_file(spec, usp_strbuf_text(&where), &root);
+    if (s == USP_OK)
+        s = read_topology(root, usp_strbuf_text(&where), &t);
     json_decref(root);
-    USP_CHECK(s);
-    if (nodes > 0)
+    if (s == USP_OK && nodes > 0)
         t.nodes = nodes;
-    USP_CHECK(check_shape(&t, where));
-    *out = t;
-    return USP_OK;
+    if (s == USP_OK)
+        s = check_shape(&t, usp_strbuf_text(&where));
+    usp_strbuf_free(&where);
+    if (s == USP_OK)
+        *out = t;
+    return s;
 }
 
 usp_status sim_topology_for_world(const char *spec, int nodes, int world, sim_topology *out)

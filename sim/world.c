@@ -336,6 +336,7 @@ void sim_world_destroy(sim_world *w)
     sim_gathers_free(w);
     usp_trace_destroy(w->trace);
     usp_strbuf_free(&w->report);
+    free(w->abort_reason);
     usp_report_snapshot_free(&w->snapshot);
     free(w);
 }

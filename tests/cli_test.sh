@@ -55,12 +55,12 @@ expect 4 "rank 2 crashed (injected) at its call 1: all_to_all #1 on ulysses[0] (
 expect 3 "deadlock" -- selftest --world 8 --ulysses 2 --ring 2 --inject skip:rank=1,op=sendrecv,call=2
 unset limit
 
-# traces: two runs are byte-identical; an unwritable path is a runtime error with no file left
+# traces: two runs are byte-identical; an unwritable path is refused before the run (exit 2), no file left
 "$usp" selftest --world 8 --ulysses 2 --ring 2 --trace "$work/a.txt" >/dev/null 2>&1
 "$usp" selftest --world 8 --ulysses 2 --ring 2 --trace "$work/b.txt" >/dev/null 2>&1
 if [[ -s $work/a.txt ]] && cmp -s "$work/a.txt" "$work/b.txt"; then passed=$((passed + 1)); else
     failed=$((failed + 1)); echo "FAIL: two selftest traces differ or are empty"; fi
-expect 1 "cannot write $work/missing/t.txt" -- selftest --trace "$work/missing/t.txt"
+expect 2 "--trace $work/missing/t.txt: the directory $work/missing does not exist" -- selftest --trace "$work/missing/t.txt"
 if [[ $(ls "$work") == $'a.txt\nb.txt' ]]; then passed=$((passed + 1)); else
     failed=$((failed + 1)); echo "FAIL: stray files left: $(ls "$work")"; fi
 
@@ -372,6 +372,39 @@ limit=$([[ -n ${ASAN_OPTIONS:-} ]] && echo 120 || echo 20) expect 0 "planned in"
 # 7 s here, 48 s under the sanitizers (scripts/test.sh sets ASAN_OPTIONS there); before: minutes and 16.8 GB
 limit=$([[ -n ${ASAN_OPTIONS:-} ]] && echo 150 || echo 20) expect 0 "planned in" -- plan --seq 1073741824
 limit=20 expect 2 "--world 4096 with 4096 heads" -- selftest --world 4096
+# issue 15: train --meta takes the planner's cap on simulated ring steps (W x R x layers x sequences per
+# replica x steps and evaluation batches): before, 4096 x 4096 ran past any timeout
+limit=20 expect 2 "usp train: --world 4096 x --ring 4096 x 2 layers (--model tiny) x 16 sequences per replica (--batch 16 over 1 replicas) x 5 steps and evaluation batches" -- \
+    train --meta --world 4096 --ring 4096 --seq 8192 --steps 1
+limit=20 expect 2 "more than the simulator's 1048576" -- train --meta --world 64 --ring 64 --seq 1024
+limit=20 expect 0 "done" -- train --meta --world 64 --ulysses 4 --ring 16 --seq 1024 --batch 1 --steps 2 --eval-samples 0
+# a shape the ranks would refuse is refused before W ranks are built, naming no rank (before: 2.7 s and
+# 466 MB at W = 4096, with "rank 0:" in front)
+limit=5 expect 2 "usp plan: --seq 64 does not divide for --ulysses 4096" -- plan --world 4096
+limit=5 expect 2 "usp plan: --ulysses 4096 is larger than the 4 heads" -- plan --world 4096 --seq 4096
+limit=5 expect 2 "usp train: --ulysses 64 is larger than the 4 heads" -- train --meta --world 4096 --ring 64 --seq 4096 --steps 1
+# selftest and plan check --trace and --dot before the run, as train does (before: after the run, exit 1)
+expect 2 "--trace $work/missing/t.json: the directory $work/missing does not exist" -- selftest --trace "$work/missing/t.json"
+expect 2 "--dot $work/missing/t.dot: the directory $work/missing does not exist" -- selftest --dot "$work/missing/t.dot"
+expect 2 "--trace $work: is a directory" -- plan --trace "$work"
+expect 2 "--trace $work/missing/t.json: the directory $work/missing does not exist" -- plan --trace "$work/missing/t.json"
+# --until at or below the checkpoint's step trains nothing: refused like --steps
+expect 0 "done: loss" -- train --steps 10 --until 4 --seq 64 --batch 2 --eval-samples 0 --save "$work/at4"
+expect 2 "--resume $work/at4: the checkpoint is at step 4; --until 4 would train nothing" -- \
+    train --resume "$work/at4" --steps 10 --until 4 --seq 64 --batch 2 --eval-samples 0
+expect 2 "--until 3 would train nothing: give --until above 4" -- \
+    train --resume "$work/at4" --steps 10 --until 3 --seq 64 --batch 2 --eval-samples 0
+expect 0 "done: loss" -- train --resume "$work/at4" --steps 10 --until 5 --seq 64 --batch 2 --eval-samples 0
+rm -rf "$work/at4"
+# a --data path of 600+ characters is named whole (it was kept in 512 bytes)
+deep_data=$work/data
+for _ in {1..7}; do deep_data=$deep_data/$(printf 'd%.0s' {1..99}); done
+mkdir -p "$deep_data"
+printf 'short text' >"$deep_data/short.txt"
+expect 2 "--data $deep_data/short.txt holds 10 tokens; --seq 64 needs at least" -- \
+    train --data "text:$deep_data/short.txt" --steps 1 --seq 64 --batch 2 --eval-samples 0
+rm -rf "$work/data"
+
 # usp postmortem: the records of the skip example (tests/golden/postmortem-skip, kept equal to what
 # tests/test_postmortem.c's recorders write) give the simulator's report, exit 3; without rank 1's
 # record, a rank failure naming it (exit 4); no records or a cut record: exit 2 naming the file
@@ -380,7 +413,7 @@ expect 0 "usp train --backend mpi --timeout S --dump-dir DIR" -- postmortem --he
 expect 2 "expected the directory of flight records first" -- postmortem
 expect 2 "$work/nothing: cannot read this directory" -- postmortem "$work/nothing"
 mkdir "$work/pm" && expect 2 "$work/pm: no flight records in it (files rank-<R>.usp-flight.json" -- postmortem "$work/pm"
-expect 3 "wait chain: rank 0 waits in all_to_all #8 on ulysses[0] (core/ulysses.c:150) for rank 2; rank 2 waits in all_reduce #6 on world (core/train.c:70) for rank 0; a cycle" -- postmortem "$records"
+expect 3 "wait chain: rank 0 waits in all_to_all #8 on ulysses[0] (core/ulysses.c:163) for rank 2; rank 2 waits in all_reduce #6 on world (core/train.c:70) for rank 0; a cycle" -- postmortem "$records"
 expect 3 "  rank 2: blocked in all_reduce #6 on world (core/train.c:70) all_reduce(count=1, f64, sum), waiting for rank 0, 1, 3" -- postmortem "$records"
 expect 3 "wait-for picture in $work/pm.dot" -- postmortem "$records" --dot "$work/pm.dot"
 if grep -q "usp postmortem of the flight records in" "$work/pm.dot" 2>/dev/null; then passed=$((passed + 1)); else

@@ -270,6 +270,38 @@ START_TEST(records_of_any_backend_make_the_report_and_its_graph)
 }
 END_TEST
 
+/* 16 injected faults (the most --inject takes) on long group names make a text far over the 512 bytes the
+ * graph once kept: every line and the whole first line of the report reach the picture's caption. */
+START_TEST(the_wait_graph_keeps_every_injected_fault)
+{
+    static const usp_rank_wait waits[2] = {{1, 1}, {0, 1}};
+    usp_rank_record ranks[2] = {
+        {.state = USP_RANK_BLOCKED, .call = call_of(USP_OP_ALL_TO_ALL, "a", 1), .waits = &waits[0], .n_waits = 1,
+         .calls = 1},
+        {.state = USP_RANK_BLOCKED, .call = call_of(USP_OP_BARRIER, "b", 2), .waits = &waits[1], .n_waits = 1,
+         .calls = 1},
+    };
+    usp_strbuf faults = {0};
+    for (int i = 0; i < 16; i++)
+        usp_strbuf_printf(&faults, "  rank %d: skip at its call %d, all_to_all #%d on a_group_with_a_long_name[%d] "
+                          "(core/selftest.c:75)\n", i % 2, i + 1, i + 1, i);
+    ck_assert_uint_gt(faults.len, 1024);
+    usp_report_snapshot snap = {0};
+    usp_strbuf text = {0};
+    ck_assert_int_eq(usp_report_stall(&snap, ranks, 2, usp_strbuf_text(&faults), &text), USP_ERR_COLLECTIVE);
+    usp_wait_graph g;
+    ck_assert_int_eq(usp_report_wait_graph(&snap, usp_strbuf_text(&text), &g), USP_OK);
+    ck_assert_msg(strstr(g.injected, "rank 1: skip at its call 16, all_to_all #16 on a_group_with_a_long_name[15] "
+                                     "(core/selftest.c:75)") != NULL, "%s", g.injected);
+    ck_assert_uint_eq(strlen(g.injected), faults.len - 16 * 2 - 1); /* the indents and the last newline go */
+    ck_assert_str_eq(g.title, "deadlock: no rank can run and some are blocked");
+    usp_wait_graph_free(&g);
+    usp_report_snapshot_free(&snap);
+    usp_strbuf_free(&text);
+    usp_strbuf_free(&faults);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("comm_decorator");
@@ -278,6 +310,7 @@ int main(void)
     tcase_add_test(t, skip_drops_a_call_and_crash_fails_every_later_call);
     tcase_add_test(t, split_children_are_decorated);
     tcase_add_test(t, records_of_any_backend_make_the_report_and_its_graph);
+    tcase_add_test(t, the_wait_graph_keeps_every_injected_fault);
     tcase_add_test(t, faults_that_cannot_apply_are_refused_when_parsed);
     tcase_add_test(t, a_fault_that_changed_nothing_fails_the_check);
     suite_add_tcase(s, t);

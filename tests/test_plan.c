@@ -452,6 +452,51 @@ START_TEST(plan_json_has_the_contract_fields)
 }
 END_TEST
 
+/* A shape the ranks would refuse is refused before 4096 ranks are built (it once took 2.7 s and 466 MB to
+ * say so, with a "rank 0:" in front), and a run past the simulator's cap before anything. */
+START_TEST(a_refused_shape_builds_no_world)
+{
+    sim_cost_model m = cluster("dgx-h100", 512);
+    plan_result r;
+    usp_train_config headless = config_of("tiny", 4096, 4096, 1, 4096, 1); /* 4 heads over 4096 ranks */
+    ck_assert_int_eq(plan_run(&headless, &m, NULL, &r), USP_ERR_CONFIG);
+    ck_assert_msg(strstr(usp_error_message(), "--ulysses 4096 is larger than the 4 heads") == usp_error_message(),
+                  "%s", usp_error_message());
+    usp_train_config undivided = config_of("tiny", 4096, 64, 64, 64, 1); /* 64 tokens over 4096 ranks */
+    ck_assert_int_eq(plan_run(&undivided, &m, NULL, &r), USP_ERR_CONFIG);
+    ck_assert_msg(strstr(usp_error_message(), "--seq 64 does not divide") == usp_error_message(), "%s",
+                  usp_error_message());
+    usp_train_config huge = config_of("tiny", 4096, 1, 4096, 8192, 1);
+    ck_assert_int_eq(plan_run(&huge, &m, NULL, &r), USP_ERR_CONFIG);
+    ck_assert_msg(strstr(usp_error_message(), "--world 4096 x --ring 4096 x 2 layers (--model tiny) = 33554432 ring steps"), "%s",
+                  usp_error_message());
+    /* the same check counts a run's sequences per replica and its passes (usp train --meta) */
+    usp_train_config at_cap = config_of("tiny", 512, 1, 512, 1024, 1); /* 2 layers */
+    ck_assert_int_eq(plan_check_ring_steps(&at_cap, 2, "steps"), USP_OK); /* 512 x 512 x 2 layers x 2 */
+    ck_assert_int_eq(plan_check_ring_steps(&at_cap, 3, "steps"), USP_ERR_CONFIG);
+    ck_assert_msg(strstr(usp_error_message(), "--world 512 x --ring 512 x 2 layers (--model tiny) x 3 steps = "
+                         "1572864 ring steps"), "%s", usp_error_message());
+    at_cap.batch = 4;
+    ck_assert_int_eq(plan_check_ring_steps(&at_cap, 1, NULL), USP_ERR_CONFIG);
+    ck_assert_msg(strstr(usp_error_message(), "x 4 sequences per replica (--batch 4 over 1 replicas)"), "%s",
+                  usp_error_message());
+}
+END_TEST
+
+/* A NaN or infinite figure is an error naming it, never a plan printed with it (--json printed nothing). */
+START_TEST(a_non_finite_figure_is_an_error_naming_it)
+{
+    plan_result r = {.shape = {.world = 4, .dp = 1, .ulysses = 4, .ring = 1}, .step_time_s = 1, .tokens = 64};
+    ck_assert_int_eq(plan_result_check(&r), USP_OK);
+    r.mfu = NAN;
+    ck_assert_int_eq(plan_result_check(&r), USP_ERR_RUNTIME);
+    ck_assert_msg(strstr(usp_error_message(), "mfu = nan"), "%s", usp_error_message());
+    r.mfu = 0, r.tokens_per_s = INFINITY;
+    ck_assert_int_eq(plan_result_check(&r), USP_ERR_RUNTIME);
+    ck_assert_msg(strstr(usp_error_message(), "tokens_per_s = inf"), "%s", usp_error_message());
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("plan");
@@ -465,6 +510,8 @@ int main(void)
     tcase_add_test(t, sweep_prefers_a_hybrid_on_pcie_and_ulysses_on_nvswitch);
     tcase_add_test(t, sweep_skips_splits_the_heads_do_not_allow);
     tcase_add_test(t, plan_json_has_the_contract_fields);
+    tcase_add_test(t, a_refused_shape_builds_no_world);
+    tcase_add_test(t, a_non_finite_figure_is_an_error_naming_it);
     tcase_add_test(t, a_step_that_does_not_fit_gets_the_options_that_make_it_fit);
     tcase_add_test(t, llama_7b_at_a_million_tokens_matches_the_closed_form);
     suite_add_tcase(s, t);

@@ -10,10 +10,12 @@
  * the closed forms: 1e-9 relative (the model is double arithmetic in a fixed
  * order; only rounding separates it from the formula). */
 #include <check.h>
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "core/comm_impl.h"
@@ -538,6 +540,39 @@ START_TEST(bad_specs_and_gpu_files_are_config_errors)
 }
 END_TEST
 
+/* A file under a deep directory (a path of about 700 characters) is named whole in the messages: the
+ * "where" of a GPU or topology file was once a 512-byte buffer that cut the path and the reason. */
+START_TEST(a_deep_file_path_is_named_whole)
+{
+    char path[1024];
+    int n = snprintf(path, sizeof path, "%s", tmpdir);
+    for (int d = 0; d < 7; d++) {
+        n += snprintf(path + n, sizeof path - (size_t)n, "/%0*d", 99, d);
+        ck_assert_msg(mkdir(path, 0700) == 0 || errno == EEXIST, "mkdir %s", path);
+    }
+    snprintf(path + n, sizeof path - (size_t)n, "/gpu.json");
+    ck_assert_uint_gt(strlen(path), 700);
+    write_file(path, "{\"peak_tflops\": {\"bf16\": 989, \"fp32\": 67}, \"hbm_tbs\": \"fast\", \"memory_gb\": 80}");
+    sim_gpu g;
+    ck_assert_int_eq(sim_gpu_from_name_or_file(path, &g), USP_ERR_CONFIG);
+    ck_assert_msg(strstr(usp_error_message(), path) && strstr(usp_error_message(), "'hbm_tbs' must be a number"),
+                  "%s", usp_error_message());
+    unlink(path);
+    snprintf(path + n, sizeof path - (size_t)n, "/cluster.json");
+    write_file(path, "{\"gpu\": \"h100-sxm\", \"gpus_per_node\": 8}");
+    sim_topology t;
+    ck_assert_int_eq(sim_topology_from_name_or_file(path, 0, &t), USP_ERR_CONFIG);
+    ck_assert_msg(strstr(usp_error_message(), path) && strstr(usp_error_message(), "'fabric' is missing"), "%s",
+                  usp_error_message());
+    unlink(path);
+    for (char *slash; (slash = strrchr(path, '/')) && strlen(path) > strlen(tmpdir);) { /* the 7 directories */
+        *slash = '\0';
+        if (strlen(path) > strlen(tmpdir))
+            rmdir(path);
+    }
+}
+END_TEST
+
 /* A file that restates a preset predicts the same times, bit for bit. */
 START_TEST(topology_file_equals_its_preset)
 {
@@ -601,6 +636,7 @@ static Suite *topology_suite(void)
     t = tcase_create("files");
     tcase_add_loop_test(t, bad_topology_file_names_the_field, 0, N_BAD);
     tcase_add_test(t, bad_specs_and_gpu_files_are_config_errors);
+    tcase_add_test(t, a_deep_file_path_is_named_whole);
     tcase_add_test(t, topology_file_equals_its_preset);
     suite_add_tcase(s, t);
     return s;

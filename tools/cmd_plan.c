@@ -12,6 +12,7 @@
 #include "tools/cli.h"
 #include "tools/commands.h"
 #include "tools/memory_options.h"
+#include "tools/output_path.h"
 
 #define GB 1e9 /* decimal, as GPU memory is marketed */
 
@@ -33,7 +34,10 @@ static usp_status build_config(const plan_options *o, usp_train_config *c)
     USP_CHECK(usp_mesh_shape_make(o->world, ulysses > 0 ? ulysses : 1, o->ring, &c->shape));
     c->data = o->data, c->seq_len = o->seq, c->pad = o->pad;
     c->batch = o->batch > 0 ? o->batch : c->shape.dp; /* default: one sequence per replica */
-    return memory_options_apply(&o->memory, c);
+    USP_CHECK(memory_options_apply(&o->memory, c));
+    if (o->trace) /* written after the plan: a path that cannot take it is refused before */
+        USP_CHECK(output_path_check("--trace", o->trace, 0));
+    return USP_OK;
 }
 
 static double wall_now(void)
@@ -136,12 +140,17 @@ static json_t *result_json(const plan_result *r)
     return j;
 }
 
-static void print_json(json_t *j)
+/* One line of JSON; an object jansson could not build or print (a figure it refused) is an error, never an
+ * empty line with exit 0. */
+static usp_status print_json(json_t *j)
 {
     char *text = j ? json_dumps(j, JSON_COMPACT | JSON_REAL_PRECISION(9)) : NULL;
-    if (text)
-        puts(text);
+    if (!text)
+        return usp_error(USP_ERR_RUNTIME, "--json: the plan could not be written as JSON (a figure that is not a "
+                         "finite number, or out of memory)");
+    puts(text);
     free(text);
+    return USP_OK;
 }
 
 static void print_sweep(const plan_sweep_entry *e, int n)
@@ -165,7 +174,7 @@ static void print_sweep(const plan_sweep_entry *e, int n)
 }
 
 /* The summary as one JSON object (fields in docs/planning.md). */
-static void print_report_json(const plan_options *o, const usp_train_config *c, const sim_cost_model *cost,
+static usp_status print_report_json(const plan_options *o, const usp_train_config *c, const sim_cost_model *cost,
                               const plan_report *p, double wall)
 {
     const sim_topology *t = &cost->topology;
@@ -195,13 +204,17 @@ static void print_report_json(const plan_options *o, const usp_train_config *c, 
                 json_t *x = e->ok ? result_json(&e->result)
                                   : json_pack("{s:i, s:i, s:s}", "ulysses", e->ulysses, "ring", e->ring, "error",
                                               e->why);
-                json_array_append_new(list, x);
+                if (!x || json_array_append_new(list, x) != 0) { /* an entry left out is a wrong answer */
+                    json_decref(list), json_decref(j);
+                    return print_json(NULL);
+                }
             }
             json_object_set_new(j, "sweep", list);
         }
     }
-    print_json(j);
+    usp_status s = print_json(j);
     json_decref(j);
+    return s;
 }
 
 static void print_report_text(const plan_options *o, const usp_train_config *c, const sim_cost_model *cost,
@@ -241,12 +254,13 @@ static usp_status run(const plan_options *o)
     plan_report p;
     USP_CHECK(plan_report_make(&c, &cost, o->sweep, o->trace, &p));
     wall = wall_now() - wall;
+    usp_status s = USP_OK;
     if (o->json)
-        print_report_json(o, &c, &cost, &p, wall);
+        s = print_report_json(o, &c, &cost, &p, wall);
     else
         print_report_text(o, &c, &cost, &p, wall);
     plan_report_free(&p);
-    return USP_OK;
+    return s;
 }
 
 int cmd_plan(int argc, char **argv)

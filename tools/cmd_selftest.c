@@ -11,6 +11,7 @@
 #include "core/selftest.h"
 #include "tools/cli.h"
 #include "tools/commands.h"
+#include "tools/output_path.h"
 #include "tools/runtime_registry.h"
 #include "viz/chrome_trace.h"
 #include "viz/render.h"
@@ -90,7 +91,10 @@ static usp_status run_selftest(const selftest_options *o, int *exit_code)
 {
     if (o->dot) { /* a picture this build cannot write is an option error, before anything runs */
         USP_CHECK(viz_check_output("--dot", o->dot));
+        USP_CHECK(output_path_check("--dot", o->dot, 0));
     }
+    if (o->trace) /* written after the run: a path that cannot take it is refused before */
+        USP_CHECK(output_path_check("--trace", o->trace, 0));
     usp_mesh_shape shape;
     USP_CHECK(usp_mesh_shape_make(o->world, o->ulysses > 0 ? o->ulysses : o->world / o->ring, o->ring, &shape));
     usp_selftest_run run = {.config = usp_selftest_default(&shape)};

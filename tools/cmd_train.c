@@ -5,21 +5,18 @@
  * --trace and --dot look at the run afterwards, so the runtime records the
  * trace only when one of them asks: a trace keeps every call and compute op
  * of every step. */
-#include <errno.h>
-#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
-#include "core/atomic_file.h"
 #include "core/checkpoint.h"
 #include "core/runtime.h"
 #include "core/train.h"
+#include "plan/plan.h"
 #include "tools/cli.h"
 #include "tools/commands.h"
 #include "tools/memory_options.h"
+#include "tools/output_path.h"
 #include "tools/runtime_registry.h"
 #include "tools/train_report.h"
 #include "viz/chrome_trace.h"
@@ -35,57 +32,6 @@ typedef struct train_options {
     cli_list inject;
     memory_options memory;
 } train_options;
-
-/* An output the run writes only at its end (--save DIR, --trace FILE, --dot FILE)
- * is checked before step 1: a path that cannot be written would otherwise
- * fail after the whole run. Creates nothing: a refused run leaves no file.
- * `is_dir`: the path names a directory the run creates or fills. */
-static usp_status check_output_path(const char *option, const char *path, int is_dir)
-{
-    /* A checkpoint is written as DIR.tmp-XXXXXX/optimizer.safetensors.tmp.PID: the most usp adds to DIR. */
-    size_t dir_suffix = strlen(".tmp-XXXXXX"), dir_added = dir_suffix + strlen("/optimizer.safetensors.tmp.") + 20;
-    USP_CHECK(usp_atomic_path_check(option, path, is_dir ? dir_suffix : 0, is_dir ? dir_added : 24));
-    struct stat st;
-    int exists = stat(path, &st) == 0;
-    if (exists && !is_dir && !S_ISREG(st.st_mode) && !S_ISDIR(st.st_mode)) { /* a device or FIFO: written through */
-        if (access(path, W_OK) != 0)
-            return usp_error(USP_ERR_CONFIG, "%s %s: cannot write it (%s)", option, path, strerror(errno));
-        return USP_OK;
-    }
-    if (exists && is_dir != S_ISDIR(st.st_mode))
-        return is_dir ? usp_error(USP_ERR_CONFIG, "%s %s: exists and is not a directory; name a new or an existing "
-                                  "directory", option, path)
-                      : usp_error(USP_ERR_CONFIG, "%s %s: is a directory; name a file in it, e.g. %s %s/out", option,
-                                  path, option, path);
-    if (exists && is_dir) {
-        if (access(path, W_OK | X_OK) != 0)
-            return usp_error(USP_ERR_CONFIG, "%s %s: cannot write in this directory (%s); name one this user can "
-                             "write", option, path, strerror(errno));
-        return USP_OK;
-    }
-    /* A new path, or a file replaced through a new file beside it: its directory must take one. */
-    char parent[PATH_MAX]; /* path is shorter: usp_atomic_path_check */
-    size_t n = strlen(path);
-    if (n >= sizeof parent)
-        return usp_error(USP_ERR_CONFIG, "%s %s: the path is too long", option, path);
-    memcpy(parent, path, n + 1);
-    while (n > 1 && parent[n - 1] == '/') /* "dir/" names dir */
-        parent[--n] = '\0';
-    char *slash = strrchr(parent, '/');
-    if (!slash)
-        strcpy(parent, ".");
-    else
-        slash[slash == parent ? 1 : 0] = '\0';
-    if (stat(parent, &st) != 0)
-        return usp_error(USP_ERR_CONFIG, "%s %s: the directory %s does not exist (%s); create it first", option, path,
-                         parent, strerror(errno));
-    if (!S_ISDIR(st.st_mode))
-        return usp_error(USP_ERR_CONFIG, "%s %s: %s is not a directory", option, path, parent);
-    if (access(parent, W_OK | X_OK) != 0)
-        return usp_error(USP_ERR_CONFIG, "%s %s: cannot write in the directory %s (%s)", option, path, parent,
-                         strerror(errno));
-    return USP_OK;
-}
 
 static usp_status load_model(const char *option, const char *spec, usp_model_config *out)
 {
@@ -144,6 +90,11 @@ static usp_status resume_model_and_seed(const char *command, const train_options
         return usp_error(USP_ERR_CONFIG, "--resume %s: the checkpoint is at step %lld; --steps %d would train "
                          "nothing: give --steps above %lld", o->resume, (long long)saved.step, o->steps,
                          (long long)saved.step);
+    /* --until K stops after step K: a checkpoint already there would train nothing, as with --steps */
+    if (saved.is_usp && o->until > 0 && o->until < o->steps && saved.step >= o->until && !eval)
+        return usp_error(USP_ERR_CONFIG, "--resume %s: the checkpoint is at step %lld; --until %d would train "
+                         "nothing: give --until above %lld (or drop it to train to --steps %d)", o->resume,
+                         (long long)saved.step, o->until, (long long)saved.step, o->steps);
     return USP_OK;
 }
 
@@ -176,17 +127,23 @@ static usp_status build_config(const char *command, const train_options *o, usp_
                          "run the same options on --backend sim)", o->trace ? "--trace" : "--dot", o->backend,
                          o->trace ? "--trace" : "--dot");
     if (o->dump_dir)
-        USP_CHECK(check_output_path("--dump-dir", o->dump_dir, 1));
+        USP_CHECK(output_path_check("--dump-dir", o->dump_dir, 1));
     int64_t padded;
     USP_CHECK(usp_train_check(c, &padded)); /* before any rank runs: the message then names no rank */
+    if (o->meta && !real) { /* shapes only answers in seconds, as usp plan does, or is refused */
+        int64_t steps = c->eval_only ? 0 : c->until > 0 && c->until < c->steps ? c->until : c->steps;
+        int64_t evals = c->eval_samples > 0 || c->eval_only ? (c->eval_samples + c->batch - 1) / c->batch : 0;
+        USP_CHECK(plan_check_ring_steps(c, steps + evals, "steps and evaluation batches (--steps, --until, "
+                                        "--eval-samples)"));
+    }
     if (o->dot) { /* a picture this build cannot write is an option error, found before anything runs */
         USP_CHECK(viz_check_output("--dot", o->dot));
-        USP_CHECK(check_output_path("--dot", o->dot, 0));
+        USP_CHECK(output_path_check("--dot", o->dot, 0));
     }
     if (o->trace)
-        USP_CHECK(check_output_path("--trace", o->trace, 0));
+        USP_CHECK(output_path_check("--trace", o->trace, 0));
     if (o->save)
-        USP_CHECK(check_output_path("--save", o->save, 1));
+        USP_CHECK(output_path_check("--save", o->save, 1));
     return USP_OK;
 }
 
