@@ -92,6 +92,16 @@ static usp_status all_to_all_v(const usp_comm_t *c, MPI_Comm comm, const usp_com
     return rc == MPI_SUCCESS ? USP_OK : mpi_failed(c, op, "MPI_Alltoallv", rc);
 }
 
+/* out = blocks[0] op blocks[1] op ... op blocks[n-1] (each `elems` long, one a
+ * member, in rank order): the simulator's order, so the same bits. */
+static void sum_in_rank_order(void *out, const char *blocks, int n, size_t elems, const usp_comm_op *op)
+{
+    size_t bytes = elems * usp_dtype_size(op->dtype);
+    memcpy(out, blocks, bytes);
+    for (int j = 1; j < n; j++)
+        usp_reduce_into(out, blocks + (size_t)j * bytes, elems, op->dtype, op->reduce);
+}
+
 /* reduce_scatter: block i of every member's send comes to member i, which
  * sums them in rank order (the simulator's order: member 0's, then 1's, ...). */
 static usp_status reduce_scatter(const usp_comm_t *c, MPI_Comm comm, const usp_comm_op *op)
@@ -103,11 +113,8 @@ static usp_status reduce_scatter(const usp_comm_t *c, MPI_Comm comm, const usp_c
     USP_CHECK(usp_malloc((void **)&blocks, block * (size_t)c->size + 1, "a reduce_scatter's operands"));
     MPI_Datatype t = element_type(op->dtype);
     int rc = MPI_Alltoall(op->send, count, t, blocks, count, t, comm);
-    if (rc == MPI_SUCCESS) {
-        memcpy(op->recv, blocks, block);
-        for (int j = 1; j < c->size; j++)
-            usp_reduce_into(op->recv, blocks + (size_t)j * block, op->count, op->dtype, op->reduce);
-    }
+    if (rc == MPI_SUCCESS)
+        sum_in_rank_order(op->recv, blocks, c->size, op->count, op);
     free(blocks);
     return rc == MPI_SUCCESS ? USP_OK : mpi_failed(c, op, "MPI_Alltoall", rc);
 }
@@ -139,11 +146,8 @@ static usp_status all_reduce_pieces(const usp_comm_t *c, MPI_Comm comm, const us
     if (s == USP_OK)
         rc = MPI_Alltoallv(op->send, piece, at, t, operands, mine, mine_at, t, comm);
     if (s == USP_OK && rc == MPI_SUCCESS) {
-        char *out = (char *)op->recv + (size_t)at[me] * es; /* the send buffer is read: in place is safe */
-        memcpy(out, operands, (size_t)piece[me] * es);
-        for (int j = 1; j < n; j++)
-            usp_reduce_into(out, operands + (size_t)j * (size_t)piece[me] * es, (size_t)piece[me], op->dtype,
-                            op->reduce);
+        /* the send buffer is read: in place is safe */
+        sum_in_rank_order((char *)op->recv + (size_t)at[me] * es, operands, n, (size_t)piece[me], op);
         rc = MPI_Allgatherv(MPI_IN_PLACE, 0, t, op->recv, piece, at, t, comm);
     }
     free(operands);
@@ -163,11 +167,8 @@ static usp_status all_reduce(const usp_comm_t *c, MPI_Comm comm, const usp_comm_
     USP_CHECK(usp_malloc((void **)&all, bytes * (size_t)c->size + 1, "an all_reduce's operands"));
     MPI_Datatype t = element_type(op->dtype);
     int rc = MPI_Allgather(op->send, count, t, all, count, t, comm);
-    if (rc == MPI_SUCCESS) {
-        memcpy(op->recv, all, bytes);
-        for (int j = 1; j < c->size; j++)
-            usp_reduce_into(op->recv, all + (size_t)j * bytes, op->count, op->dtype, op->reduce);
-    }
+    if (rc == MPI_SUCCESS)
+        sum_in_rank_order(op->recv, all, c->size, op->count, op);
     free(all);
     return rc == MPI_SUCCESS ? USP_OK : mpi_failed(c, op, "MPI_Allgather", rc);
 }
