@@ -75,7 +75,12 @@ const char *usp_status_name(usp_status status);
             usp_assert_fail(__FILE__, __LINE__, #cond, __VA_ARGS__);   \
     } while (0)
 
-_Noreturn void usp_assert_fail(const char *file, int line, const char *cond,
+#ifdef __cplusplus /* the CUDA kernels' C++ includes this header too */
+#define USP_NORETURN [[noreturn]]
+#else
+#define USP_NORETURN _Noreturn
+#endif
+USP_NORETURN void usp_assert_fail(const char *file, int line, const char *cond,
                                const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
 

@@ -1,0 +1,2 @@
+/* (being written) */
+#include "backends/cuda/cuda_common.cuh"
