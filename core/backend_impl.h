@@ -13,12 +13,14 @@
 
 #include "core/ops.h"
 
-#define USP_BACKEND_API_VERSION 2
+#define USP_BACKEND_API_VERSION 3
 
 typedef struct usp_backend_i {
     int api_version; /* USP_BACKEND_API_VERSION */
     const char *name;
     int has_numerics; /* 0: the meta backend, buffers are never touched */
+    int stores_bf16;  /* 1: buffers may be bf16 (usp_buffer_alloc_as); every op then reads each
+                         operand's dtype from its buffer (usp_buffer_dtype) and `convert` is set */
 
     /* Allocates device memory. Blocking. */
     usp_status (*alloc)(void *ctx, size_t bytes, void **out);
@@ -45,6 +47,9 @@ typedef struct usp_backend_i {
     /* 2-D strided copy of device memory (the pack/unpack around all-to-all). */
     usp_status (*copy_2d)(void *ctx, void *dst, size_t dst_stride, const void *src, size_t src_stride,
                           size_t row_bytes, size_t rows, usp_stream_t *stream);
+    /* (with stores_bf16) Copies elems elements of device memory from src's buffer's dtype to dst's
+     * (they differ: fp32 to bf16 rounds to nearest even). */
+    usp_status (*convert)(void *ctx, void *dst, const void *src, size_t elems, usp_stream_t *stream);
     /* dst += src, 2-D strided, f32. */
     usp_status (*accumulate_2d)(void *ctx, float *dst, size_t dst_stride, const float *src,
                                 size_t src_stride, size_t row_elems, size_t rows, usp_stream_t *stream);

@@ -17,6 +17,8 @@ usp_status usp_backend_create(const usp_backend_i *iface, void *ctx, usp_backend
     USP_ASSERT(stream_slots == 0 || (stream_slots == 6 && iface->synchronize),
                "backend %s fills %d of the 6 stream and event slots (all or none, with synchronize)", iface->name,
                stream_slots);
+    USP_ASSERT(!iface->stores_bf16 || !iface->has_numerics || iface->convert,
+               "backend %s stores bf16 but has no convert slot", iface->name);
     usp_backend_t *be;
     USP_CHECK(usp_calloc((void **)&be, 1, sizeof *be, "a backend"));
     be->iface = iface;
@@ -27,6 +29,7 @@ usp_status usp_backend_create(const usp_backend_i *iface, void *ctx, usp_backend
 
 const char *usp_backend_name(const usp_backend_t *be) { return be->iface->name; }
 int usp_backend_has_numerics(const usp_backend_t *be) { return be->iface->has_numerics; }
+int usp_backend_stores_bf16(const usp_backend_t *be) { return !be->iface->has_numerics || be->iface->stores_bf16; }
 int usp_backend_defers(const usp_backend_t *be) { return be->iface->synchronize != NULL; }
 
 void usp_backend_destroy(usp_backend_t *be)
@@ -121,7 +124,7 @@ usp_status usp_buffer_alloc(usp_backend_t *be, size_t bytes, const char *categor
 usp_status usp_buffer_alloc_as(usp_backend_t *be, size_t elems, usp_dtype storage, const char *category, void **out)
 {
     *out = NULL;
-    if (storage != USP_F32 && be->iface->has_numerics)
+    if (storage != USP_F32 && be->iface->has_numerics && !be->iface->stores_bf16)
         return usp_error(USP_ERR_CONFIG, "%s storage on the %s backend, which computes in fp32 only: plan %s with "
                          "--meta or usp plan", usp_dtype_name(storage), be->iface->name, usp_dtype_name(storage));
     return allocate(be, elems * usp_dtype_size(storage), storage, category, out);
@@ -264,11 +267,11 @@ usp_status usp_buffer_convert(usp_backend_t *be, void *dst, const void *src, siz
         return USP_OK;
     USP_CHECK(check_range(be, "usp_buffer_convert", "source", src, src_bytes));
     USP_CHECK(check_range(be, "usp_buffer_convert", "destination", dst, dst_bytes));
-    if (be->iface->has_numerics) /* no backend converts yet: the cpu one stores fp32 only */
+    if (be->iface->has_numerics && !be->iface->convert) /* the cpu backend: it stores fp32 only */
         return usp_error(USP_ERR_CONFIG, "the %s backend cannot convert %s to %s: it stores fp32 only",
                          be->iface->name, usp_dtype_name(from), usp_dtype_name(to));
     ops_report_cost(be, "convert", 0, (double)(src_bytes + dst_bytes));
-    return USP_OK;
+    return be->iface->convert ? be->iface->convert(be->context, dst, src, elems, stream) : USP_OK;
 }
 
 usp_status usp_buffer_zero(usp_backend_t *be, void *ptr, size_t bytes, usp_stream_t *stream)

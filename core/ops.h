@@ -98,6 +98,9 @@ const char *usp_backend_name(const usp_backend_t *be);
 /* 1 when buffers hold real numbers; 0 on the meta backend (shapes only). */
 int usp_backend_has_numerics(const usp_backend_t *be);
 
+/* 1 when buffers may be stored as bf16 (usp_buffer_alloc_as): the cuda backend, and meta (shapes only). */
+int usp_backend_stores_bf16(const usp_backend_t *be);
+
 /* 1 when ops may return before their work is done (the stream and event calls then do something). */
 int usp_backend_defers(const usp_backend_t *be);
 

@@ -25,7 +25,7 @@
     X(alloc, NULL) X(free, NULL) X(copy, "copy") X(zero, "zero") X(synchronize, NULL) X(stream_create, NULL)    \
     X(stream_destroy, NULL) X(event_create, NULL) X(event_destroy, NULL) X(event_record, NULL)                  \
     X(stream_wait_event, NULL) X(launch_host_func, NULL) X(gemm, "gemm")                                        \
-    X(copy_2d, "copy") X(accumulate_2d, "accumulate") X(attention_workspace_bytes, NULL)                        \
+    X(copy_2d, "copy") X(convert, "convert") X(accumulate_2d, "accumulate") X(attention_workspace_bytes, NULL)                        \
     X(attention_forward, "attention_forward") X(attention_backward, "attention_backward")                       \
     X(attention_merge, "attention_merge") X(embedding_forward, "embedding_forward")                             \
     X(embedding_backward, "embedding_backward") X(layernorm_forward, "layernorm_forward")                       \
@@ -68,6 +68,7 @@ typedef struct conformance_run {
     int n_out;
     void *staged[CONFORMANCE_MAX_STAGED]; /* host memory freed after the final synchronize */
     int n_staged;
+    usp_dtype storage; /* a bf16 case on a backend that stores bf16: USP_BF16; else USP_F32 */
 } conformance_run;
 
 typedef struct conformance_case {
@@ -76,10 +77,16 @@ typedef struct conformance_case {
     const void *params;
     uint64_t slots; /* the slots this case is about (SLOT(x) | ...): what the coverage check ticks off */
     double tol;     /* per output: max |got - ref| / max |ref| (0: bitwise equal) */
+    /* 1: a bf16 case (tests/conformance_bf16.c): it runs on backends that store bf16,
+     * against the cpu backend in fp32 on the same bf16-rounded inputs; tol is the
+     * bound bf16 storage allows. Costs are not compared (the conversions differ). */
+    int bf16;
 } conformance_case;
 
 extern const conformance_case conformance_cases[];
 extern const int conformance_case_count;
+extern const conformance_case conformance_bf16_cases[];
+extern const int conformance_bf16_case_count;
 
 /* ---- what a case calls (test_backend_conformance.c) ---- */
 
@@ -100,6 +107,13 @@ float *conformance_input(conformance_run *r, int64_t n, float scale);
 float *conformance_output_buffer(conformance_run *r, int64_t n);
 /* A backend buffer of n int32 ids, uploaded. */
 int32_t *conformance_ids(conformance_run *r, const int32_t *values, int64_t n);
+
+/* n values scale * conformance_rnd() rounded to bf16, in a buffer of r->storage (bf16 cases). */
+float *conformance_input_stored(conformance_run *r, int64_t n, float scale);
+/* n NaN in a buffer of r->storage. */
+float *conformance_output_stored(conformance_run *r, int64_t n);
+/* conformance_download of a buffer of r->storage (converted to fp32 on the backend first). */
+const float *conformance_download_stored(conformance_run *r, const char *name, const float *dev, int64_t n);
 
 /* Host memory the run frees after its final synchronize (a host function's argument). */
 void *conformance_staged(conformance_run *r, size_t bytes);

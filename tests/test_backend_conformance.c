@@ -32,6 +32,9 @@
 #ifdef USP_HAVE_LAZY_BACKEND
 #include "backends/lazy/lazy_backend.h"
 #endif
+#ifdef USP_HAVE_CUDA_BACKEND
+#include "backends/cuda/cuda_backend.h"
+#endif
 #include "tests/check_main.h"
 #include "tests/conformance.h"
 
@@ -59,22 +62,43 @@ typedef struct backend_entry {
     const char *name;
     usp_status (*create)(usp_backend_t **out);
     int numeric; /* 1: outputs compared within tolerance; 0: shapes only, costs and memory compared exactly */
+    int stores_bf16; /* 1: the bf16 cases run on it too */
 } backend_entry;
 
+#ifdef USP_HAVE_CUDA_BACKEND
+static usp_status cuda_on_gpu0(usp_backend_t **out) { return usp_backend_cuda_create(0, out); }
+#endif
+
 static const backend_entry backends[] = {
-    {"cpu", usp_backend_cpu_create, 1},
-    {"meta", usp_backend_meta_create, 0},
+    {"cpu", usp_backend_cpu_create, 1, 0},
+    {"meta", usp_backend_meta_create, 0, 0},
 #ifdef USP_HAVE_LAZY_BACKEND
-    {"lazy", usp_backend_lazy_create, 1},
+    {"lazy", usp_backend_lazy_create, 1, 0},
+#endif
+#ifdef USP_HAVE_CUDA_BACKEND
+    {"cuda", cuda_on_gpu0, 1, 1},
 #endif
 };
+
+/* 1 when backend b can run here; else 0 with the reason (a build with the cuda backend on a machine without a GPU). */
+static int runs_here(const backend_entry *b, char *why, size_t size)
+{
+#ifdef USP_HAVE_CUDA_BACKEND
+    if (strcmp(b->name, "cuda") == 0 && usp_cuda_device_count(why, size) == 0)
+        return 0;
+#endif
+    (void)b, (void)why, (void)size;
+    return 1;
+}
 #define N_BACKENDS ((int)(sizeof backends / sizeof *backends))
 
 /* Backends a build may lack, and why: asked for by name, the test is skipped. */
 static const struct {
     const char *name, *reason;
 } absent_backends[] = {
-    {"cuda", "the cuda backend is not built (no nvcc or USP_WITH_CUDA=OFF)"},
+#ifndef USP_HAVE_CUDA_BACKEND
+    {"cuda", "the cuda backend is not built (no nvcc, USP_WITH_CUDA=OFF, or a sanitizer build)"},
+#endif
 #ifndef USP_HAVE_LAZY_BACKEND
     {"lazy", "the lazy backend is not built (no usp_lazy target)"},
 #endif
@@ -209,7 +233,8 @@ static void run_case(const conformance_case *c, const backend_entry *b, case_res
     *res = (case_result){0};
     usp_backend_t *be;
     ck_assert_msg(b->create(&be) == USP_OK, "creating the %s backend: %s", b->name, usp_error_message());
-    res->run = (conformance_run){.be = be, .case_name = c->name, .rng = CONFORMANCE_SEED};
+    res->run = (conformance_run){.be = be, .case_name = c->name, .rng = CONFORMANCE_SEED,
+                                 .storage = c->bf16 && b->stores_bf16 ? USP_BF16 : USP_F32};
     usp_backend_set_cost_sink(be, log_cost, res);
     c->run(&res->run, c->params);
     /* the contract: host copies are readable only once the stream is done */
@@ -309,17 +334,30 @@ static void expect_named_ops_ran(const conformance_case *c, const case_result *r
     }
 }
 
-/* _i: backend under_test[_i / cases], case _i % cases. */
+#define ALL_CASES (conformance_case_count + conformance_bf16_case_count)
+
+static const conformance_case *case_at(int i)
+{
+    return i < conformance_case_count ? &conformance_cases[i] : &conformance_bf16_cases[i - conformance_case_count];
+}
+
+/* _i: backend under_test[_i / ALL_CASES], case _i % ALL_CASES. */
 START_TEST(backend_matches_the_cpu_backend)
 {
-    const backend_entry *b = under_test[_i / conformance_case_count];
-    const conformance_case *c = &conformance_cases[_i % conformance_case_count];
-    static const backend_entry reference = {"cpu", usp_backend_cpu_create, 1};
+    const backend_entry *b = under_test[_i / ALL_CASES];
+    const conformance_case *c = case_at(_i % ALL_CASES);
+    if (c->bf16 && !b->stores_bf16) /* nothing to compare: the same fp32 run as the reference's */
+        return;
+    static const backend_entry reference = {"cpu", usp_backend_cpu_create, 1, 0};
     case_result ref, got;
     run_case(c, &reference, &ref);
-    expect_named_ops_ran(c, &ref);
+    if (!c->bf16)
+        expect_named_ops_ran(c, &ref);
     run_case(c, b, &got);
-    expect_costs_match(c, &got, &ref, b->name);
+    if (c->bf16) /* the reference's conversions are copies: the named ops show on the backend under test */
+        expect_named_ops_ran(c, &got);
+    else
+        expect_costs_match(c, &got, &ref, b->name);
     if (b->numeric) {
         expect_outputs_match(c, &got, &ref, b->name);
     } else {
@@ -335,8 +373,8 @@ END_TEST
 START_TEST(every_slot_of_usp_backend_i_has_a_case)
 {
     uint64_t ticked = 0;
-    for (int i = 0; i < conformance_case_count; i++)
-        ticked |= conformance_cases[i].slots;
+    for (int i = 0; i < ALL_CASES; i++)
+        ticked |= case_at(i)->slots;
     char missing[1024] = "";
     size_t len = 0;
     for (int s = 0; s < SLOT_COUNT; s++)
@@ -366,9 +404,14 @@ END_TEST
 /* --backend NAME: selects it; returns 0, or the exit code (77 when the build lacks it). */
 static int select_backends(int argc, char **argv)
 {
+    char why[256];
     if (argc == 1) {
-        for (int i = 0; i < N_BACKENDS; i++)
-            under_test[n_under_test++] = &backends[i];
+        for (int i = 0; i < N_BACKENDS; i++) {
+            if (runs_here(&backends[i], why, sizeof why))
+                under_test[n_under_test++] = &backends[i];
+            else
+                printf("backend_conformance: %s skipped: no GPU here (%s)\n", backends[i].name, why);
+        }
         return 0;
     }
     if (argc != 3 || strcmp(argv[1], "--backend") != 0) {
@@ -377,6 +420,11 @@ static int select_backends(int argc, char **argv)
     }
     for (int i = 0; i < N_BACKENDS; i++)
         if (strcmp(backends[i].name, argv[2]) == 0) {
+            if (!runs_here(&backends[i], why, sizeof why)) {
+                printf("backend_conformance_%s: skipped: the %s backend is built, but no GPU is here (CUDA says: "
+                       "%s)\n", argv[2], argv[2], why);
+                return 77;
+            }
             under_test[n_under_test++] = &backends[i];
             return 0;
         }
@@ -404,8 +452,7 @@ int main(int argc, char **argv)
     suite_add_tcase(s, t);
     for (int b = 0; b < n_under_test; b++) {
         TCase *tb = tcase_create(under_test[b]->name);
-        tcase_add_loop_test(tb, backend_matches_the_cpu_backend, b * conformance_case_count,
-                            (b + 1) * conformance_case_count);
+        tcase_add_loop_test(tb, backend_matches_the_cpu_backend, b * ALL_CASES, (b + 1) * ALL_CASES);
         suite_add_tcase(s, tb);
     }
     return check_main_run(s);

@@ -1,2 +1,541 @@
-/* (being written) */
-#include "backends/cuda/cuda_kernels.h"
+/* The CUDA backend's slot table (see cuda_backend.h): memory, copies, streams
+ * and events here; GEMM in cuda_gemm.c; every other op a launcher of
+ * cuda_kernels.h, handed each operand's dtype from its buffer. */
+#include "backends/cuda/cuda_backend.h"
+
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backends/cuda/cuda_internal.h"
+
+usp_status cuda_check(cudaError_t e, const char *what)
+{
+    if (e == cudaSuccess)
+        return USP_OK;
+    return usp_error(USP_ERR_RUNTIME, "cuda backend: %s failed: %s (%s)", what, cudaGetErrorString(e),
+                     cudaGetErrorName(e));
+}
+
+cuda_array cuda_array_of(const cuda_ctx *c, const void *ptr)
+{
+    return (cuda_array){.data = (void *)ptr, .dtype = ptr ? usp_buffer_dtype(c->self, ptr) : USP_F32};
+}
+
+#define ARR(p) cuda_array_of(c, (p))
+#define STREAM(s) cuda_stream_of(c, (s))
+
+int usp_cuda_device_count(char *why, size_t why_size)
+{
+    int n = 0;
+    cudaError_t e = cudaGetDeviceCount(&n);
+    if (e != cudaSuccess || n == 0) {
+        snprintf(why, why_size, "%s", e != cudaSuccess ? cudaGetErrorString(e) : "CUDA reports 0 devices");
+        return 0;
+    }
+    return n;
+}
+
+void usp_cuda_device_describe(int device, char *buf, size_t size)
+{
+    struct cudaDeviceProp p;
+    if (cudaGetDeviceProperties(&p, device) != cudaSuccess) {
+        snprintf(buf, size, "GPU %d (no properties)", device);
+        return;
+    }
+    snprintf(buf, size, "%s, %.1f GiB, sm_%d%d, %d SMs", p.name, (double)p.totalGlobalMem / (1 << 30), p.major,
+             p.minor, p.multiProcessorCount);
+}
+
+/* ---- memory ------------------------------------------------------------------ */
+
+/* From the pool on the default stream, then waited for: alloc is blocking, so
+ * the memory is usable on any stream once it returns. */
+static usp_status cuda_alloc(void *ctx, size_t bytes, void **out)
+{
+    cuda_ctx *c = ctx;
+    *out = NULL;
+    cudaError_t e = cudaMallocFromPoolAsync(out, bytes, c->pool, c->stream);
+    if (e == cudaSuccess)
+        e = cudaStreamSynchronize(c->stream);
+    if (e == cudaErrorMemoryAllocation) {
+        cudaGetLastError(); /* not sticky: clear it */
+        size_t free_bytes = 0, total = 0;
+        cudaMemGetInfo(&free_bytes, &total);
+        return usp_error(USP_ERR_RUNTIME, "out of GPU memory: %zu more bytes on GPU %d (%.2f of %.2f GiB free); "
+                         "plan the run with usp plan and fit it (--dtype bf16, --recompute, --zero, more GPUs)",
+                         bytes, c->device, (double)free_bytes / (1 << 30), (double)total / (1 << 30));
+    }
+    return cuda_check(e, "cudaMallocFromPoolAsync");
+}
+
+/* Back to the pool in the default stream's order (its release threshold keeps it there). */
+static void cuda_free(void *ctx, void *ptr)
+{
+    cuda_ctx *c = ctx;
+    if (ptr && cudaFreeAsync(ptr, c->stream) != cudaSuccess)
+        fprintf(stderr, "usp: cuda backend: cudaFreeAsync failed: %s\n", cudaGetErrorString(cudaGetLastError()));
+}
+
+static usp_status cuda_copy(void *ctx, void *dst, const void *src, size_t bytes, usp_copy_kind kind,
+                            usp_stream_t *stream)
+{
+    cuda_ctx *c = ctx;
+    static const enum cudaMemcpyKind kinds[] = {[USP_COPY_HOST_TO_DEVICE] = cudaMemcpyHostToDevice,
+                                                [USP_COPY_DEVICE_TO_HOST] = cudaMemcpyDeviceToHost,
+                                                [USP_COPY_DEVICE_TO_DEVICE] = cudaMemcpyDeviceToDevice};
+    USP_CHECK(cuda_check(cudaMemcpyAsync(dst, src, bytes, kinds[kind], STREAM(stream)), "cudaMemcpyAsync"));
+    if (kind != USP_COPY_HOST_TO_DEVICE)
+        return USP_OK;
+    /* A pageable source is staged before cudaMemcpyAsync returns; a pinned one is
+     * read by the DMA later, so wait for it: the contract says a host source is
+     * read before the slot returns. */
+    struct cudaPointerAttributes a;
+    if (cudaPointerGetAttributes(&a, src) != cudaSuccess) {
+        cudaGetLastError();
+        return USP_OK;
+    }
+    return a.type == cudaMemoryTypeHost ? cuda_check(cudaStreamSynchronize(STREAM(stream)), "cudaStreamSynchronize")
+                                        : USP_OK;
+}
+
+static usp_status cuda_zero(void *ctx, void *ptr, size_t bytes, usp_stream_t *stream)
+{
+    cuda_ctx *c = ctx;
+    return cuda_check(cudaMemsetAsync(ptr, 0, bytes, STREAM(stream)), "cudaMemsetAsync");
+}
+
+/* ---- streams and events --------------------------------------------------------- */
+
+static usp_status cuda_synchronize(void *ctx, usp_stream_t *stream)
+{
+    cuda_ctx *c = ctx;
+    return cuda_check(cudaStreamSynchronize(STREAM(stream)), "cudaStreamSynchronize");
+}
+
+static usp_status cuda_stream_create(void *ctx, usp_stream_t **out)
+{
+    (void)ctx;
+    cudaStream_t s;
+    USP_CHECK(cuda_check(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "cudaStreamCreateWithFlags"));
+    *out = (usp_stream_t *)s;
+    return USP_OK;
+}
+
+static void cuda_stream_destroy(void *ctx, usp_stream_t *stream)
+{
+    (void)ctx;
+    cudaStreamDestroy((cudaStream_t)stream);
+}
+
+static usp_status cuda_event_create(void *ctx, usp_event_t **out)
+{
+    (void)ctx;
+    cudaEvent_t e;
+    USP_CHECK(cuda_check(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "cudaEventCreateWithFlags"));
+    *out = (usp_event_t *)e;
+    return USP_OK;
+}
+
+static void cuda_event_destroy(void *ctx, usp_event_t *event)
+{
+    (void)ctx;
+    cudaEventDestroy((cudaEvent_t)event);
+}
+
+static usp_status cuda_event_record(void *ctx, usp_event_t *event, usp_stream_t *stream)
+{
+    cuda_ctx *c = ctx;
+    return cuda_check(cudaEventRecord((cudaEvent_t)event, STREAM(stream)), "cudaEventRecord");
+}
+
+static usp_status cuda_stream_wait_event(void *ctx, usp_stream_t *stream, usp_event_t *event)
+{
+    cuda_ctx *c = ctx;
+    return cuda_check(cudaStreamWaitEvent(STREAM(stream), (cudaEvent_t)event, 0), "cudaStreamWaitEvent");
+}
+
+static usp_status cuda_launch_host_func(void *ctx, usp_stream_t *stream, void (*fn)(void *arg), void *arg)
+{
+    cuda_ctx *c = ctx;
+    return cuda_check(cudaLaunchHostFunc(STREAM(stream), fn, arg), "cudaLaunchHostFunc");
+}
+
+/* ---- data movement ---------------------------------------------------------------- */
+
+static usp_status cuda_copy_2d(void *ctx, void *dst, size_t dst_stride, const void *src, size_t src_stride,
+                               size_t row_bytes, size_t rows, usp_stream_t *stream)
+{
+    cuda_ctx *c = ctx;
+    return cuda_check(cudaMemcpy2DAsync(dst, dst_stride, src, src_stride, row_bytes, rows, cudaMemcpyDeviceToDevice,
+                                        STREAM(stream)),
+                      "cudaMemcpy2DAsync");
+}
+
+static usp_status cuda_accumulate(void *ctx, float *dst, size_t dst_stride, const float *src, size_t src_stride,
+                                  size_t row_elems, size_t rows, usp_stream_t *stream)
+{
+    cuda_ctx *c = ctx;
+    return cuda_accumulate_2d(ARR(dst), dst_stride, ARR(src), src_stride, row_elems, rows, STREAM(stream));
+}
+
+static usp_status cuda_convert_slot(void *ctx, void *dst, const void *src, size_t elems, usp_stream_t *stream)
+{
+    cuda_ctx *c = ctx;
+    return cuda_convert(ARR(dst), ARR(src), (int64_t)elems, STREAM(stream));
+}
+
+/* ---- attention --------------------------------------------------------------------- */
+
+static size_t cuda_attention_workspace(void *ctx, const usp_attention_shape *s)
+{
+    (void)ctx;
+    return cuda_attention_workspace_bytes(s);
+}
+
+static usp_status cuda_attention_forward_slot(void *ctx, const usp_attention_shape *s, const float *q,
+                                              const float *k, const float *v, float *o, float *lse, void *workspace,
+                                              usp_stream_t *stream)
+{
+    cuda_ctx *c = ctx;
+    return cuda_attention_forward(s, ARR(q), ARR(k), ARR(v), ARR(o), lse, workspace, STREAM(stream));
+}
+
+static usp_status cuda_attention_backward_slot(void *ctx, const usp_attention_shape *s, const float *q,
+                                               const float *k, const float *v, const float *o, const float *lse,
+                                               const float *d_o, float *dq, float *dk, float *dv, int accumulate,
+                                               void *workspace, usp_stream_t *stream)
+{
+    cuda_ctx *c = ctx;
+    return cuda_attention_backward(s, ARR(q), ARR(k), ARR(v), ARR(o), lse, ARR(d_o), ARR(dq), ARR(dk), ARR(dv),
+                                   accumulate, workspace, STREAM(stream));
+}
+
+static usp_status cuda_attention_merge_slot(void *ctx, float *o, float *lse, const float *o_part,
+                                            const float *lse_part, int64_t n, int64_t heads, int64_t head_dim,
+                                            usp_stream_t *stream)
+{
+    cuda_ctx *c = ctx;
+    return cuda_attention_merge(ARR(o), lse, ARR(o_part), lse_part, n, heads, head_dim, STREAM(stream));
+}
+
+/* ---- layers ------------------------------------------------------------------------ */
+
+static usp_status cuda_embedding_forward_slot(void *ctx, float *out, const int32_t *tokens, const int32_t *positions,
+                                              const float *wte, const float *wpe, int64_t n, int64_t C,
+                                              usp_stream_t *stream)
+{
+    cuda_ctx *c = ctx;
+    return cuda_embedding_forward(ARR(out), tokens, positions, ARR(wte), ARR(wpe), n, C, STREAM(stream));
+}
+
+static usp_status cuda_embedding_backward_slot(void *ctx, float *dwte, float *dwpe, const float *dout,
+                                               const int32_t *tokens, const int32_t *positions, int64_t n, int64_t C,
+                                               usp_stream_t *stream)
+{
+    cuda_ctx *c = ctx;
+    return cuda_embedding_backward(ARR(dwte), ARR(dwpe), ARR(dout), tokens, positions, n, C, STREAM(stream));
+}
+
+static usp_status cuda_layernorm_forward_slot(void *ctx, float *out, float *mean, float *rstd, const float *inp,
+                                              const float *weight, const float *bias, int64_t n, int64_t C, float eps,
+                                              usp_stream_t *stream)
+{
+    cuda_ctx *c = ctx;
+    return cuda_layernorm_forward(ARR(out), mean, rstd, ARR(inp), ARR(weight), ARR(bias), n, C, eps,
+                                  STREAM(stream));
+}
+
+static usp_status cuda_layernorm_backward_slot(void *ctx, float *dinp, float *dweight, float *dbias,
+                                               const float *dout, const float *inp, const float *weight,
+                                               const float *mean, const float *rstd, int64_t n, int64_t C,
+                                               usp_stream_t *stream)
+{
+    cuda_ctx *c = ctx;
+    return cuda_layernorm_backward(ARR(dinp), ARR(dweight), ARR(dbias), ARR(dout), ARR(inp), ARR(weight), mean,
+                                   rstd, n, C, STREAM(stream));
+}
+
+static usp_status cuda_rmsnorm_forward_slot(void *ctx, float *out, float *rstd, const float *inp,
+                                            const float *weight, int64_t n, int64_t C, float eps,
+                                            usp_stream_t *stream)
+{
+    cuda_ctx *c = ctx;
+    return cuda_rmsnorm_forward(ARR(out), rstd, ARR(inp), ARR(weight), n, C, eps, STREAM(stream));
+}
+
+static usp_status cuda_rmsnorm_backward_slot(void *ctx, float *dinp, float *dweight, const float *dout,
+                                             const float *inp, const float *weight, const float *rstd, int64_t n,
+                                             int64_t C, usp_stream_t *stream)
+{
+    cuda_ctx *c = ctx;
+    return cuda_rmsnorm_backward(ARR(dinp), ARR(dweight), ARR(dout), ARR(inp), ARR(weight), rstd, n, C,
+                                 STREAM(stream));
+}
+
+static usp_status cuda_gelu_forward_slot(void *ctx, float *out, const float *inp, int64_t n, usp_stream_t *stream)
+{
+    cuda_ctx *c = ctx;
+    return cuda_gelu_tanh_forward(ARR(out), ARR(inp), n, STREAM(stream));
+}
+
+static usp_status cuda_gelu_backward_slot(void *ctx, float *dinp, const float *inp, const float *dout, int64_t n,
+                                          usp_stream_t *stream)
+{
+    cuda_ctx *c = ctx;
+    return cuda_gelu_tanh_backward(ARR(dinp), ARR(inp), ARR(dout), n, STREAM(stream));
+}
+
+static usp_status cuda_swiglu_forward_slot(void *ctx, float *out, const float *gate, const float *up, int64_t n,
+                                           usp_stream_t *stream)
+{
+    cuda_ctx *c = ctx;
+    return cuda_swiglu_forward(ARR(out), ARR(gate), ARR(up), n, STREAM(stream));
+}
+
+static usp_status cuda_swiglu_backward_slot(void *ctx, float *dgate, float *dup, const float *gate, const float *up,
+                                            const float *dout, int64_t n, usp_stream_t *stream)
+{
+    cuda_ctx *c = ctx;
+    return cuda_swiglu_backward(ARR(dgate), ARR(dup), ARR(gate), ARR(up), ARR(dout), n, STREAM(stream));
+}
+
+/* The device copy of rope's D/2 inverse frequencies: a caller's table, or
+ * theta^(-2j/D) as the running product the cpu backend uses (its bits, not
+ * pow()'s). Uploaded on first use and kept (CUDA_ROPE_TABLES of them, least
+ * recently used replaced), so a layer's call costs no transfer. */
+static usp_status rope_table(cuda_ctx *c, int64_t D, float theta, const double *inv_freq, const double **out)
+{
+    const int64_t half = D / 2;
+    cuda_rope_table *victim = &c->rope[0];
+    for (int i = 0; i < CUDA_ROPE_TABLES; i++) {
+        cuda_rope_table *t = &c->rope[i];
+        int same = t->device && t->half == half &&
+                   (inv_freq ? !t->from_theta && memcmp(t->host, inv_freq, (size_t)half * sizeof *inv_freq) == 0
+                             : t->from_theta && t->theta == theta);
+        if (same) {
+            t->used = ++c->rope_clock;
+            *out = t->device;
+            return USP_OK;
+        }
+        if (t->used < victim->used)
+            victim = t;
+    }
+    double *host = malloc((size_t)half * sizeof *host);
+    if (!host)
+        return usp_error(USP_ERR_RUNTIME, "out of memory for a rope table of %lld frequencies", (long long)half);
+    const double ratio = pow((double)theta, -2.0 / (double)D);
+    double f = 1.0;
+    for (int64_t j = 0; j < half; j++, f *= ratio)
+        host[j] = inv_freq ? inv_freq[j] : f;
+    if (victim->device) /* in the default stream's order: a rope still queued there has read it */
+        cudaFreeAsync(victim->device, c->stream);
+    free(victim->host);
+    *victim = (cuda_rope_table){.host = host, .half = half, .theta = theta, .from_theta = !inv_freq,
+                                .used = ++c->rope_clock};
+    usp_status s = cuda_check(cudaMallocFromPoolAsync((void **)&victim->device, (size_t)half * sizeof *host, c->pool,
+                                                      c->stream),
+                              "cudaMallocFromPoolAsync (rope table)");
+    if (s == USP_OK) /* pageable source: staged before the call returns, host may change after */
+        s = cuda_check(cudaMemcpyAsync(victim->device, host, (size_t)half * sizeof *host, cudaMemcpyHostToDevice,
+                                       c->stream),
+                       "cudaMemcpyAsync (rope table)");
+    if (s == USP_OK) /* the table is made on the default stream; a rope on another must see it */
+        s = cuda_check(cudaStreamSynchronize(c->stream), "cudaStreamSynchronize (rope table)");
+    if (s != USP_OK) {
+        victim->device = NULL;
+        return s;
+    }
+    *out = victim->device;
+    return USP_OK;
+}
+
+static usp_status cuda_rope_slot(cuda_ctx *c, float *x, const int32_t *positions, int64_t n, int64_t H, int64_t D,
+                                 float theta, const double *inv_freq, int direction, usp_stream_t *stream)
+{
+    const double *table;
+    USP_CHECK(rope_table(c, D, theta, inv_freq, &table));
+    return cuda_rope(ARR(x), positions, n, H, D, table, direction, STREAM(stream));
+}
+
+static usp_status cuda_rope_forward_slot(void *ctx, float *x, const int32_t *positions, int64_t n, int64_t H,
+                                         int64_t D, float theta, const double *inv_freq, usp_stream_t *stream)
+{
+    return cuda_rope_slot(ctx, x, positions, n, H, D, theta, inv_freq, 1, stream);
+}
+
+static usp_status cuda_rope_backward_slot(void *ctx, float *dx, const int32_t *positions, int64_t n, int64_t H,
+                                          int64_t D, float theta, const double *inv_freq, usp_stream_t *stream)
+{
+    return cuda_rope_slot(ctx, dx, positions, n, H, D, theta, inv_freq, -1, stream);
+}
+
+/* ---- loss, optimiser, reductions ------------------------------------------------------ */
+
+static usp_status cuda_cross_entropy_slot(void *ctx, float *losses, float *dlogits, const float *logits,
+                                          const int32_t *targets, int64_t n, int64_t V, float grad_scale,
+                                          usp_stream_t *stream)
+{
+    cuda_ctx *c = ctx;
+    return cuda_cross_entropy(losses, ARR(dlogits), ARR(logits), targets, n, V, grad_scale, STREAM(stream));
+}
+
+static usp_status cuda_adamw_slot(void *ctx, float *params, const float *grads, float *m, float *v, int64_t n,
+                                  float lr, float beta1, float beta2, float eps, float weight_decay, int64_t t,
+                                  usp_stream_t *stream)
+{
+    cuda_ctx *c = ctx;
+    return cuda_adamw_step(params, ARR(grads), m, v, n, lr, beta1, beta2, eps, weight_decay, t, STREAM(stream));
+}
+
+/* Blocking: the sum comes back through pinned memory, then the stream is waited for. */
+static usp_status cuda_sum_squares_slot(void *ctx, double *out, const float *x, int64_t n, usp_stream_t *stream)
+{
+    cuda_ctx *c = ctx;
+    cudaStream_t s = STREAM(stream);
+    USP_CHECK(cuda_sum_squares(c->sum_device, ARR(x), n, s));
+    USP_CHECK(cuda_check(cudaMemcpyAsync(c->sum_host, c->sum_device, sizeof *c->sum_host, cudaMemcpyDeviceToHost, s),
+                         "cudaMemcpyAsync (sum of squares)"));
+    USP_CHECK(cuda_check(cudaStreamSynchronize(s), "cudaStreamSynchronize (sum of squares)"));
+    *out = *c->sum_host;
+    return USP_OK;
+}
+
+static usp_status cuda_scale_slot(void *ctx, float *x, float s, int64_t n, usp_stream_t *stream)
+{
+    cuda_ctx *c = ctx;
+    return cuda_scale(ARR(x), s, n, STREAM(stream));
+}
+
+static usp_status cuda_add_bias_slot(void *ctx, float *x, const float *bias, int64_t n, int64_t C,
+                                     usp_stream_t *stream)
+{
+    cuda_ctx *c = ctx;
+    return cuda_add_bias(ARR(x), ARR(bias), n, C, STREAM(stream));
+}
+
+static usp_status cuda_bias_backward_slot(void *ctx, float *dbias, const float *dout, int64_t n, int64_t C,
+                                          usp_stream_t *stream)
+{
+    cuda_ctx *c = ctx;
+    return cuda_bias_backward(ARR(dbias), ARR(dout), n, C, STREAM(stream));
+}
+
+/* ---- the context ------------------------------------------------------------------------ */
+
+static void cuda_destroy(void *ctx)
+{
+    cuda_ctx *c = ctx;
+    if (!c)
+        return;
+    cudaSetDevice(c->device);
+    if (c->stream)
+        cudaStreamSynchronize(c->stream);
+    for (int i = 0; i < CUDA_ROPE_TABLES; i++) {
+        if (c->rope[i].device)
+            cudaFree(c->rope[i].device);
+        free(c->rope[i].host);
+    }
+    if (c->sum_device)
+        cudaFree(c->sum_device);
+    if (c->sum_host)
+        cudaFreeHost(c->sum_host);
+    if (c->blas)
+        cublasDestroy(c->blas);
+    if (c->stream)
+        cudaStreamDestroy(c->stream);
+    free(c);
+}
+
+static const usp_backend_i cuda_backend_iface = {
+    .api_version = USP_BACKEND_API_VERSION,
+    .name = "cuda",
+    .has_numerics = 1,
+    .stores_bf16 = 1,
+    .alloc = cuda_alloc,
+    .free = cuda_free,
+    .copy = cuda_copy,
+    .zero = cuda_zero,
+    .synchronize = cuda_synchronize,
+    .stream_create = cuda_stream_create,
+    .stream_destroy = cuda_stream_destroy,
+    .event_create = cuda_event_create,
+    .event_destroy = cuda_event_destroy,
+    .event_record = cuda_event_record,
+    .stream_wait_event = cuda_stream_wait_event,
+    .launch_host_func = cuda_launch_host_func,
+    .gemm = cuda_gemm,
+    .copy_2d = cuda_copy_2d,
+    .accumulate_2d = cuda_accumulate,
+    .convert = cuda_convert_slot,
+    .attention_workspace_bytes = cuda_attention_workspace,
+    .attention_forward = cuda_attention_forward_slot,
+    .attention_backward = cuda_attention_backward_slot,
+    .attention_merge = cuda_attention_merge_slot,
+    .embedding_forward = cuda_embedding_forward_slot,
+    .embedding_backward = cuda_embedding_backward_slot,
+    .layernorm_forward = cuda_layernorm_forward_slot,
+    .layernorm_backward = cuda_layernorm_backward_slot,
+    .rmsnorm_forward = cuda_rmsnorm_forward_slot,
+    .rmsnorm_backward = cuda_rmsnorm_backward_slot,
+    .gelu_tanh_forward = cuda_gelu_forward_slot,
+    .gelu_tanh_backward = cuda_gelu_backward_slot,
+    .swiglu_forward = cuda_swiglu_forward_slot,
+    .swiglu_backward = cuda_swiglu_backward_slot,
+    .rope_forward = cuda_rope_forward_slot,
+    .rope_backward = cuda_rope_backward_slot,
+    .cross_entropy = cuda_cross_entropy_slot,
+    .adamw_step = cuda_adamw_slot,
+    .sum_squares = cuda_sum_squares_slot,
+    .scale = cuda_scale_slot,
+    .add_bias = cuda_add_bias_slot,
+    .bias_backward = cuda_bias_backward_slot,
+    .destroy = cuda_destroy,
+};
+
+/* The device's default pool, told to keep what is freed (threshold: all of it):
+ * after the first step every buffer comes from memory the pool already holds. */
+static usp_status setup(cuda_ctx *c)
+{
+    USP_CHECK(cuda_check(cudaSetDevice(c->device), "cudaSetDevice"));
+    USP_CHECK(cuda_check(cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking), "cudaStreamCreateWithFlags"));
+    USP_CHECK(cuda_check(cudaDeviceGetDefaultMemPool(&c->pool, c->device), "cudaDeviceGetDefaultMemPool"));
+    uint64_t keep = UINT64_MAX;
+    USP_CHECK(cuda_check(cudaMemPoolSetAttribute(c->pool, cudaMemPoolAttrReleaseThreshold, &keep),
+                         "cudaMemPoolSetAttribute"));
+    cublasStatus_t st = cublasCreate(&c->blas);
+    if (st != CUBLAS_STATUS_SUCCESS)
+        return usp_error(USP_ERR_RUNTIME, "cuda backend: cublasCreate failed: %s", cublasGetStatusString(st));
+    /* Default math mode: no TF32 for fp32 unless asked for (cuda_gemm picks the compute type). */
+    const char *tf32 = getenv("USP_CUDA_ALLOW_TF32");
+    c->allow_tf32 = tf32 && strcmp(tf32, "1") == 0;
+    USP_CHECK(cuda_check(cudaMalloc((void **)&c->sum_device, sizeof *c->sum_device), "cudaMalloc"));
+    return cuda_check(cudaMallocHost((void **)&c->sum_host, sizeof *c->sum_host), "cudaMallocHost");
+}
+
+usp_status usp_backend_cuda_create(int device, usp_backend_t **out)
+{
+    *out = NULL;
+    char why[256];
+    int n = usp_cuda_device_count(why, sizeof why);
+    if (n == 0)
+        return usp_error(USP_ERR_CONFIG, "the cuda backend needs an NVIDIA GPU, and this machine has none that CUDA "
+                         "can use (%s); run on a GPU machine, or use --backend sim (any machine)", why);
+    if (device < 0 || device >= n)
+        return usp_error(USP_ERR_CONFIG, "GPU %d: this process sees %d GPU%s (0..%d; CUDA_VISIBLE_DEVICES selects "
+                         "which)", device, n, n == 1 ? "" : "s", n - 1);
+    cuda_ctx *c;
+    USP_CHECK(usp_calloc((void **)&c, 1, sizeof *c, "the cuda backend"));
+    c->device = device;
+    usp_status s = setup(c);
+    if (s == USP_OK)
+        s = usp_backend_create(&cuda_backend_iface, c, out);
+    if (s != USP_OK) {
+        cuda_destroy(c);
+        return s;
+    }
+    c->self = *out;
+    return USP_OK;
+}

@@ -1,2 +1,41 @@
-/* (being written) */
-#include "backends/cuda/cuda_kernels.h"
+/* GEMM through cuBLAS (see cuda_internal.h).
+ *
+ * cuBLAS is column-major; a row-major matrix X with row stride ld is the
+ * column-major X^T with the same ld. So C = op(A) op(B) in row-major is
+ * C^T = op(B)^T op(A)^T in column-major: one call with the operands swapped,
+ * m and n swapped, and each transpose flag kept. The 64-bit entry point takes
+ * our int64_t sizes as they are. A and B must share a dtype (fp32, or bf16
+ * for mixed precision); C may be either; the sum is always fp32. */
+#include "backends/cuda/cuda_internal.h"
+
+static usp_status blas_failed(cublasStatus_t st, const usp_gemm_desc *g)
+{
+    return usp_error(USP_ERR_RUNTIME, "cuda backend: cublasGemmStridedBatchedEx (m %lld, n %lld, k %lld, batch "
+                     "%lld) failed: %s", (long long)g->m, (long long)g->n, (long long)g->k, (long long)g->batch,
+                     cublasGetStatusString(st));
+}
+
+static cudaDataType_t data_type(usp_dtype t) { return t == USP_BF16 ? CUDA_R_16BF : CUDA_R_32F; }
+
+usp_status cuda_gemm(void *ctx, const usp_gemm_desc *g, usp_stream_t *stream)
+{
+    cuda_ctx *c = ctx;
+    cuda_array a = cuda_array_of(c, g->a), b = cuda_array_of(c, g->b), out = cuda_array_of(c, g->c);
+    if (a.dtype != b.dtype)
+        return usp_error(USP_ERR_CONFIG, "cuda backend: gemm of a %s A by a %s B: cuBLAS takes one input dtype; "
+                         "convert one operand (usp_buffer_convert)", usp_dtype_name(a.dtype),
+                         usp_dtype_name(b.dtype));
+    cublasStatus_t st = cublasSetStream(c->blas, cuda_stream_of(c, stream));
+    if (st != CUBLAS_STATUS_SUCCESS)
+        return blas_failed(st, g);
+    /* TF32 only on request, and only where all three are fp32 (bf16 inputs already are reduced precision). */
+    cublasComputeType_t compute = c->allow_tf32 && a.dtype == USP_F32 ? CUBLAS_COMPUTE_32F_FAST_TF32
+                                                                       : CUBLAS_COMPUTE_32F;
+    cublasOperation_t op_a = g->trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, op_b = g->trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
+    /* batch 1: the strides may be 0 or anything; cuBLAS ignores them then. */
+    st = cublasGemmStridedBatchedEx_64(c->blas, op_b, op_a, g->n, g->m, g->k, &g->alpha, g->b, data_type(b.dtype),
+                                       g->ldb, g->stride_b, g->a, data_type(a.dtype), g->lda, g->stride_a, &g->beta,
+                                       g->c, data_type(out.dtype), g->ldc, g->stride_c, g->batch, compute,
+                                       CUBLAS_GEMM_DEFAULT);
+    return st == CUBLAS_STATUS_SUCCESS ? USP_OK : blas_failed(st, g);
+}
