@@ -78,6 +78,9 @@ expect 2 "--ulysses 8 is larger than the 4 heads" -- train --steps 1 --seq 64 --
 expect 2 "--batch 3 is not a multiple of the 2 data-parallel replicas" -- train --steps 1 --seq 64 --world 4 --ulysses 2 --batch 3
 expect 2 "--model nosuch" -- train --model nosuch
 expect 2 "--backend nccl" -- train --backend nccl
+# --gpus counts GPUs of --backend nccl, one rank each: with another backend, or beside a different --world, it is refused
+expect 2 "--gpus 2 with --backend sim" -- train --gpus 2
+expect 2 "--gpus 2 with --world 4" -- train --backend nccl --gpus 2 --world 4
 expect 2 "--attention everywhere" -- train --attention everywhere
 expect 2 "--data bogus" -- train --data bogus --steps 1
 expect 2 "needs --resume" -- eval
@@ -211,7 +214,7 @@ expect 2 "--lr nan: the learning rate must be a finite number above 0" -- "${one
 expect 2 "--lr inf: the learning rate must be" -- "${one[@]}" --lr inf
 expect 2 "--lr -0.1: the learning rate must be" -- "${one[@]}" --lr -0.1
 expect 2 "--lr 0: the learning rate must be" -- "${one[@]}" --lr 0
-expect 2 "--backend foo: unknown backend; the backends are sim (in this build), nccl (needs CUDA and NCCL)" -- "${one[@]}" --backend foo
+expect 2 "--backend foo: unknown backend; the backends are sim (in this build), nccl (" -- "${one[@]}" --backend foo
 out_dir=$work/outputs
 mkdir -p "$out_dir"
 printf 'x' > "$out_dir/file"

@@ -102,6 +102,7 @@ static const struct {
 #ifndef USP_HAVE_LAZY_BACKEND
     {"lazy", "the lazy backend is not built (no usp_lazy target)"},
 #endif
+    {NULL, NULL},
 };
 
 /* The backends of this run (all, or the one named by --backend). */
@@ -428,7 +429,7 @@ static int select_backends(int argc, char **argv)
             under_test[n_under_test++] = &backends[i];
             return 0;
         }
-    for (size_t i = 0; i < sizeof absent_backends / sizeof *absent_backends; i++)
+    for (size_t i = 0; absent_backends[i].name; i++)
         if (strcmp(absent_backends[i].name, argv[2]) == 0) {
             printf("backend_conformance_%s: skipped: %s\n", argv[2], absent_backends[i].reason);
             return 77;

@@ -2,10 +2,16 @@
  * runtime, and usp_rank_gather, the channel that brings every rank's figures
  * to rank 0 without changing them. */
 #include <check.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "backends/cpu/cpu_backend.h"
+#ifdef USP_HAVE_CUDA
+#include "backends/cuda/cuda_backend.h"
+#endif
 #include "core/runtime.h"
+#include "core/runtime_single.h"
 #include "core/train.h"
 #include "sim/sim_runtime.h"
 #include "sim/world.h"
@@ -91,9 +97,25 @@ END_TEST
 START_TEST(the_registry_makes_the_simulator_and_says_what_others_need)
 {
     ck_assert_int_eq(runtime_registry_check("sim"), USP_OK);
-    ck_assert_int_eq(runtime_registry_check("nccl"), USP_ERR_CONFIG);
-    ck_assert_msg(strstr(usp_error_message(), "--backend nccl") && strstr(usp_error_message(), "CUDA and NCCL"), "%s",
+#ifdef USP_HAVE_CUDA /* built: on a machine without a GPU it says so, naming the device it lacks */
+    ck_assert_int_eq(runtime_registry_check("nccl"), USP_OK);
+    usp_runtime_t *gpu = NULL;
+    ck_assert_int_eq(runtime_registry_create("nccl", &(usp_runtime_options){.world_size = 2}, &gpu), USP_ERR_CONFIG);
+    ck_assert_msg(strstr(usp_error_message(), "--gpus 2") && strstr(usp_error_message(), "one GPU"), "%s",
                   usp_error_message());
+    char why[256];
+    if (usp_cuda_device_count(why, sizeof why) == 0) {
+        ck_assert_int_eq(runtime_registry_create("nccl", &(usp_runtime_options){.world_size = 1}, &gpu),
+                         USP_ERR_CONFIG);
+        ck_assert_msg(strstr(usp_error_message(), "no NVIDIA GPU") && strstr(usp_error_message(), why), "%s",
+                      usp_error_message());
+    }
+    ck_assert_ptr_null(gpu);
+#else
+    ck_assert_int_eq(runtime_registry_check("nccl"), USP_ERR_CONFIG);
+    ck_assert_msg(strstr(usp_error_message(), "--backend nccl") && strstr(usp_error_message(), "CUDA Toolkit"), "%s",
+                  usp_error_message());
+#endif
     ck_assert_int_eq(runtime_registry_check("bogus"), USP_ERR_CONFIG);
     ck_assert_msg(strstr(usp_error_message(), "--backend bogus: unknown"), "%s", usp_error_message());
     usp_runtime_t *rt = NULL;
@@ -141,6 +163,44 @@ START_TEST(training_gathers_every_ranks_peak_on_both_backends)
 }
 END_TEST
 
+static usp_status make_cpu(void *arg, usp_backend_t **out)
+{
+    (void)arg;
+    return usp_backend_cpu_create(out);
+}
+
+/* The one-rank runtime (the cuda backend's on one GPU, core/runtime_single.h)
+ * trains as the simulator's world of one does, bit for bit, on the same
+ * backend: its one-rank communicator copies where the simulator's does. */
+START_TEST(the_one_rank_runtime_trains_as_the_simulator_does)
+{
+    usp_train_result results[2];
+    for (int single = 0; single < 2; single++) {
+        usp_train_config c;
+        usp_train_defaults(&c);
+        ck_assert_int_eq(usp_model_config_load("tiny", &c.model), USP_OK);
+        ck_assert_int_eq(usp_mesh_shape_make(1, 1, 1, &c.shape), USP_OK);
+        c.data = "passkey", c.seq_len = 64, c.batch = 2, c.steps = 6, c.eval_samples = 4;
+        size_t peak = 0;
+        results[single] = (usp_train_result){.passkey_accuracy = -1, .peak_bytes = &peak};
+        usp_runtime_t *rt;
+        if (single)
+            ck_assert_int_eq(usp_runtime_single_create("this machine", make_cpu, NULL, &rt), USP_OK);
+        else
+            ck_assert_int_eq(sim_runtime_create(&(usp_runtime_options){.world_size = 1}, &rt), USP_OK);
+        ck_assert_int_eq(usp_runtime_run(rt, usp_train_rank, &(usp_train_run){.config = &c, .result = &results[single]}),
+                         USP_OK);
+        ck_assert_int_eq(usp_runtime_world_size(rt), 1);
+        ck_assert_int_eq(usp_runtime_cluster_of(rt).modelled, !single);
+        usp_runtime_destroy(rt);
+    }
+    ck_assert(isfinite(results[0].loss) && results[0].steps_done == 6);
+    ck_assert_int_eq(results[1].steps_done, results[0].steps_done);
+    ck_assert(results[1].first_loss == results[0].first_loss && results[1].loss == results[0].loss);
+    ck_assert(results[1].passkey_accuracy == results[0].passkey_accuracy);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("runtime");
@@ -151,6 +211,7 @@ int main(void)
     tcase_add_test(t, gather_without_a_runtime_copies_one_rank_and_refuses_more);
     tcase_add_test(t, the_registry_makes_the_simulator_and_says_what_others_need);
     tcase_add_test(t, training_gathers_every_ranks_peak_on_both_backends);
+    tcase_add_test(t, the_one_rank_runtime_trains_as_the_simulator_does);
     suite_add_tcase(s, t);
     return check_main_run(s);
 }

@@ -25,7 +25,7 @@
 
 typedef struct train_options {
     const char *backend, *model, *data, *save, *resume, *attention, *trace, *dot, *topology, *dump_dir;
-    int world, ulysses, ring, pad, json, nodes, meta, check_collectives;
+    int world, gpus, ulysses, ring, pad, json, nodes, meta, check_collectives;
     double timeout;
     int seq, batch, steps, until, warmup, log_every, eval_samples, seed;
     double lr;
@@ -249,8 +249,10 @@ int cmd_train(int argc, char **argv)
     const cli_option options[] = {
         {"--backend", CLI_STRING, &o.backend, "sim|mpi|nccl",
          "where the ranks run: sim (default, one process), mpi (one process per rank: mpirun -np W usp train "
-         "--backend mpi), nccl (GPUs)", 0, -1},
+         "--backend mpi), nccl (GPUs: cuda kernels and cuBLAS; one GPU in this version)", 0, -1},
         {"--world", CLI_INT, &o.world, "W", "ranks (simulated GPUs; default 4, or the launcher's process count)", 1, 4096},
+        {"--gpus", CLI_INT, &o.gpus, "G", "--backend nccl: GPUs, one rank each (the same as --world; default 1, or the "
+         "launcher's process count)", 1, 4096},
         {"--ulysses", CLI_INT, &o.ulysses, "U", "Ulysses degree (default W/R)", 1, 4096},
         {"--ring", CLI_INT, &o.ring, "R", "Ring degree (default 1); DP = W/(U*R)", 1, 4096},
         {"--topology", CLI_STRING, &o.topology, "NAME|FILE",
@@ -308,6 +310,14 @@ int cmd_train(int argc, char **argv)
                        options);
         return 0;
     }
+    if (o.gpus && strcmp(o.backend, "nccl") != 0)
+        return cli_fail(command, usp_error(USP_ERR_CONFIG, "--gpus %d with --backend %s: --gpus counts GPUs of "
+                                           "--backend nccl; ranks of %s are --world", o.gpus, o.backend, o.backend));
+    if (o.gpus && o.world && o.gpus != o.world)
+        return cli_fail(command, usp_error(USP_ERR_CONFIG, "--gpus %d with --world %d: on --backend nccl a rank is a "
+                                           "GPU; give one of them", o.gpus, o.world));
+    if (o.gpus)
+        o.world = o.gpus;
     if (o.world == 0)
         o.world = runtime_registry_default_world(o.backend);
     int code = 0;

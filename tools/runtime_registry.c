@@ -10,6 +10,9 @@
 #ifdef USP_HAVE_MPI
 #include "backends/mpi/mpi_runtime.h"
 #endif
+#ifdef USP_HAVE_CUDA
+#include "backends/cuda/cuda_runtime.h"
+#endif
 
 typedef struct runtime_entry {
     const char *name;
@@ -19,7 +22,11 @@ typedef struct runtime_entry {
 
 static const runtime_entry runtimes[] = {
     {.name = "sim", .create = sim_runtime_create},
-    {.name = "nccl", .needs = "CUDA and NCCL"},
+#ifdef USP_HAVE_CUDA
+    {.name = "nccl", .create = cuda_runtime_create},
+#else
+    {.name = "nccl", .needs = "the CUDA Toolkit (nvcc, cuBLAS)"},
+#endif
 #ifdef USP_HAVE_MPI
     {.name = "mpi", .create = mpi_runtime_create},
 #else
@@ -35,8 +42,7 @@ static const runtime_entry *find(const char *name)
     return NULL;
 }
 
-/* "sim (built), nccl (needs CUDA and NCCL), mpi (needs MPI)": what --backend can name. */
-static void list_backends(char *buf, size_t size)
+void runtime_registry_describe(char *buf, size_t size)
 {
     size_t at = 0;
     buf[0] = '\0';
@@ -53,7 +59,7 @@ usp_status runtime_registry_check(const char *name)
     if (e && e->create)
         return USP_OK;
     char known[256];
-    list_backends(known, sizeof known);
+    runtime_registry_describe(known, sizeof known);
     if (e)
         return usp_error(USP_ERR_CONFIG, "--backend %s: not in this build (the %s backend needs %s at build time); "
                          "the backends are %s", name, name, e->needs, known);
@@ -69,10 +75,8 @@ usp_status runtime_registry_create(const char *name, const usp_runtime_options *
 int runtime_registry_default_world(const char *name)
 {
 #ifdef USP_HAVE_MPI
-    if (strcmp(name, "mpi") == 0 && mpi_launcher_world_size() > 0)
+    if ((strcmp(name, "mpi") == 0 || strcmp(name, "nccl") == 0) && mpi_launcher_world_size() > 0)
         return mpi_launcher_world_size();
-#else
-    (void)name;
 #endif
-    return 4;
+    return strcmp(name, "nccl") == 0 ? 1 : 4; /* GPUs: one unless a launcher started more */
 }

@@ -12,6 +12,9 @@ usp_status runtime_registry_check(const char *name);
 /* Makes the runtime `name` for `o` (runtime_registry_check's errors first). */
 usp_status runtime_registry_create(const char *name, const usp_runtime_options *o, usp_runtime_t **out);
 
+/* "sim (in this build), nccl (needs ...), mpi (in this build)": what --backend can name, into buf. */
+void runtime_registry_describe(char *buf, size_t size);
+
 /* The world size when --world is not given: the launcher's process count for
  * a runtime that a launcher starts (mpi), else 4. */
 int runtime_registry_default_world(const char *name);

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include "tools/commands.h"
+#include "tools/runtime_registry.h"
 
 #define USP_VERSION "0.1.0"
 
@@ -27,6 +28,9 @@ static void print_help(FILE *out)
             "exit codes: 0 ok, 1 runtime failure, 2 bad usage, 3 deadlock or collective mismatch,\n"
             "4 a rank failed.\n",
             USP_VERSION);
+    char backends[512];
+    runtime_registry_describe(backends, sizeof backends);
+    fprintf(out, "backends (--backend): %s.\n", backends);
 }
 
 /* libgomp reads OMP_WAIT_POLICY when it loads, before main: by default its idle
