@@ -130,11 +130,13 @@ static inline CUDA_HD int64_t attn_kv_tiles_end(const usp_attention_shape *s, in
 }
 
 /* The first query tile of size bq that sees any key of the tile starting at k0:
- * the tile of the first query that sees key k0 (n_tiles when none does); every
- * later query tile sees key k0 too. */
+ * the tile of the first query that sees key k0, and every later query tile sees
+ * key k0 too; the number of query tiles when no query does (n_q / bq would be
+ * the short last tile, which sees nothing). */
 static inline CUDA_HD int64_t attn_q_tiles_begin(const usp_attention_shape *s, int64_t k0, int64_t bq)
 {
-    return attn_q_first_seeing(s, k0) / bq;
+    const int64_t first = attn_q_first_seeing(s, k0);
+    return first >= s->n_q ? attn_n_tiles(s->n_q, bq) : first / bq;
 }
 
 /* ------------------------------------------------------------------------- */
