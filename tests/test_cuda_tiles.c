@@ -486,9 +486,12 @@ static void emu_backward(const usp_attention_shape *s, const float *q, const flo
         delta[attn_row_index(s, r / (s->n_q * s->n_heads), r % s->n_heads, (r / s->n_heads) % s->n_q)] =
             emu_warp_sum(prod, D, 1);
     }
+    /* Each kernel's shared memory exactly as sized (ASan builds see any access past it). */
     float *smem = floats((size_t)attn_backward_smem_layout(D, 1).floats, NAN);
     for (int64_t x = 0; x < attn_kv_grid(s); x++)
         emu_dkdv_block(s, q, k, v, lse, delta, d_o, dk, dv, accumulate, x, smem);
+    free(smem);
+    smem = floats((size_t)attn_backward_smem_layout(D, 0).floats, NAN);
     for (int64_t x = 0; x < attn_q_grid(s); x++) emu_dq_block(s, q, k, v, lse, delta, d_o, dq, accumulate, x, smem);
     free(smem);
     free(prod);
