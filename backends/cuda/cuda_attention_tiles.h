@@ -52,8 +52,9 @@ typedef struct attn_tiles {
 } attn_tiles;
 
 /* Tile sizes for head_dim D: 64 x 64 up to D = 64 (each K/V tile loaded into
- * shared memory serves more queries); 32 x 32 above, which keeps the backward's
- * eight D-wide tiles of D = 256 under 227 KiB (attn_dkdv_smem). */
+ * shared memory serves more queries); 32 x 32 above, which keeps the six D-wide
+ * tiles of the dK/dV kernel at D = 256 under 227 KiB (attn_backward_smem_layout:
+ * 200 KiB). Not tuned on a device yet. */
 static inline CUDA_HD attn_tiles attn_tiles_for(int64_t head_dim)
 {
     attn_tiles t;
