@@ -1,0 +1,768 @@
+/* Tests of the CUDA flash attention that need no GPU (backends/cuda/).
+ *
+ * First the tile arithmetic of cuda_attention_tiles.h against brute-force
+ * definitions, over many random shapes and offsets: which (query, key) pairs a
+ * tile pair holds visible, the key tiles a query tile walks, the first query
+ * tile a key tile meets, GQA heads, element offsets, the block -> tile order of
+ * the grids, shared-memory budgets, shape checks, the scalar softmax steps.
+ *
+ * Then an emulation: plain C that runs, block by block and step by step, the
+ * loops of the kernels in cuda_attention.cu (same tiles, same skipped tiles,
+ * same online-softmax update order, the same helpers, the warps' lane-strided
+ * partial sums and butterflies), with one thread doing what the block's threads
+ * share out. Compared with the cpu backend's flash attention (which shares none
+ * of this code: other tiles, base-2 exponentials, sgemm) on causal and full
+ * masks, GQA, ragged lengths, ring blocks placed by offsets, blocks and rows
+ * that see no key; then ring attention's identities, forward blocks merged with
+ * the kernels' merge step and backward accumulated over blocks. Outputs start
+ * as NaN, so an element no block writes fails. What this cannot check: the
+ * thread mapping and synchronisation of the kernels, and bf16 storage; those
+ * need a device (the conformance table). */
+#include "backends/cuda/cuda_attention_tiles.h"
+#include "backends/cpu/cpu_attention.h"
+
+#include <check.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "tests/check_main.h"
+
+/* ------------------------------------------------------------------------- */
+/* Random shapes and data                                                     */
+
+static uint64_t rng_state;
+static uint64_t rng_next(void) /* splitmix64: the same inputs on every machine */
+{
+    uint64_t z = (rng_state += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+static int64_t rng_int(int64_t lo, int64_t hi) { return lo + (int64_t)(rng_next() % (uint64_t)(hi - lo + 1)); }
+static float rng_uniform(void) { return (float)((double)(rng_next() >> 40) / (double)(1ull << 24) * 2.0 - 1.0); }
+
+static float *floats(size_t n, float fill_or_nan_for_random)
+{
+    float *x = malloc((n ? n : 1) * sizeof(float));
+    ck_assert_ptr_nonnull(x);
+    for (size_t i = 0; i < n; i++) x[i] = isnan(fill_or_nan_for_random) ? rng_uniform() : fill_or_nan_for_random;
+    return x;
+}
+
+static usp_attention_shape make_shape(int64_t batch, int64_t n_q, int64_t n_kv, int64_t heads, int64_t kv_heads,
+                                      int64_t head_dim, int causal, int64_t q_offset, int64_t kv_offset)
+{
+    usp_attention_shape s = {.batch = batch, .n_q = n_q, .n_kv = n_kv, .n_heads = heads, .n_kv_heads = kv_heads,
+                             .head_dim = head_dim, .q_offset = q_offset, .kv_offset = kv_offset, .causal = causal,
+                             .scale = (float)(1.0 / sqrt((double)head_dim))};
+    return s;
+}
+
+/* A shape with ragged lengths, GQA and offsets on either side (ring blocks before,
+ * after or across the diagonal, and blocks no query of which sees a key). */
+static usp_attention_shape random_shape(int64_t max_len)
+{
+    static const int64_t dims[] = {16, 24, 32, 48, 64, 80, 128};
+    const int64_t kv_heads = rng_int(1, 3), group = rng_int(1, 3);
+    return make_shape(rng_int(1, 2), rng_int(1, max_len), rng_int(1, max_len), kv_heads * group, kv_heads,
+                      dims[rng_int(0, 6)], (int)rng_int(0, 3) > 0, rng_int(0, 2 * max_len), rng_int(0, 2 * max_len));
+}
+
+/* ------------------------------------------------------------------------- */
+/* Tile arithmetic against brute force                                        */
+
+/* The definition: global positions, key at or before the query. */
+static int brute_sees(const usp_attention_shape *s, int64_t i, int64_t j)
+{
+    return !s->causal || s->kv_offset + j <= s->q_offset + i;
+}
+
+/* Records the first mismatch of a trial: Check's assertions cost a system call
+ * each (fork mode), too many for every pair of 300 shapes. */
+static char mismatch[200];
+#define EXPECT_EQ(got, want, ...)                                                         \
+    do {                                                                                   \
+        if ((int64_t)(got) != (int64_t)(want) && !mismatch[0])                             \
+            snprintf(mismatch, sizeof mismatch, __VA_ARGS__);                              \
+    } while (0)
+
+START_TEST(visibility_helpers_match_every_pair)
+{
+    rng_state = 11;
+    for (int trial = 0; trial < 300; trial++) {
+        const usp_attention_shape s = random_shape(trial < 150 ? 40 : 200);
+        const attn_tiles t = attn_tiles_for(s.head_dim);
+        mismatch[0] = 0;
+        for (int64_t i = 0; i < s.n_q; i++) {
+            int64_t end = 0; /* the visible keys must be the prefix [0, end) */
+            for (int64_t j = 0; j < s.n_kv; j++) {
+                EXPECT_EQ(attn_sees(&s, i, j), brute_sees(&s, i, j), "attn_sees(%lld, %lld)", (long long)i,
+                          (long long)j);
+                if (brute_sees(&s, i, j)) EXPECT_EQ(end++, j, "keys seen by %lld are not a prefix", (long long)i);
+            }
+            EXPECT_EQ(attn_kv_visible_end(&s, i), end, "attn_kv_visible_end(%lld)", (long long)i);
+        }
+        for (int64_t j = 0; j < s.n_kv; j++) {
+            int64_t first = s.n_q;
+            for (int64_t i = s.n_q - 1; i >= 0; i--) if (brute_sees(&s, i, j)) first = i;
+            EXPECT_EQ(attn_q_first_seeing(&s, j), first, "attn_q_first_seeing(%lld)", (long long)j);
+        }
+        const int64_t n_qt = attn_n_tiles(s.n_q, t.bq), n_kt = attn_n_tiles(s.n_kv, t.bk);
+        for (int64_t qt = 0; qt < n_qt; qt++) {
+            const int64_t q0 = qt * t.bq, bq = attn_tile_len(s.n_q, t.bq, qt);
+            int64_t last_seen = -1;
+            for (int64_t kt = 0; kt < n_kt; kt++) {
+                const int64_t k0 = kt * t.bk, bk = attn_tile_len(s.n_kv, t.bk, kt);
+                int64_t seen = 0;
+                for (int64_t i = q0; i < q0 + bq; i++)
+                    for (int64_t j = k0; j < k0 + bk; j++) seen += brute_sees(&s, i, j);
+                const attn_visibility want = seen == 0 ? ATTN_TILE_MASKED
+                                             : seen == bq * bk ? ATTN_TILE_VISIBLE : ATTN_TILE_PARTIAL;
+                EXPECT_EQ(attn_tile_visibility(&s, q0, bq, k0, bk), want, "visibility of q tile %lld, k tile %lld",
+                          (long long)qt, (long long)kt);
+                if (seen) last_seen = kt;
+                /* The loops' bounds: the dQ / forward loop [0, end) and the dK/dV loop [begin, n_qt)
+                 * hold exactly the tile pairs that are not fully masked. */
+                EXPECT_EQ(kt < attn_kv_tiles_end(&s, q0, bq, t.bk), seen > 0, "k tile %lld in the loop of q tile %lld",
+                          (long long)kt, (long long)qt);
+                EXPECT_EQ(qt >= attn_q_tiles_begin(&s, k0, t.bq), seen > 0, "q tile %lld in the loop of k tile %lld",
+                          (long long)qt, (long long)kt);
+            }
+            EXPECT_EQ(attn_kv_tiles_end(&s, q0, bq, t.bk), last_seen + 1, "attn_kv_tiles_end of q tile %lld",
+                      (long long)qt);
+        }
+        ck_assert_msg(!mismatch[0], "trial %d (Nq=%lld Nkv=%lld D=%lld causal=%d q_off=%lld kv_off=%lld): %s", trial,
+                      (long long)s.n_q, (long long)s.n_kv, (long long)s.head_dim, s.causal, (long long)s.q_offset,
+                      (long long)s.kv_offset, mismatch);
+    }
+}
+END_TEST
+
+START_TEST(tiles_cover_every_length_once)
+{
+    for (int64_t size = 1; size <= 70; size += 23)
+        for (int64_t n = 0; n <= 200; n++) {
+            int64_t covered = 0;
+            for (int64_t t = 0; t < attn_n_tiles(n, size); t++) {
+                const int64_t len = attn_tile_len(n, size, t);
+                ck_assert(len >= 1 && len <= size);
+                ck_assert_int_eq(t * size, covered);
+                covered += len;
+            }
+            ck_assert_int_eq(covered, n);
+        }
+    ck_assert_int_eq(attn_tiles_for(64).bq, 64);
+    ck_assert_int_eq(attn_tiles_for(128).bk, 32);
+}
+END_TEST
+
+START_TEST(heads_and_offsets_follow_the_layouts)
+{
+    const usp_attention_shape s = make_shape(2, 5, 7, 6, 2, 3, 1, 0, 0);
+    int64_t n = 0; /* q [B, Nq, H, D] and lse [B, H, Nq] enumerated in storage order */
+    for (int64_t b = 0; b < 2; b++)
+        for (int64_t i = 0; i < 5; i++)
+            for (int64_t h = 0; h < 6; h++)
+                for (int64_t d = 0; d < 3; d++) ck_assert_int_eq(attn_q_index(&s, b, i, h, d), n++);
+    n = 0;
+    for (int64_t b = 0; b < 2; b++)
+        for (int64_t j = 0; j < 7; j++)
+            for (int64_t g = 0; g < 2; g++)
+                for (int64_t d = 0; d < 3; d++) ck_assert_int_eq(attn_kv_index(&s, b, j, g, d), n++);
+    n = 0;
+    for (int64_t b = 0; b < 2; b++)
+        for (int64_t h = 0; h < 6; h++)
+            for (int64_t i = 0; i < 5; i++) ck_assert_int_eq(attn_row_index(&s, b, h, i), n++);
+    for (int64_t h = 0; h < 6; h++) ck_assert_int_eq(attn_kv_head(&s, h), h / 3); /* groups of 3 consecutive heads */
+    ck_assert_int_eq(attn_workspace_bytes(&s), 2 * 6 * 5 * sizeof(float));
+}
+END_TEST
+
+START_TEST(block_order_is_a_bijection_heavy_tiles_first)
+{
+    for (int64_t n_tiles = 1; n_tiles <= 9; n_tiles += 4)
+        for (int64_t n_rows = 1; n_rows <= 12; n_rows += 5)
+            for (int last_first = 0; last_first <= 1; last_first++) {
+                char *hit = calloc((size_t)(n_tiles * n_rows), 1);
+                for (int64_t x = 0; x < n_tiles * n_rows; x++) {
+                    const attn_task t = attn_block_task(x, n_tiles, n_rows, last_first);
+                    ck_assert(t.tile >= 0 && t.tile < n_tiles && t.row >= 0 && t.row < n_rows);
+                    ck_assert(!hit[t.tile * n_rows + t.row]);
+                    hit[t.tile * n_rows + t.row] = 1;
+                }
+                ck_assert_int_eq(attn_block_task(0, n_tiles, n_rows, last_first).tile, last_first ? n_tiles - 1 : 0);
+                free(hit);
+            }
+    const usp_attention_shape s = make_shape(3, 100, 70, 4, 2, 64, 1, 0, 0); /* tiles 64 x 64 */
+    ck_assert_int_eq(attn_q_grid(&s), 2 * 3 * 4);
+    ck_assert_int_eq(attn_kv_grid(&s), 2 * 3 * 2);
+}
+END_TEST
+
+START_TEST(shared_memory_fits_every_head_dim)
+{
+    for (int64_t D = 1; D <= ATTN_MAX_HEAD_DIM; D++) {
+        const attn_tiles t = attn_tiles_for(D);
+        const attn_forward_smem f = attn_forward_smem_layout(D);
+        const attn_backward_smem kv = attn_backward_smem_layout(D, 1), qq = attn_backward_smem_layout(D, 0);
+        /* Each region holds what the kernels index in it, in order, without overlap. */
+        ck_assert_int_eq(f.k - f.q, t.bq * D);
+        ck_assert_int_eq(f.v - f.k, t.bk * attn_kv_ld(D));
+        ck_assert_int_eq(f.s - f.v, t.bk * D);
+        ck_assert_int_eq(f.o - f.s, t.bq * t.bk);
+        ck_assert_int_eq(f.floats - f.o, t.bq * D + 3 * t.bq);
+        ck_assert_int_eq(kv.k - kv.q, 2 * t.bq * D);
+        ck_assert_int_eq(kv.acc_a - kv.k, 2 * t.bk * attn_kv_ld(D) + 2 * t.bq * t.bk);
+        ck_assert_int_eq(kv.lse - kv.acc_a, 2 * t.bk * D);
+        ck_assert_int_eq(qq.acc_a - qq.ds, t.bq * t.bk);
+        ck_assert_int_eq(qq.lse - qq.acc_a, t.bq * D);
+        ck_assert_int_eq(kv.floats - kv.lse, 2 * t.bq);
+        ck_assert(attn_kv_ld(D) % 2 == 1 && attn_kv_ld(D) >= D);
+        const int64_t most = f.floats > kv.floats ? f.floats : kv.floats;
+        ck_assert_msg(most * (int64_t)sizeof(float) <= ATTN_SMEM_LIMIT_BYTES, "head_dim %lld needs %lld bytes",
+                      (long long)D, (long long)(most * (int64_t)sizeof(float)));
+    }
+}
+END_TEST
+
+START_TEST(shape_check_names_what_is_wrong)
+{
+    usp_attention_shape s = make_shape(1, 10, 10, 4, 2, 64, 1, 0, 0);
+    ck_assert_ptr_null(attn_shape_problem(&s));
+    s.head_dim = 257;
+    ck_assert_ptr_nonnull(strstr(attn_shape_problem(&s), "head_dim must be 1..256"));
+    s.head_dim = 0;
+    ck_assert_ptr_nonnull(strstr(attn_shape_problem(&s), "head_dim"));
+    s = make_shape(1, 10, 10, 4, 3, 64, 1, 0, 0);
+    ck_assert_ptr_nonnull(strstr(attn_shape_problem(&s), "divide n_heads"));
+    s = make_shape(1, 0, 0, 4, 4, 7, 0, 0, 0);
+    ck_assert_ptr_null(attn_shape_problem(&s));
+}
+END_TEST
+
+START_TEST(softmax_steps_keep_empty_rows_finite)
+{
+    ck_assert(attn_softmax_rescale(-INFINITY, -INFINITY) == 1.0f); /* nothing seen yet: no NaN */
+    ck_assert(attn_softmax_rescale(-INFINITY, 2.0f) == 0.0f);      /* first visible tile */
+    ck_assert(fabsf(attn_softmax_rescale(1.0f, 3.0f) - expf(-2.0f)) <= 1e-7f);
+    ck_assert(attn_softmax_prob(-INFINITY, -INFINITY) == 0.0f);
+    ck_assert(attn_softmax_prob(-INFINITY, 1.0f) == 0.0f);
+    ck_assert(isinf(attn_softmax_lse(-INFINITY, 0.0f)) && attn_softmax_lse(-INFINITY, 0.0f) < 0);
+    ck_assert(attn_softmax_inv_sum(0.0f) == 0.0f);
+    ck_assert(attn_backward_prob(5.0f, -INFINITY) == 0.0f);
+    /* Merge against log(e^a + e^b) in double, and the cases with -inf. */
+    const float pairs[][2] = {{0.5f, 1.5f}, {-3.0f, 40.0f}, {80.0f, 79.0f}, {-INFINITY, 2.0f}, {1.0f, -INFINITY},
+                              {-INFINITY, -INFINITY}};
+    for (size_t c = 0; c < sizeof pairs / sizeof pairs[0]; c++) {
+        const float a = pairs[c][0], b = pairs[c][1];
+        const attn_merge_weights w = attn_merge_weigh(a, b);
+        ck_assert_int_eq(w.skip, b == -INFINITY);
+        if (w.skip) continue;
+        const double m = fmax(a, b), want = m + log(exp((double)a - m) + exp((double)b - m));
+        ck_assert_msg(fabs(w.lse - want) <= 1e-6 * fmax(1.0, fabs(want)), "merge(%g, %g) = %g, want %g", a, b, w.lse,
+                      want);
+        ck_assert(fabs(w.wa / w.sum - exp((double)a - want)) <= 1e-6);
+        ck_assert(fabs(w.wb / w.sum - exp((double)b - want)) <= 1e-6);
+    }
+}
+END_TEST
+
+/* ------------------------------------------------------------------------- */
+/* Emulation of the kernels (cuda_attention.cu), one block at a time          */
+
+/* A warp's sum of x[0..n): lane l sums x[l], x[l + 32], ... in order, then the
+ * xor butterfly of warp_sum (lane l adds lane l ^ off, off = 16 .. 1). */
+static float emu_warp_sum(const float *x, int64_t n, int64_t stride)
+{
+    float lane[32], next[32];
+    for (int l = 0; l < 32; l++) {
+        lane[l] = 0.0f;
+        for (int64_t j = l; j < n; j += 32) lane[l] += x[j * stride];
+    }
+    for (int off = 16; off > 0; off >>= 1) {
+        for (int l = 0; l < 32; l++) next[l] = lane[l] + lane[l ^ off];
+        memcpy(lane, next, sizeof lane);
+    }
+    return lane[0];
+}
+
+/* tile_load: rows [0, rows) of the head's rows (stride apart), zeros up to tile_rows. */
+static void emu_tile_load(float *dst, int64_t ld, const float *src, int64_t first, int64_t stride, int64_t rows,
+                          int64_t tile_rows, int64_t D)
+{
+    for (int64_t r = 0; r < tile_rows; r++)
+        for (int64_t d = 0; d < D; d++) dst[r * ld + d] = r < rows ? src[first + r * stride + d] : 0.0f;
+}
+
+/* attn_forward_kernel, block x. */
+static void emu_forward_block(const usp_attention_shape *s, const float *q, const float *k, const float *v, float *o,
+                              float *lse, int64_t x, float *smem)
+{
+    const int64_t D = s->head_dim, ld = attn_kv_ld(D);
+    const attn_tiles T = attn_tiles_for(D);
+    const attn_forward_smem L = attn_forward_smem_layout(D);
+    float *Qs = smem + L.q, *Ks = smem + L.k, *Vs = smem + L.v, *Ss = smem + L.s, *Os = smem + L.o;
+    float *ms = smem + L.m, *ls = smem + L.l, *alphas = smem + L.alpha;
+    const attn_task task = attn_block_task(x, attn_n_tiles(s->n_q, T.bq), s->batch * s->n_heads, 1);
+    const int64_t b = task.row / s->n_heads, h = task.row % s->n_heads, g = attn_kv_head(s, h);
+    const int64_t q0 = task.tile * T.bq, bq = attn_tile_len(s->n_q, T.bq, task.tile);
+
+    emu_tile_load(Qs, D, q, attn_q_index(s, b, q0, h, 0), s->n_heads * D, bq, T.bq, D);
+    for (int64_t e = 0; e < T.bq * D; e++) Os[e] = 0.0f;
+    for (int64_t i = 0; i < T.bq; i++) ms[i] = -INFINITY, ls[i] = 0.0f;
+    const int64_t n_kt = attn_kv_tiles_end(s, q0, bq, T.bk);
+    for (int64_t kt = 0; kt < n_kt; kt++) {
+        const int64_t k0 = kt * T.bk, bk = attn_tile_len(s->n_kv, T.bk, kt);
+        const attn_visibility vis = attn_tile_visibility(s, q0, bq, k0, bk);
+        if (vis == ATTN_TILE_MASKED) continue;
+        emu_tile_load(Ks, ld, k, attn_kv_index(s, b, k0, g, 0), s->n_kv_heads * D, bk, T.bk, D);
+        emu_tile_load(Vs, D, v, attn_kv_index(s, b, k0, g, 0), s->n_kv_heads * D, bk, T.bk, D);
+        for (int64_t e = 0; e < T.bq * T.bk; e++) { /* forward_scores */
+            const int64_t i = e / T.bk, j = e % T.bk;
+            const int seen = i < bq && j < bk && (vis == ATTN_TILE_VISIBLE || attn_sees(s, q0 + i, k0 + j));
+            Ss[e] = seen ? s->scale * attn_dot(Qs + i * D, Ks + j * ld, D) : -INFINITY;
+        }
+        for (int64_t i = 0; i < bq; i++) { /* forward_softmax_rows */
+            float *row = Ss + i * T.bk, mx = -INFINITY;
+            for (int64_t j = 0; j < bk; j++) mx = fmaxf(mx, row[j]);
+            const float m_new = fmaxf(ms[i], mx);
+            for (int64_t j = 0; j < bk; j++) row[j] = attn_softmax_prob(row[j], m_new);
+            const float alpha = attn_softmax_rescale(ms[i], m_new);
+            ls[i] = alpha * ls[i] + emu_warp_sum(row, bk, 1);
+            ms[i] = m_new;
+            alphas[i] = alpha;
+        }
+        for (int64_t e = 0; e < bq * D; e++) { /* forward_accumulate */
+            const int64_t i = e / D, d = e % D;
+            float acc = alphas[i] * Os[e];
+            for (int64_t j = 0; j < bk; j++) acc += Ss[i * T.bk + j] * Vs[j * D + d];
+            Os[e] = acc;
+        }
+    }
+    for (int64_t e = 0; e < bq * D; e++)
+        o[attn_q_index(s, b, q0 + e / D, h, e % D)] = Os[e] * attn_softmax_inv_sum(ls[e / D]);
+    for (int64_t i = 0; i < bq; i++) lse[attn_row_index(s, b, h, q0 + i)] = attn_softmax_lse(ms[i], ls[i]);
+}
+
+static void emu_forward(const usp_attention_shape *s, const float *q, const float *k, const float *v, float *o,
+                        float *lse)
+{
+    float *smem = floats((size_t)attn_forward_smem_layout(s->head_dim).floats, NAN); /* stale: NaN */
+    for (int64_t x = 0; x < attn_q_grid(s); x++) emu_forward_block(s, q, k, v, o, lse, x, smem);
+    free(smem);
+}
+
+/* backward_probs: P (when not NULL) and dS of a tile pair. */
+static void emu_backward_probs(const usp_attention_shape *s, const float *Qs, const float *dOs, const float *Ks,
+                               const float *Vs, const float *lses, const float *deltas, float *Ps, float *dSs,
+                               int64_t q0, int64_t bq, int64_t k0, int64_t bk, attn_visibility vis)
+{
+    const int64_t D = s->head_dim, ld = attn_kv_ld(D);
+    const attn_tiles T = attn_tiles_for(D);
+    for (int64_t e = 0; e < T.bq * T.bk; e++) {
+        const int64_t i = e / T.bk, j = e % T.bk;
+        float p = 0.0f, ds = 0.0f;
+        if (i < bq && j < bk && (vis == ATTN_TILE_VISIBLE || attn_sees(s, q0 + i, k0 + j))) {
+            p = attn_backward_prob(s->scale * attn_dot(Qs + i * D, Ks + j * ld, D), lses[i]);
+            ds = attn_backward_dscore(p, attn_dot(dOs + i * D, Vs + j * ld, D), deltas[i]);
+        }
+        if (Ps) Ps[e] = p;
+        dSs[e] = ds;
+    }
+}
+
+/* backward_row_stats. */
+static void emu_row_stats(const usp_attention_shape *s, const float *lse, const float *delta, float *lses,
+                          float *deltas, int64_t b, int64_t h, int64_t q0, int64_t bq)
+{
+    for (int64_t i = 0; i < attn_tiles_for(s->head_dim).bq; i++) {
+        lses[i] = i < bq ? lse[attn_row_index(s, b, h, q0 + i)] : -INFINITY;
+        deltas[i] = i < bq ? delta[attn_row_index(s, b, h, q0 + i)] : 0.0f;
+    }
+}
+
+/* rows_store. */
+static void emu_rows_store(float *dst, int64_t first, int64_t stride, const float *acc, float factor, int64_t rows,
+                           int64_t D, int accumulate)
+{
+    for (int64_t e = 0; e < rows * D; e++) {
+        const int64_t idx = first + (e / D) * stride + e % D;
+        dst[idx] = (accumulate ? dst[idx] : 0.0f) + factor * acc[e];
+    }
+}
+
+/* attn_dkdv_kernel, block x. */
+static void emu_dkdv_block(const usp_attention_shape *s, const float *q, const float *k, const float *v,
+                           const float *lse, const float *delta, const float *d_o, float *dk, float *dv,
+                           int accumulate, int64_t x, float *smem)
+{
+    const int64_t D = s->head_dim, ld = attn_kv_ld(D);
+    const attn_tiles T = attn_tiles_for(D);
+    const attn_backward_smem L = attn_backward_smem_layout(D, 1);
+    float *Qs = smem + L.q, *dOs = smem + L.d_o, *Ks = smem + L.k, *Vs = smem + L.v, *Ps = smem + L.p;
+    float *dSs = smem + L.ds, *dKs = smem + L.acc_a, *dVs = smem + L.acc_b, *lses = smem + L.lse;
+    float *deltas = smem + L.delta;
+    const attn_task task = attn_block_task(x, attn_n_tiles(s->n_kv, T.bk), s->batch * s->n_kv_heads, 0);
+    const int64_t b = task.row / s->n_kv_heads, g = task.row % s->n_kv_heads, group = s->n_heads / s->n_kv_heads;
+    const int64_t k0 = task.tile * T.bk, bk = attn_tile_len(s->n_kv, T.bk, task.tile);
+    const int64_t kv_first = attn_kv_index(s, b, k0, g, 0), kv_stride = s->n_kv_heads * D;
+
+    emu_tile_load(Ks, ld, k, kv_first, kv_stride, bk, T.bk, D);
+    emu_tile_load(Vs, ld, v, kv_first, kv_stride, bk, T.bk, D);
+    for (int64_t e = 0; e < T.bk * D; e++) dKs[e] = dVs[e] = 0.0f;
+    const int64_t n_qt = attn_n_tiles(s->n_q, T.bq), qt_begin = attn_q_tiles_begin(s, k0, T.bq);
+    for (int64_t h = g * group; h < (g + 1) * group; h++)
+        for (int64_t qt = qt_begin; qt < n_qt; qt++) {
+            const int64_t q0 = qt * T.bq, bq = attn_tile_len(s->n_q, T.bq, qt);
+            const attn_visibility vis = attn_tile_visibility(s, q0, bq, k0, bk);
+            if (vis == ATTN_TILE_MASKED) continue;
+            emu_tile_load(Qs, D, q, attn_q_index(s, b, q0, h, 0), s->n_heads * D, bq, T.bq, D);
+            emu_tile_load(dOs, D, d_o, attn_q_index(s, b, q0, h, 0), s->n_heads * D, bq, T.bq, D);
+            emu_row_stats(s, lse, delta, lses, deltas, b, h, q0, bq);
+            emu_backward_probs(s, Qs, dOs, Ks, Vs, lses, deltas, Ps, dSs, q0, bq, k0, bk, vis);
+            for (int64_t e = 0; e < bk * D; e++) {
+                const int64_t j = e / D, d = e % D;
+                float av = dVs[e], ak = dKs[e];
+                for (int64_t i = 0; i < bq; i++) {
+                    av += Ps[i * T.bk + j] * dOs[i * D + d];
+                    ak += dSs[i * T.bk + j] * Qs[i * D + d];
+                }
+                dVs[e] = av;
+                dKs[e] = ak;
+            }
+        }
+    emu_rows_store(dk, kv_first, kv_stride, dKs, s->scale, bk, D, accumulate);
+    emu_rows_store(dv, kv_first, kv_stride, dVs, 1.0f, bk, D, accumulate);
+}
+
+/* attn_dq_kernel, block x. */
+static void emu_dq_block(const usp_attention_shape *s, const float *q, const float *k, const float *v,
+                         const float *lse, const float *delta, const float *d_o, float *dq, int accumulate, int64_t x,
+                         float *smem)
+{
+    const int64_t D = s->head_dim, ld = attn_kv_ld(D);
+    const attn_tiles T = attn_tiles_for(D);
+    const attn_backward_smem L = attn_backward_smem_layout(D, 0);
+    float *Qs = smem + L.q, *dOs = smem + L.d_o, *Ks = smem + L.k, *Vs = smem + L.v, *dSs = smem + L.ds;
+    float *dQs = smem + L.acc_a, *lses = smem + L.lse, *deltas = smem + L.delta;
+    const attn_task task = attn_block_task(x, attn_n_tiles(s->n_q, T.bq), s->batch * s->n_heads, 1);
+    const int64_t b = task.row / s->n_heads, h = task.row % s->n_heads, g = attn_kv_head(s, h);
+    const int64_t q0 = task.tile * T.bq, bq = attn_tile_len(s->n_q, T.bq, task.tile);
+    const int64_t q_first = attn_q_index(s, b, q0, h, 0), q_stride = s->n_heads * D;
+
+    emu_tile_load(Qs, D, q, q_first, q_stride, bq, T.bq, D);
+    emu_tile_load(dOs, D, d_o, q_first, q_stride, bq, T.bq, D);
+    emu_row_stats(s, lse, delta, lses, deltas, b, h, q0, bq);
+    for (int64_t e = 0; e < T.bq * D; e++) dQs[e] = 0.0f;
+    const int64_t n_kt = attn_kv_tiles_end(s, q0, bq, T.bk);
+    for (int64_t kt = 0; kt < n_kt; kt++) {
+        const int64_t k0 = kt * T.bk, bk = attn_tile_len(s->n_kv, T.bk, kt);
+        const attn_visibility vis = attn_tile_visibility(s, q0, bq, k0, bk);
+        if (vis == ATTN_TILE_MASKED) continue;
+        emu_tile_load(Ks, ld, k, attn_kv_index(s, b, k0, g, 0), s->n_kv_heads * D, bk, T.bk, D);
+        emu_tile_load(Vs, ld, v, attn_kv_index(s, b, k0, g, 0), s->n_kv_heads * D, bk, T.bk, D);
+        emu_backward_probs(s, Qs, dOs, Ks, Vs, lses, deltas, NULL, dSs, q0, bq, k0, bk, vis);
+        for (int64_t e = 0; e < bq * D; e++) {
+            const int64_t i = e / D, d = e % D;
+            float acc = dQs[e];
+            for (int64_t j = 0; j < bk; j++) acc += dSs[i * T.bk + j] * Ks[j * ld + d];
+            dQs[e] = acc;
+        }
+    }
+    emu_rows_store(dq, q_first, q_stride, dQs, s->scale, bq, D, accumulate);
+}
+
+/* cuda_attention_backward: attn_delta_kernel into the workspace, then dK/dV, then dQ. */
+static void emu_backward(const usp_attention_shape *s, const float *q, const float *k, const float *v, const float *o,
+                         const float *lse, const float *d_o, float *dq, float *dk, float *dv, int accumulate)
+{
+    const int64_t D = s->head_dim, rows = s->batch * s->n_q * s->n_heads;
+    float *delta = floats(attn_workspace_bytes(s) / sizeof(float), NAN);
+    float *prod = floats((size_t)D, 0.0f);
+    for (int64_t r = 0; r < rows; r++) { /* attn_delta_kernel: rows in q's layout order */
+        for (int64_t d = 0; d < D; d++) prod[d] = d_o[r * D + d] * o[r * D + d];
+        delta[attn_row_index(s, r / (s->n_q * s->n_heads), r % s->n_heads, (r / s->n_heads) % s->n_q)] =
+            emu_warp_sum(prod, D, 1);
+    }
+    /* Each kernel's shared memory exactly as sized (ASan builds see any access past it). */
+    float *smem = floats((size_t)attn_backward_smem_layout(D, 1).floats, NAN);
+    for (int64_t x = 0; x < attn_kv_grid(s); x++)
+        emu_dkdv_block(s, q, k, v, lse, delta, d_o, dk, dv, accumulate, x, smem);
+    free(smem);
+    smem = floats((size_t)attn_backward_smem_layout(D, 0).floats, NAN);
+    for (int64_t x = 0; x < attn_q_grid(s); x++) emu_dq_block(s, q, k, v, lse, delta, d_o, dq, accumulate, x, smem);
+    free(smem);
+    free(prod);
+    free(delta);
+}
+
+/* attn_merge_kernel over one batch row: o [n, H, D], lse [H, n]. */
+static void emu_merge(float *o, float *lse, const float *o_part, const float *lse_part, int64_t n, int64_t heads,
+                      int64_t D)
+{
+    for (int64_t r = 0; r < n * heads; r++) {
+        const int64_t i = r / heads, h = r % heads;
+        const attn_merge_weights w = attn_merge_weigh(lse[h * n + i], lse_part[h * n + i]);
+        if (w.skip) continue;
+        for (int64_t d = 0; d < D; d++) o[r * D + d] = (w.wa * o[r * D + d] + w.wb * o_part[r * D + d]) / w.sum;
+        lse[h * n + i] = w.lse;
+    }
+}
+
+/* ------------------------------------------------------------------------- */
+/* Emulation against the cpu backend                                          */
+
+/* Tolerances, relative to max(1, |cpu value|): the two differ in tile sizes,
+ * summation order and exp (base-2 polynomial on the cpu, expf here), each within
+ * a few fp32 ulps per step; measured worst cases over these tests: 3e-7 for o
+ * and lse, 1.6e-6 for the gradients (dv of a ring block). */
+#define TOL_FORWARD 1e-5
+#define TOL_BACKWARD 2e-5
+
+/* max_i |a_i - b_i| / max(1, |b_i|); infinities must match, NaN (never written) is an infinite error. */
+static double max_rel_err(const float *a, const float *b, size_t n)
+{
+    double e = 0.0;
+    for (size_t i = 0; i < n; i++) {
+        if (isinf(a[i]) || isinf(b[i])) {
+            if (a[i] != b[i]) return INFINITY;
+            continue;
+        }
+        const double d = fabs((double)a[i] - (double)b[i]) / fmax(1.0, fabs((double)b[i]));
+        if (!(d <= e)) e = d;
+    }
+    return isnan(e) ? INFINITY : e;
+}
+
+/* One problem: random inputs, the cpu backend's results, the emulation's. */
+typedef struct problem {
+    usp_attention_shape s;
+    size_t nq, nkv, nl; /* elements of q-like, kv-like and lse arrays */
+    float *q, *k, *v, *d_o;
+    float *o, *lse, *dq, *dk, *dv;      /* cpu backend */
+    float *eo, *e_lse, *edq, *edk, *edv; /* emulation (NaN until written) */
+} problem;
+
+static cpu_attention_shape cpu_shape(const usp_attention_shape *s)
+{
+    cpu_attention_shape c = {.batch = s->batch, .n_q = s->n_q, .n_kv = s->n_kv, .n_heads = s->n_heads,
+                             .n_kv_heads = s->n_kv_heads, .head_dim = s->head_dim, .q_offset = s->q_offset,
+                             .kv_offset = s->kv_offset, .causal = s->causal, .scale = s->scale};
+    return c;
+}
+
+static void cpu_forward(const usp_attention_shape *s, const float *q, const float *k, const float *v, float *o,
+                        float *lse)
+{
+    const cpu_attention_shape c = cpu_shape(s);
+    void *ws = malloc(cpu_attention_workspace_bytes(&c));
+    cpu_flash_attention_forward(&c, q, k, v, o, lse, ws);
+    free(ws);
+}
+
+static void cpu_backward(const usp_attention_shape *s, const float *q, const float *k, const float *v,
+                         const float *o, const float *lse, const float *d_o, float *dq, float *dk, float *dv)
+{
+    const cpu_attention_shape c = cpu_shape(s);
+    void *ws = malloc(cpu_attention_workspace_bytes(&c));
+    cpu_flash_attention_backward(&c, q, k, v, o, lse, d_o, dq, dk, dv, 0, ws);
+    free(ws);
+}
+
+/* Runs both; the emulated backward starts from the cpu's o and lse, so that each
+ * pass is compared on the same inputs. */
+static void problem_run(problem *p, usp_attention_shape s, uint64_t seed)
+{
+    p->s = s;
+    p->nq = (size_t)(s.batch * s.n_q * s.n_heads * s.head_dim);
+    p->nkv = (size_t)(s.batch * s.n_kv * s.n_kv_heads * s.head_dim);
+    p->nl = (size_t)(s.batch * s.n_heads * s.n_q);
+    rng_state = seed;
+    p->q = floats(p->nq, NAN), p->k = floats(p->nkv, NAN), p->v = floats(p->nkv, NAN), p->d_o = floats(p->nq, NAN);
+    p->o = floats(p->nq, 0), p->lse = floats(p->nl, 0), p->dq = floats(p->nq, 0);
+    p->dk = floats(p->nkv, 0), p->dv = floats(p->nkv, 0);
+    p->eo = floats(p->nq, NAN), p->e_lse = floats(p->nl, NAN), p->edq = floats(p->nq, NAN);
+    p->edk = floats(p->nkv, NAN), p->edv = floats(p->nkv, NAN);
+    cpu_forward(&s, p->q, p->k, p->v, p->o, p->lse);
+    cpu_backward(&s, p->q, p->k, p->v, p->o, p->lse, p->d_o, p->dq, p->dk, p->dv);
+    emu_forward(&s, p->q, p->k, p->v, p->eo, p->e_lse);
+    emu_backward(&s, p->q, p->k, p->v, p->o, p->lse, p->d_o, p->edq, p->edk, p->edv, 0);
+}
+
+static void problem_free(problem *p)
+{
+    float *f[] = {p->q, p->k, p->v, p->d_o, p->o, p->lse, p->dq, p->dk, p->dv, p->eo, p->e_lse, p->edq, p->edk, p->edv};
+    for (size_t i = 0; i < sizeof f / sizeof f[0]; i++) free(f[i]);
+}
+
+static void problem_check(const problem *p, const char *name)
+{
+    const usp_attention_shape *s = &p->s;
+    const double e[5] = {max_rel_err(p->eo, p->o, p->nq), max_rel_err(p->e_lse, p->lse, p->nl),
+                         max_rel_err(p->edq, p->dq, p->nq), max_rel_err(p->edk, p->dk, p->nkv),
+                         max_rel_err(p->edv, p->dv, p->nkv)};
+    const char *what[5] = {"o", "lse", "dq", "dk", "dv"};
+    for (int c = 0; c < 5; c++) {
+        const double tol = c < 2 ? TOL_FORWARD : TOL_BACKWARD;
+        ck_assert_msg(e[c] <= tol,
+                      "%s (B=%lld Nq=%lld Nkv=%lld H=%lld Hkv=%lld D=%lld causal=%d q_off=%lld kv_off=%lld): "
+                      "%s differs from the cpu backend by %g > %g",
+                      name, (long long)s->batch, (long long)s->n_q, (long long)s->n_kv, (long long)s->n_heads,
+                      (long long)s->n_kv_heads, (long long)s->head_dim, s->causal, (long long)s->q_offset,
+                      (long long)s->kv_offset, what[c], e[c], tol);
+    }
+}
+
+typedef struct named_shape {
+    const char *name;
+    usp_attention_shape s;
+} named_shape;
+
+/* Lengths off the tile grid (64 for D <= 64, 32 above), each fast path and the generic kernel. */
+START_TEST(emulated_kernels_match_cpu_backend)
+{
+    const named_shape cases[] = {
+        {"full D=64", make_shape(1, 100, 130, 2, 2, 64, 0, 0, 0)},
+        {"causal D=128 GQA", make_shape(1, 70, 70, 4, 2, 128, 1, 0, 0)},
+        {"causal D=64 two batches", make_shape(2, 129, 129, 3, 1, 64, 1, 0, 0)},
+        {"generic D=48, ring block after the keys", make_shape(1, 40, 64, 2, 1, 48, 1, 96, 32)},
+        {"generic D=80, first rows see no key", make_shape(1, 50, 40, 2, 2, 80, 1, 0, 20)},
+        {"fully masked block", make_shape(1, 30, 30, 2, 1, 64, 1, 0, 100)},
+        {"D=256 causal GQA", make_shape(1, 33, 40, 2, 1, 256, 1, 7, 0)},
+        {"D=16 GQA 3", make_shape(2, 20, 45, 6, 2, 16, 1, 30, 0)},
+        {"no keys", make_shape(1, 10, 0, 2, 1, 64, 0, 0, 0)},
+        {"no queries", make_shape(1, 0, 10, 2, 1, 64, 1, 0, 0)},
+    };
+    problem p;
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        problem_run(&p, cases[c].s, 100 + c);
+        problem_check(&p, cases[c].name);
+        problem_free(&p);
+    }
+}
+END_TEST
+
+START_TEST(emulated_kernels_match_cpu_backend_on_random_shapes)
+{
+    problem p;
+    rng_state = 7;
+    for (int trial = 0; trial < 40; trial++) {
+        const usp_attention_shape s = random_shape(90);
+        const uint64_t seed = rng_next();
+        char name[32];
+        snprintf(name, sizeof name, "random shape %d", trial);
+        problem_run(&p, s, seed);
+        problem_check(&p, name);
+        problem_free(&p);
+        rng_state = seed; /* the next shape does not depend on how much data this one drew */
+    }
+}
+END_TEST
+
+/* A full key sequence cut in blocks, as ring attention hands them to a query
+ * block: forward blocks merged with the merge kernel's step equal one call, and
+ * backward blocks with the global o and lse (dq accumulated) equal one call. */
+START_TEST(ring_blocks_merge_and_accumulate_to_one_call)
+{
+    const int64_t H = 4, Hkv = 2, D = 64, N = 150, cuts[] = {0, 50, 100, 150};
+    const int64_t q_offsets[] = {0, 60, 100}, n_qs[] = {50, 90, 50}; /* q block sees: 1, 2 and 3 blocks */
+    for (int c = 0; c < 3; c++) {
+        const usp_attention_shape whole = make_shape(1, n_qs[c], N, H, Hkv, D, 1, q_offsets[c], 0);
+        problem p;
+        problem_run(&p, whole, 900 + (uint64_t)c); /* the cpu's one call, with its o and lse */
+        float *o = floats(p.nq, 0), *lse = floats(p.nl, -INFINITY), *dq = floats(p.nq, 0);
+        float *o_part = floats(p.nq, NAN), *lse_part = floats(p.nl, NAN);
+        memset(p.edk, 0, p.nkv * sizeof(float)); /* each block's gradients are added to zeros */
+        memset(p.edv, 0, p.nkv * sizeof(float));
+        for (int blk = 0; blk < 3; blk++) {
+            usp_attention_shape s = whole;
+            s.kv_offset = cuts[blk];
+            s.n_kv = cuts[blk + 1] - cuts[blk];
+            const size_t kv0 = (size_t)(cuts[blk] * Hkv * D);
+            emu_forward(&s, p.q, p.k + kv0, p.v + kv0, o_part, lse_part);
+            emu_merge(o, lse, o_part, lse_part, s.n_q, H, D);
+            emu_backward(&s, p.q, p.k + kv0, p.v + kv0, p.o, p.lse, p.d_o, dq, p.edk + kv0, p.edv + kv0, 1);
+        }
+        const double e[5] = {max_rel_err(o, p.o, p.nq), max_rel_err(lse, p.lse, p.nl), max_rel_err(dq, p.dq, p.nq),
+                             max_rel_err(p.edk, p.dk, p.nkv), max_rel_err(p.edv, p.dv, p.nkv)};
+        ck_assert_msg(e[0] <= TOL_FORWARD && e[1] <= TOL_FORWARD, "case %d: merged o, lse differ by %g, %g", c, e[0],
+                      e[1]);
+        ck_assert_msg(e[2] <= TOL_BACKWARD && e[3] <= TOL_BACKWARD && e[4] <= TOL_BACKWARD,
+                      "case %d: block-wise dq, dk, dv differ by %g, %g, %g", c, e[2], e[3], e[4]);
+        free(o), free(lse), free(dq), free(o_part), free(lse_part);
+        problem_free(&p);
+    }
+}
+END_TEST
+
+/* accumulate = 1 adds the very values accumulate = 0 writes: old + new, bit for bit. */
+START_TEST(accumulate_adds_what_overwrite_writes)
+{
+    problem p;
+    problem_run(&p, make_shape(1, 45, 70, 4, 2, 32, 1, 30, 0), 77);
+    float *g[3] = {floats(p.nq, NAN), floats(p.nkv, NAN), floats(p.nkv, NAN)};
+    const float *fresh[3] = {p.edq, p.edk, p.edv};
+    const size_t n[3] = {p.nq, p.nkv, p.nkv};
+    float *old[3];
+    for (int t = 0; t < 3; t++) {
+        old[t] = floats(n[t], 0);
+        memcpy(old[t], g[t], n[t] * sizeof(float));
+    }
+    emu_backward(&p.s, p.q, p.k, p.v, p.o, p.lse, p.d_o, g[0], g[1], g[2], 1);
+    for (int t = 0; t < 3; t++) {
+        size_t differ = 0;
+        for (size_t i = 0; i < n[t]; i++) differ += g[t][i] != old[t][i] + fresh[t][i];
+        ck_assert_msg(differ == 0, "gradient %d: %zu of %zu elements are not old + new", t, differ, n[t]);
+        free(g[t]), free(old[t]);
+    }
+    problem_free(&p);
+}
+END_TEST
+
+/* A row that sees no key: o = 0, lse = -inf, and no gradient flows through it. */
+START_TEST(rows_that_see_no_key_give_zero_and_minus_inf)
+{
+    problem p;
+    problem_run(&p, make_shape(1, 40, 40, 2, 1, 64, 1, 0, 25), 5); /* rows 0..24 see nothing */
+    for (int64_t h = 0; h < 2; h++)
+        for (int64_t i = 0; i < 40; i++) {
+            const float l = p.e_lse[attn_row_index(&p.s, 0, h, i)];
+            ck_assert(i < 25 ? (isinf(l) && l < 0) : isfinite(l));
+            for (int64_t d = 0; d < 64 && i < 25; d++) {
+                ck_assert(p.eo[attn_q_index(&p.s, 0, i, h, d)] == 0.0f);
+                ck_assert(p.edq[attn_q_index(&p.s, 0, i, h, d)] == 0.0f);
+            }
+        }
+    problem_free(&p);
+}
+END_TEST
+
+static Suite *cuda_tiles_suite(void)
+{
+    Suite *s = suite_create("cuda_tiles");
+    TCase *tiles = tcase_create("tiles");
+    tcase_add_test(tiles, visibility_helpers_match_every_pair);
+    tcase_add_test(tiles, tiles_cover_every_length_once);
+    tcase_add_test(tiles, heads_and_offsets_follow_the_layouts);
+    tcase_add_test(tiles, block_order_is_a_bijection_heavy_tiles_first);
+    tcase_add_test(tiles, shared_memory_fits_every_head_dim);
+    tcase_add_test(tiles, shape_check_names_what_is_wrong);
+    tcase_add_test(tiles, softmax_steps_keep_empty_rows_finite);
+    suite_add_tcase(s, tiles);
+    TCase *emu = tcase_create("emulation");
+    tcase_set_timeout(emu, 300);
+    tcase_add_test(emu, emulated_kernels_match_cpu_backend);
+    tcase_add_test(emu, emulated_kernels_match_cpu_backend_on_random_shapes);
+    tcase_add_test(emu, ring_blocks_merge_and_accumulate_to_one_call);
+    tcase_add_test(emu, accumulate_adds_what_overwrite_writes);
+    tcase_add_test(emu, rows_that_see_no_key_give_zero_and_minus_inf);
+    suite_add_tcase(s, emu);
+    return s;
+}
+
+int main(void)
+{
+    return check_main_run(cuda_tiles_suite());
+}
