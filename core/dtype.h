@@ -5,6 +5,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#ifdef __cplusplus /* the CUDA kernels are C++ */
+extern "C" {
+#endif
+
 typedef enum usp_dtype {
     USP_F32 = 0,
     USP_F64,
@@ -30,5 +34,9 @@ float usp_bf16_to_f32(uint16_t b);
 
 /* The bfloat16 nearest to x (ties to even; NaN stays NaN). */
 uint16_t usp_f32_to_bf16(float x);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

@@ -46,6 +46,10 @@
 #include "core/dtype.h"
 #include "core/status.h"
 
+#ifdef __cplusplus /* the CUDA kernels are C++ */
+extern "C" {
+#endif
+
 typedef struct usp_backend usp_backend_t;
 typedef struct usp_stream usp_stream_t; /* a backend queue; NULL is the default one */
 
@@ -319,5 +323,9 @@ usp_status usp_add_bias(usp_backend_t *be, float *x, const float *bias, int64_t 
 /* dbias [C] += column sums of dout [n, C]. */
 usp_status usp_bias_backward(usp_backend_t *be, float *dbias, const float *dout, int64_t n, int64_t C,
                              usp_stream_t *stream);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

@@ -13,6 +13,10 @@
 
 #include <stddef.h>
 
+#ifdef __cplusplus /* the CUDA kernels are C++ */
+extern "C" {
+#endif
+
 typedef enum usp_status {
     USP_OK = 0,
     USP_ERR_RUNTIME = 1,     /* I/O, out of memory, a failed check of data */
@@ -75,7 +79,7 @@ const char *usp_status_name(usp_status status);
             usp_assert_fail(__FILE__, __LINE__, #cond, __VA_ARGS__);   \
     } while (0)
 
-#ifdef __cplusplus /* the CUDA kernels' C++ includes this header too */
+#ifdef __cplusplus
 #define USP_NORETURN [[noreturn]]
 #else
 #define USP_NORETURN _Noreturn
@@ -87,5 +91,9 @@ USP_NORETURN void usp_assert_fail(const char *file, int line, const char *cond,
 /* malloc/calloc that return USP_ERR_RUNTIME with a message naming `what`. */
 usp_status usp_malloc(void **out, size_t bytes, const char *what);
 usp_status usp_calloc(void **out, size_t n, size_t size, const char *what);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

@@ -27,11 +27,11 @@
 #include <cuda_runtime.h>
 #include <stdint.h>
 
+#include "core/ops.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
-
-#include "core/ops.h"
 
 /* A device array of fp32 (USP_F32) or bf16 (USP_BF16) elements; data may be NULL where a slot allows it. */
 typedef struct cuda_array {
