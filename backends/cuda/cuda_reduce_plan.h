@@ -10,7 +10,7 @@
  * Sums over all elements (sum_squares): a fixed grid of CUDA_SUMSQ_BLOCKS blocks
  * of CUDA_SUMSQ_THREADS threads; thread g of the grid sums elements g, g + G,
  * g + 2G, ... (G = blocks * threads) in that order, each block adds its threads
- * by a fixed tree (cuda_tree_sum's), and one thread adds the block partials in
+ * by a fixed tree (cuda_block_reduce, cuda_reduce.cuh), and one thread adds the block partials in
  * block order. */
 #ifndef USP_CUDA_REDUCE_PLAN_H
 #define USP_CUDA_REDUCE_PLAN_H
