@@ -76,7 +76,7 @@ usp_status cuda_add_bias(cuda_array x, cuda_array bias, int64_t n, int64_t C, cu
 
 /* The column-sum term of the bias gradient: dout itself, widened to double as the cpu backend does. */
 struct bias_grad_term {
-    static const int count = 1;
+    static constexpr int count = 1;
     cuda_array dout;
     int64_t C;
     __device__ void operator()(int64_t i, int64_t c, double *acc) const { acc[0] += (double)cuda_load(dout, i * C + c); }

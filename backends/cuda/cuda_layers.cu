@@ -194,7 +194,7 @@ static __global__ void layernorm_backward_kernel(cuda_array dinp, cuda_array dou
 /* The column-sum terms of a norm's parameter gradients at (i, c), with xh = (x - mean) * rstd
  * (mean NULL: rmsnorm's xh = x * rstd): dweight's dy * xh, and with Terms = 2 dbias's dy. */
 template <int Terms> struct norm_grad_term {
-    static const int count = Terms;
+    static constexpr int count = Terms;
     cuda_array dout, inp;
     const float *mean, *rstd;
     int64_t C;

@@ -41,7 +41,7 @@ template <typename T, typename Op> static __device__ T cuda_block_reduce(T v, Op
 
 /* Pass 1 of a column sum: for chunk k = blockIdx.y and every column c,
  *   partial[(k * Term::count + t) * C + c] = sum over the chunk's rows i, in order, of term t at (i, c).
- * Term: `static const int count` and `__device__ void operator()(int64_t i, int64_t c, double *acc)`
+ * Term: `static constexpr int count` and `__device__ void operator()(int64_t i, int64_t c, double *acc)`
  * adding its count values at (i, c) into acc. A warp reads consecutive columns of a row. */
 template <class Term>
 static __global__ void cuda_column_partials_kernel(double *partial, Term term, int64_t C, cuda_reduce_plan plan)

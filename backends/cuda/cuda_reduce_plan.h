@@ -48,7 +48,9 @@ CUDA_PLAN_FN cuda_reduce_plan cuda_reduce_plan_for(int64_t rows)
     cuda_reduce_plan p = {rows, 0, 0};
     if (rows <= 0)
         return p;
-    int64_t chunks = (rows + CUDA_REDUCE_ROWS_MIN - 1) / CUDA_REDUCE_ROWS_MIN;
+    int64_t chunks = rows / CUDA_REDUCE_ROWS_MIN; /* so that chunk_rows >= CUDA_REDUCE_ROWS_MIN when chunks > 1 */
+    if (chunks < 1)
+        chunks = 1;
     if (chunks > CUDA_REDUCE_CHUNKS_MAX)
         chunks = CUDA_REDUCE_CHUNKS_MAX;
     p.chunk_rows = (rows + chunks - 1) / chunks;
