@@ -4,6 +4,7 @@
  * grid); the bias gradient is a column sum in the fixed order of
  * cuda_reduce_plan.h. Arithmetic in fp32 whatever the storage. */
 #include "backends/cuda/cuda_grid.cuh"
+#include "backends/cuda/cuda_index.h"
 #include "backends/cuda/cuda_reduce.cuh"
 
 #define ELEM_THREADS 256
@@ -22,14 +23,13 @@ usp_status cuda_convert(cuda_array dst, cuda_array src, int64_t n, cudaStream_t 
     return cuda_launched("convert_kernel");
 }
 
-/* Element e of the rows x row_elems block is (r, i) = (e / row_elems, e % row_elems). */
+/* Element e of the rows x row_elems block, at its offsets in dst and src. */
 static __global__ void accumulate_2d_kernel(cuda_array dst, int64_t dst_stride, cuda_array src, int64_t src_stride,
                                             int64_t row_elems, int64_t total)
 {
     for (int64_t e = cuda_first_index(); e < total; e += cuda_grid_stride()) {
-        const int64_t r = e / row_elems, i = e % row_elems;
-        const int64_t d = r * dst_stride + i;
-        cuda_store(dst, d, cuda_load(dst, d) + cuda_load(src, r * src_stride + i));
+        const int64_t d = cuda_strided_offset(e, row_elems, dst_stride);
+        cuda_store(dst, d, cuda_load(dst, d) + cuda_load(src, cuda_strided_offset(e, row_elems, src_stride)));
     }
 }
 

@@ -14,6 +14,7 @@
 #include <cub/device/device_radix_sort.cuh>
 
 #include "backends/cuda/cuda_grid.cuh"
+#include "backends/cuda/cuda_index.h"
 #include "backends/cuda/cuda_reduce.cuh"
 
 #define ELEM_THREADS 256
@@ -72,24 +73,19 @@ static __global__ void scatter_runs_kernel(cuda_array table, cuda_array dout, co
     }
 }
 
-/* Bytes rounded up to the next multiple of 256, the alignment of each piece of the scratch. */
-static size_t align256(size_t bytes) { return (bytes + 255) / 256 * 256; }
-
-/* table[ids[i]] += dout[i] for i < n, by sorting ids (scratch carved from one pool allocation of
- * `scratch`: rows_in, rows_out [n] int64, ids_out [n] int32, then the sort's temporary storage). */
+/* table[ids[i]] += dout[i] for i < n, by sorting ids; the scratch is carved as cuda_sort_scratch_for says. */
 static usp_status scatter_add_rows(cuda_array table, cuda_array dout, const int32_t *ids, int64_t n, int64_t C,
                                    char *scratch, size_t sort_bytes, cudaStream_t stream)
 {
-    int64_t *rows_in = (int64_t *)scratch;
-    int64_t *rows_out = (int64_t *)(scratch + align256((size_t)n * sizeof(int64_t)));
-    int32_t *ids_out = (int32_t *)((char *)rows_out + align256((size_t)n * sizeof(int64_t)));
-    void *sort_temp = (char *)ids_out + align256((size_t)n * sizeof(int32_t));
+    const cuda_sort_scratch at = cuda_sort_scratch_for(n, sort_bytes);
+    int64_t *rows_in = (int64_t *)(scratch + at.rows_in), *rows_out = (int64_t *)(scratch + at.rows_out);
+    int32_t *ids_out = (int32_t *)(scratch + at.ids_out);
     iota_kernel<<<cuda_blocks_for(n, ELEM_THREADS), ELEM_THREADS, 0, stream>>>(rows_in, n);
     usp_status st = cuda_launched("embedding_backward: iota_kernel");
     if (st != USP_OK)
         return st;
-    cudaError_t e = cub::DeviceRadixSort::SortPairs(sort_temp, sort_bytes, ids, ids_out, rows_in, rows_out, n, 0,
-                                                    32, stream);
+    cudaError_t e = cub::DeviceRadixSort::SortPairs(scratch + at.sort_temp, sort_bytes, ids, ids_out, rows_in,
+                                                    rows_out, n, 0, 32, stream);
     if (e != cudaSuccess)
         return usp_error(USP_ERR_RUNTIME, "cuda backend: embedding_backward: sorting the ids failed: %s",
                          cudaGetErrorString(e));
@@ -108,8 +104,7 @@ usp_status cuda_embedding_backward(cuda_array dwte, cuda_array dwpe, cuda_array 
     if (e != cudaSuccess)
         return usp_error(USP_ERR_RUNTIME, "cuda backend: embedding_backward: sizing the id sort failed: %s",
                          cudaGetErrorString(e));
-    const size_t bytes = 2 * align256((size_t)n * sizeof(int64_t)) + align256((size_t)n * sizeof(int32_t)) +
-                         align256(sort_bytes);
+    const size_t bytes = cuda_sort_scratch_for(n, sort_bytes).bytes;
     char *scratch = NULL;
     e = cudaMallocAsync((void **)&scratch, bytes, stream);
     if (e != cudaSuccess)
@@ -374,12 +369,11 @@ static __global__ void rope_kernel(cuda_array x, const int32_t *positions, int64
 {
     const int64_t half = D / 2, total = n * half;
     for (int64_t e = cuda_first_index(); e < total; e += cuda_grid_stride()) {
-        const int64_t i = e / half, j = e % half;
         double s, c;
-        sincos((double)positions[i] * inv_freq[j], &s, &c);
+        sincos((double)positions[cuda_rope_row(e, D)] * inv_freq[cuda_rope_freq(e, D)], &s, &c);
         const float cs = (float)c, sn = (float)(sign * s);
         for (int64_t h = 0; h < H; h++) {
-            const int64_t a = (i * H + h) * D + j, b = a + half;
+            const int64_t a = cuda_rope_first(e, h, H, D), b = a + half;
             const float xa = cuda_load(x, a), xb = cuda_load(x, b);
             cuda_store(x, a, xa * cs - xb * sn);
             cuda_store(x, b, xb * cs + xa * sn);
