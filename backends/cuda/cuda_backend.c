@@ -209,8 +209,15 @@ static usp_status cuda_attention_backward_slot(void *ctx, const usp_attention_sh
                                                void *workspace, usp_stream_t *stream)
 {
     cuda_ctx *c = ctx;
-    return cuda_attention_backward(s, ARR(q), ARR(k), ARR(v), ARR(o), lse, ARR(d_o), ARR(dq), ARR(dk), ARR(dv),
-                                   accumulate, workspace, STREAM(stream));
+    USP_CHECK(cuda_attention_backward(s, ARR(q), ARR(k), ARR(v), ARR(o), lse, ARR(d_o), ARR(dq), ARR(dk), ARR(dv),
+                                      accumulate, workspace, STREAM(stream)));
+    /* The wrapper frees the workspace (delta) as soon as this returns, in the default stream's
+     * order: on another stream the kernels may not have read it yet, so the default stream waits
+     * for them first (the join the free's contract asks for). */
+    if (!workspace || STREAM(stream) == c->stream)
+        return USP_OK;
+    USP_CHECK(cuda_check(cudaEventRecord(c->joined, STREAM(stream)), "cudaEventRecord (attention workspace)"));
+    return cuda_check(cudaStreamWaitEvent(c->stream, c->joined, 0), "cudaStreamWaitEvent (attention workspace)");
 }
 
 static usp_status cuda_attention_merge_slot(void *ctx, float *o, float *lse, const float *o_part,
@@ -446,6 +453,8 @@ static void cuda_destroy(void *ctx)
         cudaFree(c->sum_device);
     if (c->sum_host)
         cudaFreeHost(c->sum_host);
+    if (c->joined)
+        cudaEventDestroy(c->joined);
     if (c->blas)
         cublasDestroy(c->blas);
     if (c->stream)
@@ -505,6 +514,7 @@ static usp_status setup(cuda_ctx *c)
 {
     USP_CHECK(cuda_check(cudaSetDevice(c->device), "cudaSetDevice"));
     USP_CHECK(cuda_check(cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking), "cudaStreamCreateWithFlags"));
+    USP_CHECK(cuda_check(cudaEventCreateWithFlags(&c->joined, cudaEventDisableTiming), "cudaEventCreateWithFlags"));
     USP_CHECK(cuda_check(cudaDeviceGetDefaultMemPool(&c->pool, c->device), "cudaDeviceGetDefaultMemPool"));
     uint64_t keep = UINT64_MAX;
     USP_CHECK(cuda_check(cudaMemPoolSetAttribute(c->pool, cudaMemPoolAttrReleaseThreshold, &keep),
