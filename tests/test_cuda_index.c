@@ -3,7 +3,8 @@
  * offsets of accumulate_2d walk the rows in order; rope's pairs cover every
  * element of x [n, H, D] once, paired as rotate_half pairs them, and a rotation
  * written with them matches the cpu backend's rope in both directions; the
- * embedding gradient's scratch pieces are aligned and disjoint. */
+ * embedding gradient's scratch pieces are aligned and disjoint; a GEMM with k = 0 scales C
+ * (matrix offsets) and leaves the padding of its rows. */
 #include <check.h>
 #include <math.h>
 #include <stdlib.h>
@@ -21,6 +22,48 @@ START_TEST(strided_offsets_walk_rows_in_order)
         for (int64_t r = 0; r < rows; r++)
             for (int64_t i = 0; i < row_elems; i++, e++)
                 ck_assert_int_eq(cuda_strided_offset(e, row_elems, stride), r * stride + i);
+    }
+}
+END_TEST
+
+START_TEST(matrix_offsets_walk_a_batch_in_order)
+{
+    const int64_t shapes[][5] = {{1, 1, 1, 1, 1}, {2, 3, 4, 5, 20}, {3, 5, 7, 9, 50}, {2, 4, 1, 3, 0}}; /* batch m n ld stride */
+    for (size_t s = 0; s < sizeof shapes / sizeof *shapes; s++) {
+        const int64_t batch = shapes[s][0], m = shapes[s][1], n = shapes[s][2], ld = shapes[s][3];
+        const int64_t stride = shapes[s][4];
+        int64_t e = 0;
+        for (int64_t b = 0; b < batch; b++)
+            for (int64_t i = 0; i < m; i++)
+                for (int64_t j = 0; j < n; j++, e++)
+                    ck_assert_int_eq(cuda_matrix_offset(e, m, n, ld, stride), b * stride + i * ld + j);
+    }
+    /* 64-bit: a [2^20, 2^12] C of a batch of 4 passes 2^31 */
+    const int64_t m = (int64_t)1 << 20, n = (int64_t)1 << 12;
+    ck_assert_int_eq(cuda_matrix_offset(4 * m * n - 1, m, n, n + 8, m * (n + 8)), 4 * m * (n + 8) - 9);
+}
+END_TEST
+
+/* scale_matrices_kernel's body (backends/cuda/cuda_elementwise.cu, the GEMM with k = 0) on the
+ * CPU: C = beta C in the matrices, 0 when beta is 0 (even over a NaN), the row padding untouched. */
+START_TEST(gemm_k0_scales_c_and_leaves_padding)
+{
+    enum { BATCH = 2, M = 3, N = 4, LD = 6, STRIDE = M * LD };
+    const float betas[] = {2.0f, 0.0f};
+    for (int k = 0; k < 2; k++) {
+        float c[BATCH * STRIDE];
+        for (int e = 0; e < BATCH * STRIDE; e++)
+            c[e] = e == 7 ? NAN : (float)e;
+        for (int64_t e = 0; e < BATCH * M * N; e++) {
+            const int64_t at = cuda_matrix_offset(e, M, N, LD, STRIDE);
+            c[at] = betas[k] == 0.0f ? 0.0f : betas[k] * c[at];
+        }
+        for (int e = 0; e < BATCH * STRIDE; e++) {
+            const int inside = e % LD < N;
+            const float was = e == 7 ? NAN : (float)e, want = !inside ? was : betas[k] == 0.0f ? 0.0f : betas[k] * was;
+            ck_assert_msg(isnan(want) ? isnan(c[e]) : c[e] == want, "beta %g element %d: %g vs %g", (double)betas[k],
+                          e, (double)c[e], (double)want);
+        }
     }
 }
 END_TEST
@@ -109,6 +152,8 @@ int main(void)
     Suite *s = suite_create("cuda_index");
     TCase *t = tcase_create("cuda_index");
     tcase_add_test(t, strided_offsets_walk_rows_in_order);
+    tcase_add_test(t, matrix_offsets_walk_a_batch_in_order);
+    tcase_add_test(t, gemm_k0_scales_c_and_leaves_padding);
     tcase_add_test(t, rope_pairs_cover_every_element_once);
     tcase_add_test(t, rope_with_these_indices_is_the_cpu_rope);
     tcase_add_test(t, sort_scratch_pieces_are_aligned_and_disjoint);

@@ -89,16 +89,16 @@ static usp_status cuda_copy(void *ctx, void *dst, const void *src, size_t bytes,
     USP_CHECK(cuda_check(cudaMemcpyAsync(dst, src, bytes, kinds[kind], STREAM(stream)), "cudaMemcpyAsync"));
     if (kind != USP_COPY_HOST_TO_DEVICE)
         return USP_OK;
-    /* A pageable source is staged before cudaMemcpyAsync returns; a pinned one is
-     * read by the DMA later, so wait for it: the contract says a host source is
+    /* A pageable source is staged before cudaMemcpyAsync returns; a pinned (or managed)
+     * one is read by the DMA later, so wait for it: the contract says a host source is
      * read before the slot returns. */
     struct cudaPointerAttributes a;
     if (cudaPointerGetAttributes(&a, src) != cudaSuccess) {
         cudaGetLastError();
         return USP_OK;
     }
-    return a.type == cudaMemoryTypeHost ? cuda_check(cudaStreamSynchronize(STREAM(stream)), "cudaStreamSynchronize")
-                                        : USP_OK;
+    const int read_later = a.type == cudaMemoryTypeHost || a.type == cudaMemoryTypeManaged;
+    return read_later ? cuda_check(cudaStreamSynchronize(STREAM(stream)), "cudaStreamSynchronize") : USP_OK;
 }
 
 static usp_status cuda_zero(void *ctx, void *ptr, size_t bytes, usp_stream_t *stream)
@@ -209,8 +209,15 @@ static usp_status cuda_attention_backward_slot(void *ctx, const usp_attention_sh
                                                void *workspace, usp_stream_t *stream)
 {
     cuda_ctx *c = ctx;
-    return cuda_attention_backward(s, ARR(q), ARR(k), ARR(v), ARR(o), lse, ARR(d_o), ARR(dq), ARR(dk), ARR(dv),
-                                   accumulate, workspace, STREAM(stream));
+    USP_CHECK(cuda_attention_backward(s, ARR(q), ARR(k), ARR(v), ARR(o), lse, ARR(d_o), ARR(dq), ARR(dk), ARR(dv),
+                                      accumulate, workspace, STREAM(stream)));
+    /* The wrapper frees the workspace (delta) as soon as this returns, in the default stream's
+     * order: on another stream the kernels may not have read it yet, so the default stream waits
+     * for them first (the join the free's contract asks for). */
+    if (!workspace || STREAM(stream) == c->stream)
+        return USP_OK;
+    USP_CHECK(cuda_check(cudaEventRecord(c->joined, STREAM(stream)), "cudaEventRecord (attention workspace)"));
+    return cuda_check(cudaStreamWaitEvent(c->stream, c->joined, 0), "cudaStreamWaitEvent (attention workspace)");
 }
 
 static usp_status cuda_attention_merge_slot(void *ctx, float *o, float *lse, const float *o_part,
@@ -330,8 +337,12 @@ static usp_status rope_table(cuda_ctx *c, int64_t D, float theta, const double *
     double f = 1.0;
     for (int64_t j = 0; j < half; j++, f *= ratio)
         host[j] = inv_freq ? inv_freq[j] : f;
-    if (victim->device) /* in the default stream's order: a rope still queued there has read it */
+    if (victim->device) {
+        /* A rope still queued on another stream may read it, and the default stream's order does not
+         * cover that one: wait for the whole device (rare: a fifth table in use). */
+        USP_CHECK(cuda_check(cudaDeviceSynchronize(), "cudaDeviceSynchronize (rope table eviction)"));
         cudaFreeAsync(victim->device, c->stream);
+    }
     free(victim->host);
     *victim = (cuda_rope_table){.host = host, .half = half, .theta = theta, .from_theta = !inv_freq,
                                 .used = ++c->rope_clock};
@@ -431,17 +442,19 @@ static void cuda_destroy(void *ctx)
     if (!c)
         return;
     cudaSetDevice(c->device);
-    if (c->stream)
-        cudaStreamSynchronize(c->stream);
-    for (int i = 0; i < CUDA_ROPE_TABLES; i++) {
+    for (int i = 0; i < CUDA_ROPE_TABLES; i++) { /* from the pool: back to it in stream order, as it came */
         if (c->rope[i].device)
-            cudaFree(c->rope[i].device);
+            cudaFreeAsync(c->rope[i].device, c->stream);
         free(c->rope[i].host);
     }
+    if (c->stream)
+        cudaStreamSynchronize(c->stream);
     if (c->sum_device)
         cudaFree(c->sum_device);
     if (c->sum_host)
         cudaFreeHost(c->sum_host);
+    if (c->joined)
+        cudaEventDestroy(c->joined);
     if (c->blas)
         cublasDestroy(c->blas);
     if (c->stream)
@@ -501,6 +514,7 @@ static usp_status setup(cuda_ctx *c)
 {
     USP_CHECK(cuda_check(cudaSetDevice(c->device), "cudaSetDevice"));
     USP_CHECK(cuda_check(cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking), "cudaStreamCreateWithFlags"));
+    USP_CHECK(cuda_check(cudaEventCreateWithFlags(&c->joined, cudaEventDisableTiming), "cudaEventCreateWithFlags"));
     USP_CHECK(cuda_check(cudaDeviceGetDefaultMemPool(&c->pool, c->device), "cudaDeviceGetDefaultMemPool"));
     uint64_t keep = UINT64_MAX;
     USP_CHECK(cuda_check(cudaMemPoolSetAttribute(c->pool, cudaMemPoolAttrReleaseThreshold, &keep),

@@ -58,6 +58,28 @@ usp_status cuda_scale(cuda_array x, float s, int64_t n, cudaStream_t stream)
     return cuda_launched("scale_kernel");
 }
 
+/* C = beta C over batch m x n matrices, 0 where beta is 0 (C is not read then: BLAS's rule, so a
+ * NaN left in C does not survive, as with OpenBLAS on the cpu backend). */
+static __global__ void scale_matrices_kernel(cuda_array c, float beta, int64_t m, int64_t n, int64_t ldc,
+                                             int64_t stride_c, int64_t total)
+{
+    for (int64_t e = cuda_first_index(); e < total; e += cuda_grid_stride()) {
+        const int64_t at = cuda_matrix_offset(e, m, n, ldc, stride_c);
+        cuda_store(c, at, beta == 0.0f ? 0.0f : beta * cuda_load(c, at));
+    }
+}
+
+usp_status cuda_scale_matrices(cuda_array c, float beta, int64_t m, int64_t n, int64_t ldc, int64_t stride_c,
+                               int64_t batch, cudaStream_t stream)
+{
+    const int64_t total = batch * m * n;
+    if (total == 0)
+        return USP_OK;
+    scale_matrices_kernel<<<cuda_blocks_for(total, ELEM_THREADS), ELEM_THREADS, 0, stream>>>(c, beta, m, n, ldc,
+                                                                                            stride_c, total);
+    return cuda_launched("scale_matrices_kernel");
+}
+
 /* x [n, C]: element e is in column e % C. */
 static __global__ void add_bias_kernel(cuda_array x, cuda_array bias, int64_t C, int64_t total)
 {

@@ -5,7 +5,8 @@
  * C^T = op(B)^T op(A)^T in column-major: one call with the operands swapped,
  * m and n swapped, and each transpose flag kept. The 64-bit entry point takes
  * our int64_t sizes as they are. A and B must share a dtype (fp32, or bf16
- * for mixed precision); C may be either; the sum is always fp32. */
+ * for mixed precision); C is fp32, or either with bf16 A and B; the sum is
+ * always fp32. */
 #include "backends/cuda/cuda_internal.h"
 
 static usp_status blas_failed(cublasStatus_t st, const usp_gemm_desc *g)
@@ -20,11 +21,24 @@ static cudaDataType_t data_type(usp_dtype t) { return t == USP_BF16 ? CUDA_R_16B
 usp_status cuda_gemm(void *ctx, const usp_gemm_desc *g, usp_stream_t *stream)
 {
     cuda_ctx *c = ctx;
-    cuda_array a = cuda_array_of(c, g->a), b = cuda_array_of(c, g->b), out = cuda_array_of(c, g->c);
+    cuda_array out = cuda_array_of(c, g->c);
+    /* k = 0: C = beta C, by a kernel of ours. cuBLAS wants lda, ldb >= 1 where k-wide rows give 0,
+     * and does not document C = beta C for k = 0; A and B, which the wrapper does not check then
+     * (they may lie in no buffer), are not looked at. */
+    if (g->k == 0)
+        return cuda_scale_matrices(out, g->beta, g->m, g->n, g->ldc, g->stride_c, g->batch,
+                                   cuda_stream_of(c, stream));
+    cuda_array a = cuda_array_of(c, g->a), b = cuda_array_of(c, g->b);
     if (a.dtype != b.dtype)
         return usp_error(USP_ERR_CONFIG, "cuda backend: gemm of a %s A by a %s B: cuBLAS takes one input dtype; "
                          "convert one operand (usp_buffer_convert)", usp_dtype_name(a.dtype),
                          usp_dtype_name(b.dtype));
+    /* cublasGemmEx's table: fp32 A and B give fp32 C only (a bf16 C wants bf16 A and B); refused
+     * here by name rather than as cuBLAS's CUBLAS_STATUS_NOT_SUPPORTED. */
+    if (a.dtype == USP_F32 && out.dtype != USP_F32)
+        return usp_error(USP_ERR_CONFIG, "cuda backend: gemm of fp32 A and B into a %s C: cuBLAS has no such "
+                         "kernel; store C as fp32, or A and B as %s", usp_dtype_name(out.dtype),
+                         usp_dtype_name(out.dtype));
     cublasStatus_t st = cublasSetStream(c->blas, cuda_stream_of(c, stream));
     if (st != CUBLAS_STATUS_SUCCESS)
         return blas_failed(st, g);

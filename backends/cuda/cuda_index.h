@@ -22,6 +22,14 @@ CUDA_INDEX_FN int64_t cuda_strided_offset(int64_t e, int64_t row_elems, int64_t 
     return e / row_elems * stride + e % row_elems;
 }
 
+/* Element e of `batch` row-major m x n matrices, counted row by row and matrix by matrix: its
+ * offset at row stride ld and matrix stride `stride` (C of a GEMM with k = 0, cuda_gemm.c). */
+CUDA_INDEX_FN int64_t cuda_matrix_offset(int64_t e, int64_t m, int64_t n, int64_t ld, int64_t stride)
+{
+    const int64_t row = e / n;
+    return row / m * stride + row % m * ld + e % n;
+}
+
 /* Rotary pairs of x [n, H, D]: pair e = i * (D/2) + j is frequency j of row i (one angle for all
  * heads); in head h its elements are cuda_rope_first(...) and that + D/2 (rotate_half's pairing). */
 CUDA_INDEX_FN int64_t cuda_rope_row(int64_t e, int64_t D) { return e / (D / 2); }

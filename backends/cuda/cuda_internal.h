@@ -22,6 +22,7 @@ typedef struct cuda_rope_table {
 typedef struct cuda_ctx {
     int device;
     cudaStream_t stream;        /* the backend's default stream (usp_stream_t NULL) */
+    cudaEvent_t joined;         /* joins the default stream to another (the attention workspace's free) */
     cudaMemPool_t pool;         /* the device's default pool, kept from releasing memory */
     cublasHandle_t blas;
     int allow_tf32;

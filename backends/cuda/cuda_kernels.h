@@ -51,6 +51,11 @@ usp_status cuda_accumulate_2d(cuda_array dst, size_t dst_stride, cuda_array src,
 /* x *= s over n elements. */
 usp_status cuda_scale(cuda_array x, float s, int64_t n, cudaStream_t stream);
 
+/* C = beta C (0 where beta is 0) over `batch` m x n matrices at row stride ldc and matrix stride stride_c:
+ * a GEMM with k = 0, which cuda_gemm.c does not hand to cuBLAS. */
+usp_status cuda_scale_matrices(cuda_array c, float beta, int64_t m, int64_t n, int64_t ldc, int64_t stride_c,
+                               int64_t batch, cudaStream_t stream);
+
 /* x [n, C] += bias [C]. */
 usp_status cuda_add_bias(cuda_array x, cuda_array bias, int64_t n, int64_t C, cudaStream_t stream);
 
