@@ -62,8 +62,10 @@ double sim_gpu_peak_flops(const sim_gpu *gpu, usp_dtype dtype)
 
 double sim_gpu_op_seconds(const sim_gpu *gpu, usp_dtype dtype, const usp_op_cost *cost)
 {
-    double achievable;
-    if (strcmp(cost->op, "gemm") == 0)
+    double achievable; /* the first letter first: this runs for every op of every simulated rank */
+    if (cost->op[0] != 'g' && cost->op[0] != 'a')
+        achievable = gpu->peak_fp32;
+    else if (strcmp(cost->op, "gemm") == 0)
         achievable = sim_gpu_peak_flops(gpu, dtype) * gpu->gemm_efficiency;
     else if (strcmp(cost->op, "attention_forward") == 0)
         achievable = sim_gpu_peak_flops(gpu, dtype) * gpu->attention_efficiency;

@@ -135,6 +135,8 @@ static usp_status build_config(const char *command, const train_options *o, usp_
         int64_t evals = c->eval_samples > 0 || c->eval_only ? (c->eval_samples + c->batch - 1) / c->batch : 0;
         USP_CHECK(plan_check_ring_steps(c, steps + evals, "steps and evaluation batches (--steps, --until, "
                                         "--eval-samples)"));
+        USP_CHECK(plan_check_rank_layers(c, steps + evals, "steps and evaluation batches (--steps, --until, "
+                                         "--eval-samples)"));
     }
     if (o->dot) { /* a picture this build cannot write is an option error, found before anything runs */
         USP_CHECK(viz_check_output("--dot", o->dot));
