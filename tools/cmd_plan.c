@@ -331,7 +331,9 @@ int cmd_plan(int argc, char **argv)
                        "communication and exposed communication, tokens/s and MFU; --sweep ranks the U x R splits.\n"
                        "The memory is what the code allocates with the memory options given; a step that does not\n"
                        "fit is planned again with more of them (bf16, tiled loss, ZeRO 1-2, tiled MLP, recomputation,\n"
-                       "ZeRO 3) to say which would make it fit. Compute is modelled in bf16 on the topology's GPUs.\n"
+                       "ZeRO 3) to say which would make it fit, and when none does, with the other U x R x DP\n"
+                       "splits of the same GPUs before it advises more GPUs. Compute is modelled in bf16 on the\n"
+                       "topology's GPUs, attention at the published rates of --attention-kernel (default fa2).\n"
                        "See docs/planning.md.",
                        options);
         return 0;
