@@ -98,16 +98,22 @@ static usp_train_config all_options(usp_train_config c)
     return c;
 }
 
-/* The other U x R splits of the same world, in the order they are tried. */
+/* The other U x R splits of the same world, in the order they are tried: only a larger SP degree
+ * (U x R), which shards the sequence's activations over more GPUs. With every memory option on, ZeRO 3
+ * shards the weights, gradients and Adam state over all W ranks whatever the split, so a split with
+ * the same or a smaller SP degree holds as much or more a rank: trying it would cost a step (at
+ * --seq 2^30 on 4 GPUs, seconds each) to learn nothing. The smallest such degree first (it
+ * communicates least, so it is the fastest that fits), at one degree the larger U first (Ulysses'
+ * all-to-all moves less than the ring for the same split). */
 static int other_splits(const usp_train_config *c, int *u_out, int *r_out, int max)
 {
-    const int W = c->shape.world;
+    const int W = c->shape.world, own = c->shape.ulysses * c->shape.ring;
     int n = 0;
-    for (int sp = W; sp >= 1 && n < max; sp--) { /* the largest SP degree first: activations spread furthest */
+    for (int sp = own + 1; sp <= W && n < max; sp++) {
         if (W % sp != 0)
             continue;
-        for (int u = sp; u >= 1 && n < max; u--) { /* Ulysses first: its all-to-all is the cheaper exchange */
-            if (sp % u != 0 || (u == c->shape.ulysses && sp / u == c->shape.ring))
+        for (int u = sp; u >= 1 && n < max; u--) {
+            if (sp % u != 0)
                 continue;
             if (c->model.n_head % u != 0 && u % c->model.n_head != 0) /* heads the split cannot share */
                 continue;

@@ -22,10 +22,11 @@ typedef struct plan_fit {
 
 /* Adds memory options to `train` one at a time (bf16, tiled loss, ZeRO 1, 2,
  * tiled MLP, recomputation, ZeRO 3), running a step after each, until it fits.
- * When none makes it fit, tries the other splits of the same W GPUs (U x R x DP:
- * a larger SP degree first, which shards the sequence's activations over more
- * GPUs; at one SP degree the larger U first), each first with every memory
- * option on, and for the first that fits the cheapest options as above: the
+ * When none makes it fit, tries the other splits of the same W GPUs with a
+ * larger SP degree (U x R x DP: more GPUs share the sequence's activations;
+ * the smallest degree first, at one degree the larger U first), each first
+ * with every memory option on, and for the first that fits the cheapest
+ * options as above: the
  * advice to use more GPUs or a shorter --seq comes only when no split of these
  * GPUs fits. The splits tried are bounded by PLAN_FIT_SPLITS_MAX. */
 #define PLAN_FIT_SPLITS_MAX 12

@@ -386,8 +386,9 @@ expect 2 "--attention-kernel fa3: GPU a100-80g is not Hopper" -- plan --topology
 expect 2 "--attention-kernel fa4: not a kernel the model knows" -- plan --attention-kernel fa4
 expect 2 "--attention-kernel fa3: GPU a100-80g is not Hopper" -- train --meta --topology dgx-a100 --attention-kernel fa3 --steps 1
 expect 0 "--attention-kernel" -- plan --help
-# issue 16: no memory option fits U8 x DP8 (llama-13b at 1M tokens on 64 GPUs), another split of the 64 does
-limit=60 expect 0 "the same 64 GPUs split as --ulysses 8 --ring 8 (DP 1, --batch 1) would fit" -- \
+# issue 16: no memory option fits U8 x DP8 (llama-13b at 1M tokens on 64 GPUs), another split of the 64 does:
+# the smallest larger SP degree (16; U16 does not divide the 40 heads), one sequence a replica
+limit=60 expect 0 "the same 64 GPUs split as --ulysses 8 --ring 2 (DP 4, --batch 4) would fit" -- \
     plan --world 64 --ulysses 8 --model llama-13b --seq 1048576
 # issue 15: train --meta takes the planner's cap on simulated ring steps (W x R x layers x sequences per
 # replica x steps and evaluation batches): before, 4096 x 4096 ran past any timeout

@@ -98,9 +98,9 @@ static void print_memory(const plan_result *r, const plan_fit *fit)
         printf(";\n  would fit with %s: %s, %.4f s a step (planned the same way)\n", fit->options,
                fmt_bytes(a, sizeof a, (double)fit->peak_bytes), fit->step_time_s);
     else if (fit->tries)
-        printf(";\n  even with %s it needs %s, and no other split of the %d GPUs fits (%d tried): use more GPUs "
-               "(--world) or a shorter --seq\n", fit->options, fmt_bytes(a, sizeof a, (double)fit->peak_bytes), W,
-               fit->splits_tried);
+        printf(";\n  even with %s it needs %s, and no split of the %d GPUs with a larger SP degree fits (%d "
+               "tried): use more GPUs (--world) or a shorter --seq\n", fit->options,
+               fmt_bytes(a, sizeof a, (double)fit->peak_bytes), W, fit->splits_tried);
     else
         printf(", with every memory option on: use more GPUs (--world) or a shorter --seq\n");
 }
