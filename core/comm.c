@@ -18,19 +18,24 @@ int usp_comm_world_rank(const usp_comm_t *c, int rank)
 
 const char *usp_reduce_op_name(usp_reduce_op op) { return op == USP_REDUCE_MAX ? "max" : "sum"; }
 
-usp_status usp_comm_create(const usp_comm_i *iface, void *ctx, int rank, int size, const int *world_ranks,
-                           const char *name, usp_trace_t *trace, usp_comm_t **out)
+static usp_status comm_create(const usp_comm_i *iface, void *ctx, int rank, int size, const int *world_ranks,
+                              int copy, const char *name, usp_trace_t *trace, usp_comm_t **out)
 {
     USP_ASSERT(iface && iface->api_version == USP_COMM_API_VERSION, "communicator interface version");
     USP_ASSERT(rank >= 0 && rank < size, "rank %d of %d", rank, size);
     usp_comm_t *c;
     USP_CHECK(usp_calloc((void **)&c, 1, sizeof *c, "a communicator"));
-    usp_status s = usp_malloc((void **)&c->world_ranks, (size_t)size * sizeof(int), "a group's ranks");
-    if (s != USP_OK) {
-        free(c);
-        return s;
+    if (copy) {
+        usp_status s = usp_malloc((void **)&c->world_ranks, (size_t)size * sizeof(int), "a group's ranks");
+        if (s != USP_OK) {
+            free(c);
+            return s;
+        }
+        memcpy(c->world_ranks, world_ranks, (size_t)size * sizeof(int));
+    } else {
+        c->world_ranks = (int *)world_ranks; /* never written through: the owner's array */
     }
-    memcpy(c->world_ranks, world_ranks, (size_t)size * sizeof(int));
+    c->owns_world_ranks = copy;
     c->iface = iface;
     c->context = ctx;
     c->rank = rank;
@@ -39,12 +44,25 @@ usp_status usp_comm_create(const usp_comm_i *iface, void *ctx, int rank, int siz
     c->trace = trace;
     c->trace_group = trace ? usp_trace_intern_group(trace, c->name) : -1;
     if (trace && c->trace_group < 0) {
-        free(c->world_ranks);
+        if (copy)
+            free(c->world_ranks);
         free(c);
         return usp_error(USP_ERR_RUNTIME, "out of memory naming group %s in the trace", name);
     }
     *out = c;
     return USP_OK;
+}
+
+usp_status usp_comm_create(const usp_comm_i *iface, void *ctx, int rank, int size, const int *world_ranks,
+                           const char *name, usp_trace_t *trace, usp_comm_t **out)
+{
+    return comm_create(iface, ctx, rank, size, world_ranks, 1, name, trace, out);
+}
+
+usp_status usp_comm_create_borrowed(const usp_comm_i *iface, void *ctx, int rank, int size, const int *world_ranks,
+                                    const char *name, usp_trace_t *trace, usp_comm_t **out)
+{
+    return comm_create(iface, ctx, rank, size, world_ranks, 0, name, trace, out);
 }
 
 void usp_comm_destroy(usp_comm_t *c)
@@ -53,44 +71,63 @@ void usp_comm_destroy(usp_comm_t *c)
         return;
     if (c->iface->destroy)
         c->iface->destroy(c->context);
-    free(c->world_ranks);
+    if (c->owns_world_ranks)
+        free(c->world_ranks);
     free(c);
+}
+
+int usp_comm_op_peers(const usp_comm_op *op, int rank, int size, int *peers, uint64_t *bytes)
+{
+    uint64_t es = usp_dtype_size(op->dtype);
+    int next = (rank + 1) % size, n = 0;
+    if (size == 1 && op->kind != USP_OP_SEND && op->kind != USP_OP_SENDRECV)
+        return 0;
+    uint64_t one = 0; /* the ring collectives' single entry, to `next` */
+    switch (op->kind) {
+    case USP_OP_ALL_TO_ALL:
+    case USP_OP_ALL_TO_ALL_V:
+        for (int j = 0; j < size; j++) {
+            uint64_t b = j == rank ? 0 : (op->kind == USP_OP_ALL_TO_ALL ? op->count : op->send_counts[j]) * es;
+            if (b)
+                peers[n] = j, bytes[n++] = b;
+        }
+        return n;
+    case USP_OP_ALL_GATHER:
+    case USP_OP_REDUCE_SCATTER: /* n-1 ring steps of one block */
+        one = (uint64_t)(size - 1) * op->count * es;
+        break;
+    case USP_OP_ALL_REDUCE: /* reduce-scatter + all-gather: 2(n-1) steps of S/n */
+        one = 2 * (uint64_t)(size - 1) * op->count * es / (uint64_t)size;
+        break;
+    case USP_OP_BROADCAST: /* a chain from the root: everyone but the last forwards S */
+        one = next != op->root ? op->count * es : 0;
+        break;
+    case USP_OP_SEND:
+    case USP_OP_SENDRECV:
+        if (op->peer != rank && op->count > 0 && es > 0)
+            peers[n] = op->peer, bytes[n++] = op->count * es;
+        return n;
+    default:
+        return 0;
+    }
+    if (one)
+        peers[n] = next, bytes[n++] = one;
+    return n;
 }
 
 void usp_comm_op_traffic(const usp_comm_op *op, int rank, int size, uint64_t *bytes_to)
 {
     memset(bytes_to, 0, (size_t)size * sizeof *bytes_to);
-    uint64_t es = usp_dtype_size(op->dtype), next = (uint64_t)(rank + 1) % (uint64_t)size;
-    if (size == 1 && op->kind != USP_OP_SEND && op->kind != USP_OP_SENDRECV)
+    if (op->kind == USP_OP_ALL_TO_ALL || op->kind == USP_OP_ALL_TO_ALL_V) { /* a whole row */
+        uint64_t es = usp_dtype_size(op->dtype);
+        for (int j = 0; size > 1 && j < size; j++)
+            bytes_to[j] = j == rank ? 0 : (op->kind == USP_OP_ALL_TO_ALL ? op->count : op->send_counts[j]) * es;
         return;
-    switch (op->kind) {
-    case USP_OP_ALL_TO_ALL:
-        for (int j = 0; j < size; j++)
-            bytes_to[j] = j == rank ? 0 : op->count * es;
-        break;
-    case USP_OP_ALL_TO_ALL_V:
-        for (int j = 0; j < size; j++)
-            bytes_to[j] = j == rank ? 0 : op->send_counts[j] * es;
-        break;
-    case USP_OP_ALL_GATHER:
-    case USP_OP_REDUCE_SCATTER: /* n-1 ring steps of one block */
-        bytes_to[next] = (uint64_t)(size - 1) * op->count * es;
-        break;
-    case USP_OP_ALL_REDUCE: /* reduce-scatter + all-gather: 2(n-1) steps of S/n */
-        bytes_to[next] = 2 * (uint64_t)(size - 1) * op->count * es / (uint64_t)size;
-        break;
-    case USP_OP_BROADCAST: /* a chain from the root: everyone but the last forwards S */
-        if ((int)next != op->root)
-            bytes_to[next] = op->count * es;
-        break;
-    case USP_OP_SEND:
-    case USP_OP_SENDRECV:
-        if (op->peer != rank)
-            bytes_to[op->peer] = op->count * es;
-        break;
-    default:
-        break;
     }
+    int peer;
+    uint64_t bytes;
+    if (usp_comm_op_peers(op, rank, size, &peer, &bytes) == 1) /* one entry at most */
+        bytes_to[peer] = bytes;
 }
 
 static int reducible(usp_dtype dtype)

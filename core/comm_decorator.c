@@ -88,8 +88,9 @@ usp_status usp_comm_decorator_wrap(usp_comm_decorator *d, usp_comm_t *inner, usp
     wrapped *w;
     USP_CHECK(usp_calloc((void **)&w, 1, sizeof *w, "a wrapped communicator"));
     *w = (wrapped){.d = d, .rank = r, .inner = inner};
-    usp_status s = usp_comm_create(&decorator_iface, w, inner->rank, inner->size, inner->world_ranks, inner->name,
-                                   inner->trace, &w->outer);
+    /* the wrapper lives inside the inner handle's life (it destroys the inner one): it borrows its ranks */
+    usp_status s = usp_comm_create_borrowed(&decorator_iface, w, inner->rank, inner->size, inner->world_ranks,
+                                            inner->name, inner->trace, &w->outer);
     if (s != USP_OK) {
         free(w);
         return s;

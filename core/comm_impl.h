@@ -58,6 +58,7 @@ struct usp_comm {
     void *context;
     int rank, size;
     int *world_ranks;                 /* [size] */
+    int owns_world_ranks;             /* 0: borrowed from a group that outlives the handle */
     char name[USP_COMM_NAME_MAX];
     usp_trace_t *trace;               /* NULL: no trace */
     int trace_group;                  /* the name's index in the trace */
@@ -68,9 +69,21 @@ struct usp_comm {
 usp_status usp_comm_create(const usp_comm_i *iface, void *ctx, int rank, int size, const int *world_ranks,
                            const char *name, usp_trace_t *trace, usp_comm_t **out);
 
+/* usp_comm_create that borrows world_ranks, which must outlive the handle: a
+ * simulated world of W ranks holds W handles of its world group, and a copy
+ * in each is W^2 ints (64 MB at W = 4096) of one array the group already has. */
+usp_status usp_comm_create_borrowed(const usp_comm_i *iface, void *ctx, int rank, int size, const int *world_ranks,
+                                    const char *name, usp_trace_t *trace, usp_comm_t **out);
+
 /* Bytes member `rank` sends to each member (bytes_to[size]) for `op` under NCCL's
  * algorithms: direct for all-to-all and point to point, ring for all_gather,
  * reduce_scatter, all_reduce (2(n-1)/n of the data) and broadcast (a chain from the root). */
 void usp_comm_op_traffic(const usp_comm_op *op, int rank, int size, uint64_t *bytes_to);
+
+/* usp_comm_op_traffic as a list, in ascending peer order: the peers member `rank`
+ * sends a non-zero number of bytes to (peers[k], bytes[k]); returns how many.
+ * Room for `size` entries is enough; only the all-to-alls fill more than one,
+ * so a ring collective over n members is n entries, not an n x n matrix. */
+int usp_comm_op_peers(const usp_comm_op *op, int rank, int size, int *peers, uint64_t *bytes);
 
 #endif

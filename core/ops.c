@@ -151,7 +151,17 @@ void usp_buffer_free(usp_backend_t *be, void *ptr)
  * pointer is still its own); NULL when there is none. */
 static const allocation *allocation_of(const usp_backend_t *be, const void *ptr)
 {
-    size_t at = upper_bound(be, (uintptr_t)ptr);
+    uintptr_t p = (uintptr_t)ptr;
+    for (int h = 0; h < 2; h++) { /* live[i] is the search's answer iff live[i].addr <= p < live[i + 1].addr */
+        size_t i = be->hint[h];
+        if (i < be->n_live && be->live[i].addr <= p && (i + 1 == be->n_live || be->live[i + 1].addr > p))
+            return p - be->live[i].addr <= be->live[i].bytes ? &be->live[i] : NULL;
+    }
+    size_t at = upper_bound(be, p);
+    if (at > 0) { /* a hint is a cache, not state: written through a const handle on purpose */
+        usp_backend_t *cache = (usp_backend_t *)be;
+        cache->hint[cache->next_hint++ & 1] = at - 1;
+    }
     if (at == 0)
         return NULL;
     const allocation *a = &be->live[at - 1];

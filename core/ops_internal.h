@@ -37,6 +37,13 @@ struct usp_backend {
     void *context;
     allocation *live; /* sorted by addr */
     size_t n_live, cap_live;
+    /* The last indices allocation_of found, tried before the binary search: a
+     * layout transform checks the same two buffers (source and destination) for
+     * each of its U peers, and in a simulated world of W ranks each search of a
+     * table another rank left cold in the cache is a string of misses. A hint is
+     * used only if it is the search's answer, so it is never stale. */
+    size_t hint[2];
+    unsigned next_hint;
     size_t in_use, peak;
     category_use categories[CATEGORIES_MAX];
     int n_categories;

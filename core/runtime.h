@@ -27,6 +27,7 @@ typedef struct usp_runtime_options {
     int shapes_only;            /* run on the meta backend: shapes, memory and modelled time, no numbers */
     const char *cluster;        /* the cluster the times are for: a preset or a JSON file (NULL: dgx-h100) */
     int nodes;                  /* its nodes (0: as many as the world needs) */
+    const char *attention_kernel; /* the modelled attention kernel: fa2, fa3, sdpa (NULL: the GPU's default) */
     const char *const *inject;  /* fault specs, KIND:rank=R[,op=OP][,call=K][,group=G] */
     int n_inject;
     int trace;                  /* record a trace of every call and op (usp_runtime_trace) */

@@ -50,10 +50,10 @@ static void add_flag(char *text, size_t size, const char *flag)
     snprintf(text + len, size - len, "%s%s", len ? " " : "", flag);
 }
 
-usp_status plan_would_fit(const usp_train_config *train, const sim_cost_model *cost, plan_fit *out)
+/* Runs the ladder on `c` from its own options: out->found when a rung makes it fit. */
+static usp_status climb(usp_train_config c, const sim_cost_model *cost, plan_fit *out)
 {
-    *out = (plan_fit){0};
-    usp_train_config c = *train;
+    out->options[0] = '\0';
     for (size_t i = 0; i < sizeof ladder / sizeof *ladder; i++) {
         if (!ladder[i].needed(&c))
             continue;
@@ -69,5 +69,108 @@ usp_status plan_would_fit(const usp_train_config *train, const sim_cost_model *c
         if (out->found)
             return USP_OK;
     }
+    return USP_OK;
+}
+
+/* One step of `c` with its own options: whether it fits, into *fits. USP_ERR_CONFIG (a split the code
+ * refuses: heads that do not divide, a sequence that does not) comes back as a value to skip. */
+static usp_status fits_as_is(const usp_train_config *c, const sim_cost_model *cost, plan_fit *out, int *fits)
+{
+    plan_result r;
+    usp_status s = plan_run(c, cost, NULL, &r);
+    *fits = 0;
+    if (s != USP_OK)
+        return s;
+    out->tries++;
+    *fits = r.fits;
+    if (r.fits)
+        out->peak_bytes = r.peak_bytes[r.peak_rank], out->step_time_s = r.step_time_s;
+    plan_result_free(&r);
+    return USP_OK;
+}
+
+/* Every memory option of the ladder on. */
+static usp_train_config all_options(usp_train_config c)
+{
+    for (size_t i = 0; i < sizeof ladder / sizeof *ladder; i++)
+        if (ladder[i].needed(&c))
+            ladder[i].apply(&c);
+    return c;
+}
+
+/* The other U x R splits of the same world, in the order they are tried: only a larger SP degree
+ * (U x R), which shards the sequence's activations over more GPUs. With every memory option on, ZeRO 3
+ * shards the weights, gradients and Adam state over all W ranks whatever the split, so a split with
+ * the same or a smaller SP degree holds as much or more a rank: trying it would cost a step (at
+ * --seq 2^30 on 4 GPUs, seconds each) to learn nothing. The smallest such degree first (it
+ * communicates least, so it is the fastest that fits), at one degree the larger U first (Ulysses'
+ * all-to-all moves less than the ring for the same split). */
+static int other_splits(const usp_train_config *c, int *u_out, int *r_out, int max)
+{
+    const int W = c->shape.world, own = c->shape.ulysses * c->shape.ring;
+    int n = 0;
+    for (int sp = own + 1; sp <= W && n < max; sp++) {
+        if (W % sp != 0)
+            continue;
+        for (int u = sp; u >= 1 && n < max; u--) {
+            if (sp % u != 0)
+                continue;
+            if (c->model.n_head % u != 0 && u % c->model.n_head != 0) /* heads the split cannot share */
+                continue;
+            u_out[n] = u, r_out[n] = sp / u, n++;
+        }
+    }
+    return n;
+}
+
+/* The first other split that fits with every option, then the cheapest options that make it fit. */
+static usp_status try_splits(const usp_train_config *train, const sim_cost_model *cost, plan_fit *out)
+{
+    int us[PLAN_FIT_SPLITS_MAX], rs[PLAN_FIT_SPLITS_MAX];
+    int n = other_splits(train, us, rs, PLAN_FIT_SPLITS_MAX);
+    for (int i = 0; i < n; i++) {
+        usp_train_config c = *train;
+        if (usp_mesh_shape_make(train->shape.world, us[i], rs[i], &c.shape) != USP_OK)
+            continue;
+        /* one sequence a replica (the default --batch) stays one a replica; another global batch is kept,
+         * and must split over the replicas */
+        if (train->batch == train->shape.dp)
+            c.batch = c.shape.dp;
+        else if (train->batch % c.shape.dp != 0)
+            continue;
+        usp_train_config lean = all_options(c);
+        int fits;
+        usp_status s = fits_as_is(&lean, cost, out, &fits);
+        if (s == USP_ERR_CONFIG)
+            continue; /* a split the code refuses for this model or sequence */
+        USP_CHECK(s);
+        out->splits_tried++;
+        if (!fits)
+            continue;
+        USP_CHECK(fits_as_is(&c, cost, out, &fits)); /* the split alone, with the run's own options */
+        if (fits)
+            out->found = 1, out->options[0] = '\0';
+        else
+            USP_CHECK(climb(c, cost, out));
+        out->other_split = 1;
+        out->ulysses = c.shape.ulysses, out->ring = c.shape.ring, out->dp = c.shape.dp, out->batch = c.batch;
+        return USP_OK;
+    }
+    return USP_OK;
+}
+
+usp_status plan_would_fit(const usp_train_config *train, const sim_cost_model *cost, plan_fit *out)
+{
+    *out = (plan_fit){.ulysses = train->shape.ulysses, .ring = train->shape.ring, .dp = train->shape.dp,
+                      .batch = train->batch};
+    USP_CHECK(climb(*train, cost, out));
+    if (out->found)
+        return USP_OK;
+    plan_fit split = *out; /* what the run's own split needs with every option, kept if no split fits */
+    USP_CHECK(try_splits(train, cost, &split));
+    if (split.found)
+        *out = split;
+    else
+        out->splits_tried = split.splits_tried, out->tries = split.tries;
     return USP_OK;
 }

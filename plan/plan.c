@@ -100,6 +100,42 @@ usp_status plan_check_ring_steps(const usp_train_config *c, int64_t passes, cons
     return s;
 }
 
+usp_status plan_check_rank_layers(const usp_train_config *c, int64_t passes, const char *passes_what)
+{
+    const usp_mesh_shape *sh = &c->shape;
+    int64_t seqs = sh->dp > 0 && c->batch > sh->dp ? (c->batch + sh->dp - 1) / sh->dp : 1; /* per replica */
+    int64_t layers = c->model.n_layer > 1 ? c->model.n_layer : 1;
+    passes = passes > 1 ? passes : 1;
+    double per_rank = (double)layers * (double)seqs * (double)passes;
+    double rank_layers = (double)sh->world * per_rank;
+    if (rank_layers <= (double)PLAN_RANK_LAYERS_MAX)
+        return USP_OK;
+    usp_strbuf why = {0};
+    usp_strbuf_printf(&why, "--world %d x %lld layers (--model %s)", sh->world, (long long)layers, c->model.name);
+    if (seqs > 1)
+        usp_strbuf_printf(&why, " x %lld sequences per replica (--batch %lld over %d replicas)", (long long)seqs,
+                          (long long)c->batch, sh->dp);
+    if (passes > 1)
+        usp_strbuf_printf(&why, " x %lld %s", (long long)passes, passes_what);
+    /* the largest world of whole SP groups (DP replicas) within the cap */
+    int sp = sh->ulysses * sh->ring > 0 ? sh->ulysses * sh->ring : 1;
+    long long fits = (long long)floor((double)PLAN_RANK_LAYERS_MAX / per_rank) / sp * sp;
+    usp_strbuf_printf(&why, " = %.0f rank-layers to simulate, more than the planner's %lld (every rank's program "
+                      "runs in full on shapes: this one would take minutes): use", rank_layers,
+                      PLAN_RANK_LAYERS_MAX);
+    if (fits >= sp)
+        usp_strbuf_printf(&why, " --world %lld (DP %lld of U %d x R %d) and compare,", fits, fits / sp, sh->ulysses,
+                          sh->ring);
+    if (seqs > 1)
+        usp_strbuf_printf(&why, " a smaller --batch,");
+    if (passes > 1)
+        usp_strbuf_printf(&why, " fewer %s,", passes_what);
+    usp_strbuf_printf(&why, " or a model with fewer layers");
+    usp_status s = usp_error(USP_ERR_CONFIG, "%s", usp_strbuf_text(&why));
+    usp_strbuf_free(&why);
+    return s;
+}
+
 usp_status plan_result_check(const plan_result *r)
 {
     const struct { const char *name; double value; } figures[] = {
@@ -122,6 +158,7 @@ usp_status plan_run(const usp_train_config *train, const sim_cost_model *cost, c
 {
     *out = (plan_result){.shape = train->shape};
     USP_CHECK(plan_check_ring_steps(train, 1, NULL));
+    USP_CHECK(plan_check_rank_layers(train, 1, NULL));
     int64_t padded; /* a shape the ranks would refuse is refused before W ranks are built (W = 4096: 0.5 GB) */
     USP_CHECK(usp_train_check(train, &padded));
     usp_train_config c = *train;

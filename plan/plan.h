@@ -53,6 +53,17 @@ typedef struct plan_result {
  * them when > 1). */
 usp_status plan_check_ring_steps(const usp_train_config *c, int64_t passes, const char *passes_what);
 
+/* The most rank-layers one shapes-only run may simulate, W x layers x sequences per replica x passes:
+ * every rank's program runs in full (its allocations, layout copies and collectives, on shapes), at
+ * about 0.1 ms a rank-layer for llama-7b at U 32 on a busy 2-core machine: W = 4096 (131072 rank-layers)
+ * took 11 s of CPU a step and 70 s for a plan that does not fit (one more step per memory option tried),
+ * W = 2048 took 24 s of CPU. At the cap (W = 1024 for llama-7b) a plan takes seconds, not minutes. */
+#define PLAN_RANK_LAYERS_MAX (1LL << 15)
+
+/* Refuses (USP_ERR_CONFIG, naming --world, --model, --batch, the passes and the cap, and the largest
+ * --world that runs) a shapes-only run of `c` that would simulate more than PLAN_RANK_LAYERS_MAX. */
+usp_status plan_check_rank_layers(const usp_train_config *c, int64_t passes, const char *passes_what);
+
 /* Refuses (USP_ERR_RUNTIME, naming the figure) a result with a NaN or infinite figure. */
 usp_status plan_result_check(const plan_result *r);
 

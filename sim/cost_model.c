@@ -72,7 +72,8 @@ static double route_latency(const sim_topology *t, int a, int b)
     return sim_topology_route_latency(t, links, sim_topology_route(t, a, b, links));
 }
 
-static double latency_of(const sim_topology *t, usp_comm_kind kind, int n, const int *members, const uint64_t *bytes)
+static double latency_of(const sim_topology *t, usp_comm_kind kind, int n, const int *members,
+                         const sim_traffic *traffic)
 {
     double hops = 0.0;
     if (is_ring(kind)) {
@@ -80,12 +81,11 @@ static double latency_of(const sim_topology *t, usp_comm_kind kind, int n, const
             hops += route_latency(t, members[i], members[(i + 1) % n]);
         return t->base_latency + ring_hops(kind, n) * hops;
     }
-    for (int i = 0; i < n; i++)
-        for (int j = 0; j < n; j++)
-            if (bytes[(size_t)i * n + j] > 0) {
-                double l = route_latency(t, members[i], members[j]);
-                hops = l > hops ? l : hops;
-            }
+    for (size_t k = 0; k < traffic->n; k++)
+        if (traffic->bytes[k] > 0) {
+            double l = route_latency(t, members[traffic->src[k]], members[traffic->dst[k]]);
+            hops = l > hops ? l : hops;
+        }
     return t->base_latency + hops;
 }
 
@@ -188,7 +188,7 @@ static usp_status build_alloc(flow_build *b, const sim_topology *t, size_t flows
  * member's bytes to each peer, a ring edge between nodes split over rails.
  * `flows` bounds the number of transfers (rails included). */
 static usp_status transfers_makespan(const sim_topology *t, int ring, int spans_nodes, size_t flows, int n,
-                                     const int *members, const uint64_t *bytes, double *makespan)
+                                     const int *members, const sim_traffic *traffic, double *makespan)
 {
     flow_build b;
     void *block;
@@ -196,17 +196,16 @@ static usp_status transfers_makespan(const sim_topology *t, int ring, int spans_
     if (ring && spans_nodes)
         group_by_node(&b, t, n, members);
     int links[SIM_ROUTE_MAX];
-    for (int i = 0; i < n; i++)
-        for (int j = 0; j < n; j++) {
-            double x = (double)bytes[(size_t)i * n + j];
-            int src = members[i], dst = members[j];
-            if (x <= 0 || src == dst)
-                continue;
-            if (ring && sim_topology_node_of(t, src) != sim_topology_node_of(t, dst))
-                add_rail_flows(&b, t, x, src, dst);
-            else
-                add_flow(&b, t, x, links, sim_topology_route(t, src, dst, links));
-        }
+    for (size_t k = 0; k < traffic->n; k++) {
+        double x = (double)traffic->bytes[k];
+        int src = members[traffic->src[k]], dst = members[traffic->dst[k]];
+        if (x <= 0 || src == dst)
+            continue;
+        if (ring && sim_topology_node_of(t, src) != sim_topology_node_of(t, dst))
+            add_rail_flows(&b, t, x, src, dst);
+        else
+            add_flow(&b, t, x, links, sim_topology_route(t, src, dst, links));
+    }
     sim_flow_set set = {.n_flows = b.n_flows, .bytes = b.bytes, .path_start = b.path_start, .links = b.links,
                         .n_links = b.n_links, .capacity = b.capacity};
     usp_status s = sim_flow_run(&set, NULL, makespan);
@@ -288,9 +287,32 @@ usp_status sim_cost_collective(const sim_cost_model *m, usp_comm_kind kind, int 
     return sim_cost_collective_algo(m, kind, n, members, bytes, SIM_ALGO_AUTO, seconds, NULL);
 }
 
+/* The dense matrix as a traffic list, in (src, dst) order: the pairs that move bytes. */
 usp_status sim_cost_collective_algo(const sim_cost_model *m, usp_comm_kind kind, int n, const int *members,
                                     const uint64_t *bytes, sim_algorithm request, double *seconds,
                                     sim_algorithm *used)
+{
+    size_t cells = (size_t)n * (size_t)n, entries = 0;
+    for (size_t c = 0; c < cells; c++)
+        entries += bytes[c] > 0;
+    void *block = NULL;
+    if (entries > 0)
+        USP_CHECK(usp_malloc(&block, entries * (2 * sizeof(int) + sizeof(uint64_t)), "the traffic of a collective"));
+    uint64_t *b = block;
+    int *src = (int *)(b + entries), *dst = src + entries;
+    size_t k = 0;
+    for (size_t c = 0; c < cells; c++)
+        if (bytes[c] > 0)
+            src[k] = (int)(c / (size_t)n), dst[k] = (int)(c % (size_t)n), b[k++] = bytes[c];
+    sim_traffic t = {.n = entries, .src = src, .dst = dst, .bytes = b};
+    usp_status s = sim_cost_collective_traffic(m, kind, n, members, &t, request, seconds, used);
+    free(block);
+    return s;
+}
+
+usp_status sim_cost_collective_traffic(const sim_cost_model *m, usp_comm_kind kind, int n, const int *members,
+                                       const sim_traffic *traffic, sim_algorithm request, double *seconds,
+                                       sim_algorithm *used)
 {
     const sim_topology *t = &m->topology;
     int ring = is_ring(kind), spans_nodes = 0;
@@ -300,17 +322,16 @@ usp_status sim_cost_collective_algo(const sim_cost_model *m, usp_comm_kind kind,
     if (n < 2)
         return USP_OK; /* nothing crosses a link */
     size_t flows = 0;
-    for (int i = 0; i < n; i++) {
+    for (int i = 0; i < n; i++)
         spans_nodes |= sim_topology_node_of(t, members[i]) != sim_topology_node_of(t, members[0]);
-        for (int j = 0; j < n; j++)
-            flows += bytes[(size_t)i * n + j] > 0 && members[i] != members[j];
-    }
+    for (size_t k = 0; k < traffic->n; k++)
+        flows += traffic->bytes[k] > 0 && members[traffic->src[k]] != members[traffic->dst[k]];
     if (ring && spans_nodes)
         flows *= (size_t)(t->gpus_per_node < n ? t->gpus_per_node : n); /* at most that many rails an edge */
     double makespan = 0.0;
     if (flows > 0)
-        USP_CHECK(transfers_makespan(t, ring, spans_nodes, flows, n, members, bytes, &makespan));
-    *seconds = latency_of(t, kind, n, members, bytes) + makespan;
+        USP_CHECK(transfers_makespan(t, ring, spans_nodes, flows, n, members, traffic, &makespan));
+    *seconds = latency_of(t, kind, n, members, traffic) + makespan;
     /* NCCL's tree: all-reduce only, across nodes only (inside one node these presets run the ring) */
     int reduces = kind == USP_OP_ALL_REDUCE || kind == USP_OP_BARRIER;
     if (!reduces || !spans_nodes || request == SIM_ALGO_RING)

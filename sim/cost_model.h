@@ -83,4 +83,19 @@ usp_status sim_cost_collective_algo(const sim_cost_model *m, usp_comm_kind kind,
                                     const uint64_t *bytes, sim_algorithm request, double *seconds,
                                     sim_algorithm *used);
 
+/* A collective's traffic as a list: member src[k] sends bytes[k] to member dst[k]
+ * (indices into the group), in ascending (src, dst) order; pairs that move nothing
+ * may be left out. The simulator prices its collectives from this form
+ * (usp_comm_op_peers), whose size is the number of transfers, not n^2. */
+typedef struct sim_traffic {
+    size_t n;
+    const int *src, *dst;
+    const uint64_t *bytes;
+} sim_traffic;
+
+/* sim_cost_collective_algo on the traffic list: the same price, in O(entries + n) steps. */
+usp_status sim_cost_collective_traffic(const sim_cost_model *m, usp_comm_kind kind, int n, const int *members,
+                                       const sim_traffic *traffic, sim_algorithm request, double *seconds,
+                                       sim_algorithm *used);
+
 #endif

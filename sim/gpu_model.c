@@ -1,11 +1,30 @@
 /* GPU presets, the JSON GPU reader and the per-op roofline (see gpu_model.h).
  *
  * Efficiency factors are the model's assumptions, stated where they come from:
- * - attention: FlashAttention-2 reaches about 35% of the H100's dense FP16
- *   peak and FlashAttention-3 about 75% forward (Shah et al., "FlashAttention-3",
- *   2024); its backward pass is 1.5-1.75x faster than FA2's, about 50% of peak.
- *   On the A100, FA2 reaches 50-73% of peak forward (Dao, "FlashAttention-2",
- *   2023): 0.6 forward, 0.5 backward.
+ * - attention: the rates of a named kernel (--attention-kernel, default fa2),
+ *   as fractions of the dense BF16/FP16 tensor-core peak, forward / backward:
+ *     Hopper (H100, H200)
+ *       fa3   0.75 / 0.50  FlashAttention-3 (Shah et al., "FlashAttention-3", 2024,
+ *                          arXiv:2407.08608): up to 740 TFLOP/s FP16 forward on the
+ *                          H100 SXM5 = 75% of 989; backward 1.5-1.75x FA2's.
+ *       fa2   0.35 / 0.30  the same paper: FlashAttention-2 reaches about 35% of the
+ *                          H100 (its figures: ~370 TFLOP/s forward at head dim 128);
+ *                          backward: FA3's 0.50 over its 1.5-1.75x speedup.
+ *       sdpa  0.30 / 0.25  PyTorch's scaled_dot_product_attention on an H100 SXM,
+ *                          head dim 128: 287-304 TFLOP/s forward at 1K-16K tokens
+ *                          (pytorch/benchmark PR #2296, 2024); backward: an estimate,
+ *                          FA2's backward-to-forward ratio applied.
+ *     Ampere (A100)
+ *       fa2   0.60 / 0.50  FlashAttention-2 (Dao, "FlashAttention-2", 2023,
+ *                          arXiv:2307.08691): 50-73% of the A100's peak forward, up to
+ *                          63% backward; the middle of the forward range.
+ *       sdpa  0.60 / 0.50  since PyTorch 2.2 SDPA's flash backend is FlashAttention-2's
+ *                          kernel (release notes, January 2024): FA2's rates.
+ *       fa3   refused: FlashAttention-3 needs Hopper (sm_90).
+ *   fa2 is the default: most published long-context runs (DeepSpeed-Ulysses, ring
+ *   attention, Megatron context parallelism before 2025, Hugging Face training
+ *   scripts) ran FlashAttention-2 or SDPA, not FA3 (issue 16 found usp 1.3-2.7x
+ *   optimistic against them with FA3's rates).
  * - GEMM: large BF16 GEMMs in cuBLAS run at about 70% of the H100's dense peak
  *   and about 80% of the A100's (an estimate; the nccl backend can measure it).
  * - memory: streaming kernels reach about 85% of the HBM datasheet bandwidth. */
@@ -19,26 +38,83 @@
 #define TERA 1e12
 
 /* name, peaks FP64 / FP32 / TF32 / BF16 / FP8 (TFLOP/s), HBM (TB/s), memory (GB),
- * efficiencies: GEMM, attention forward / backward, memory. */
-#define GPU(nm, f64, f32, tf32, bf16, f8, hbm, gb, gemm, fwd, bwd)                                            \
+ * efficiencies: GEMM; generation (the attention rates come from the kernel table below). */
+#define GPU(nm, f64, f32, tf32, bf16, f8, hbm, gb, gemm, gen)                                                  \
     {.name = nm, .peak_fp64 = (f64) * TERA, .peak_fp32 = (f32) * TERA, .peak_tf32 = (tf32) * TERA,            \
      .peak_bf16 = (bf16) * TERA, .peak_fp8 = (f8) * TERA, .hbm_bandwidth = (hbm) * TERA, .memory_bytes = (gb) * 1e9, \
-     .gemm_efficiency = gemm, .attention_efficiency = fwd, .attention_backward_efficiency = bwd,               \
-     .memory_efficiency = 0.85}
+     .gemm_efficiency = gemm, .memory_efficiency = 0.85, .arch = gen}
 static const sim_gpu presets[] = {
-    GPU("h100-sxm", 67, 67, 494.7, 989.4, 1978.9, 3.35, 80, 0.70, 0.75, 0.50),
-    GPU("h200", 67, 67, 494.7, 989.4, 1978.9, 4.8, 141, 0.70, 0.75, 0.50),
-    GPU("a100-80g", 19.5, 19.5, 156, 312, 312, 2.039, 80, 0.80, 0.60, 0.50),
-    GPU("a100-pcie", 19.5, 19.5, 156, 312, 312, 1.935, 80, 0.80, 0.60, 0.50),
-    GPU("h100-pcie", 51, 51, 378, 756, 1513, 2.0, 80, 0.70, 0.75, 0.50),
+    GPU("h100-sxm", 67, 67, 494.7, 989.4, 1978.9, 3.35, 80, 0.70, SIM_ARCH_HOPPER),
+    GPU("h200", 67, 67, 494.7, 989.4, 1978.9, 4.8, 141, 0.70, SIM_ARCH_HOPPER),
+    GPU("a100-80g", 19.5, 19.5, 156, 312, 312, 2.039, 80, 0.80, SIM_ARCH_AMPERE),
+    GPU("a100-pcie", 19.5, 19.5, 156, 312, 312, 1.935, 80, 0.80, SIM_ARCH_AMPERE),
+    GPU("h100-pcie", 51, 51, 378, 756, 1513, 2.0, 80, 0.70, SIM_ARCH_HOPPER),
 };
 #define N_PRESETS (int)(sizeof presets / sizeof presets[0])
+
+/* Forward / backward attention efficiency per kernel and generation (sources above); 0: not available. */
+static const double kernel_rates[3][2][2] = {
+    /*                  Ampere          Hopper */
+    [SIM_ATTENTION_FA2] = {{0.60, 0.50}, {0.35, 0.30}},
+    [SIM_ATTENTION_FA3] = {{0.00, 0.00}, {0.75, 0.50}},
+    [SIM_ATTENTION_SDPA] = {{0.60, 0.50}, {0.30, 0.25}},
+};
+
+const char *sim_attention_kernel_name(sim_attention_kernel k)
+{
+    static const char *const names[] = {"fa2", "fa3", "sdpa", "file"};
+    return k >= SIM_ATTENTION_FA2 && k <= SIM_ATTENTION_FILE ? names[k] : "?";
+}
+
+int sim_attention_kernel_parse(const char *text, sim_attention_kernel *out)
+{
+    for (sim_attention_kernel k = SIM_ATTENTION_FA2; k < SIM_ATTENTION_FILE; k++)
+        if (strcmp(text, sim_attention_kernel_name(k)) == 0) {
+            *out = k;
+            return 1;
+        }
+    return 0;
+}
+
+usp_status sim_gpu_use_attention_kernel(sim_gpu *gpu, sim_attention_kernel k)
+{
+    if (k == SIM_ATTENTION_FILE)
+        return gpu->attention_kernel == SIM_ATTENTION_FILE
+                   ? USP_OK
+                   : usp_error(USP_ERR_CONFIG, "--attention-kernel file: GPU %s is a preset; its rates are fa2, fa3 "
+                               "or sdpa (a GPU file states its own)", gpu->name);
+    if (gpu->arch == SIM_ARCH_OTHER)
+        return usp_error(USP_ERR_CONFIG, "--attention-kernel %s: GPU %s comes from a file, whose "
+                         "attention_efficiency and attention_backward_efficiency are its own (stated or measured); "
+                         "drop --attention-kernel, or edit the file", sim_attention_kernel_name(k), gpu->name);
+    const double *rate = kernel_rates[k][gpu->arch == SIM_ARCH_HOPPER];
+    if (rate[0] == 0)
+        return usp_error(USP_ERR_CONFIG, "--attention-kernel %s: GPU %s is not Hopper, and FlashAttention-3 runs "
+                         "on Hopper (sm_90) only; use fa2 or sdpa", sim_attention_kernel_name(k), gpu->name);
+    gpu->attention_efficiency = rate[0];
+    gpu->attention_backward_efficiency = rate[1];
+    gpu->attention_kernel = k;
+    return USP_OK;
+}
+
+usp_status sim_gpu_use_attention_kernel_named(sim_gpu *gpu, const char *text)
+{
+    sim_attention_kernel k;
+    if (!text)
+        return USP_OK;
+    if (!sim_attention_kernel_parse(text, &k))
+        return usp_error(USP_ERR_CONFIG, "--attention-kernel %s: not a kernel the model knows; use fa2 "
+                         "(FlashAttention-2, the default), fa3 (FlashAttention-3, Hopper) or sdpa (PyTorch SDPA)",
+                         text);
+    return sim_gpu_use_attention_kernel(gpu, k);
+}
 
 int sim_gpu_preset(const char *name, sim_gpu *out)
 {
     for (int i = 0; i < N_PRESETS; i++)
         if (strcmp(presets[i].name, name) == 0) {
             *out = presets[i];
+            (void)sim_gpu_use_attention_kernel(out, SIM_ATTENTION_DEFAULT); /* fa2 exists on every preset */
             return 1;
         }
     return 0;
@@ -62,8 +138,10 @@ double sim_gpu_peak_flops(const sim_gpu *gpu, usp_dtype dtype)
 
 double sim_gpu_op_seconds(const sim_gpu *gpu, usp_dtype dtype, const usp_op_cost *cost)
 {
-    double achievable;
-    if (strcmp(cost->op, "gemm") == 0)
+    double achievable; /* the first letter first: this runs for every op of every simulated rank */
+    if (cost->op[0] != 'g' && cost->op[0] != 'a')
+        achievable = gpu->peak_fp32;
+    else if (strcmp(cost->op, "gemm") == 0)
         achievable = sim_gpu_peak_flops(gpu, dtype) * gpu->gemm_efficiency;
     else if (strcmp(cost->op, "attention_forward") == 0)
         achievable = sim_gpu_peak_flops(gpu, dtype) * gpu->attention_efficiency;
@@ -147,7 +225,8 @@ usp_status sim_gpu_from_json(const json_t *obj, const char *where, const char *p
                                         "memory_efficiency", NULL};
     sim_json_at at = {where, prefix};
     USP_CHECK(sim_json_check_keys(obj, at, known));
-    sim_gpu g = {.gemm_efficiency = 0.7, .attention_efficiency = 0.5, .memory_efficiency = 0.85};
+    sim_gpu g = {.gemm_efficiency = 0.7, .attention_efficiency = 0.5, .memory_efficiency = 0.85,
+                 .arch = SIM_ARCH_OTHER, .attention_kernel = SIM_ATTENTION_FILE};
     const json_t *name = json_object_get(obj, "name");
     if (name && !json_is_string(name))
         return usp_error(USP_ERR_CONFIG, "%s: field '%sname' must be a string", where, prefix);

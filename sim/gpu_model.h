@@ -28,6 +28,20 @@
 
 #define SIM_GPU_NAME_MAX 48
 
+/* The attention kernel whose rates the model charges (sim_gpu_use_attention_kernel):
+ * a named choice, since it moves a long-sequence step by up to 2x on Hopper. */
+typedef enum sim_attention_kernel {
+    SIM_ATTENTION_FA2,  /* FlashAttention-2 (Dao 2023): the default, what most published runs used */
+    SIM_ATTENTION_FA3,  /* FlashAttention-3 (Shah et al. 2024): Hopper only */
+    SIM_ATTENTION_SDPA, /* PyTorch's scaled_dot_product_attention (its flash backend) */
+    SIM_ATTENTION_FILE, /* the GPU file's own efficiencies (stated or measured, e.g. by usp calibrate) */
+} sim_attention_kernel;
+
+#define SIM_ATTENTION_DEFAULT SIM_ATTENTION_FA2
+
+/* The generation a preset belongs to: the published kernel rates are per generation. */
+typedef enum sim_gpu_arch { SIM_ARCH_OTHER, SIM_ARCH_AMPERE, SIM_ARCH_HOPPER } sim_gpu_arch;
+
 typedef struct sim_gpu {
     char name[SIM_GPU_NAME_MAX];
     /* Dense peaks, FLOP/s. fp32: CUDA cores; tf32, bf16 (= fp16), fp8: tensor cores. */
@@ -38,7 +52,25 @@ typedef struct sim_gpu {
     double attention_efficiency;  /* fraction a flash-attention forward kernel reaches */
     double attention_backward_efficiency; /* the same for its backward kernel */
     double memory_efficiency;     /* fraction of the HBM bandwidth a streaming kernel reaches */
+    sim_gpu_arch arch;            /* SIM_ARCH_OTHER for a GPU read from a file */
+    sim_attention_kernel attention_kernel; /* what the two attention efficiencies stand for */
 } sim_gpu;
+
+/* "fa2", "fa3", "sdpa", "file". */
+const char *sim_attention_kernel_name(sim_attention_kernel k);
+
+/* Parses "fa2", "fa3" or "sdpa" into *out; 0 for anything else. */
+int sim_attention_kernel_parse(const char *text, sim_attention_kernel *out);
+
+/* Sets the GPU's attention efficiencies to the published rates of kernel `k` on its
+ * generation (table in gpu_model.c, docs/cluster_model.md). USP_ERR_CONFIG, naming
+ * --attention-kernel, for FA3 on a GPU that is not Hopper, and for a GPU read from a
+ * file (its efficiencies are its own: edit the file). */
+usp_status sim_gpu_use_attention_kernel(sim_gpu *gpu, sim_attention_kernel k);
+
+/* The option's text (NULL: leave the GPU's kernel as it is) parsed and applied:
+ * USP_ERR_CONFIG naming --attention-kernel, the value and the choices. */
+usp_status sim_gpu_use_attention_kernel_named(sim_gpu *gpu, const char *text);
 
 /* The preset called `name` into *out; 0 when there is none. */
 int sim_gpu_preset(const char *name, sim_gpu *out);

@@ -20,6 +20,7 @@ typedef struct sim_group {
     int *members;            /* [size] world ranks */
     usp_comm_op **posted;    /* [size] the collective in progress (NULL: member not there yet) */
     int n_posted;
+    int first_posted;        /* the lowest member index posted (valid while n_posted > 0) */
     uint64_t *calls;         /* [size] calls each member issued on the group */
     uint64_t *collectives;   /* [size] collectives each member posted */
 } sim_group;
@@ -77,6 +78,9 @@ struct sim_world {
     usp_report_snapshot snapshot;  /* the ranks as the first report saw them (sim_world_wait_graph) */
     struct sim_gather_slot *gathers; /* usp_rank_gather calls in progress, by call index (rank_gather.c) */
     size_t n_gathers;
+    /* Work the collectives cost the simulator (sim_world_work): the traffic entries priced and
+     * the pairs of posted calls compared; each O(n) per collective but for the all-to-alls. */
+    uint64_t traffic_entries, match_checks, ready_offers;
 };
 
 /* rank_gather.c: usp_rank_ctx.gather of a simulated rank (gather_ctx: its sim_rank). */

@@ -67,6 +67,8 @@ usp_status sim_runtime_create(const usp_runtime_options *o, usp_runtime_t **out)
     if (s == USP_OK && (o->cluster || o->nodes))
         s = sim_topology_for_world(o->cluster, o->nodes, o->world_size, &rt->config.cost.topology);
     if (s == USP_OK)
+        s = sim_gpu_use_attention_kernel_named(&rt->config.cost.topology.gpu, o->attention_kernel);
+    if (s == USP_OK)
         s = sim_world_create(&rt->config, &rt->world); /* copies the faults */
     rt->config.faults = NULL;
     free(faults);

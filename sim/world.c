@@ -177,19 +177,27 @@ static sim_rank *ready_peek(ready_queue *q, sim_world *w)
     return r;
 }
 
-/* r has yielded inside a call: queue it and the call's participants that are READY now. */
+/* r has yielded inside a call: queue it and the call's participants that are READY now.
+ * A collective wakes its members only when r's post completed it (r is then READY
+ * too); otherwise r is the only one whose state changed, and offering every member
+ * at every arrival was O(n^2) a collective (16M at each world collective of W = 4096). */
 static void ready_push_participants(ready_queue *q, sim_world *w, const sim_rank *r)
 {
+    w->ready_offers++;
     ready_push(q, w, r->id);
     if (!r->op)
         return;
     const sim_group *g = r->op_comm->group;
     usp_comm_kind kind = r->op->kind;
     if (kind != USP_OP_SEND && kind != USP_OP_RECV && kind != USP_OP_SENDRECV) {
+        if (r->state != RANK_READY)
+            return;
         for (int i = 0; i < g->size; i++)
             ready_push(q, w, g->members[i]);
+        w->ready_offers += (uint64_t)g->size;
         return;
     }
+    w->ready_offers++;
     ready_push(q, w, g->members[r->op->peer]);
     if (kind == USP_OP_SENDRECV)
         ready_push(q, w, g->members[r->op->recv_peer]);
@@ -307,6 +315,12 @@ sim_rank_times sim_world_rank_times(const sim_world *w, int rank)
     const sim_rank *r = &w->ranks[rank];
     return (sim_rank_times){.compute_s = r->compute_s, .comm_s = r->comm_s, .wait_s = r->wait_s,
                             .end_s = r->clock};
+}
+
+sim_work sim_world_work(const sim_world *w)
+{
+    return (sim_work){.traffic_entries = w->traffic_entries, .match_checks = w->match_checks,
+                      .ready_offers = w->ready_offers};
 }
 
 const usp_backend_t *sim_world_backend(const sim_world *w, int rank) { return w->ranks[rank].backend; }

@@ -97,6 +97,17 @@ typedef struct sim_rank_times {
 /* The times of `rank` so far (after sim_world_run: over the whole run). */
 sim_rank_times sim_world_rank_times(const sim_world *w, int rank);
 
+/* The simulator's own work on the collectives of a run, in units that tests can bound:
+ * traffic entries priced by the cost model, pairs of posted calls compared for a
+ * mismatch, ranks offered to the ready queue after a call. Each grows as n for a
+ * collective over n ranks (n^2 for the all-to-alls' traffic), so a world of W ranks
+ * costs O(W) a world collective rather than O(W^2). */
+typedef struct sim_work {
+    uint64_t traffic_entries, match_checks, ready_offers;
+} sim_work;
+
+sim_work sim_world_work(const sim_world *w);
+
 /* A rank's compute backend (its memory and FLOP counters), NULL before the run made it. */
 const usp_backend_t *sim_world_backend(const sim_world *w, int rank);
 

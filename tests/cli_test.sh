@@ -375,6 +375,24 @@ limit=$([[ -n ${ASAN_OPTIONS:-} ]] && echo 120 || echo 20) expect 0 "planned in"
 # 7 s here, 48 s under the sanitizers (scripts/test.sh sets ASAN_OPTIONS there); before: minutes and 16.8 GB
 limit=$([[ -n ${ASAN_OPTIONS:-} ]] && echo 150 || echo 20) expect 0 "planned in" -- plan --seq 1073741824
 limit=20 expect 2 "--world 4096 with 4096 heads" -- selftest --world 4096
+# issue 15: every rank's program runs in full, so a world past the planner's cap on rank-layers is refused at
+# once, naming the largest world that runs (before: 88-140 s and 1.1 GB; after the O(W) collectives: 70 s)
+limit=5 expect 2 "usp plan: --world 4096 x 32 layers (--model llama-7b) = 131072 rank-layers to simulate, more than the planner's 32768" -- \
+    plan --world 4096 --ulysses 32 --model llama-7b --seq 8192
+limit=5 expect 2 "use --world 1024 (DP 32 of U 32 x R 1)" -- plan --world 4096 --ulysses 32 --model llama-7b --seq 8192
+limit=5 expect 2 "rank-layers to simulate" -- train --meta --world 4096 --ulysses 32 --model llama-7b --seq 8192 --steps 1 --batch 128
+# issue 16: the attention kernel is a named choice, printed and in the JSON; FA3 only on Hopper
+expect 0 "attention kernel: fa2 (FlashAttention-2 rates), 35% / 30%" -- plan
+expect 0 "attention kernel: fa3 (FlashAttention-3 rates), 75% / 50%" -- plan --attention-kernel fa3
+expect 0 '"attention_kernel":"sdpa"' -- plan --attention-kernel sdpa --json
+expect 2 "--attention-kernel fa3: GPU a100-80g is not Hopper" -- plan --topology dgx-a100 --attention-kernel fa3
+expect 2 "--attention-kernel fa4: not a kernel the model knows" -- plan --attention-kernel fa4
+expect 2 "--attention-kernel fa3: GPU a100-80g is not Hopper" -- train --meta --topology dgx-a100 --attention-kernel fa3 --steps 1
+expect 0 "--attention-kernel" -- plan --help
+# issue 16: no memory option fits U8 x DP8 (llama-13b at 1M tokens on 64 GPUs), another split of the 64 does:
+# the smallest larger SP degree (16; U16 does not divide the 40 heads), one sequence a replica
+limit=60 expect 0 "the same 64 GPUs split as --ulysses 8 --ring 2 (DP 4, --batch 4) would fit" -- \
+    plan --world 64 --ulysses 8 --model llama-13b --seq 1048576
 # issue 15: train --meta takes the planner's cap on simulated ring steps (W x R x layers x sequences per
 # replica x steps and evaluation batches): before, 4096 x 4096 ran past any timeout
 limit=20 expect 2 "usp train: --world 4096 x --ring 4096 x 2 layers (--model tiny) x 16 sequences per replica (--batch 16 over 1 replicas) x 5 steps and evaluation batches" -- \

@@ -185,9 +185,9 @@ START_TEST(a_step_that_does_not_fit_gets_the_options_that_make_it_fit)
     ck_assert_str_eq(fit.options, "--dtype bf16 --tiled-loss");
     ck_assert_uint_eq(fit.peak_bytes, p2);
 
-    h100.topology.gpu.memory_bytes = 1e6; /* nothing fits in 1 MB: every option tried, ZeRO 3 last */
-    ck_assert_int_eq(plan_would_fit(&c, &h100, &fit), USP_OK);
-    ck_assert(!fit.found && fit.tries == 7);
+    h100.topology.gpu.memory_bytes = 1e6; /* nothing fits in 1 MB: every option tried, ZeRO 3 last; U4 on */
+    ck_assert_int_eq(plan_would_fit(&c, &h100, &fit), USP_OK); /* 4 GPUs has no larger SP degree to try */
+    ck_assert(!fit.found && !fit.other_split && fit.splits_tried == 0 && fit.tries == 7);
     ck_assert_str_eq(fit.options, "--dtype bf16 --tiled-loss --zero 3 --tiled-mlp --recompute");
     plan_result_free(&plain), plan_result_free(&bf16), plan_result_free(&bf16_loss);
 
@@ -196,6 +196,43 @@ START_TEST(a_step_that_does_not_fit_gets_the_options_that_make_it_fit)
     h100 = cluster("dgx-h100", 1);
     ck_assert_int_eq(plan_would_fit(&c, &h100, &fit), USP_OK);
     ck_assert_msg(fit.found && fit.peak_bytes <= 80e9, "%s: %zu bytes", fit.options, fit.peak_bytes);
+}
+END_TEST
+
+/* Issue 16: before advising more GPUs, the fit search tries the other splits of the same GPUs (there, a
+ * 30B model at 256K on 64 GPUs as U8 x DP8 was told to use more GPUs although U16 x DP4 fits). Here tiny
+ * on 8 GPUs as U2 x DP4, on a GPU whose memory lies between the peaks of U2 x DP4 and U4 x DP2 with every
+ * memory option on: no option makes U2 x DP4 fit, a larger SP degree over the same 8 GPUs does. */
+START_TEST(the_fit_search_tries_other_splits_of_the_same_gpus_before_more_gpus)
+{
+    sim_cost_model m = cluster("dgx-h100", 1);
+    usp_train_config c = config_of("tiny", 8, 2, 1, 65536, 4), lean = c; /* one sequence a replica */
+    lean.storage = USP_BF16, lean.tiled_loss = 1, lean.zero_stage = 3, lean.tiled_mlp = 1, lean.recompute_layers = 1;
+    usp_train_config wide = lean;
+    wide.batch = 2;
+    ck_assert_int_eq(usp_mesh_shape_make(8, 4, 1, &wide.shape), USP_OK);
+    plan_result own, spread;
+    ck_assert_int_eq(plan_run(&lean, &m, NULL, &own), USP_OK);
+    ck_assert_int_eq(plan_run(&wide, &m, NULL, &spread), USP_OK);
+    size_t own_peak = own.peak_bytes[own.peak_rank], spread_peak = spread.peak_bytes[spread.peak_rank];
+    plan_result_free(&own), plan_result_free(&spread);
+    ck_assert_msg(spread_peak < own_peak, "U4 x DP2: %zu bytes, U2 x DP4: %zu", spread_peak, own_peak);
+    m.topology.gpu.memory_bytes = (double)(spread_peak + own_peak) / 2;
+
+    plan_fit fit;
+    ck_assert_int_eq(plan_would_fit(&c, &m, &fit), USP_OK);
+    ck_assert_msg(fit.found && fit.other_split, "found %d, other split %d: %s", fit.found, fit.other_split,
+                  fit.options);
+    /* the smallest larger SP degree (4), the larger U first: U4 x DP2, still one sequence a replica */
+    ck_assert(fit.ulysses == 4 && fit.ring == 1 && fit.dp == 2 && fit.batch == 2);
+    ck_assert(fit.peak_bytes <= m.topology.gpu.memory_bytes);
+    ck_assert_int_eq(fit.splits_tried, 1);
+
+    m.topology.gpu.memory_bytes = 1e6; /* no split of 8 GPUs fits in 1 MB: more GPUs, then */
+    ck_assert_int_eq(plan_would_fit(&c, &m, &fit), USP_OK);
+    /* SP 4: U4, U2 x R2, U1 x R4; SP 8: U4 x R2, U2 x R4, U1 x R8 (U8 is refused: 4 heads, and not counted) */
+    ck_assert(!fit.found && !fit.other_split && fit.splits_tried == 6);
+    ck_assert(fit.ulysses == 2 && fit.dp == 4); /* the run's own split, with every option */
 }
 END_TEST
 
@@ -513,6 +550,7 @@ int main(void)
     tcase_add_test(t, a_refused_shape_builds_no_world);
     tcase_add_test(t, a_non_finite_figure_is_an_error_naming_it);
     tcase_add_test(t, a_step_that_does_not_fit_gets_the_options_that_make_it_fit);
+    tcase_add_test(t, the_fit_search_tries_other_splits_of_the_same_gpus_before_more_gpus);
     tcase_add_test(t, llama_7b_at_a_million_tokens_matches_the_closed_form);
     suite_add_tcase(s, t);
     return check_main_run(s);

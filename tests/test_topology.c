@@ -452,6 +452,11 @@ START_TEST(gpu_roofline_is_the_slower_of_flops_and_bytes)
     expect_close(sim_gpu_op_seconds(&h100, USP_BF16, &gemm), 1e15 / (989.4e12 * 0.70), "compute-bound GEMM");
     expect_close(sim_gpu_op_seconds(&h100, USP_F32, &gemm), 1e15 / (494.7e12 * 0.70), "fp32 GEMM on TF32");
     expect_close(sim_gpu_op_seconds(&h100, USP_BF16, &copy), 1e12 / (3.35e12 * 0.85), "memory-bound copy");
+    /* the presets price attention at FlashAttention-2's rates unless told otherwise (issue 16) */
+    ck_assert_int_eq(h100.attention_kernel, SIM_ATTENTION_FA2);
+    expect_close(sim_gpu_op_seconds(&h100, USP_BF16, &fwd), 1e15 / (989.4e12 * 0.35), "FA2 forward at 35%");
+    expect_close(sim_gpu_op_seconds(&h100, USP_BF16, &bwd), 2.5e15 / (989.4e12 * 0.30), "FA2 backward at 30%");
+    ck_assert_int_eq(sim_gpu_use_attention_kernel(&h100, SIM_ATTENTION_FA3), USP_OK);
     expect_close(sim_gpu_op_seconds(&h100, USP_BF16, &fwd), 1e15 / (989.4e12 * 0.75), "FA3 forward at 75%");
     expect_close(sim_gpu_op_seconds(&h100, USP_BF16, &bwd), 2.5e15 / (989.4e12 * 0.50), "FA3 backward");
     sim_cost_model m = model("dgx-h200", 1);

@@ -353,6 +353,41 @@ START_TEST(gpu_file_numbers_are_range_checked)
 }
 END_TEST
 
+/* The attention kernel is a named choice with the published rates of its generation (gpu_model.c):
+ * FA3 only on Hopper, SDPA below FA2 on Hopper and FA2's own kernel on Ampere, and a GPU file keeps its
+ * own efficiencies. */
+START_TEST(attention_kernels_have_their_published_rates)
+{
+    struct { const char *gpu, *kernel; double fwd, bwd; } rates[] = {
+        {"h100-sxm", "fa2", 0.35, 0.30}, {"h100-sxm", "fa3", 0.75, 0.50}, {"h100-sxm", "sdpa", 0.30, 0.25},
+        {"h200", "fa3", 0.75, 0.50},     {"a100-80g", "fa2", 0.60, 0.50}, {"a100-80g", "sdpa", 0.60, 0.50},
+    };
+    for (size_t i = 0; i < sizeof rates / sizeof *rates; i++) {
+        sim_gpu g;
+        ck_assert(sim_gpu_preset(rates[i].gpu, &g));
+        ck_assert_int_eq(sim_gpu_use_attention_kernel_named(&g, rates[i].kernel), USP_OK);
+        ck_assert_str_eq(sim_attention_kernel_name(g.attention_kernel), rates[i].kernel);
+        ck_assert_double_eq_tol(g.attention_efficiency, rates[i].fwd, 1e-12);
+        ck_assert_double_eq_tol(g.attention_backward_efficiency, rates[i].bwd, 1e-12);
+    }
+    sim_gpu a100;
+    ck_assert(sim_gpu_preset("a100-80g", &a100));
+    ck_assert_int_eq(sim_gpu_use_attention_kernel_named(&a100, "fa3"), USP_ERR_CONFIG);
+    ck_assert_msg(strstr(usp_error_message(), "runs on Hopper (sm_90) only"), "%s", usp_error_message());
+    ck_assert_double_eq_tol(a100.attention_efficiency, 0.60, 1e-12); /* a refused kernel changes nothing */
+    ck_assert_int_eq(sim_gpu_use_attention_kernel_named(&a100, "fa4"), USP_ERR_CONFIG);
+    ck_assert_msg(strstr(usp_error_message(), "--attention-kernel fa4"), "%s", usp_error_message());
+    json_t *obj = json_pack("{s:s, s:{s:f, s:f}, s:f, s:f, s:f}", "name", "mine", "peak_tflops", "bf16", 500.0,
+                            "fp32", 50.0, "hbm_tbs", 2.0, "memory_gb", 40.0, "attention_efficiency", 0.42);
+    sim_gpu mine;
+    ck_assert_int_eq(sim_gpu_from_json(obj, "test", "", &mine), USP_OK);
+    json_decref(obj);
+    ck_assert_int_eq(mine.attention_kernel, SIM_ATTENTION_FILE);
+    ck_assert_int_eq(sim_gpu_use_attention_kernel_named(&mine, "fa2"), USP_ERR_CONFIG);
+    ck_assert_double_eq_tol(mine.attention_efficiency, 0.42, 1e-12); /* the file's own rate */
+}
+END_TEST
+
 static Suite *ranges_suite(void)
 {
     Suite *s = suite_create("topology_ranges");
@@ -362,6 +397,7 @@ static Suite *ranges_suite(void)
     tcase_add_test(t, too_many_nodes_from_the_caller_are_refused);
     tcase_add_test(t, gpu_file_numbers_are_range_checked);
     tcase_add_loop_test(t, topologies_built_in_code_obey_the_file_ranges, 0, N_CODE_CASES);
+    tcase_add_test(t, attention_kernels_have_their_published_rates);
     suite_add_tcase(s, t);
     return s;
 }

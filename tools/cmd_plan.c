@@ -17,7 +17,7 @@
 #define GB 1e9 /* decimal, as GPU memory is marketed */
 
 typedef struct plan_options {
-    const char *model, *data, *topology, *trace;
+    const char *model, *data, *topology, *trace, *attention_kernel;
     int world, ulysses, ring, nodes, seq, batch, pad, sweep, json;
     memory_options memory;
 } plan_options;
@@ -89,12 +89,18 @@ static void print_memory(const plan_result *r, const plan_fit *fit)
     printf("does not fit: needs %s of %.0f GB (", fmt_bytes(b, sizeof b, (double)total), r->capacity_bytes / GB);
     print_dominant(r, total);
     printf(")");
-    if (fit->found)
+    if (fit->found && fit->other_split)
+        printf(";\n  no memory option makes this split fit, but the same %d GPUs split as --ulysses %d --ring %d "
+               "(DP %d, --batch %lld) would fit%s%s: %s, %.4f s a step (planned the same way)\n", W, fit->ulysses,
+               fit->ring, fit->dp, (long long)fit->batch, fit->options[0] ? " with " : "", fit->options,
+               fmt_bytes(a, sizeof a, (double)fit->peak_bytes), fit->step_time_s);
+    else if (fit->found)
         printf(";\n  would fit with %s: %s, %.4f s a step (planned the same way)\n", fit->options,
                fmt_bytes(a, sizeof a, (double)fit->peak_bytes), fit->step_time_s);
     else if (fit->tries)
-        printf(";\n  even with %s it needs %s: use more GPUs (--world) or a shorter --seq\n", fit->options,
-               fmt_bytes(a, sizeof a, (double)fit->peak_bytes));
+        printf(";\n  even with %s it needs %s, and no split of the %d GPUs with a larger SP degree fits (%d "
+               "tried): use more GPUs (--world) or a shorter --seq\n", fit->options,
+               fmt_bytes(a, sizeof a, (double)fit->peak_bytes), W, fit->splits_tried);
     else
         printf(", with every memory option on: use more GPUs (--world) or a shorter --seq\n");
 }
@@ -185,6 +191,9 @@ static usp_status print_report_json(const plan_options *o, const usp_train_confi
         json_object_set_new(j, "topology", json_string(t->name));
         json_object_set_new(j, "nodes", json_integer(t->nodes));
         json_object_set_new(j, "gpu", json_string(t->gpu.name));
+        json_object_set_new(j, "attention_kernel", json_string(sim_attention_kernel_name(t->gpu.attention_kernel)));
+        json_object_set_new(j, "attention_efficiency", json_real(t->gpu.attention_efficiency));
+        json_object_set_new(j, "attention_backward_efficiency", json_real(t->gpu.attention_backward_efficiency));
         json_object_set_new(j, "dtype", json_string(usp_dtype_name(cost->dtype)));
         json_object_set_new(j, "storage", json_string(usp_dtype_name(c->storage)));
         json_object_set_new(j, "zero", json_integer(c->zero_stage));
@@ -192,6 +201,12 @@ static usp_status print_report_json(const plan_options *o, const usp_train_confi
         json_object_set_new(j, "tiled_mlp", json_boolean(c->tiled_mlp));
         json_object_set_new(j, "tiled_loss", json_boolean(c->tiled_loss));
         json_object_set_new(j, "would_fit_with", p->fit.found ? json_string(p->fit.options) : json_null());
+        if (p->fit.found && p->fit.other_split) /* another split of the same GPUs */
+            json_object_set_new(j, "would_fit_split", json_pack("{s:i, s:i, s:i, s:I}", "ulysses", p->fit.ulysses,
+                                                                "ring", p->fit.ring, "dp", p->fit.dp, "batch",
+                                                                (json_int_t)p->fit.batch));
+        if (p->fit.tries)
+            json_object_set_new(j, "would_fit_splits_tried", json_integer(p->fit.splits_tried));
         if (p->fit.tries)
             json_object_set_new(j, "would_fit_bytes", json_integer((json_int_t)p->fit.peak_bytes));
         json_object_set_new(j, "seq", json_integer(c->seq_len));
@@ -217,6 +232,16 @@ static usp_status print_report_json(const plan_options *o, const usp_train_confi
     return s;
 }
 
+static const char *kernel_title(sim_attention_kernel k)
+{
+    switch (k) {
+    case SIM_ATTENTION_FA2: return "FlashAttention-2 rates";
+    case SIM_ATTENTION_FA3: return "FlashAttention-3 rates";
+    case SIM_ATTENTION_SDPA: return "PyTorch SDPA rates";
+    default: return "the GPU file's own rates";
+    }
+}
+
 static void print_report_text(const plan_options *o, const usp_train_config *c, const sim_cost_model *cost,
                               const plan_report *p, double wall)
 {
@@ -229,6 +254,9 @@ static void print_report_text(const plan_options *o, const usp_train_config *c, 
     printf("cluster: %s, %d node%s of %d x %s (%.0f GB); compute modelled in %s\n", t->name, t->nodes,
            t->nodes > 1 ? "s" : "", t->gpus_per_node, t->gpu.name, t->gpu.memory_bytes / GB,
            usp_dtype_name(cost->dtype));
+    printf("attention kernel: %s (%s), %.0f%% / %.0f%% of the peak forward / backward (--attention-kernel)\n",
+           sim_attention_kernel_name(t->gpu.attention_kernel), kernel_title(t->gpu.attention_kernel),
+           100 * t->gpu.attention_efficiency, 100 * t->gpu.attention_backward_efficiency);
     printf("memory as the code allocates it: storage %s, ZeRO %d%s%s%s\n",
            c->storage == USP_F32 ? "fp32" : "bf16 (fp32 master weights and Adam state)", c->zero_stage,
            c->recompute_layers ? ", recomputed layers" : "", c->tiled_mlp ? ", tiled MLP" : "",
@@ -250,6 +278,7 @@ static usp_status run(const plan_options *o)
     sim_cost_model cost = sim_cost_model_default(c.shape.world); /* enough dgx-h100 nodes for the world */
     if (o->topology || o->nodes)
         USP_CHECK(sim_topology_for_world(o->topology, o->nodes, c.shape.world, &cost.topology));
+    USP_CHECK(sim_gpu_use_attention_kernel_named(&cost.topology.gpu, o->attention_kernel));
     double wall = wall_now();
     plan_report p;
     USP_CHECK(plan_report_make(&c, &cost, o->sweep, o->trace, &p));
@@ -276,6 +305,8 @@ int cmd_plan(int argc, char **argv)
         {"--topology", CLI_STRING, &o.topology, "NAME|FILE",
          "modelled cluster: dgx-h100 (default), dgx-h200, dgx-a100, pcie-gen4, pcie-gen5, or a JSON file", 0, -1},
         {"--nodes", CLI_INT, &o.nodes, "K", "nodes of the topology (default: as many as --world needs)", 1, 100000},
+        {"--attention-kernel", CLI_STRING, &o.attention_kernel, "fa2|fa3|sdpa",
+         "attention kernel whose published rates the model charges: fa2 (default), fa3 (Hopper), sdpa", 0, -1},
         {"--seq", CLI_INT, &o.seq, "N", "sequence length (default 64)", 2, 1 << 30},
         {"--pad", CLI_FLAG, &o.pad, NULL, "pad a length that does not divide (padding is masked out of the loss)", 0, -1},
         {"--batch", CLI_INT, &o.batch, "B", "global batch: sequences per step over all DP replicas (default DP)", 1, 1 << 20},
@@ -300,7 +331,9 @@ int cmd_plan(int argc, char **argv)
                        "communication and exposed communication, tokens/s and MFU; --sweep ranks the U x R splits.\n"
                        "The memory is what the code allocates with the memory options given; a step that does not\n"
                        "fit is planned again with more of them (bf16, tiled loss, ZeRO 1-2, tiled MLP, recomputation,\n"
-                       "ZeRO 3) to say which would make it fit. Compute is modelled in bf16 on the topology's GPUs.\n"
+                       "ZeRO 3) to say which would make it fit, and when none does, with the other U x R x DP\n"
+                       "splits of the same GPUs before it advises more GPUs. Compute is modelled in bf16 on the\n"
+                       "topology's GPUs, attention at the published rates of --attention-kernel (default fa2).\n"
                        "See docs/planning.md.",
                        options);
         return 0;

@@ -25,6 +25,7 @@
 
 typedef struct train_options {
     const char *backend, *model, *data, *save, *resume, *attention, *trace, *dot, *topology, *dump_dir;
+    const char *attention_kernel; /* the modelled kernel's rates (sim only) */
     int world, gpus, ulysses, ring, pad, json, nodes, meta, check_collectives;
     double timeout;
     int seq, batch, steps, until, warmup, log_every, eval_samples, seed;
@@ -122,6 +123,10 @@ static usp_status build_config(const char *command, const train_options *o, usp_
     if (c->eval_only && !o->resume)
         return usp_error(USP_ERR_CONFIG, "usp eval needs --resume DIR (a checkpoint to evaluate)");
     int real = strcmp(o->backend, "sim") != 0;
+    if (real && o->attention_kernel)
+        return usp_error(USP_ERR_CONFIG, "--attention-kernel %s with --backend %s: the kernel's rates are the "
+                         "simulator's model; a real backend runs and times its own kernels (drop --attention-kernel)",
+                         o->attention_kernel, o->backend);
     if (real && (o->trace || o->dot))
         return usp_error(USP_ERR_CONFIG, "%s with --backend %s: traces and pictures are the simulator's (drop %s, or "
                          "run the same options on --backend sim)", o->trace ? "--trace" : "--dot", o->backend,
@@ -135,6 +140,8 @@ static usp_status build_config(const char *command, const train_options *o, usp_
         int64_t evals = c->eval_samples > 0 || c->eval_only ? (c->eval_samples + c->batch - 1) / c->batch : 0;
         USP_CHECK(plan_check_ring_steps(c, steps + evals, "steps and evaluation batches (--steps, --until, "
                                         "--eval-samples)"));
+        USP_CHECK(plan_check_rank_layers(c, steps + evals, "steps and evaluation batches (--steps, --until, "
+                                         "--eval-samples)"));
     }
     if (o->dot) { /* a picture this build cannot write is an option error, found before anything runs */
         USP_CHECK(viz_check_output("--dot", o->dot));
@@ -204,7 +211,8 @@ static usp_status run(const char *command, const train_options *o, int *exit_cod
     usp_train_config c;
     USP_CHECK(build_config(command, o, &c));
     usp_runtime_options ro = {.world_size = c.shape.world, .shapes_only = o->meta, .cluster = o->topology,
-                              .nodes = o->nodes, .inject = o->inject.items, .n_inject = o->inject.n,
+                              .nodes = o->nodes, .attention_kernel = o->attention_kernel,
+                              .inject = o->inject.items, .n_inject = o->inject.n,
                               .trace = o->trace != NULL || o->dot != NULL,
                               .check_collectives = o->check_collectives, .timeout_s = o->timeout,
                               .dump_dir = o->dump_dir};
@@ -258,6 +266,9 @@ int cmd_train(int argc, char **argv)
         {"--topology", CLI_STRING, &o.topology, "NAME|FILE",
          "modelled cluster: dgx-h100 (default), dgx-h200, dgx-a100, pcie-gen4, pcie-gen5, or a JSON file", 0, -1},
         {"--nodes", CLI_INT, &o.nodes, "K", "nodes of the topology (default: as many as --world needs)", 1, 100000},
+        {"--attention-kernel", CLI_STRING, &o.attention_kernel, "fa2|fa3|sdpa",
+         "attention kernel whose published rates the modelled times use (sim): fa2 (default), fa3 (Hopper), sdpa",
+         0, -1},
         {"--attention", CLI_STRING, &o.attention, "sp|local",
          "sp: Ulysses/Ring over the mesh (default); local: each rank attends to its own shard only", 0, -1},
         {"--model", CLI_STRING, &o.model, "NAME|FILE",
