@@ -77,7 +77,7 @@ rc=$?
 [[ $rc -eq 2 && $out == *"--world 4: the launcher started 2 processes"* ]] && ok ||
     fail "--world 4 under mpirun -np 2: exit $rc" "$out"
 
-# --- every injected fault caught by --check-collectives: exit 3 within 10 s -----
+# --- every injected fault caught by --check-collectives: exit 3, well before the 60 s that would mean a hang (30 s: loaded machines)
 # The report names the ranks, the op, the group, the call's number and its call site.
 for fault in skip:rank=2,op=all_to_all swap:rank=1,op=all_reduce size:rank=1,op=all_to_all \
     group:rank=1,op=all_reduce size:rank=3,op=sendrecv; do
@@ -86,7 +86,7 @@ for fault in skip:rank=2,op=all_to_all swap:rank=1,op=all_reduce size:rank=1,op=
         --inject "$fault" 2>&1)
     rc=$?
     took=$((SECONDS - start))
-    if [[ $rc -eq 3 && $took -le 10 && $out == *"collective mismatch on "* && $out == *"calls "*" as its call #"* &&
+    if [[ $rc -eq 3 && $took -le 30 && $out == *"collective mismatch on "* && $out == *"calls "*" as its call #"* &&
         $out == *" at core/"*".c:"* && $out == *"rank states:"* ]]; then
         ok
     else
@@ -111,7 +111,7 @@ for fault in swap:rank=1,op=all_reduce group:rank=1,op=all_reduce skip:rank=2,op
     took=$((SECONDS - start))
     report=$(timeout 30 "$usp" postmortem dumps 2>&1)
     prc=$?
-    if [[ ($rc -eq 3 || $rc -eq 4) && $took -le 12 && $(ls dumps/rank-*.usp-flight.json | wc -l) -eq 4 && ($prc -eq 3 || $prc -eq 4) &&
+    if [[ ($rc -eq 3 || $rc -eq 4) && $took -le 30 && $(ls dumps/rank-*.usp-flight.json | wc -l) -eq 4 && ($prc -eq 3 || $prc -eq 4) &&
         $report == *"rank $culprit"* && $report == *"rank states:"* ]]; then
         ok
     else
@@ -138,7 +138,7 @@ took=$((SECONDS - start))
 kill -KILL "$launcher" 2>/dev/null
 wait "$launcher" 2>/dev/null
 report=$(timeout 30 "$usp" postmortem dumps 2>&1)
-if [[ -n $victim && $took -le 10 && ! -e dumps/rank-2.usp-flight.json && $(ls dumps/rank-*.usp-flight.json | wc -l) -eq 3 &&
+if [[ -n $victim && $took -le 30 && ! -e dumps/rank-2.usp-flight.json && $(ls dumps/rank-*.usp-flight.json | wc -l) -eq 3 &&
     $report == *"rank 2"* ]]; then
     ok
 else
