@@ -109,7 +109,7 @@ typedef struct mem_result {
 static void usage(FILE *f)
 {
     fprintf(f,
-            "usage: memory [--json] [--quick] [--help]\n"
+            "usage: memory [--json] [--quick] [--per-layer] [--help]\n"
             "\n"
             "Peak memory per rank of one training step (sim backend, cpu, passkey data), tiny model,\n"
             "N = 16384, batch 1, in three tables.\n"
@@ -139,7 +139,8 @@ static void usage(FILE *f)
             "\n"
             "  --json   one JSON object per world size, then one for the options table, then one per\n"
             "           row of the activations-per-layer table\n"
-            "  --quick  N = 2048, tile rows 128 (a smoke run)\n"
+            "  --quick  N = 2048, tile rows 128 (a smoke run; llama-7b stays at 131072)\n"
+            "  --per-layer  the third table only\n"
             "  --help   this text\n"
             "\n"
             "JSON fields, per world size: bench (\"memory\"), model, seq, batch, world, ulysses,\n"
@@ -409,7 +410,7 @@ static usp_status run_layer_table(int quick, int json)
                "llama-7b planned on the meta backend (usp plan --model llama-7b --seq 131072 --world 8), tiny "
                "measured (cpu).\nbefore = what issue 14 removed, added back: at U > 1 the model's dead q, k, v, "
                "4 n (H + 2 Hkv) D;\nat U = 1 Ulysses' one-rank copies of q, k, v, o, 4 n (2 H + 2 Hkv) D "
-               "(n tokens a rank).\n\n%-9s %-5s %7s %5s %8s %12s %12s %12s %7s\n",
+               "(n tokens a rank).\n\n%-9s %-7s %7s %5s %8s %12s %12s %12s %7s\n",
                "model", "backend", "N", "UxR", "tok/rank", "now MiB", "before MiB", "saved MiB", "now/bef");
     for (size_t i = 0; i < sizeof rows / sizeof *rows; i++) {
         const layer_row *row = &rows[i];
@@ -446,18 +447,19 @@ static usp_status run_layer_table(int quick, int json)
 
 int main(int argc, char **argv)
 {
-    int json = 0, quick = 0;
+    int json = 0, quick = 0, per_layer = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--json")) json = 1;
         else if (!strcmp(argv[i], "--quick")) quick = 1;
+        else if (!strcmp(argv[i], "--per-layer")) per_layer = 1;
         else if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) return usage(stdout), 0;
-        else return fprintf(stderr, "memory: unknown option '%s'; the options are --json, --quick (see memory "
+        else return fprintf(stderr, "memory: unknown option '%s'; the options are --json, --quick, --per-layer (see memory "
                             "--help)\n", argv[i]), 2;
     }
     /* --quick keeps 4 tiles a rank: 2048 / 4 ranks = 512 rows in tiles of 128, as 4096 in tiles of 1024 */
     const int64_t seq = quick ? 2048 : 16384, tile_rows = quick ? 128 : 1024;
-    usp_status s = run_world_table(seq, json);
-    if (s == USP_OK)
+    usp_status s = per_layer ? USP_OK : run_world_table(seq, json);
+    if (s == USP_OK && !per_layer)
         s = run_options_table(seq, tile_rows, json);
     if (s == USP_OK)
         s = run_layer_table(quick, json);
