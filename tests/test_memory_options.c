@@ -266,6 +266,33 @@ START_TEST(activations_per_layer_match_the_closed_form)
 }
 END_TEST
 
+/* What the backward reads survives the scratch q, k, v (U 4: one set for all layers, overwritten by
+ * every layer's forward) and the tensors handed straight to ring attention (R 4: read again in
+ * backward), with and without recomputation: three steps bit for bit the same either way. */
+START_TEST(recompute_is_bitwise_the_plain_step_on_ulysses_and_pure_ring)
+{
+    const options plain = {.name = "plain"}, recompute = {.name = "recompute", .recompute = 1};
+    const int splits[][2] = {{4, 1}, {1, 4}};
+    usp_train_config c = config_for(USP_FAMILY_LLAMA, 4, 4, 1, &plain);
+    usp_param_table table;
+    ck_assert_int_eq(usp_param_table_make(&c.model, &table), USP_OK);
+    float *ref = calloc((size_t)table.total, sizeof *ref), *got = calloc((size_t)table.total, sizeof *got);
+    for (int i = 0; i < 2; i++) {
+        double ref_loss, loss;
+        int which;
+        c = config_for(USP_FAMILY_LLAMA, 4, splits[i][0], splits[i][1], &plain);
+        train(&c, &ref_loss, ref);
+        c = config_for(USP_FAMILY_LLAMA, 4, splits[i][0], splits[i][1], &recompute);
+        train(&c, &loss, got);
+        double err = harness_worst_tensor_error(&table, got, ref, &which);
+        ck_assert_msg(loss == ref_loss && err == 0, "U %d x R %d recompute: loss %.9g vs %.9g, tensor %d off by %.3g",
+                      splits[i][0], splits[i][1], loss, ref_loss, which, err);
+    }
+    free(ref), free(got);
+    usp_param_table_free(&table);
+}
+END_TEST
+
 /* A step on the simulator with the trace on: its all-to-all calls and the bytes its copies move on rank 0. */
 static void traced_step(const usp_train_config *config, size_t *all_to_alls, double *copy_bytes)
 {
@@ -374,6 +401,7 @@ int main(void)
     tcase_add_test(tc, each_option_saves_what_its_closed_form_says);
     tcase_add_test(tc, activations_per_layer_match_the_closed_form);
     tcase_add_test(tc, pure_ring_hands_the_tensors_straight_to_ring_attention);
+    tcase_add_test(tc, recompute_is_bitwise_the_plain_step_on_ulysses_and_pure_ring);
     tcase_add_test(tc, bf16_storage_is_refused_where_the_numbers_are_fp32);
     tcase_add_test(tc, bf16_rounds_to_nearest_even);
     tcase_add_test(tc, bf16_all_reduce_rounds_each_step);
