@@ -1,4 +1,4 @@
-/* Memory of a training step with sequence parallelism, in two tables.
+/* Memory of a training step with sequence parallelism, in three tables.
  *
  * 1. Scaling (issue #4, acceptance item 6): at a fixed sequence length N, the
  * activation memory of each rank should fall about as 1/W when W ranks share
@@ -40,6 +40,18 @@
  * bf16 storage (USP_BF16) is left out: the cpu backend computes in fp32 and
  * refuses it (planned on shapes only: usp plan --dtype bf16, or --meta).
  *
+ * 3. Activations per layer (issue 14): the bytes one layer adds to the
+ * "activations" category of a rank, measured as the difference between the
+ * same step with L and L - 1 layers (so the figure is exactly what a layer
+ * keeps, whatever the head or the embeddings hold): llama-7b at 128K tokens on
+ * 8 ranks (Ulysses 8, and pure Ring 8) as `usp plan --model llama-7b --seq
+ * 131072 --world 8` runs it (meta backend: shapes only, the same allocations),
+ * and the tiny model measured on the cpu backend at N = 16384 on 4 ranks
+ * (Ulysses 4, pure Ring 4). "before" is what the code kept before issue 14,
+ * now + the bytes it no longer keeps: at U > 1 the model's q, k, v, dead once
+ * Ulysses has gathered its own copies, 4 n (H + 2 Hkv) D; at U = 1 Ulysses'
+ * one-rank copies of q, k, v, o, 4 n (2 H + 2 Hkv) D (n = tokens a rank, fp32).
+ *
  * The price is time: recomputation runs each layer's forward again in backward
  * (up to 1/3 more of the layers' FLOPs, backward being about twice the
  * forward; the head, the loss and AdamW are not recomputed), the tiled MLP its
@@ -54,6 +66,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "backends/meta/meta_backend.h"
 #include "core/train.h"
 #include "sim/world.h"
 
@@ -96,10 +109,10 @@ typedef struct mem_result {
 static void usage(FILE *f)
 {
     fprintf(f,
-            "usage: memory [--json] [--quick] [--help]\n"
+            "usage: memory [--json] [--quick] [--per-layer] [--help]\n"
             "\n"
             "Peak memory per rank of one training step (sim backend, cpu, passkey data), tiny model,\n"
-            "N = 16384, batch 1, in two tables.\n"
+            "N = 16384, batch 1, in three tables.\n"
             "\n"
             "1. On W = 1, 2, 4 ranks (Ulysses U = W) and W = 8 (hybrid U x R = 4 x 2: the tiny model\n"
             "has 4 heads, U = 8 would leave ranks without one), with the ratio of each figure to\n"
@@ -118,8 +131,16 @@ static void usage(FILE *f)
             "its ratio to none (the price of recomputation). bf16 storage is left out: the cpu\n"
             "backend refuses it (usp plan --dtype bf16 plans it).\n"
             "\n"
-            "  --json   one JSON object per world size, then one for the options table\n"
-            "  --quick  N = 2048, tile rows 128 (a smoke run)\n"
+            "3. Activations per layer: the bytes a layer adds to the \"activations\" category (the step\n"
+            "with L layers less the step with L - 1), for llama-7b at N = 131072 on 8 ranks (U 8, and\n"
+            "pure Ring R 8; the meta backend, as usp plan --model llama-7b --seq 131072 --world 8) and\n"
+            "the tiny model measured (cpu) at N = 16384 on 4 ranks (U 4, and R 4); beside what the\n"
+            "code kept before issue 14 (now + the q, k, v or Ulysses copies it no longer keeps).\n"
+            "\n"
+            "  --json   one JSON object per world size, then one for the options table, then one per\n"
+            "           row of the activations-per-layer table\n"
+            "  --quick  N = 2048, tile rows 128 (a smoke run; llama-7b stays at 131072)\n"
+            "  --per-layer  the third table only\n"
             "  --help   this text\n"
             "\n"
             "JSON fields, per world size: bench (\"memory\"), model, seq, batch, world, ulysses,\n"
@@ -132,7 +153,10 @@ static void usage(FILE *f)
             "The options table: bench, model, seq, batch, world, ulysses, ring, tokens_per_rank,\n"
             "  tile_rows, runs, options (array of objects: name, zero, recompute, tiled_mlp,\n"
             "  tiled_loss, peak_bytes, peak_bytes_min, at_peak (as above), peak_ratio, wall_s\n"
-            "  (the fastest run), wall_ratio (each / the same figure for none)).\n");
+            "  (the fastest run), wall_ratio (each / the same figure for none)).\n"
+            "Activations per layer: bench (\"memory_per_layer\"), model, backend, seq, world, ulysses,\n"
+            "  ring, tokens_per_rank, n_layer, activations_per_layer_bytes, before_bytes (the closed\n"
+            "  form of what issue 14 removed, added), dead_bytes (that difference).\n");
 }
 
 /* The trainer's progress, ignored: asking for it makes the step gather the
@@ -171,19 +195,24 @@ static void read_peaks(const sim_world *w, int world, mem_result *r)
     }
 }
 
-/* One training step of the tiny model on `mc` with the options o; fills r. */
-static usp_status measure(const mem_config *mc, const mem_options *o, int64_t seq, int64_t tile_rows, mem_result *r)
+/* One training step of `model` (n_layer: 0 for the preset's) on `mc` with the options o, on the
+ * backend of `factory` (NULL: cpu); fills r. */
+static usp_status measure_model(const char *model, int64_t n_layer, sim_backend_factory factory,
+                                const mem_config *mc, const mem_options *o, int64_t seq, int64_t tile_rows,
+                                mem_result *r)
 {
     usp_train_config c;
     usp_train_defaults(&c);
-    USP_CHECK(usp_model_config_preset("tiny", &c.model));
+    USP_CHECK(usp_model_config_preset(model, &c.model));
+    if (n_layer > 0)
+        c.model.n_layer = n_layer;
     USP_CHECK(usp_mesh_shape_make(mc->world, mc->ulysses, mc->ring, &c.shape));
     c.data = "passkey", c.seq_len = seq, c.batch = 1, c.steps = 1, c.log_every = 1, c.eval_samples = 0;
     c.zero_stage = o->zero, c.recompute_layers = o->recompute;
     c.tiled_mlp = o->tiled_mlp, c.tiled_loss = o->tiled_loss, c.tile_rows = tile_rows;
     c.on_record = ignore_record;
     sim_config sc = sim_config_default(mc->world);
-    sc.trace = 0;
+    sc.trace = 0, sc.make_backend = factory;
     sim_world *w = NULL;
     usp_train_result result = {.passkey_accuracy = -1};
     usp_train_run run = {.config = &c, .result = &result};
@@ -203,6 +232,12 @@ static usp_status measure(const mem_config *mc, const mem_options *o, int64_t se
     }
     sim_world_destroy(w);
     return s;
+}
+
+/* One training step of the tiny model on the cpu backend. */
+static usp_status measure(const mem_config *mc, const mem_options *o, int64_t seq, int64_t tile_rows, mem_result *r)
+{
+    return measure_model("tiny", 0, NULL, mc, o, seq, tile_rows, r);
 }
 
 /* The bytes of each category at the peak, as a JSON object. */
@@ -357,21 +392,77 @@ static usp_status run_options_table(int64_t seq, int64_t tile_rows, int json)
     return USP_OK;
 }
 
+/* Table 3: activations per layer, now and before issue 14. */
+typedef struct layer_row {
+    const char *model;
+    int meta; /* 1: the meta backend (usp plan's), 0: cpu, measured */
+    int64_t seq;
+    mem_config mc;
+} layer_row;
+
+static usp_status run_layer_table(int quick, int json)
+{
+    const int64_t tiny_seq = quick ? 2048 : 16384;
+    const layer_row rows[] = {{"llama-7b", 1, 131072, {8, 8, 1}}, {"llama-7b", 1, 131072, {8, 1, 8}},
+                              {"tiny", 0, tiny_seq, {4, 4, 1}},    {"tiny", 0, tiny_seq, {4, 1, 4}}};
+    if (!json)
+        printf("\nactivations per layer and rank (the step with L layers less the step with L - 1), batch 1, fp32;\n"
+               "llama-7b planned on the meta backend (usp plan --model llama-7b --seq 131072 --world 8), tiny "
+               "measured (cpu).\nbefore = what issue 14 removed, added back: at U > 1 the model's dead q, k, v, "
+               "4 n (H + 2 Hkv) D;\nat U = 1 Ulysses' one-rank copies of q, k, v, o, 4 n (2 H + 2 Hkv) D "
+               "(n tokens a rank).\n\n%-9s %-7s %7s %5s %8s %12s %12s %12s %7s\n",
+               "model", "backend", "N", "UxR", "tok/rank", "now MiB", "before MiB", "saved MiB", "now/bef");
+    for (size_t i = 0; i < sizeof rows / sizeof *rows; i++) {
+        const layer_row *row = &rows[i];
+        usp_model_config mc;
+        USP_CHECK(usp_model_config_preset(row->model, &mc));
+        mem_result full = {0}, less = {0};
+        const mem_options none = option_rows[0];
+        sim_backend_factory f = row->meta ? usp_backend_meta_create : NULL;
+        USP_CHECK(measure_model(row->model, mc.n_layer, f, &row->mc, &none, row->seq, 0, &full));
+        USP_CHECK(measure_model(row->model, mc.n_layer - 1, f, &row->mc, &none, row->seq, 0, &less));
+        const double now = full.at_peak[CAT_ACT] - less.at_peak[CAT_ACT];
+        const double n = (double)(row->seq / row->mc.world), H = (double)mc.n_head, Hkv = (double)mc.n_kv_head;
+        const double D = (double)(mc.d_model / mc.n_head);
+        const double dead = row->mc.ulysses > 1 ? 4 * n * (H + 2 * Hkv) * D : 4 * n * (2 * H + 2 * Hkv) * D;
+        if (json) {
+            json_t *j = json_pack("{s:s, s:s, s:s, s:I, s:i, s:i, s:i, s:I, s:I}", "bench", "memory_per_layer",
+                                  "model", row->model, "backend", row->meta ? "meta" : "cpu", "seq",
+                                  (json_int_t)row->seq, "world", row->mc.world, "ulysses", row->mc.ulysses, "ring",
+                                  row->mc.ring, "tokens_per_rank", (json_int_t)n, "n_layer", (json_int_t)mc.n_layer);
+            json_object_set_new(j, "activations_per_layer_bytes", json_integer((json_int_t)now));
+            json_object_set_new(j, "before_bytes", json_integer((json_int_t)(now + dead)));
+            json_object_set_new(j, "dead_bytes", json_integer((json_int_t)dead));
+            json_print(j);
+        } else {
+            char split[16];
+            snprintf(split, sizeof split, "%dx%d", row->mc.ulysses, row->mc.ring);
+            printf("%-9s %-7s %7lld %5s %8.0f %12.2f %12.2f %12.2f %7.3f\n", row->model, row->meta ? "meta" : "cpu",
+                   (long long)row->seq, split, n, now / MIB, (now + dead) / MIB, dead / MIB, now / (now + dead));
+        }
+        fflush(stdout);
+    }
+    return USP_OK;
+}
+
 int main(int argc, char **argv)
 {
-    int json = 0, quick = 0;
+    int json = 0, quick = 0, per_layer = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--json")) json = 1;
         else if (!strcmp(argv[i], "--quick")) quick = 1;
+        else if (!strcmp(argv[i], "--per-layer")) per_layer = 1;
         else if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) return usage(stdout), 0;
-        else return fprintf(stderr, "memory: unknown option '%s'; the options are --json, --quick (see memory "
+        else return fprintf(stderr, "memory: unknown option '%s'; the options are --json, --quick, --per-layer (see memory "
                             "--help)\n", argv[i]), 2;
     }
     /* --quick keeps 4 tiles a rank: 2048 / 4 ranks = 512 rows in tiles of 128, as 4096 in tiles of 1024 */
     const int64_t seq = quick ? 2048 : 16384, tile_rows = quick ? 128 : 1024;
-    usp_status s = run_world_table(seq, json);
-    if (s == USP_OK)
+    usp_status s = per_layer ? USP_OK : run_world_table(seq, json);
+    if (s == USP_OK && !per_layer)
         s = run_options_table(seq, tile_rows, json);
+    if (s == USP_OK)
+        s = run_layer_table(quick, json);
     if (s != USP_OK)
         return fprintf(stderr, "memory: %s\n", usp_error_message()), (int)s;
     return 0;

@@ -21,12 +21,24 @@
 
 #define DEFAULT_TILE_ROWS 1024
 
+/* Whether the backward reads a layer's q, k, v: local attention does, and so
+ * does Ulysses at U = 1 (pure Ring), which hands them straight to ring
+ * attention. At U > 1 Ulysses keeps its own copies, gathered by head, and the
+ * model's q, k, v are dead once the all-to-all has read them. */
+static int backward_reads_qkv(const usp_model *m)
+{
+    return m->s.attention_local || !ulysses_attention_keeps_inputs(m->attn[0]);
+}
+
 /* Buffers kept from a layer's forward to its backward: for every layer, or one
- * set when layers are recomputed. The MLP's hidden is allocated by mlp_alloc. */
+ * set when layers are recomputed. q, k, v are per set only when the backward
+ * reads them (backward_reads_qkv); otherwise every layer shares one scratch
+ * set, still "activations" (they are, while the layer's forward runs), but
+ * once per rank, not once per layer. The MLP's hidden is allocated by mlp_alloc. */
 static usp_status alloc_activations(usp_model *m)
 {
     const int64_t n = m->n, C = m->C, qd = m->H * m->D, kd = m->Hkv * m->D;
-    const int sets = m->s.recompute_layers ? 1 : (int)m->c.n_layer;
+    const int sets = m->s.recompute_layers ? 1 : (int)m->c.n_layer, qkv_sets = backward_reads_qkv(m) ? sets : 1;
     const char *a_ = "activations";
     USP_CHECK(model_tensor(m, &m->residual, (m->c.n_layer + 1) * n * C, a_));
     for (int l = 0; l < sets; l++) {
@@ -34,9 +46,13 @@ static usp_status alloc_activations(usp_model *m)
         USP_CHECK(model_tensor(m, &a->ln1, n * C, a_));
         USP_CHECK(model_buffer(m, &a->ln1_mean, n, a_));
         USP_CHECK(model_buffer(m, &a->ln1_rstd, n, a_));
-        USP_CHECK(model_tensor(m, &a->q, n * qd, a_));
-        USP_CHECK(model_tensor(m, &a->k, n * kd, a_));
-        USP_CHECK(model_tensor(m, &a->v, n * kd, a_));
+        if (l < qkv_sets) {
+            USP_CHECK(model_tensor(m, &a->q, n * qd, a_));
+            USP_CHECK(model_tensor(m, &a->k, n * kd, a_));
+            USP_CHECK(model_tensor(m, &a->v, n * kd, a_));
+        } else {
+            a->q = m->acts[0].q, a->k = m->acts[0].k, a->v = m->acts[0].v;
+        }
         USP_CHECK(model_tensor(m, &a->att, n * qd, a_));
         if (m->s.attention_local)
             USP_CHECK(model_buffer(m, &a->att_lse, m->B * m->H * m->T, a_));

@@ -14,7 +14,8 @@
  * single set shared by every layer when layers are recomputed). */
 typedef struct layer_acts {
     float *ln1, *ln1_mean, *ln1_rstd;  /* [n, C], [n], [n] */
-    float *q, *k, *v;                  /* after rope: [n, H D], [n, Hkv D] x 2 */
+    float *q, *k, *v;                  /* after rope: [n, H D], [n, Hkv D] x 2; one scratch set shared by every
+                                          layer when the backward does not read them (Ulysses, U > 1) */
     float *att, *att_lse;              /* attention output [n, H D]; local attention's lse [B, H, T] */
     float *mid;                        /* residual after attention [n, C] */
     float *ln2, *ln2_mean, *ln2_rstd;

@@ -1,6 +1,12 @@
 /* Ulysses attention (see ulysses.h): head partition, the two layout
  * transforms around the all-to-all, and the inner attention (local flash
- * attention, or ring attention in the hybrid). */
+ * attention, or ring attention in the hybrid).
+ *
+ * At U = 1 (pure Ring, or one rank) sequence -> heads is the identity: the
+ * [B, T, H, D] tensors already are [B, U T, h_me, D]. The caller's q, k, v, o
+ * and gradients then go straight to the inner attention: no copy, no
+ * one-rank all-to-all, no gathered copies kept (the caller keeps q, k, v, o
+ * for backward: ulysses_attention_keeps_inputs). */
 #include "core/ulysses.h"
 
 #include <math.h>
@@ -22,7 +28,8 @@ struct ulysses_attention {
     int kv_shared;             /* 1 when a KV head goes to several ranks */
     ring_attention *ring;      /* hybrid only */
     /* kept from forward for backward: this rank's heads over the group's tokens */
-    float *q_all, *k_all, *v_all, *o_all, *lse; /* [B, NU, h, D] ([B, h, NU] for lse) */
+    float *q_all, *k_all, *v_all, *o_all, *lse; /* [B, NU, h, D] ([B, h, NU] for lse); U = 1: lse only */
+    const float *q_in, *k_in, *v_in, *o_in; /* what backward reads: the above, or at U = 1 the forward's own */
     float *send, *recv;        /* all-to-all buffers, held during one forward or backward call only,
                                   so that one pair, not one per layer, is live at a time */
     int64_t exchange_elems;    /* their size */
@@ -30,6 +37,8 @@ struct ulysses_attention {
 };
 
 const usp_seq_layout *ulysses_attention_layout(const ulysses_attention *a) { return &a->layout; }
+
+int ulysses_attention_keeps_inputs(const ulysses_attention *a) { return a->U > 1; }
 
 /* Rank j's query heads (first, count) of H over U, and the KV heads they use (of H / group). */
 static void head_range(int64_t H, int64_t group, int U, int j, int64_t q[2], int64_t kv[2])
@@ -108,10 +117,12 @@ usp_status ulysses_attention_create(const ulysses_attention_config *c, ulysses_a
     a->T = a->layout.per_rank;
     a->NU = a->T * a->U;
     const int64_t B = c->batch, D = c->head_dim, nq = a->q_heads.count[a->me], nkv = a->kv_heads.count[a->me];
-    USP_CHECK_GOTO(alloc(a, &a->q_all, B * a->NU * nq * D, "activations"), s, fail);
-    USP_CHECK_GOTO(alloc(a, &a->o_all, B * a->NU * nq * D, "activations"), s, fail);
-    USP_CHECK_GOTO(alloc(a, &a->k_all, B * a->NU * nkv * D, "activations"), s, fail);
-    USP_CHECK_GOTO(alloc(a, &a->v_all, B * a->NU * nkv * D, "activations"), s, fail);
+    if (a->U > 1) { /* U = 1: the caller's tensors are used as they are */
+        USP_CHECK_GOTO(alloc(a, &a->q_all, B * a->NU * nq * D, "activations"), s, fail);
+        USP_CHECK_GOTO(alloc(a, &a->o_all, B * a->NU * nq * D, "activations"), s, fail);
+        USP_CHECK_GOTO(alloc(a, &a->k_all, B * a->NU * nkv * D, "activations"), s, fail);
+        USP_CHECK_GOTO(alloc(a, &a->v_all, B * a->NU * nkv * D, "activations"), s, fail);
+    }
     USP_CHECK_GOTO(usp_buffer_alloc(c->backend, (size_t)(B * nq * a->NU) * sizeof(float), "activations",
                                     (void **)&a->lse), s, fail);
     /* the largest exchange sends or receives T tokens of the most heads any rank has, U times */
@@ -256,31 +267,51 @@ static void release_exchange_buffers(ulysses_attention *a)
     a->send = a->recv = NULL;
 }
 
+/* The inner attention of this rank's heads over the group's tokens: o_all, lse from q_all, k_all, v_all. */
+static usp_status inner_forward(ulysses_attention *a, const float *q_all, const float *k_all, const float *v_all,
+                                float *o_all)
+{
+    a->q_in = q_all, a->k_in = k_all, a->v_in = v_all, a->o_in = o_all;
+    if (a->ring)
+        return ring_attention_forward(a->ring, q_all, k_all, v_all, o_all, a->lse);
+    usp_attention_shape s = local_shape(a);
+    return usp_flash_attention_forward(a->c.backend, &s, q_all, k_all, v_all, o_all, a->lse, a->c.stream);
+}
+
 static usp_status forward(ulysses_attention *a, const float *q, const float *k, const float *v, float *o)
 {
     const int64_t H = a->c.n_heads, Hkv = a->c.n_kv_heads;
     USP_CHECK(scatter_heads(a, q, H, &a->q_heads, a->q_all));
     USP_CHECK(scatter_heads(a, k, Hkv, &a->kv_heads, a->k_all));
     USP_CHECK(scatter_heads(a, v, Hkv, &a->kv_heads, a->v_all));
-    if (a->ring) {
-        USP_CHECK(ring_attention_forward(a->ring, a->q_all, a->k_all, a->v_all, a->o_all, a->lse));
-    } else {
-        usp_attention_shape s = local_shape(a);
-        USP_CHECK(usp_flash_attention_forward(a->c.backend, &s, a->q_all, a->k_all, a->v_all, a->o_all, a->lse,
-                                              a->c.stream));
-    }
+    USP_CHECK(inner_forward(a, a->q_all, a->k_all, a->v_all, a->o_all));
     return gather_heads(a, a->o_all, H, &a->q_heads, 0, o);
 }
 
 usp_status ulysses_attention_forward(ulysses_attention *a, const float *q, const float *k, const float *v,
                                      float *o)
 {
+    if (a->U == 1)
+        return inner_forward(a, q, k, v, o);
     USP_CHECK(hold_exchange_buffers(a));
     usp_status s = forward(a, q, k, v, o);
     release_exchange_buffers(a);
     return s;
 }
 
+/* The inner attention's backward: dq_all, dk_all, dv_all from do_all and what the forward kept. */
+static usp_status inner_backward(ulysses_attention *a, const float *do_all, float *dq_all, float *dk_all,
+                                 float *dv_all)
+{
+    if (!a->q_in)
+        return usp_error(USP_ERR_CONFIG, "ulysses attention backward before any forward: nothing to differentiate");
+    if (a->ring)
+        return ring_attention_backward(a->ring, a->q_in, a->k_in, a->v_in, a->o_in, a->lse, do_all, dq_all, dk_all,
+                                       dv_all);
+    usp_attention_shape sh = local_shape(a);
+    return usp_flash_attention_backward(a->c.backend, &sh, a->q_in, a->k_in, a->v_in, a->o_in, a->lse, do_all,
+                                        dq_all, dk_all, dv_all, 0, a->c.stream);
+}
 
 static usp_status backward(ulysses_attention *a, const float *d_o, float *dq, float *dk, float *dv)
 {
@@ -294,16 +325,7 @@ static usp_status backward(ulysses_attention *a, const float *d_o, float *dq, fl
     USP_CHECK_GOTO(alloc(a, &dk_all, (int64_t)(B * NU * nkv * D), "gradients"), s, done);
     USP_CHECK_GOTO(alloc(a, &dv_all, (int64_t)(B * NU * nkv * D), "gradients"), s, done);
     USP_CHECK_GOTO(scatter_heads(a, d_o, H, &a->q_heads, do_all), s, done);
-    if (a->ring) {
-        s = ring_attention_backward(a->ring, a->q_all, a->k_all, a->v_all, a->o_all, a->lse, do_all, dq_all,
-                                    dk_all, dv_all);
-    } else {
-        usp_attention_shape sh = local_shape(a);
-        s = usp_flash_attention_backward(a->c.backend, &sh, a->q_all, a->k_all, a->v_all, a->o_all, a->lse, do_all,
-                                         dq_all, dk_all, dv_all, 0, a->c.stream);
-    }
-    if (s != USP_OK)
-        goto done;
+    USP_CHECK_GOTO(inner_backward(a, do_all, dq_all, dk_all, dv_all), s, done);
     USP_CHECK_GOTO(gather_heads(a, dq_all, H, &a->q_heads, 0, dq), s, done);
     USP_CHECK_GOTO(gather_heads(a, dk_all, Hkv, &a->kv_heads, a->kv_shared, dk), s, done);
     s = gather_heads(a, dv_all, Hkv, &a->kv_heads, a->kv_shared, dv);
@@ -317,6 +339,8 @@ done:
 
 usp_status ulysses_attention_backward(ulysses_attention *a, const float *d_o, float *dq, float *dk, float *dv)
 {
+    if (a->U == 1)
+        return inner_backward(a, d_o, dq, dk, dv);
     USP_CHECK(hold_exchange_buffers(a));
     usp_status s = backward(a, d_o, dq, dk, dv);
     release_exchange_buffers(a);

@@ -18,7 +18,13 @@
  * Traffic per rank, elements of f32 (T tokens, D head_dim, B batch; even split):
  *   forward:  Q and O: 2 x (U-1)/U x B T H D;  K and V: 2 x (U-1)/U x B T Hkv' D
  *   backward: dO and dQ like Q and O; dK and dV like K and V
- * where Hkv' = Hkv when U divides Hkv, and U (one KV head per rank) when Hkv divides U. */
+ * where Hkv' = Hkv when U divides Hkv, and U (one KV head per rank) when Hkv divides U.
+ * At U = 1 (pure Ring) there is no all-to-all and no layout copy at all.
+ *
+ * Memory kept per layer between forward and backward (elements of the storage
+ * dtype, nq / nkv this rank's query / KV heads): U > 1: q, k, v, o over the
+ * group's U T tokens, B U T (2 nq + 2 nkv) D, and the fp32 lse, B nq U T;
+ * U = 1: the lse only (the caller's q, k, v, o are read in place). */
 #ifndef USP_ULYSSES_H
 #define USP_ULYSSES_H
 
@@ -46,11 +52,18 @@ typedef struct ulysses_attention_config {
 usp_status ulysses_heads_check(int64_t H, int64_t Hkv, int U);
 
 /* Checks the shape (N divisible as the layout needs, heads) and allocates the
- * buffers kept between forward and backward (category "activations"). */
+ * buffers kept between forward and backward (category "activations": at U > 1
+ * this rank's heads of q, k, v, o over the group's tokens and the lse; at U = 1 the lse only). */
 usp_status ulysses_attention_create(const ulysses_attention_config *c, ulysses_attention **out);
 
 /* The sequence layout this attention expects its input tokens in. */
 const usp_seq_layout *ulysses_attention_layout(const ulysses_attention *a);
+
+/* 1 when the attention keeps its own gathered copies of q, k, v, o for backward (U > 1), so the
+ * caller's q, k, v may be overwritten after the forward; 0 at U = 1, where sequence -> heads is the
+ * identity and the forward's q, k, v, o go straight to the inner attention (no copy, no one-rank
+ * all-to-all): backward reads them again, and the caller keeps them unchanged until then. */
+int ulysses_attention_keeps_inputs(const ulysses_attention *a);
 
 /* o = attention(q, k, v) for this rank's T tokens: q, o [B, T, H, D]; k, v [B, T, Hkv, D]. */
 usp_status ulysses_attention_forward(ulysses_attention *a, const float *q, const float *k, const float *v,

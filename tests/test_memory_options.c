@@ -15,8 +15,10 @@
 #include <string.h>
 
 #include "backends/meta/meta_backend.h"
+#include "core/comm_kind.h"
 #include "core/dtype.h"
 #include "core/model_params.h"
+#include "core/trace.h"
 #include "core/train.h"
 #include "tests/harness.h"
 #include "tests/check_main.h"
@@ -208,6 +210,141 @@ START_TEST(each_option_saves_what_its_closed_form_says)
 }
 END_TEST
 
+/* Bytes one layer adds to the "activations" category of a rank (fp32, Llama: SwiGLU, rmsnorm, no bias;
+ * no memory options), n = B T tokens a rank, D = C / H, on U x R:
+ * - the model: its input in the residual stream, ln1, mid, ln2 [n, C]; the attention output att
+ *   [n, H D]; the two norms' mean and rstd [n] x 4; the SwiGLU hidden [n, 2F] and its activation [n, F];
+ * - q, k, v [n, (H + 2 Hkv) D] only where the backward reads them: at U = 1 (pure Ring), which hands
+ *   them straight to ring attention. At U > 1 Ulysses keeps its own copies, gathered by head, and the
+ *   model's are one scratch set for all layers (before issue 14 they were kept for every layer);
+ * - Ulysses (U > 1): this rank's nq = H / U query heads and nkv KV heads (Hkv / U, or the one
+ *   shared head when U > Hkv) of q, k, v, o over the group's U T tokens; the fp32 lse [B, nq, U T] at
+ *   every U (at U = 1 nothing else: before issue 14, copies of q, k, v, o too). */
+static size_t layer_activation_bytes(const usp_train_config *c)
+{
+    const usp_model_config *m = &c->model;
+    const int64_t U = c->shape.ulysses, R = c->shape.ring, DP = c->shape.world / (U * R);
+    const int64_t B = c->batch / DP, T = c->seq_len / (U * R), n = B * T, NU = U * T;
+    const int64_t C = m->d_model, H = m->n_head, Hkv = m->n_kv_head, D = C / H, F = m->d_ff;
+    const int64_t nq = H / U, nkv = Hkv >= U ? Hkv / U : 1;
+    int64_t elems = n * (4 * C + H * D + 4 + 2 * F + F) + B * nq * NU;
+    elems += U == 1 ? n * (H + 2 * Hkv) * D : B * NU * (2 * nq + 2 * nkv) * D;
+    return 4 * (size_t)elems;
+}
+
+START_TEST(activations_per_layer_match_the_closed_form)
+{
+    /* Ulysses, the hybrid, pure Ring; each at 2 and 3 layers: the difference is one layer's bytes */
+    const int splits[][2] = {{4, 1}, {2, 2}, {1, 4}};
+    const options plain = {.name = "plain"}, recompute = {.name = "recompute", .recompute = 1};
+    for (int i = 0; i < 3; i++)
+        for (int o = 0; o < 2; o++) {
+            size_t act[2], peak[2];
+            usp_train_config c;
+            for (int L = 2; L <= 3; L++) {
+                c = config_for(USP_FAMILY_LLAMA, 4, splits[i][0], splits[i][1], o ? &recompute : &plain);
+                c.model.n_layer = L;
+                sim_world *wn = run_step(&c, NULL), *wm = run_step(&c, usp_backend_meta_create);
+                act[L - 2] = at_peak(wm, "activations"), peak[L - 2] = sim_world_peak_bytes(wm, 0);
+                /* the planner counts what the numeric run allocates, category by category */
+                for (int r = 0; r < 4; r++)
+                    ck_assert_msg(sim_world_peak_bytes(wn, r) == sim_world_peak_bytes(wm, r),
+                                  "U %d x R %d rank %d: numeric %zu vs meta %zu", splits[i][0], splits[i][1], r,
+                                  sim_world_peak_bytes(wn, r), sim_world_peak_bytes(wm, r));
+                ck_assert_uint_eq(at_peak(wn, "activations"), act[L - 2]);
+                sim_world_destroy(wn);
+                sim_world_destroy(wm);
+            }
+            /* recomputation keeps one layer's set whatever L: a layer adds only its input, [n, C] */
+            const int64_t n = c.batch * c.seq_len / 4;
+            const size_t want = o ? 4 * (size_t)(n * c.model.d_model) : layer_activation_bytes(&c);
+            printf("U %d x R %d%s: activations per layer %zu bytes (closed form %zu), peak %zu -> %zu\n",
+                   splits[i][0], splits[i][1], o ? " --recompute" : "", act[1] - act[0], want, peak[0], peak[1]);
+            ck_assert_msg(act[1] - act[0] == want, "U %d x R %d%s: a layer adds %zu activation bytes, closed form %zu",
+                          splits[i][0], splits[i][1], o ? " recompute" : "", act[1] - act[0], want);
+        }
+}
+END_TEST
+
+/* What the backward reads survives the scratch q, k, v (U 4: one set for all layers, overwritten by
+ * every layer's forward) and the tensors handed straight to ring attention (R 4: read again in
+ * backward), with and without recomputation: three steps bit for bit the same either way. */
+START_TEST(recompute_is_bitwise_the_plain_step_on_ulysses_and_pure_ring)
+{
+    const options plain = {.name = "plain"}, recompute = {.name = "recompute", .recompute = 1};
+    const int splits[][2] = {{4, 1}, {1, 4}};
+    usp_train_config c = config_for(USP_FAMILY_LLAMA, 4, 4, 1, &plain);
+    usp_param_table table;
+    ck_assert_int_eq(usp_param_table_make(&c.model, &table), USP_OK);
+    float *ref = calloc((size_t)table.total, sizeof *ref), *got = calloc((size_t)table.total, sizeof *got);
+    for (int i = 0; i < 2; i++) {
+        double ref_loss, loss;
+        int which;
+        c = config_for(USP_FAMILY_LLAMA, 4, splits[i][0], splits[i][1], &plain);
+        train(&c, &ref_loss, ref);
+        c = config_for(USP_FAMILY_LLAMA, 4, splits[i][0], splits[i][1], &recompute);
+        train(&c, &loss, got);
+        double err = harness_worst_tensor_error(&table, got, ref, &which);
+        ck_assert_msg(loss == ref_loss && err == 0, "U %d x R %d recompute: loss %.9g vs %.9g, tensor %d off by %.3g",
+                      splits[i][0], splits[i][1], loss, ref_loss, which, err);
+    }
+    free(ref), free(got);
+    usp_param_table_free(&table);
+}
+END_TEST
+
+/* A step on the simulator with the trace on: its all-to-all calls and the bytes its copies move on rank 0. */
+static void traced_step(const usp_train_config *config, size_t *all_to_alls, double *copy_bytes)
+{
+    usp_train_config c = *config;
+    c.until = 1, c.eval_samples = 0;
+    sim_config sc = sim_config_default(c.shape.world);
+    sc.make_backend = harness_backend_factory(), sc.stack_bytes = (size_t)1 << 20;
+    sim_world *w;
+    ck_assert_int_eq(sim_world_create(&sc, &w), USP_OK);
+    usp_train_result result = {.passkey_accuracy = -1};
+    usp_train_run run = {.config = &c, .result = &result};
+    ck_assert_msg(sim_world_run(w, usp_train_rank, &run) == USP_OK, "%s", sim_world_report(w));
+    const usp_trace_t *t = sim_world_trace(w);
+    *all_to_alls = 0, *copy_bytes = 0;
+    for (size_t e = 0; e < usp_trace_count(t); e++) {
+        const usp_trace_event *ev = usp_trace_at(t, e);
+        *all_to_alls += ev->rank == 0 && (ev->kind == USP_OP_ALL_TO_ALL || ev->kind == USP_OP_ALL_TO_ALL_V);
+    }
+    for (size_t e = 0; e < usp_trace_compute_count(t); e++) {
+        const usp_trace_event *ev = usp_trace_compute_at(t, e);
+        if (ev->rank == 0 && !strcmp(ev->name, "copy"))
+            *copy_bytes += ev->mem_bytes;
+    }
+    sim_world_destroy(w);
+}
+
+START_TEST(pure_ring_hands_the_tensors_straight_to_ring_attention)
+{
+    const options plain = {.name = "plain"};
+    size_t a2a;
+    double copies;
+    /* U 2 x R 2: per layer, forward's q, k, v, o and backward's dO, dq, dk, dv each cross one all-to-all */
+    usp_train_config c = config_for(USP_FAMILY_LLAMA, 4, 2, 2, &plain);
+    traced_step(&c, &a2a, &copies);
+    ck_assert_uint_eq(a2a, 8 * (size_t)c.model.n_layer);
+    /* U 1 x R 4: none, and the only device copies left are ring attention's own: per layer, K and V into
+     * the travelling buffer (forward and backward), dK and dV out of it, the lse to and from per-run slabs
+     * (a copy counts its bytes read and written). The one-rank layout copies of q, k, v, o (forward) and
+     * of dO, dq, dk, dv (backward), two copies each, would add 2 x 2 x 2 x 4 n (2 H + 2 Hkv) D bytes a layer. */
+    c = config_for(USP_FAMILY_LLAMA, 4, 1, 4, &plain);
+    traced_step(&c, &a2a, &copies);
+    const double B = (double)c.batch, T = (double)c.seq_len / 4, n = B * T, H = (double)c.model.n_head;
+    const double Hkv = (double)c.model.n_kv_head, D = (double)(c.model.d_model / c.model.n_head);
+    const double blk = 4 * B * T * Hkv * D, lse = 4 * B * H * T, L = (double)c.model.n_layer;
+    const double ring_own = L * (2 * 6 * blk + 2 * 2 * lse), layout = L * 2 * 4 * 4 * n * (2 * H + 2 * Hkv) * D;
+    printf("pure ring: %zu all-to-alls, copies move %.0f bytes on rank 0 (ring's own %.0f; the layout copies "
+           "would add %.0f)\n", a2a, copies, ring_own, layout);
+    ck_assert_uint_eq(a2a, 0);
+    ck_assert_msg(copies == ring_own, "pure ring copies %.0f bytes, ring attention's own are %.0f", copies, ring_own);
+}
+END_TEST
+
 START_TEST(bf16_storage_is_refused_where_the_numbers_are_fp32)
 {
     const options bf16 = {.name = "bf16", .storage = USP_BF16};
@@ -262,6 +399,9 @@ int main(void)
     tcase_add_loop_test(tc, every_option_trains_like_the_plain_step, 0, 2);
     tcase_add_test(tc, meta_counts_what_the_numeric_run_allocates);
     tcase_add_test(tc, each_option_saves_what_its_closed_form_says);
+    tcase_add_test(tc, activations_per_layer_match_the_closed_form);
+    tcase_add_test(tc, pure_ring_hands_the_tensors_straight_to_ring_attention);
+    tcase_add_test(tc, recompute_is_bitwise_the_plain_step_on_ulysses_and_pure_ring);
     tcase_add_test(tc, bf16_storage_is_refused_where_the_numbers_are_fp32);
     tcase_add_test(tc, bf16_rounds_to_nearest_even);
     tcase_add_test(tc, bf16_all_reduce_rounds_each_step);

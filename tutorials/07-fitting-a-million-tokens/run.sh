@@ -27,7 +27,7 @@ section "Plain: everything fp32 and replicated"
 run_hidden "$USP" "${plan[@]}"
 claim "usp plan exits 0" test "$RC" = 0
 plain_peak=$(peak out.txt)
-claim "it does not fit: $plain_peak bytes a GPU of 80 GB" eval 'awk_true "$plain_peak > 1.5e12" && contains out.txt "\"fits\":false"'
+claim "it does not fit: $plain_peak bytes a GPU of 80 GB" eval 'awk_true "$plain_peak > 1.2e12" && contains out.txt "\"fits\":false"'
 options=$(text_of out.txt would_fit_with)
 claim "the plan names options that would make it fit: $options" test "$options" != null -a -n "$options"
 
