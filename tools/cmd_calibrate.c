@@ -51,7 +51,7 @@ static usp_status parse_size(const char *text, size_t len, size_t *out)
     size_t unit = *end == 'K' || *end == 'k' ? KIB : *end == 'M' || *end == 'm' ? MIB : *end == 'G' || *end == 'g' ? GIB : 1;
     if (unit > 1)
         end++;
-    if (end == buf || *end || !(v >= 4) || v * (double)unit > (double)GIB)
+    if (end == buf || *end || !(v * (double)unit >= 4) || v * (double)unit > (double)GIB)
         return usp_error(USP_ERR_CONFIG, "--sizes: '%s' is not a size from 4 bytes to 1G (bytes a rank sends; "
                          "suffixes K, M, G: KiB, MiB, GiB); give e.g. --sizes 8K,1M,64M or --sizes 8K:64M", buf);
     *out = (size_t)(v * (double)unit);
