@@ -169,11 +169,11 @@ static usp_status sweep(const usp_rank_ctx *ctx, calibrate_run *run, const int *
         s = usp_buffer_zero(ctx->backend, send, largest, ctx->stream);
     if (s == USP_OK && ctx->world_size > 1)
         s = sweep_level(ctx, run, CAL_LEVEL_WORLD, ctx->world, send, recv, rec);
-    if (s == USP_OK && nodes > 1) {
+    if (s == USP_OK && nodes > 1 && per_node > 1) { /* one rank a node: the world is the network level */
         s = usp_comm_split(ctx->world, node_of[ctx->rank], ctx->rank, "node", &node);
         if (s == USP_OK)
             s = usp_comm_split(ctx->world, ctx->rank % per_node, ctx->rank, "network", &network);
-        if (s == USP_OK && per_node > 1)
+        if (s == USP_OK)
             s = sweep_level(ctx, run, CAL_LEVEL_NODE, node, send, recv, rec);
         if (s == USP_OK)
             s = sweep_level(ctx, run, CAL_LEVEL_NETWORK, network, send, recv, rec);

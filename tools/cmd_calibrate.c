@@ -263,12 +263,18 @@ static void print_text(const calibrate_options *o, const calibrate_run *run, int
            "%zu .. %zu bytes a rank\n", o->backend, run->backend, world, run->nodes, run->nodes > 1 ? "s" : "",
            run->gpus_per_node, run->gpus_per_node > 1 ? "s" : "", o->gpus_per_node ? "--gpus-per-node" : "host names",
            run->plan->n_sizes, run->plan->sizes[0], run->plan->sizes[run->plan->n_sizes - 1]);
+    if (strcmp(o->backend, "sim") == 0)
+        printf("(--backend sim: every time below is the simulator's model of %s, not a measurement)\n",
+               o->topology ? o->topology : "dgx-h100");
     for (int level = 0; level < CAL_LEVELS; level++)
         if (run->level_ranks[level] > 1)
             for (int op = 0; op < CAL_OPS; op++)
                 print_table(run, world, t, level, op);
     const sim_level_fit *fits[2] = {&res->cal.intra, &res->cal.inter};
-    printf("\nalpha-beta fits (t = latency + bus bytes / busbw; weighted to relative error):\n");
+    if (world == 1)
+        printf("\none rank: no collectives measured; the file's GPU link is the device copy rate, a placeholder\n");
+    else
+        printf("\nalpha-beta fits (t = latency + bus bytes / busbw; weighted to relative error):\n");
     for (int k = 0; k < 2; k++)
         if (fits[k]->ranks > 1)
             for (int op = 0; op < CAL_OPS; op++) {
