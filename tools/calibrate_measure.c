@@ -1,6 +1,7 @@
 /* The measurements of `usp calibrate` on one rank (see calibrate_measure.h). */
 #include "tools/calibrate_measure.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -213,56 +214,82 @@ static void free_all(const usp_rank_ctx *ctx, float **bufs, int k)
         usp_buffer_free(ctx->backend, bufs[i]);
 }
 
-/* A square GEMM: seconds and FLOPs (as the backend reports them) of `reps` calls. */
-static usp_status time_gemm(const usp_rank_ctx *ctx, int n, int reps, calibrate_record *rec)
+/* One run of a kernel: the i-th of a timing. */
+typedef usp_status (*kernel_fn)(const usp_rank_ctx *ctx, float **bufs, const void *shape);
+
+/* The fastest of `reps` runs of fn after one warm-up, each synchronised: its seconds and the FLOPs the
+ * backend reported for it. The fastest, not the mean: a kernel's rate is what it reaches when nothing
+ * else takes its cores (or SMs); collectives, which the whole group waits on, are timed by the mean. */
+static usp_status time_fastest(const usp_rank_ctx *ctx, kernel_fn fn, float **bufs, const void *shape, int reps,
+                               double *seconds, double *flops)
 {
-    float *m[3] = {0};
-    usp_status s = alloc_filled(ctx, m, 3, (size_t)n * (size_t)n);
+    USP_CHECK(fn(ctx, bufs, shape));
+    *seconds = INFINITY, *flops = 0;
+    for (int i = 0; i < reps; i++) {
+        USP_CHECK(usp_backend_synchronize(ctx->backend, ctx->stream));
+        double f0 = usp_backend_flops(ctx->backend), t0 = clock_now(ctx);
+        USP_CHECK(fn(ctx, bufs, shape));
+        USP_CHECK(usp_backend_synchronize(ctx->backend, ctx->stream));
+        double t = clock_now(ctx) - t0;
+        if (t < *seconds)
+            *seconds = t, *flops = usp_backend_flops(ctx->backend) - f0;
+    }
+    return USP_OK;
+}
+
+static usp_status run_gemm(const usp_rank_ctx *ctx, float **m, const void *shape)
+{
+    int64_t n = *(const int64_t *)shape;
     usp_gemm_desc g = {.m = n, .n = n, .k = n, .alpha = 1, .beta = 0, .a = m[0], .lda = n, .b = m[1], .ldb = n,
                        .c = m[2], .ldc = n, .batch = 1};
+    return usp_gemm(ctx->backend, &g, ctx->stream);
+}
+
+enum { Q, K, V, O, DO, DQ, DK, DV, LSE, N_ATTENTION_BUFS };
+
+static usp_status run_forward(const usp_rank_ctx *ctx, float **b, const void *shape)
+{
+    return usp_flash_attention_forward(ctx->backend, shape, b[Q], b[K], b[V], b[O], b[LSE], ctx->stream);
+}
+
+static usp_status run_backward(const usp_rank_ctx *ctx, float **b, const void *shape)
+{
+    return usp_flash_attention_backward(ctx->backend, shape, b[Q], b[K], b[V], b[O], b[LSE], b[DO], b[DQ], b[DK],
+                                        b[DV], 0, ctx->stream);
+}
+
+static usp_status run_copy(const usp_rank_ctx *ctx, float **b, const void *shape)
+{
+    return usp_buffer_copy(ctx->backend, b[1], b[0], *(const size_t *)shape, USP_COPY_DEVICE_TO_DEVICE, ctx->stream);
+}
+
+/* A square n x n x n GEMM. */
+static usp_status time_gemm(const usp_rank_ctx *ctx, int64_t n, int reps, calibrate_record *rec)
+{
+    float *m[3] = {0};
+    usp_status s = alloc_filled(ctx, m, 3, (size_t)(n * n));
     if (s == USP_OK)
-        s = usp_gemm(ctx->backend, &g, ctx->stream); /* warm-up */
-    if (s == USP_OK)
-        s = usp_backend_synchronize(ctx->backend, ctx->stream);
-    double f0 = usp_backend_flops(ctx->backend), t0 = clock_now(ctx);
-    for (int i = 0; i < reps && s == USP_OK; i++)
-        s = usp_gemm(ctx->backend, &g, ctx->stream);
-    if (s == USP_OK)
-        s = usp_backend_synchronize(ctx->backend, ctx->stream);
-    rec->gemm_s = clock_now(ctx) - t0, rec->gemm_flops = usp_backend_flops(ctx->backend) - f0;
+        s = time_fastest(ctx, run_gemm, m, &n, reps, &rec->gemm_s, &rec->gemm_flops);
     free_all(ctx, m, 3);
     return s;
 }
 
-/* Causal flash attention forward, then backward, on [1, T, H, D]. */
+/* Causal flash attention forward (which also makes the o and lse the backward reads), then backward, on
+ * [1, T, H, D]. */
 static usp_status time_attention(const usp_rank_ctx *ctx, int64_t T, int64_t H, int64_t D, int reps,
                                  calibrate_record *rec)
 {
     usp_attention_shape sh = {.batch = 1, .n_q = T, .n_kv = T, .n_heads = H, .n_kv_heads = H, .head_dim = D,
                               .causal = 1, .scale = 1.0f / 8.0f};
-    enum { Q, K, V, O, DO, DQ, DK, DV, LSE, N_BUFS };
-    float *b[N_BUFS] = {0};
+    float *b[N_ATTENTION_BUFS] = {0};
     usp_status s = alloc_filled(ctx, b, LSE, (size_t)(T * H * D));
     if (s == USP_OK)
         s = usp_buffer_alloc(ctx->backend, (size_t)(H * T) * sizeof(float), "calibrate", (void **)&b[LSE]);
-    if (s == USP_OK) /* warm-up, and the o and lse the backward reads */
-        s = usp_flash_attention_forward(ctx->backend, &sh, b[Q], b[K], b[V], b[O], b[LSE], ctx->stream);
     if (s == USP_OK)
-        s = usp_backend_synchronize(ctx->backend, ctx->stream);
-    double f0 = usp_backend_flops(ctx->backend), t0 = clock_now(ctx);
-    for (int i = 0; i < reps && s == USP_OK; i++)
-        s = usp_flash_attention_forward(ctx->backend, &sh, b[Q], b[K], b[V], b[O], b[LSE], ctx->stream);
+        s = time_fastest(ctx, run_forward, b, &sh, reps, &rec->attention_s, &rec->attention_flops);
     if (s == USP_OK)
-        s = usp_backend_synchronize(ctx->backend, ctx->stream);
-    rec->attention_s = clock_now(ctx) - t0, rec->attention_flops = usp_backend_flops(ctx->backend) - f0;
-    f0 = usp_backend_flops(ctx->backend), t0 = clock_now(ctx);
-    for (int i = 0; i < reps && s == USP_OK; i++)
-        s = usp_flash_attention_backward(ctx->backend, &sh, b[Q], b[K], b[V], b[O], b[LSE], b[DO], b[DQ], b[DK],
-                                         b[DV], 0, ctx->stream);
-    if (s == USP_OK)
-        s = usp_backend_synchronize(ctx->backend, ctx->stream);
-    rec->backward_s = clock_now(ctx) - t0, rec->backward_flops = usp_backend_flops(ctx->backend) - f0;
-    free_all(ctx, b, N_BUFS);
+        s = time_fastest(ctx, run_backward, b, &sh, reps, &rec->backward_s, &rec->backward_flops);
+    free_all(ctx, b, N_ATTENTION_BUFS);
     return s;
 }
 
@@ -270,24 +297,18 @@ static usp_status time_attention(const usp_rank_ctx *ctx, int64_t T, int64_t H, 
 static usp_status time_copy(const usp_rank_ctx *ctx, size_t bytes, int reps, calibrate_record *rec)
 {
     float *b[2] = {0};
+    double unused;
     usp_status s = alloc_filled(ctx, b, 2, bytes / sizeof(float));
     if (s == USP_OK)
-        s = usp_buffer_copy(ctx->backend, b[1], b[0], bytes, USP_COPY_DEVICE_TO_DEVICE, ctx->stream);
-    if (s == USP_OK)
-        s = usp_backend_synchronize(ctx->backend, ctx->stream);
-    double t0 = clock_now(ctx);
-    for (int i = 0; i < reps && s == USP_OK; i++)
-        s = usp_buffer_copy(ctx->backend, b[(i + 1) % 2], b[i % 2], bytes, USP_COPY_DEVICE_TO_DEVICE, ctx->stream);
-    if (s == USP_OK)
-        s = usp_backend_synchronize(ctx->backend, ctx->stream);
-    rec->copy_s = clock_now(ctx) - t0, rec->copy_bytes = 2.0 * (double)bytes * reps;
+        s = time_fastest(ctx, run_copy, b, &bytes, reps, &rec->copy_s, &unused);
+    rec->copy_bytes = 2.0 * (double)bytes;
     free_all(ctx, b, 2);
     return s;
 }
 
 static usp_status kernels(const usp_rank_ctx *ctx, calibrate_run *run, calibrate_record *rec)
 {
-    int quick = run->plan->quick, reps = quick ? 2 : 5, n = quick ? 256 : 1024, tokens = quick ? 256 : 1024;
+    int quick = run->plan->quick, reps = quick ? 3 : 5, n = quick ? 256 : 1024, tokens = quick ? 256 : 1024;
     if (ctx->rank == 0)
         run->gemm_n = n, run->attention_tokens = tokens, run->attention_heads = 4, run->attention_head_dim = 64;
     USP_CHECK(usp_comm_barrier(ctx->world, ctx->stream)); /* every rank computes at once, as in a step */
