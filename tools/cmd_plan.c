@@ -4,6 +4,7 @@
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 #include "plan/report.h"
@@ -251,7 +252,9 @@ static void print_report_text(const plan_options *o, const usp_train_config *c, 
     printf("usp plan: model %s (%.3g %s parameters), world %d = dp %d x ring %d x ulysses %d, seq %lld, batch %lld\n",
            c->model.name, params >= 1e9 ? params / 1e9 : params / 1e6, params >= 1e9 ? "B" : "M", c->shape.world,
            c->shape.dp, best->shape.ring, best->shape.ulysses, (long long)c->seq_len, (long long)c->batch);
-    printf("cluster: %s, %d node%s of %d x %s (%.0f GB); compute modelled in %s\n", t->name, t->nodes,
+    int file = o->topology && strlen(o->topology) >= 5 && !strcmp(o->topology + strlen(o->topology) - 5, ".json");
+    printf("cluster: %s%s%s%s, %d node%s of %d x %s (%.0f GB); compute modelled in %s\n", t->name,
+           file ? " (topology file " : "", file ? o->topology : "", file ? ")" : "", t->nodes,
            t->nodes > 1 ? "s" : "", t->gpus_per_node, t->gpu.name, t->gpu.memory_bytes / GB,
            usp_dtype_name(cost->dtype));
     printf("attention kernel: %s (%s), %.0f%% / %.0f%% of the peak forward / backward (--attention-kernel)\n",

@@ -17,4 +17,7 @@ int cmd_plan(int argc, char **argv);
 /* usp postmortem DIR: the deadlock / rank-failure report of a real-backend run from its flight records. */
 int cmd_postmortem(int argc, char **argv);
 
+/* usp calibrate: measured collectives and kernels of this machine, fitted into a topology file for usp plan. */
+int cmd_calibrate(int argc, char **argv);
+
 #endif

@@ -23,7 +23,8 @@ static void print_help(FILE *out)
             "  plan       one step on shapes only: memory per rank, time per step, MFU, best U x R split\n"
             "  selftest   run a communication schedule shaped like one training step, checked\n"
             "  viz        draw the schedule of one attention layer (DOT, SVG, PNG, PDF; Chrome trace)\n"
-            "  postmortem explain a run that hung or lost a rank, from its ranks' flight records\n\n"
+            "  postmortem explain a run that hung or lost a rank, from its ranks' flight records\n"
+            "  calibrate  measure this machine's collectives and kernels; write a topology for plan\n\n"
             "usp COMMAND --help explains a command. usp --version prints the version.\n"
             "exit codes: 0 ok, 1 runtime failure, 2 bad usage, 3 deadlock or collective mismatch,\n"
             "4 a rank failed.\n",
@@ -72,6 +73,8 @@ static int run_command(int argc, char **argv)
         return cmd_plan(argc, argv);
     if (strcmp(cmd, "postmortem") == 0)
         return cmd_postmortem(argc, argv);
+    if (strcmp(cmd, "calibrate") == 0)
+        return cmd_calibrate(argc, argv);
     fprintf(stderr, "usp: unknown command '%s'; see usp --help\n", cmd);
     return 2;
 }

@@ -1,0 +1,118 @@
+#!/usr/bin/env bash
+# usp calibrate: the simulator calibrated against itself gives back its own links (the
+# whole path, deterministic: virtual clocks); under mpirun the measured file is one
+# usp plan reads, on one node and on two (--gpus-per-node); bad options are exit 2
+# naming the option. Usage: calibrate_test.sh PATH/TO/usp
+set -u
+usp=$(realpath "$1")
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+cd "$work"
+passed=0 failed=0
+unset OMP_NUM_THREADS
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+export OMPI_MCA_btl_vader_single_copy_mechanism=none # no CMA inside containers (ptrace is refused)
+
+ok() { passed=$((passed + 1)); }
+fail() {
+    failed=$((failed + 1))
+    echo "FAIL: $1"
+    [[ -n ${2:-} ]] && echo "$2" | head -40 | sed 's/^/    /'
+}
+
+
+# --- the simulator calibrated against itself --------------------------------------
+# 2 nodes x 2 GPUs with known links: the fitted file must give them back (within 1%).
+cat >known.json <<'EOF'
+{"name": "known", "nodes": 2, "gpus_per_node": 2, "base_latency_us": 10, "gpu": "h100-sxm",
+ "fabric": {"kind": "nvswitch", "gpu_link": {"bandwidth_gbs": 100, "efficiency": 1, "latency_us": 2}},
+ "network": {"nics_per_node": 2, "nic": {"bandwidth_gbs": 20, "efficiency": 1, "latency_us": 5}}}
+EOF
+out=$(timeout 60 "$usp" calibrate --backend sim --topology known.json --world 4 --gpus-per-node 2 --quick \
+    --out sim.json 2>&1)
+rc=$?
+# |got / want - 1| < 1% for every link figure, and the shape
+got=$(python3 -c "
+import json
+t = json.load(open('sim.json'))
+got = {'gpu_link GB/s': t['fabric']['gpu_link']['bandwidth_gbs'], 'gpu_link us': t['fabric']['gpu_link']['latency_us'],
+       'base us': t['base_latency_us'], 'nic GB/s': t['network']['nic']['bandwidth_gbs'],
+       'nic us': t['network']['nic']['latency_us'], 'nodes': t['nodes'], 'gpus_per_node': t['gpus_per_node']}
+want = {'gpu_link GB/s': 100, 'gpu_link us': 2, 'base us': 10, 'nic GB/s': 20, 'nic us': 5, 'nodes': 2, 'gpus_per_node': 2}
+bad = [k for k in want if abs(got[k] / want[k] - 1) >= 0.01]
+print('ok' if not bad else 'got %s, want %s' % (got, want))
+" 2>&1)
+if [[ $rc -eq 0 && $got == ok ]]; then
+    ok
+else
+    fail "sim calibrated on known.json: exit $rc, $got" "$out"
+fi
+# the tables: nccl-tests columns, busbw factors named
+if [[ $out == *"busbw = algbw x 0.75"* && $out == *"busbw = algbw x 1.5"* && $out == *"algbw(GB/s)"* &&
+    $out == *"# all_to_all on network (2 ranks"* && $out == *"TFLOP/s"* ]]; then
+    ok
+else
+    fail "sim calibrate: the tables lack a level, an op or the busbw factor" "$out"
+fi
+
+# --- under mpirun: a file usp plan reads ----------------------------------------------
+# 4 processes as 2 nodes of 2 (--gpus-per-node): every level (world, node, network) is measured
+# and the file has a network; usp plan reads it and names it.
+start=$SECONDS
+out=$(timeout 60 mpirun --oversubscribe -np 4 "$usp" calibrate --backend mpi --quick --gpus-per-node 2 --out mpi.json 2>&1)
+rc=$?
+took=$((SECONDS - start))
+plan=$(timeout 60 "$usp" plan --topology mpi.json --world 4 2>&1)
+prc=$?
+if [[ $rc -eq 0 && -s mpi.json && $out == *"topology written to mpi.json"* && $out == *"# sendrecv on network (2 ranks"* &&
+    $out == *"# all_reduce on node (2 ranks"* && $prc -eq 0 && $plan == *"topology file mpi.json"* &&
+    $plan == *"2 nodes of 2"* && $plan == *"time per step"* ]]; then
+    ok
+else
+    fail "mpirun -np 4 usp calibrate --backend mpi --quick --gpus-per-node 2: exit $rc after ${took} s, plan exit $prc" \
+        "$out
+$plan"
+fi
+
+# one node (host names), --json: one object with the tables and the topology it would write
+out=$(timeout 60 mpirun --oversubscribe -np 2 "$usp" calibrate --backend mpi --quick --json --sizes 8K,1M 2>&1)
+if [[ $(echo "$out" | wc -l) -eq 1 ]] && echo "$out" | python3 -c "
+import json, sys
+j = json.loads(sys.stdin.read())
+assert j['world'] == 2 and j['out'] is None
+ops = {(t['level'], t['op']) for t in j['collectives']}
+assert ops == {('world', 'all_to_all'), ('world', 'all_reduce'), ('world', 'sendrecv')}, ops
+assert all(len(t['rows']) == 2 and t['rows'][1]['bytes'] == 1048576 for t in j['collectives'])
+assert j['kernels']['gemm_tflops'] > 0 and j['topology']['gpus_per_node'] == 2
+"; then
+    ok
+else
+    fail "calibrate --json is not one object with the tables" "$out"
+fi
+
+# --- bad usage: exit 2, naming the option -------------------------------------------------
+check_usage() { # check_usage WHAT EXPECTED_TEXT ARGS...
+    local what=$1 want=$2
+    shift 2
+    local out rc
+    out=$(timeout 30 "$usp" calibrate "$@" 2>&1)
+    rc=$?
+    [[ $rc -eq 2 && $out == *"$want"* ]] && ok || fail "$what: exit $rc" "$out"
+}
+check_usage "one size" "--sizes 8K: the fit needs at least 2 sizes" --backend sim --sizes 8K
+check_usage "a size that is not one" "--sizes: '12Q' is not a size" --backend sim --sizes 8K,12Q
+check_usage "a size twice" "given twice" --backend sim --sizes 8K,8K
+check_usage "--out not .json" "--out top.txt: the topology file's name must end in .json" --backend sim --out top.txt
+check_usage "--out in a missing directory" "--out nowhere/x.json" --backend sim --out nowhere/x.json
+check_usage "--gpus-per-node that does not divide" "--gpus-per-node 3" --backend sim --world 4 --gpus-per-node 3
+check_usage "an unknown backend" "--backend tpu: unknown backend" --backend tpu
+check_usage "--topology on a real backend" "--topology with --backend mpi" --backend mpi --topology dgx-h100
+if ! "$usp" --help | grep -q "nccl (in this build)"; then
+    check_usage "--backend nccl without CUDA" "--backend nccl: not in this build" --backend nccl
+fi
+[[ ! -e top.txt && ! -e x.json ]] && ok || fail "a refused run left a file"
+"$usp" --help | grep -q "calibrate" && "$usp" calibrate --help | grep -q -- "--sizes" && ok ||
+    fail "usp --help or usp calibrate --help lacks calibrate"
+
+echo "calibrate tests: $passed passed, $failed failed"
+[[ $failed -eq 0 ]]

@@ -1,0 +1,64 @@
+/* What every rank of `usp calibrate` measures (tools/cmd_calibrate.c prints
+ * and fits it): all_to_all, all_reduce and sendrecv over message sizes on each
+ * level of the machine, and its backend's GEMM, flash attention (forward and
+ * backward) and device copies, all through usp's own interfaces (core/comm.h,
+ * core/ops.h) on the runtime --backend names, so the figures are what a
+ * training step pays, the communicator's decorator and fingerprints included.
+ *
+ * Levels: the world; when the world spans nodes, the ranks of one node (a
+ * split by node) and one rank a node across the nodes (a split by the rank's
+ * index on its node), each group of a level running at once, as in a step.
+ * Nodes come from the host names (gathered with an all_gather), or from
+ * --gpus-per-node; the model puts rank r on node r / gpus_per_node, so ranks
+ * placed otherwise are refused with the launch option that fixes it.
+ *
+ * Timing, per call and size: one warm-up call, a barrier, the rank's clock,
+ * `iters` calls, a synchronisation of the backend, the clock again (the
+ * mean of the calls; nccl-tests' "time"). Each rank's figures are gathered to
+ * rank 0 (usp_rank_gather), which takes the slowest rank's. */
+#ifndef USP_TOOLS_CALIBRATE_MEASURE_H
+#define USP_TOOLS_CALIBRATE_MEASURE_H
+
+#include <stddef.h>
+
+#include "core/rank.h"
+
+#define CALIBRATE_SIZES_MAX 16
+
+enum { CAL_LEVEL_WORLD, CAL_LEVEL_NODE, CAL_LEVEL_NETWORK, CAL_LEVELS };
+enum { CAL_OP_ALL_TO_ALL, CAL_OP_ALL_REDUCE, CAL_OP_SENDRECV, CAL_OPS };
+
+/* The level's name ("world", "node", "network") and the op's ("all_to_all", ...). */
+const char *calibrate_level_name(int level);
+const char *calibrate_op_name(int op);
+
+/* What to measure: the same on every rank. */
+typedef struct calibrate_plan {
+    size_t sizes[CALIBRATE_SIZES_MAX]; /* bytes a rank sends, ascending */
+    int n_sizes;
+    int quick;                         /* fewer calls a size, smaller kernels */
+    int gpus_per_node;                 /* 0: nodes from the host names */
+} calibrate_plan;
+
+/* One rank's figures, gathered to rank 0. */
+typedef struct calibrate_record {
+    double seconds[CAL_LEVELS][CAL_OPS][CALIBRATE_SIZES_MAX]; /* a call's mean; 0: not measured */
+    double gemm_s, gemm_flops, attention_s, attention_flops, backward_s, backward_flops;
+    double copy_s, copy_bytes;
+} calibrate_record;
+
+typedef struct calibrate_run {
+    const calibrate_plan *plan;
+    calibrate_record *records; /* [world], filled on rank 0 */
+    /* Written by rank 0: */
+    int nodes, gpus_per_node;
+    int level_ranks[CAL_LEVELS];                         /* a group's ranks; 0: level not measured */
+    size_t bytes[CAL_LEVELS][CAL_OPS][CALIBRATE_SIZES_MAX]; /* bytes a rank sent (the size, rounded to elements) */
+    int gemm_n, attention_tokens, attention_heads, attention_head_dim;
+    char backend[16];
+} calibrate_run;
+
+/* The rank main function (core/rank.h) of `usp calibrate`; arg is a calibrate_run. */
+usp_status calibrate_rank(const usp_rank_ctx *ctx, void *arg);
+
+#endif
