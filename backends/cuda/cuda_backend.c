@@ -455,8 +455,7 @@ static void cuda_destroy(void *ctx)
         cudaFreeHost(c->sum_host);
     if (c->joined)
         cudaEventDestroy(c->joined);
-    if (c->blas)
-        cublasDestroy(c->blas);
+    cuda_blas_destroy(c->blas);
     if (c->stream)
         cudaStreamDestroy(c->stream);
     free(c);
@@ -519,9 +518,7 @@ static usp_status setup(cuda_ctx *c)
     uint64_t keep = UINT64_MAX;
     USP_CHECK(cuda_check(cudaMemPoolSetAttribute(c->pool, cudaMemPoolAttrReleaseThreshold, &keep),
                          "cudaMemPoolSetAttribute"));
-    cublasStatus_t st = cublasCreate(&c->blas);
-    if (st != CUBLAS_STATUS_SUCCESS)
-        return usp_error(USP_ERR_RUNTIME, "cuda backend: cublasCreate failed: %s", cublasGetStatusString(st));
+    USP_CHECK(cuda_blas_create(&c->blas));
     /* Default math mode: no TF32 for fp32 unless asked for (cuda_gemm picks the compute type). */
     const char *tf32 = getenv("USP_CUDA_ALLOW_TF32");
     c->allow_tf32 = tf32 && strcmp(tf32, "1") == 0;

@@ -9,11 +9,75 @@
  * always fp32. */
 #include "backends/cuda/cuda_internal.h"
 
+#include <dlfcn.h>
+#include <pthread.h>
+#include <stdio.h>
+
+/* cuBLAS is opened when the first cuda backend is made, not linked: its
+ * libraries are 600 MB, and loading them made every usp command, --help
+ * included, take a second and 200 MB more (measured: 1.0 s and 217 MB for an
+ * empty program linked with -lcublas, 0.03 s without). */
+static struct {
+    __typeof__(&cublasCreate_v2) create;
+    __typeof__(&cublasDestroy_v2) destroy;
+    __typeof__(&cublasSetStream_v2) set_stream;
+    __typeof__(&cublasGemmStridedBatchedEx_64) gemm;
+    __typeof__(&cublasGetStatusString) status_string;
+    char error[512];
+} blas;
+
+#define STR_(x) #x
+#define STR(x) STR_(x)
+#define CUBLAS_SONAME "libcublas.so." STR(CUBLAS_VER_MAJOR)
+
+static void open_cublas(void)
+{
+    /* The toolkit this was built with first (USP_CUBLAS_DIR), then the loader's search path. */
+    void *lib = dlopen(USP_CUBLAS_DIR "/" CUBLAS_SONAME, RTLD_NOW | RTLD_LOCAL);
+    if (!lib)
+        lib = dlopen(CUBLAS_SONAME, RTLD_NOW | RTLD_LOCAL);
+    if (!lib) {
+        snprintf(blas.error, sizeof blas.error, "cannot open %s (%s; looked in %s and the loader's path: set "
+                 "LD_LIBRARY_PATH to the CUDA Toolkit's lib64)", CUBLAS_SONAME, dlerror(), USP_CUBLAS_DIR);
+        return;
+    }
+    *(void **)&blas.create = dlsym(lib, "cublasCreate_v2");
+    *(void **)&blas.destroy = dlsym(lib, "cublasDestroy_v2");
+    *(void **)&blas.set_stream = dlsym(lib, "cublasSetStream_v2");
+    *(void **)&blas.gemm = dlsym(lib, "cublasGemmStridedBatchedEx_64");
+    *(void **)&blas.status_string = dlsym(lib, "cublasGetStatusString");
+    if (!blas.create || !blas.destroy || !blas.set_stream || !blas.gemm || !blas.status_string)
+        snprintf(blas.error, sizeof blas.error, "%s lacks a function usp calls (cublasGemmStridedBatchedEx_64 "
+                 "needs cuBLAS 12 or later)", CUBLAS_SONAME);
+}
+
+usp_status cuda_blas_load(void)
+{
+    static pthread_once_t once = PTHREAD_ONCE_INIT;
+    pthread_once(&once, open_cublas);
+    return blas.error[0] ? usp_error(USP_ERR_RUNTIME, "cuda backend: %s", blas.error) : USP_OK;
+}
+
+usp_status cuda_blas_create(cublasHandle_t *out)
+{
+    USP_CHECK(cuda_blas_load());
+    cublasStatus_t st = blas.create(out);
+    return st == CUBLAS_STATUS_SUCCESS ? USP_OK
+                                       : usp_error(USP_ERR_RUNTIME, "cuda backend: cublasCreate failed: %s",
+                                                   blas.status_string(st));
+}
+
+void cuda_blas_destroy(cublasHandle_t handle)
+{
+    if (handle)
+        blas.destroy(handle);
+}
+
 static usp_status blas_failed(cublasStatus_t st, const usp_gemm_desc *g)
 {
     return usp_error(USP_ERR_RUNTIME, "cuda backend: cublasGemmStridedBatchedEx (m %lld, n %lld, k %lld, batch "
                      "%lld) failed: %s", (long long)g->m, (long long)g->n, (long long)g->k, (long long)g->batch,
-                     cublasGetStatusString(st));
+                     blas.status_string(st));
 }
 
 static cudaDataType_t data_type(usp_dtype t) { return t == USP_BF16 ? CUDA_R_16BF : CUDA_R_32F; }
@@ -39,7 +103,7 @@ usp_status cuda_gemm(void *ctx, const usp_gemm_desc *g, usp_stream_t *stream)
         return usp_error(USP_ERR_CONFIG, "cuda backend: gemm of fp32 A and B into a %s C: cuBLAS has no such "
                          "kernel; store C as fp32, or A and B as %s", usp_dtype_name(out.dtype),
                          usp_dtype_name(out.dtype));
-    cublasStatus_t st = cublasSetStream(c->blas, cuda_stream_of(c, stream));
+    cublasStatus_t st = blas.set_stream(c->blas, cuda_stream_of(c, stream));
     if (st != CUBLAS_STATUS_SUCCESS)
         return blas_failed(st, g);
     /* TF32 only on request, and only where all three are fp32 (bf16 inputs already are reduced precision). */
@@ -47,7 +111,7 @@ usp_status cuda_gemm(void *ctx, const usp_gemm_desc *g, usp_stream_t *stream)
                                                                        : CUBLAS_COMPUTE_32F;
     cublasOperation_t op_a = g->trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, op_b = g->trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
     /* batch 1: the strides may be 0 or anything; cuBLAS ignores them then. */
-    st = cublasGemmStridedBatchedEx_64(c->blas, op_b, op_a, g->n, g->m, g->k, &g->alpha, g->b, data_type(b.dtype),
+    st = blas.gemm(c->blas, op_b, op_a, g->n, g->m, g->k, &g->alpha, g->b, data_type(b.dtype),
                                        g->ldb, g->stride_b, g->a, data_type(a.dtype), g->lda, g->stride_a, &g->beta,
                                        g->c, data_type(out.dtype), g->ldc, g->stride_c, g->batch, compute,
                                        CUBLAS_GEMM_DEFAULT);

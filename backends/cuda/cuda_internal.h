@@ -45,6 +45,15 @@ usp_status cuda_check(cudaError_t e, const char *what);
 /* A device pointer with the dtype of the buffer that holds it. */
 cuda_array cuda_array_of(const cuda_ctx *c, const void *ptr);
 
+/* Opens cuBLAS and finds the functions the backend calls (once; no GPU needed). */
+usp_status cuda_blas_load(void);
+
+/* A cuBLAS handle, cuBLAS opened on first use (cuda_gemm.c). */
+usp_status cuda_blas_create(cublasHandle_t *out);
+
+/* Frees a handle from cuda_blas_create (NULL: nothing). */
+void cuda_blas_destroy(cublasHandle_t handle);
+
 /* The gemm slot: cuBLAS, row-major descriptors mapped onto column-major calls. */
 usp_status cuda_gemm(void *ctx, const usp_gemm_desc *g, usp_stream_t *stream);
 
