@@ -11,11 +11,12 @@
 #include <stdint.h>
 
 /* Tile sizes: BQ queries per task (forward, dQ pass) and BK keys per task (dK/dV
- * pass); the other side walks in steps of BK (resp. BQ). Measured with
- * bench/attention on 2 Zen 4 cores, AVX2 and AVX-512 paths, head_dim 16..128:
- * 128 x 128 keeps the two score tiles (64 KiB each) and the packed operands in
- * L2 while the micro-kernel's B panel stays in L1. Override with
- * -DCPU_ATTN_BQ=... to retune (the tests pass for any sizes, e.g. 32 x 16). */
+ * pass); the other side walks in steps of BK (resp. BQ). 128 x 128 keeps the two
+ * score tiles (64 KiB each) and the four operands in L2 (the two cores of the
+ * AVX2 machines may share one) while a micro-kernel's B panel stays in L1.
+ * 64, 128 and 256 on either side measured within the noise of a shared 2-core
+ * Zen 4 (bench/attention, head_dim 16 and 128). Override with -DCPU_ATTN_BQ=...
+ * to retune (the tests pass for any sizes, e.g. 32 x 16 and 40 x 24). */
 #ifndef CPU_ATTN_BQ
 #define CPU_ATTN_BQ 128
 #endif

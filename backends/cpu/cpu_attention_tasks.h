@@ -77,6 +77,11 @@ static void F(forward_task)(const cpu_attention_shape *s, const float *q, const 
         const int64_t bk = cpu_attn_min64(BK, kv_end - k0);
         F(copy_rows)(Kc, kh + k0 * ldk, ldk, bk, D);
         F(copy_rows)(Vc, vh + k0 * ldk, ldk, bk, D);
+        if (k0 + BK < kv_end) { /* the next key tile, while this one computes */
+            const int64_t nb = cpu_attn_min64(BK, kv_end - k0 - BK);
+            F(prefetch_rows)(kh + (k0 + BK) * ldk, ldk, nb, D);
+            F(prefetch_rows)(vh + (k0 + BK) * ldk, ldk, nb, D);
+        }
         /* S^T = K Q^T: rows of K broadcast, Q^T packed. */
         F(mk_product)(bk, BQP, D, Kc, D, 1, Qt, BQP, St, BQP, 0);
         F(forward_softmax)(s, St, bk, q0, k0, m, l, alpha);
@@ -153,6 +158,11 @@ static void F(dq_task)(const cpu_attention_shape *s, const float *q, const float
         const int64_t bk = cpu_attn_min64(BK, kv_end - k0);
         F(copy_rows)(Kc, kh + k0 * ldk, ldk, bk, D);
         F(copy_rows)(Vc, vh + k0 * ldk, ldk, bk, D);
+        if (k0 + BK < kv_end) { /* the next key tile, while this one computes */
+            const int64_t nb = cpu_attn_min64(BK, kv_end - k0 - BK);
+            F(prefetch_rows)(kh + (k0 + BK) * ldk, ldk, nb, D);
+            F(prefetch_rows)(vh + (k0 + BK) * ldk, ldk, nb, D);
+        }
         F(mk_product)(bk, BQP, D, Kc, D, 1, Qt, BQP, St, BQP, 0);  /* S^T = K Q^T */
         F(mk_product)(bk, BQP, D, Vc, D, 1, dOt, BQP, dSt, BQP, 0); /* dP^T = V dO^T */
         for (int64_t j = 0; j < bk; j++) {
@@ -203,6 +213,11 @@ static void F(dkdv_task)(const cpu_attention_shape *s, const float *q, const flo
             const int64_t bq = cpu_attn_min64(BQ, s->n_q - q0);
             F(copy_rows)(Qc, q + cpu_attn_q_row(s, b, q0, h), ldq, bq, D);
             F(copy_rows)(dOc, d_o + cpu_attn_q_row(s, b, q0, h), ldq, bq, D);
+            if (q0 + BQ < s->n_q) { /* the next query tile, while this one computes */
+                const int64_t nb = cpu_attn_min64(BQ, s->n_q - q0 - BQ);
+                F(prefetch_rows)(q + cpu_attn_q_row(s, b, q0 + BQ, h), ldq, nb, D);
+                F(prefetch_rows)(d_o + cpu_attn_q_row(s, b, q0 + BQ, h), ldq, nb, D);
+            }
             F(row_stats)(s, o, lse, d_o, b, h, q0, bq, delta, lse2);
             F(mk_product)(bq, BKP, D, Qc, D, 1, Kt, BKP, S, BKP, 0);   /* S = Q K^T */
             F(mk_product)(bq, BKP, D, dOc, D, 1, Vt, BKP, dS, BKP, 0); /* dP = dO V^T */
