@@ -29,7 +29,7 @@ static void usage(FILE *f)
             "usage: attention [--json] [--quick] [--help]\n"
             "\n"
             "Causal flash attention on the CPU, batch 1, 8 heads (8 kv heads), for N in\n"
-            "{4096, 16384} and head_dim in {64, 128}: forward and backward GFLOP/s beside\n"
+            "{4096, 16384} and head_dim in {16, 32, 64, 128}: forward and backward GFLOP/s beside\n"
             "OpenBLAS sgemm GFLOP/s (2048^3, all threads) measured in the same run: one\n"
             "sgemm call before each repetition, the best one reported with the row.\n"
             "Then the workspace the kernel needs at N = 65536, head_dim 64, 8 heads, and\n"
@@ -39,12 +39,17 @@ static void usage(FILE *f)
             "  --quick  N = 4096 only, one repetition, no forward at N = 65536\n"
             "  --help   this text\n"
             "\n"
+            "The kernels' instruction set is printed with the figures: the widest the CPU\n"
+            "has, or the one USP_CPU_ISA names (avx512 | avx2 | sse2), e.g.\n"
+            "USP_CPU_ISA=avx2 measures an AVX2-only machine's path on an AVX-512 one.\n"
+            "\n"
             "FLOP convention: causal forward = 0.5 * 4 * N^2 * head_dim per head;\n"
             "backward = 2.5 x forward. Times are the best of 3 repetitions at N = 4096,\n"
             "of 2 at N = 16384. Threads: OMP_NUM_THREADS (OpenBLAS's OpenMP build\n"
             "shares them).\n"
             "\n"
-            "JSON fields, per configuration: n, head_dim, n_heads, batch, threads,\n"
+            "JSON fields, per configuration: n, head_dim, n_heads, batch, threads, cpu_vectors,\n"
+            "  kernel_isa, kernel_vector_bits,\n"
             "  fwd_seconds, bwd_seconds (best), fwd_gflops, bwd_gflops, sgemm_gflops (best\n"
             "  2048^3 sgemm measured between this configuration's repetitions),\n"
             "  fwd_ratio (= fwd_gflops / sgemm_gflops), bwd_ratio (= bwd_gflops / sgemm_gflops).\n"
@@ -185,27 +190,31 @@ int main(int argc, char **argv)
         else if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) return usage(stdout), 0;
         else return fprintf(stderr, "attention: unknown option '%s'\n", argv[i]), usage(stderr), 2;
     }
-    const int64_t ns[] = {4096, 16384}, dims[] = {64, 128};
+    const int64_t ns[] = {4096, 16384}, dims[] = {16, 32, 64, 128};
+    const int n_dims = (int)(sizeof dims / sizeof dims[0]);
+    int kbits = 0;
+    const char *kisa = cpu_attention_isa_name(&kbits);
     const int n_ns = quick ? 1 : 2;
     sgemm_ref ref = sgemm_ref_make();
     if (!json) {
-        printf("causal attention, batch 1, 8 heads, %d threads, cpu vectors %s; flop: fwd = 2 N^2 D per head, "
-               "bwd = 2.5 x fwd\n", omp_get_max_threads(), bench_cpu_vectors());
+        printf("causal attention, batch 1, 8 heads, %d threads, cpu vectors %s, kernels %s (%d-bit vectors; "
+               "USP_CPU_ISA=%s)\nflop: fwd = 2 N^2 D per head, bwd = 2.5 x fwd\n", omp_get_max_threads(),
+               bench_cpu_vectors(), kisa, kbits, getenv("USP_CPU_ISA") ? getenv("USP_CPU_ISA") : "unset");
         printf("sgemm: OpenBLAS 2048^3, best of the calls made between the repetitions of each row\n\n");
         printf("%6s %8s %8s %8s %8s %9s %8s %8s %9s\n", "N", "head_dim", "sgemm", "fwd s", "fwd GF/s", "fwd/sgemm",
                "bwd s", "bwd GF/s", "bwd/sgemm");
     }
     for (int a = 0; a < n_ns; a++)
-        for (int b = 0; b < 2; b++) {
+        for (int b = 0; b < n_dims; b++) {
             cpu_attention_shape s = causal_shape(ns[a], dims[b], 8);
             timing t = time_attention(&s, quick ? 1 : (ns[a] <= 4096 ? 3 : 2), &ref);
             double ff = forward_flops(&s), fg = ff / t.fwd_s / 1e9, bg = 2.5 * ff / t.bwd_s / 1e9;
             double sg = t.sgemm_gflops;
             if (json)
                 printf("{\"n\": %lld, \"head_dim\": %lld, \"n_heads\": 8, \"batch\": 1, \"threads\": %d, "
-                       "\"cpu_vectors\": \"%s\", \"fwd_seconds\": %.4f, \"bwd_seconds\": %.4f, \"fwd_gflops\": %.1f, \"bwd_gflops\": %.1f, "
+                       "\"cpu_vectors\": \"%s\", \"kernel_isa\": \"%s\", \"kernel_vector_bits\": %d, \"fwd_seconds\": %.4f, \"bwd_seconds\": %.4f, \"fwd_gflops\": %.1f, \"bwd_gflops\": %.1f, "
                        "\"sgemm_gflops\": %.1f, \"fwd_ratio\": %.3f, \"bwd_ratio\": %.3f}\n",
-                       (long long)s.n_q, (long long)s.head_dim, omp_get_max_threads(), bench_cpu_vectors(), t.fwd_s, t.bwd_s, fg, bg,
+                       (long long)s.n_q, (long long)s.head_dim, omp_get_max_threads(), bench_cpu_vectors(), kisa, kbits, t.fwd_s, t.bwd_s, fg, bg,
                        sg, fg / sg, bg / sg);
             else
                 printf("%6lld %8lld %8.1f %8.3f %8.1f %9.2f %8.3f %8.1f %9.2f\n", (long long)s.n_q,

@@ -38,6 +38,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "backends/cpu/cpu_attention.h"
 #include "bench/cpu_vectors.h"
 #include "core/train.h"
 #include "sim/world.h"
@@ -114,7 +115,8 @@ static void usage(FILE *f)
             "  gpt2-124m-b4-n1024-w1, gpt2-124m-b4-n1024-w4 (--quick: tiny-n1024-w1, -w4).\n"
             "\n"
             "JSON fields, per configuration: bench (\"train\"), id, model, seq, batch, world,\n"
-            "  ulysses, ring, threads, wait_policy (OMP_WAIT_POLICY or \"default\"), params,\n"
+            "  ulysses, ring, threads, wait_policy (OMP_WAIT_POLICY or \"default\"), cpu_vectors,\n"
+            "  attention_isa (the attention kernels' path: avx512, avx2, sse2; USP_CPU_ISA), params,\n"
             "  tokens_per_step, warmup_steps, timed_steps,\n"
             "  step_s (wall seconds per step), tokens_per_s, sim_step_s (modelled seconds per\n"
             "  step on the default cluster), ops_flops_per_step, ops_gemm_share and\n"
@@ -302,8 +304,11 @@ static const char *wait_policy(void)
 
 static void print_header(void)
 {
+    int bits = 0;
+    const char *isa = cpu_attention_isa_name(&bits);
     printf("training step on the sim backend (cpu, passkey data), %d threads, OMP_WAIT_POLICY %s; warm-up 1 step, "
-           "then the timed steps; cpu vectors %s\n", omp_get_max_threads(), wait_policy(), bench_cpu_vectors());
+           "then the timed steps; cpu vectors %s, attention kernels %s (%d-bit; USP_CPU_ISA picks)\n",
+           omp_get_max_threads(), wait_policy(), bench_cpu_vectors(), isa, bits);
     printf("ops = FLOPs the ops reported (causal; attention backward = 2.5 x forward); 6P+attn = (6 P + 12 L C N) "
            "per token (llm.c/PaLM, non-causal)\n");
     printf("sgemm: OpenBLAS %d^3, mean of the calls between the steps of each row; target ops/sgemm >= 0.40\n\n",
@@ -325,6 +330,7 @@ static void print_row(const bench_config *bc, const bench_result *r, int json)
                               (json_int_t)r->timed);
         json_object_set_new(j, "wait_policy", json_string(wait_policy()));
         json_object_set_new(j, "cpu_vectors", json_string(bench_cpu_vectors()));
+        json_object_set_new(j, "attention_isa", json_string(cpu_attention_isa_name(NULL)));
         json_object_set_new(j, "step_s", json_real(r->step_s));
         json_object_set_new(j, "tokens_per_s", json_real(tokens / r->step_s));
         json_object_set_new(j, "sim_step_s", json_real(r->sim_step_s));

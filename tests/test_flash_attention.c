@@ -4,7 +4,9 @@
  * materialised, and its analytic backward (dV = P^T dO, dP = dO V^T,
  * dS = P * (dP - rowsum(P * dP)), dQ = scale dS K, dK = scale dS^T Q). Against
  * it: causal and full masks, GQA, lengths that are not a multiple of the tile,
- * head_dim 32..256, blocks placed by offsets (some rows, or a whole block, see
+ * head_dim 16..256 (and 20, 24: a vector tail on some instruction sets; the
+ * ctest entries test_flash_attention_avx2 / _sse2 rerun all of this on the
+ * narrower kernels through USP_CPU_ISA), blocks placed by offsets (some rows, or a whole block, see
  * no key). Then the properties ring attention relies on: forward over key
  * blocks merged by lse equals the one-call forward, backward accumulated over
  * blocks with the global o and lse equals the one-call backward. Last, the bits
@@ -228,6 +230,8 @@ static const ref_case ref_cases[] = {
     {1, 150, 150, 2, 2, 256, 1, 0, 0},   {1, 600, 600, 2, 1, 64, 1, 0, 0},
     {1, 77, 130, 8, 2, 64, 1, 200, 150},
     {1, 77, 130, 4, 2, 32, 1, 0, 30},    {2, 260, 140, 4, 1, 64, 1, 0, 100},
+    {1, 200, 200, 4, 2, 16, 1, 0, 0},    {1, 140, 100, 2, 1, 16, 1, 30, 0},
+    {1, 90, 90, 2, 1, 24, 1, 0, 0},      {1, 70, 70, 2, 2, 20, 0, 0, 0},
 };
 
 START_TEST(forward_and_backward_match_double_reference)

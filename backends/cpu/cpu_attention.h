@@ -1,5 +1,6 @@
 /* Flash-style attention on the CPU: forward and backward, causal or full,
- * grouped-query (GQA), any sequence length, head_dim 32..256.
+ * grouped-query (GQA), any sequence length, head_dim 16..256 (any head_dim
+ * works; a multiple of the vector width, 16 floats, runs fully vectorised).
  *
  * The N x N score matrix never exists: queries are cut into tiles, each tile
  * walks the key/value tiles with a running max and a running sum (online
@@ -30,7 +31,7 @@
 typedef struct cpu_attention_shape {
     int64_t batch, n_q, n_kv;    /* queries and keys of this call */
     int64_t n_heads, n_kv_heads; /* GQA: n_kv_heads divides n_heads; query head h uses kv head h / (n_heads / n_kv_heads) */
-    int64_t head_dim;            /* 32 .. 256 */
+    int64_t head_dim;            /* 16 .. 256 */
     int64_t q_offset, kv_offset; /* global position of the first query / first key (for causal masking of blocks) */
     int causal;                  /* 1: query at global position p sees keys at positions <= p; 0: all keys */
     float scale;                 /* softmax scale, normally 1/sqrt(head_dim) */
@@ -64,5 +65,12 @@ void cpu_flash_attention_backward(const cpu_attention_shape *s,
                                   float *dk,        /* [B, Nkv, Hkv, D] out */
                                   float *dv,        /* [B, Nkv, Hkv, D] out */
                                   int accumulate, void *workspace);
+
+/* The instruction set the kernels run ("avx512", "avx2", "sse2" or "generic")
+ * and, in *vector_bits when not NULL, its vector width (512, 256, 128). Chosen
+ * once per process: the widest the CPU has, or a narrower one named by the
+ * environment variable USP_CPU_ISA (avx512 | avx2 | sse2 | generic; a path the
+ * CPU lacks falls back to the best it has). Benchmarks print it with figures. */
+const char *cpu_attention_isa_name(int *vector_bits);
 
 #endif /* USP_CPU_ATTENTION_H */
