@@ -35,7 +35,7 @@ usp_status cuda_runtime_create(const usp_runtime_options *o, usp_runtime_t **out
                          "(drop --backend nccl; --topology dgx-h100 models H100s)");
     if (o->world_size != 1)
         return usp_error(USP_ERR_CONFIG, "--backend nccl --gpus %d: this build trains on one GPU (--gpus 1); more "
-                         "GPUs need the NCCL communicator, which is not built yet. Plan the %d-GPU run with usp plan "
+                         "GPUs need the nccl runtime, built when NCCL and Open MPI are found. Plan the %d-GPU run with usp plan "
                          "--world %d, or run its schedule on --backend sim", o->world_size, o->world_size,
                          o->world_size);
     if (o->n_inject > 0)

@@ -1,0 +1,118 @@
+/* One process per GPU under mpirun or srun (see nccl_runtime.h). */
+#include "backends/nccl/nccl_runtime.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "backends/cuda/cuda_backend.h"
+#include "backends/cuda/cuda_runtime.h"
+#include "backends/mpi/mpi_launch.h"
+#include "backends/nccl/nccl_comm.h"
+#include "backends/nccl/nccl_plan.h"
+#include "core/runtime_impl.h"
+
+typedef struct nccl_runtime {
+    mpi_launch launch;
+    int gpu;
+    char machine[192];
+} nccl_runtime;
+
+static usp_status nccl_runtime_run(void *ctx, usp_rank_main_fn fn, void *arg)
+{
+    nccl_runtime *rt = ctx;
+    mpi_launch *l = &rt->launch;
+    usp_backend_t *backend = NULL;
+    nccl_process *nccl = NULL;
+    usp_comm_t *world = NULL, *inner = NULL;
+    usp_status s = usp_backend_cuda_create(rt->gpu, &backend);
+    if (s == USP_OK)
+        s = nccl_process_create(&l->process, backend, rt->gpu, &nccl);
+    if (s == USP_OK) /* the watchdog now also watches the GPU's side of each call */
+        mpi_watchdog_set_poll(l->watchdog, nccl_process_poll, nccl);
+    if (s == USP_OK)
+        s = nccl_comm_world(nccl, MPI_COMM_WORLD, &inner);
+    if (s == USP_OK)
+        s = mpi_launch_wrap_world(l, inner, &world);
+    if (s == USP_OK) {
+        usp_rank_ctx rank = mpi_launch_rank_ctx(l, world, backend);
+        s = fn(&rank, arg);
+        if (s == USP_OK) /* what the rank left enqueued has run, and NCCL's errors are known */
+            s = nccl_process_finish(nccl);
+    }
+    if (s != USP_OK) /* peers may never come to what this rank left enqueued */
+        nccl_process_abort(nccl);
+    s = mpi_launch_end_rank(l, s, world != NULL);
+    mpi_watchdog_set_poll(l->watchdog, NULL, NULL);
+    usp_comm_destroy(world);
+    nccl_process_destroy(nccl);
+    usp_backend_destroy(backend);
+    return s;
+}
+
+static int nccl_runtime_world_size(const void *ctx) { return ((const nccl_runtime *)ctx)->launch.size; }
+static int nccl_runtime_prints(const void *ctx) { return ((const nccl_runtime *)ctx)->launch.rank == 0; }
+static const char *nccl_runtime_report(const void *ctx)
+{
+    return mpi_launch_report(&((const nccl_runtime *)ctx)->launch);
+}
+
+static usp_runtime_cluster nccl_runtime_cluster(const void *ctx)
+{
+    const nccl_runtime *rt = ctx;
+    return (usp_runtime_cluster){.name = rt->machine, .nodes = rt->launch.nodes, .modelled = 0};
+}
+
+static void nccl_runtime_free(void *ctx)
+{
+    nccl_runtime *rt = ctx;
+    if (!rt)
+        return;
+    mpi_launch_stop(&rt->launch);
+    free(rt);
+}
+
+static const usp_runtime_i nccl_runtime_iface = {
+    .api_version = USP_RUNTIME_API_VERSION,
+    .name = "nccl",
+    .run = nccl_runtime_run,
+    .world_size = nccl_runtime_world_size,
+    .report = nccl_runtime_report,
+    .prints = nccl_runtime_prints,
+    .cluster = nccl_runtime_cluster,
+    .destroy = nccl_runtime_free,
+};
+
+usp_status nccl_runtime_create(const usp_runtime_options *o, usp_runtime_t **out)
+{
+    if (o->shapes_only)
+        return usp_error(USP_ERR_CONFIG, "--meta with --backend nccl: a run on shapes only is the simulator's "
+                         "(drop --backend nccl; --topology dgx-h100 models H100s)");
+    char why[256];
+    int gpus = usp_cuda_device_count(why, sizeof why);
+    if (gpus == 0)
+        return usp_error(USP_ERR_CONFIG, "--backend nccl --gpus %d: no NVIDIA GPU here (CUDA says: %s); train on a "
+                         "GPU machine, or use --backend sim on this one", o->world_size, why);
+    if (!mpi_launcher_world_size()) {
+        if (o->world_size == 1) /* one GPU, no launcher: the one-rank runtime */
+            return cuda_runtime_create(o, out);
+        return usp_error(USP_ERR_CONFIG, "--backend nccl --gpus %d: one process per GPU, started by a launcher; "
+                         "start %d: mpirun -np %d usp ... --backend nccl (one node; --map-by ppr:G:node on G-GPU "
+                         "nodes), or srun -n %d --gpus-per-task=1 usp ... --backend nccl (Slurm)", o->world_size,
+                         o->world_size, o->world_size, o->world_size);
+    }
+    nccl_runtime *rt;
+    USP_CHECK(usp_calloc((void **)&rt, 1, sizeof *rt, "the NCCL runtime"));
+    usp_status s = mpi_launch_start(&rt->launch, o, (mpi_launch_names){.backend = "nccl", .count_option = "--gpus",
+                                                                         .note = ""});
+    if (s == USP_OK)
+        s = nccl_plan_gpu(rt->launch.local_rank, rt->launch.local_size, gpus, &rt->gpu);
+    if (s != USP_OK) {
+        rt->launch.result = s; /* not finalised: every process refuses alike, and exits */
+        nccl_runtime_free(rt);
+        return s;
+    }
+    char gpu[128];
+    usp_cuda_device_describe(rt->gpu, gpu, sizeof gpu);
+    snprintf(rt->machine, sizeof rt->machine, "%d GPUs (NCCL; rank 0 on %s)", rt->launch.size, gpu);
+    return usp_runtime_make(&nccl_runtime_iface, rt, out);
+}
