@@ -8,6 +8,10 @@
 
 #include "core/runtime.h"
 
+/* What every GPU runtime checks first: not --meta, and a GPU (*gpus: how many
+ * this process sees); none is USP_ERR_CONFIG naming the missing device. */
+usp_status cuda_runtime_find_gpus(const usp_runtime_options *o, int *gpus);
+
 /* The GPU runtime for `o`; no GPU is USP_ERR_CONFIG naming the missing device. */
 usp_status cuda_runtime_create(const usp_runtime_options *o, usp_runtime_t **out);
 

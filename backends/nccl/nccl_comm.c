@@ -246,8 +246,7 @@ static void close_comm(nccl_process *p, ncclComm_t comm)
 {
     if (p->aborted)
         return; /* ncclCommAbort freed it */
-    ncclCommFinalize(comm);
-    ncclCommDestroy(comm);
+    ncclCommDestroy(comm); /* in blocking mode it finalises first: what was enqueued on it completes */
 }
 
 void nccl_process_destroy(nccl_process *p)
@@ -425,6 +424,8 @@ static usp_status make_handle(nccl_process *p, ncclComm_t comm, MPI_Comm mpi, in
         s = usp_calloc((void **)&h->plan, 2 * (size_t)size, sizeof *h->plan, "an all-to-all's plan");
     if (s == USP_OK) {
         cudaError_t e = cudaMalloc((void **)&h->word, sizeof *h->word);
+        if (e == cudaSuccess) /* zero: the barrier's sums stay zero */
+            e = cudaMemset(h->word, 0, sizeof *h->word);
         s = e == cudaSuccess ? USP_OK : cuda_failed("cudaMalloc of the barrier's word", e);
     }
     if (s == USP_OK)

@@ -84,14 +84,8 @@ static const usp_runtime_i nccl_runtime_iface = {
 
 usp_status nccl_runtime_create(const usp_runtime_options *o, usp_runtime_t **out)
 {
-    if (o->shapes_only)
-        return usp_error(USP_ERR_CONFIG, "--meta with --backend nccl: a run on shapes only is the simulator's "
-                         "(drop --backend nccl; --topology dgx-h100 models H100s)");
-    char why[256];
-    int gpus = usp_cuda_device_count(why, sizeof why);
-    if (gpus == 0)
-        return usp_error(USP_ERR_CONFIG, "--backend nccl --gpus %d: no NVIDIA GPU here (CUDA says: %s); train on a "
-                         "GPU machine, or use --backend sim on this one", o->world_size, why);
+    int gpus = 0;
+    USP_CHECK(cuda_runtime_find_gpus(o, &gpus));
     if (!mpi_launcher_world_size()) {
         if (o->world_size == 1) /* one GPU, no launcher: the one-rank runtime */
             return cuda_runtime_create(o, out);
