@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "backends/mpi/mpi_comm.h"
+#include "core/runtime_impl.h"
 
 #define DEFAULT_TIMEOUT_S 600.0 /* PyTorch's NCCL watchdog default (TORCH_NCCL_... timeout, 10 minutes) */
 #define RECORDED_CALLS 256
@@ -147,7 +148,23 @@ usp_status mpi_launch_end_rank(mpi_launch *l, usp_status s, int had_world)
     return s;
 }
 
-const char *mpi_launch_report(const mpi_launch *l) { return mpi_check_report(l->check); }
+int mpi_launch_world_size(const void *ctx) { return ((const mpi_launch *)ctx)->size; }
+int mpi_launch_prints(const void *ctx) { return ((const mpi_launch *)ctx)->rank == 0; }
+const char *mpi_launch_report(const void *ctx) { return mpi_check_report(((const mpi_launch *)ctx)->check); }
+
+usp_runtime_cluster mpi_launch_cluster(const void *ctx)
+{
+    const mpi_launch *l = ctx;
+    return (usp_runtime_cluster){.name = l->machine, .nodes = l->nodes, .modelled = 0};
+}
+
+void mpi_launch_free(void *ctx)
+{
+    if (!ctx)
+        return;
+    mpi_launch_stop(ctx);
+    free(ctx);
+}
 
 void mpi_launch_stop(mpi_launch *l)
 {

@@ -74,6 +74,7 @@ typedef struct mpi_launch {
     MPI_Comm gather_comm;
     usp_status result;             /* the rank's: a failed one does not finalise MPI */
     mpi_comm_process process;
+    char machine[192];             /* what the times are for (usp_runtime_cluster's name) */
 } mpi_launch;
 
 /* How a runtime names itself in launch errors: "--backend mpi --world 4", "mpirun -np 4 usp ... --backend mpi". */
@@ -108,7 +109,14 @@ usp_status mpi_launch_end_rank(mpi_launch *l, usp_status s, int had_world);
  * failed: its peers may be in a call with it). */
 void mpi_launch_stop(mpi_launch *l);
 
-/* The report of --check-collectives ("" when none). */
-const char *mpi_launch_report(const mpi_launch *l);
+/* The slots of core/runtime_impl.h for a runtime whose context begins with its
+ * mpi_launch (the mpi and nccl runtimes): the world's size, rank 0 prints,
+ * the report of --check-collectives, the machine, and the end (mpi_launch_stop,
+ * then free of the context). */
+int mpi_launch_world_size(const void *ctx);
+int mpi_launch_prints(const void *ctx);
+const char *mpi_launch_report(const void *ctx);
+usp_runtime_cluster mpi_launch_cluster(const void *ctx);
+void mpi_launch_free(void *ctx);
 
 #endif

@@ -2,6 +2,7 @@
  * communicator inside the launch and safety net of mpi_launch.h. */
 #include "backends/mpi/mpi_runtime.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 
 #include "backends/cpu/cpu_backend.h"
@@ -10,7 +11,7 @@
 #include "core/runtime_impl.h"
 
 typedef struct mpi_runtime {
-    mpi_launch launch;
+    mpi_launch launch; /* first: the shared slots of mpi_launch.h take the context as one */
 } mpi_runtime;
 
 static usp_status mpi_runtime_run(void *ctx, usp_rank_main_fn fn, void *arg)
@@ -35,34 +36,15 @@ static usp_status mpi_runtime_run(void *ctx, usp_rank_main_fn fn, void *arg)
     return s;
 }
 
-static int mpi_runtime_world_size(const void *ctx) { return ((const mpi_runtime *)ctx)->launch.size; }
-static int mpi_runtime_prints(const void *ctx) { return ((const mpi_runtime *)ctx)->launch.rank == 0; }
-static const char *mpi_runtime_report(const void *ctx) { return mpi_launch_report(&((const mpi_runtime *)ctx)->launch); }
-
-static usp_runtime_cluster mpi_runtime_cluster(const void *ctx)
-{
-    return (usp_runtime_cluster){.name = "this machine (MPI)", .nodes = ((const mpi_runtime *)ctx)->launch.nodes,
-                                 .modelled = 0};
-}
-
-static void mpi_runtime_free(void *ctx)
-{
-    mpi_runtime *rt = ctx;
-    if (!rt)
-        return;
-    mpi_launch_stop(&rt->launch);
-    free(rt);
-}
-
 static const usp_runtime_i mpi_runtime_iface = {
     .api_version = USP_RUNTIME_API_VERSION,
     .name = "mpi",
     .run = mpi_runtime_run,
-    .world_size = mpi_runtime_world_size,
-    .report = mpi_runtime_report,
-    .prints = mpi_runtime_prints,
-    .cluster = mpi_runtime_cluster,
-    .destroy = mpi_runtime_free,
+    .world_size = mpi_launch_world_size,
+    .report = mpi_launch_report,
+    .prints = mpi_launch_prints,
+    .cluster = mpi_launch_cluster,
+    .destroy = mpi_launch_free,
 };
 
 usp_status mpi_runtime_create(const usp_runtime_options *o, usp_runtime_t **out)
@@ -76,8 +58,9 @@ usp_status mpi_runtime_create(const usp_runtime_options *o, usp_runtime_t **out)
         .note = " (add --oversubscribe beyond the cores, --allow-run-as-root as root)"});
     if (s != USP_OK) {
         rt->launch.result = s; /* not finalised: every process refuses alike, and exits */
-        mpi_runtime_free(rt);
+        mpi_launch_free(rt);
         return s;
     }
+    snprintf(rt->launch.machine, sizeof rt->launch.machine, "this machine (MPI)");
     return usp_runtime_make(&mpi_runtime_iface, rt, out);
 }

@@ -12,9 +12,8 @@
 #include "core/runtime_impl.h"
 
 typedef struct nccl_runtime {
-    mpi_launch launch;
+    mpi_launch launch; /* first: the shared slots of mpi_launch.h take the context as one */
     int gpu;
-    char machine[192];
 } nccl_runtime;
 
 static usp_status nccl_runtime_run(void *ctx, usp_rank_main_fn fn, void *arg)
@@ -49,37 +48,15 @@ static usp_status nccl_runtime_run(void *ctx, usp_rank_main_fn fn, void *arg)
     return s;
 }
 
-static int nccl_runtime_world_size(const void *ctx) { return ((const nccl_runtime *)ctx)->launch.size; }
-static int nccl_runtime_prints(const void *ctx) { return ((const nccl_runtime *)ctx)->launch.rank == 0; }
-static const char *nccl_runtime_report(const void *ctx)
-{
-    return mpi_launch_report(&((const nccl_runtime *)ctx)->launch);
-}
-
-static usp_runtime_cluster nccl_runtime_cluster(const void *ctx)
-{
-    const nccl_runtime *rt = ctx;
-    return (usp_runtime_cluster){.name = rt->machine, .nodes = rt->launch.nodes, .modelled = 0};
-}
-
-static void nccl_runtime_free(void *ctx)
-{
-    nccl_runtime *rt = ctx;
-    if (!rt)
-        return;
-    mpi_launch_stop(&rt->launch);
-    free(rt);
-}
-
 static const usp_runtime_i nccl_runtime_iface = {
     .api_version = USP_RUNTIME_API_VERSION,
     .name = "nccl",
     .run = nccl_runtime_run,
-    .world_size = nccl_runtime_world_size,
-    .report = nccl_runtime_report,
-    .prints = nccl_runtime_prints,
-    .cluster = nccl_runtime_cluster,
-    .destroy = nccl_runtime_free,
+    .world_size = mpi_launch_world_size,
+    .report = mpi_launch_report,
+    .prints = mpi_launch_prints,
+    .cluster = mpi_launch_cluster,
+    .destroy = mpi_launch_free,
 };
 
 usp_status nccl_runtime_create(const usp_runtime_options *o, usp_runtime_t **out)
@@ -102,11 +79,11 @@ usp_status nccl_runtime_create(const usp_runtime_options *o, usp_runtime_t **out
         s = nccl_plan_gpu(rt->launch.local_rank, rt->launch.local_size, gpus, &rt->gpu);
     if (s != USP_OK) {
         rt->launch.result = s; /* not finalised: every process refuses alike, and exits */
-        nccl_runtime_free(rt);
+        mpi_launch_free(rt);
         return s;
     }
     char gpu[128];
     usp_cuda_device_describe(rt->gpu, gpu, sizeof gpu);
-    snprintf(rt->machine, sizeof rt->machine, "%d GPUs (NCCL; rank 0 on %s)", rt->launch.size, gpu);
+    snprintf(rt->launch.machine, sizeof rt->launch.machine, "%d GPUs (NCCL; rank 0 on %s)", rt->launch.size, gpu);
     return usp_runtime_make(&nccl_runtime_iface, rt, out);
 }
