@@ -373,6 +373,10 @@ static usp_status transport(void *handle, usp_comm_op *op, uint64_t entry)
     return s == USP_OK ? watch_call(h->process, op, h->self->name, entry, st) : s;
 }
 
+/* The safety net is the mpi communicator's, the same function (mpi_comm.c's mpi_issue calls
+ * it too): tests/mpi_test.sh (--check-collectives with every --inject fault, the watchdog,
+ * --dump-dir, usp postmortem) and tests/test_mpi_comm.c run it under mpirun; what the NCCL
+ * side adds, entries completed late and the watchdog's poll, tests/test_mpi_watchdog.c. */
 static usp_status nccl_issue(void *ctx, usp_comm_op *op)
 {
     nccl_handle *h = ctx;
