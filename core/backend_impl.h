@@ -133,4 +133,8 @@ typedef struct usp_backend_i {
 /* Wraps an interface and its context in a backend handle (it takes the context). */
 usp_status usp_backend_create(const usp_backend_i *iface, void *ctx, usp_backend_t **out);
 
+/* The context of `be` when it was made with `iface`, else NULL: how a
+ * backend's own functions beyond the slots (usp_cuda_stream) find their state. */
+void *usp_backend_context_of(usp_backend_t *be, const usp_backend_i *iface);
+
 #endif

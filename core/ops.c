@@ -7,6 +7,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+void *usp_backend_context_of(usp_backend_t *be, const usp_backend_i *iface)
+{
+    return be && be->iface == iface ? be->context : NULL;
+}
+
 usp_status usp_backend_create(const usp_backend_i *iface, void *ctx, usp_backend_t **out)
 {
     USP_ASSERT(iface && iface->api_version == USP_BACKEND_API_VERSION,

@@ -13,6 +13,9 @@
 #ifdef USP_HAVE_CUDA
 #include "backends/cuda/cuda_runtime.h"
 #endif
+#ifdef USP_HAVE_NCCL
+#include "backends/nccl/nccl_runtime.h"
+#endif
 
 typedef struct runtime_entry {
     const char *name;
@@ -22,7 +25,9 @@ typedef struct runtime_entry {
 
 static const runtime_entry runtimes[] = {
     {.name = "sim", .create = sim_runtime_create},
-#ifdef USP_HAVE_CUDA
+#if defined(USP_HAVE_NCCL) /* one process per GPU under a launcher; one GPU without */
+    {.name = "nccl", .create = nccl_runtime_create},
+#elif defined(USP_HAVE_CUDA) /* one GPU: no NCCL or no Open MPI in this build */
     {.name = "nccl", .create = cuda_runtime_create},
 #else
     {.name = "nccl", .needs = "the CUDA Toolkit (nvcc, cuBLAS)"},

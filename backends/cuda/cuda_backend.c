@@ -526,6 +526,14 @@ static usp_status setup(cuda_ctx *c)
     return cuda_check(cudaMallocHost((void **)&c->sum_host, sizeof *c->sum_host), "cudaMallocHost");
 }
 
+cudaStream_t usp_cuda_stream(usp_backend_t *backend, usp_stream_t *stream)
+{
+    const cuda_ctx *c = usp_backend_context_of(backend, &cuda_backend_iface);
+    if (stream)
+        return (cudaStream_t)stream;
+    return c ? c->stream : NULL;
+}
+
 usp_status usp_backend_cuda_create(int device, usp_backend_t **out)
 {
     *out = NULL;

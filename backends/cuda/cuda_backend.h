@@ -12,6 +12,8 @@
 #ifndef USP_CUDA_BACKEND_H
 #define USP_CUDA_BACKEND_H
 
+#include <cuda_runtime_api.h>
+
 #include "core/ops.h"
 
 /* Creates a backend on GPU `device` (0-based, of those CUDA_VISIBLE_DEVICES
@@ -24,5 +26,11 @@ int usp_cuda_device_count(char *why, size_t why_size);
 
 /* "NVIDIA H100 80GB HBM3, 79.1 GiB, sm_90" for GPU `device`, into buf. */
 void usp_cuda_device_describe(int device, char *buf, size_t size);
+
+/* The CUDA stream behind `stream` of cuda backend `backend` (NULL: the
+ * backend's own default stream): where a communicator (NCCL) enqueues a
+ * call so that it runs in order with the backend's ops. NULL when `backend`
+ * is not a cuda backend (and stream is NULL). */
+cudaStream_t usp_cuda_stream(usp_backend_t *backend, usp_stream_t *stream);
 
 #endif

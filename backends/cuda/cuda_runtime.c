@@ -28,24 +28,31 @@ static usp_status make_backend(void *arg, usp_backend_t **out)
     return usp_backend_cuda_create(chosen_gpu, out);
 }
 
-usp_status cuda_runtime_create(const usp_runtime_options *o, usp_runtime_t **out)
+usp_status cuda_runtime_find_gpus(const usp_runtime_options *o, int *gpus)
 {
     if (o->shapes_only)
         return usp_error(USP_ERR_CONFIG, "--meta with --backend nccl: a run on shapes only is the simulator's "
                          "(drop --backend nccl; --topology dgx-h100 models H100s)");
+    char why[256];
+    *gpus = usp_cuda_device_count(why, sizeof why);
+    if (*gpus == 0)
+        return usp_error(USP_ERR_CONFIG, "--backend nccl --gpus %d: no NVIDIA GPU here (CUDA says: %s); train on a "
+                         "GPU machine, or use --backend sim on this one", o->world_size, why);
+    return USP_OK;
+}
+
+usp_status cuda_runtime_create(const usp_runtime_options *o, usp_runtime_t **out)
+{
+    int gpus = 0;
+    USP_CHECK(cuda_runtime_find_gpus(o, &gpus));
     if (o->world_size != 1)
         return usp_error(USP_ERR_CONFIG, "--backend nccl --gpus %d: this build trains on one GPU (--gpus 1); more "
-                         "GPUs need the NCCL communicator, which is not built yet. Plan the %d-GPU run with usp plan "
-                         "--world %d, or run its schedule on --backend sim", o->world_size, o->world_size,
+                         "GPUs need the nccl runtime, built when NCCL and Open MPI are found. Plan the %d-GPU run "
+                         "with usp plan --world %d, or run its schedule on --backend sim", o->world_size, o->world_size,
                          o->world_size);
     if (o->n_inject > 0)
         return usp_error(USP_ERR_CONFIG, "--inject with --backend nccl on one GPU: a fault needs peers to fail "
                          "against; inject on --backend sim or mpi");
-    char why[256];
-    int gpus = usp_cuda_device_count(why, sizeof why);
-    if (gpus == 0)
-        return usp_error(USP_ERR_CONFIG, "--backend nccl: no NVIDIA GPU here (CUDA says: %s); train on a GPU "
-                         "machine, or use --backend sim on this one", why);
     chosen_gpu = local_gpu(gpus);
     char gpu[128];
     usp_cuda_device_describe(chosen_gpu, gpu, sizeof gpu);

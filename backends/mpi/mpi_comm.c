@@ -17,8 +17,7 @@ typedef struct mpi_handle {
     mpi_comm_process *process;
     MPI_Comm comm;
     usp_comm_t *self;
-    uint64_t issued;       /* calls issued on the handle: the next one's index on the group is issued + 1 */
-    uint64_t collectives;  /* of which collectives: they match among themselves */
+    mpi_call_counts counts; /* the next call's index on the group is counts.issued + 1 */
 } mpi_handle;
 
 static const usp_comm_i mpi_comm_iface;
@@ -188,40 +187,23 @@ static usp_status split(mpi_handle *h, const usp_comm_op *op)
 {
     const usp_comm_t *c = h->self;
     MPI_Comm child;
-    MPI_TRY(c, op, MPI_Comm_split, h->comm, op->color == USP_SPLIT_NOCOLOR ? MPI_UNDEFINED : op->color, op->key,
-            &child);
+    int rank = 0, size = 0, *world;
+    usp_status s = mpi_launch_split_members(h->comm, op->color, op->key, &child, &rank, &size, &world);
+    if (s != USP_OK)
+        return usp_error(s, "split on %s at %s:%d: %s", c->name, op->site.file, op->site.line, usp_error_message());
     if (child == MPI_COMM_NULL)
         return USP_OK;
-    int rank, size;
-    MPI_Comm_rank(child, &rank);
-    MPI_Comm_size(child, &size);
-    int *members, *world;
-    usp_status s = usp_calloc((void **)&members, 2 * (size_t)size, sizeof *members, "a split's members");
-    if (s != USP_OK) {
-        MPI_Comm_free(&child);
-        return s;
-    }
-    world = members + size;
-    MPI_Group child_group, world_group;
-    MPI_Comm_group(child, &child_group);
-    MPI_Comm_group(MPI_COMM_WORLD, &world_group);
-    for (int j = 0; j < size; j++)
-        members[j] = j;
-    MPI_Group_translate_ranks(child_group, size, members, world_group, world);
-    MPI_Group_free(&child_group);
-    MPI_Group_free(&world_group);
     mpi_handle *ch;
     s = usp_calloc((void **)&ch, 1, sizeof *ch, "an MPI group handle");
     if (s == USP_OK) {
         *ch = (mpi_handle){.process = h->process, .comm = child};
-        MPI_Comm_set_errhandler(child, MPI_ERRORS_RETURN);
         s = usp_comm_create(&mpi_comm_iface, ch, rank, size, world, op->name, NULL, &ch->self);
         if (s != USP_OK)
             free(ch);
         else if (h->process->recorder)
             s = usp_flight_recorder_add_group(h->process->recorder, op->name, size, world, rank);
     }
-    free(members);
+    free(world);
     if (s != USP_OK) {
         MPI_Comm_free(&child);
         return s;
@@ -266,29 +248,16 @@ static usp_status run(mpi_handle *h, usp_comm_op *op)
     return USP_OK;
 }
 
+static usp_status transport(void *handle, usp_comm_op *op, uint64_t entry)
+{
+    (void)entry; /* the call is complete when MPI returns */
+    return run(handle, op);
+}
+
 static usp_status mpi_issue(void *ctx, usp_comm_op *op)
 {
     mpi_handle *h = ctx;
-    mpi_comm_process *p = h->process;
-    op->issued_on = h->self;
-    USP_CHECK(usp_backend_synchronize(p->backend, op->stream)); /* the send buffer holds what the stream wrote */
-    if (p->decorator && p->recorder) { /* a fault fired on the way here: a hang's record names it */
-        const char *injected = usp_comm_decorator_injected(p->decorator);
-        if (strlen(injected) != p->injected_seen && usp_flight_recorder_set_injected(p->recorder, injected) == USP_OK)
-            p->injected_seen = strlen(injected);
-    }
-    usp_comm_fingerprint fp = usp_comm_fingerprint_of(op, h->self->name, ++h->issued);
-    op->t_post = MPI_Wtime() - p->t0;
-    mpi_watchdog_enter(p->watchdog, &fp, op->t_post);
-    int p2p = op->kind == USP_OP_SEND || op->kind == USP_OP_RECV || op->kind == USP_OP_SENDRECV;
-    uint64_t collective = p2p ? h->collectives : ++h->collectives;
-    usp_status s = p->check ? mpi_check_call(p->check, h->self, op, &fp, collective) : USP_OK;
-    op->t_start = MPI_Wtime() - p->t0;
-    if (s == USP_OK)
-        s = run(h, op);
-    op->t_end = MPI_Wtime() - p->t0;
-    mpi_watchdog_leave(p->watchdog, op->t_end, s);
-    return s;
+    return mpi_launch_issue(h->process, h->self, &h->counts, op, transport, h);
 }
 
 static void mpi_destroy(void *ctx)

@@ -13,7 +13,8 @@
  * (core/reduce.h), so an MPI run gives the simulator's bits: a reduce-scatter
  * then an all-gather, as NCCL's ring does, with the same bytes on the wire.
  *
- * Every call passes through the process's watchdog (mpi_watchdog.h), which
+ * Every call passes through mpi_launch_issue (mpi_launch.h, shared with the
+ * nccl communicator): the process's watchdog (mpi_watchdog.h), which
  * ends a call that does not complete in time, and, with --check-collectives,
  * through a fingerprint exchange (mpi_check.h) that stops a mismatched call
  * before MPI can hang or corrupt. */
@@ -22,22 +23,8 @@
 
 #include <mpi.h>
 
-#include "backends/mpi/mpi_check.h"
-#include "backends/mpi/mpi_watchdog.h"
-#include "core/comm_decorator.h"
+#include "backends/mpi/mpi_launch.h"
 #include "core/comm_impl.h"
-#include "core/ops.h"
-
-/* What every handle of the process shares. */
-typedef struct mpi_comm_process {
-    usp_backend_t *backend;  /* synchronised before each call */
-    mpi_watchdog *watchdog;  /* NULL: no watchdog */
-    mpi_check *check;        /* NULL: no --check-collectives */
-    usp_flight_recorder *recorder; /* learns every group the rank opens (NULL: none) */
-    const usp_comm_decorator *decorator; /* its fired faults go into the record (NULL: none) */
-    size_t injected_seen;    /* bytes of the decorator's fault lines the record has */
-    double t0;               /* MPI_Wtime at the start: the clock of t_post, t_start, t_end */
-} mpi_comm_process;
 
 /* The world group ("world") over `comm` (which the handle duplicates). */
 usp_status mpi_comm_world(mpi_comm_process *p, MPI_Comm comm, usp_comm_t **out);

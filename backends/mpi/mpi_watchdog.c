@@ -30,6 +30,9 @@ struct mpi_watchdog {
     uint64_t entry;               /* the call's entry in the recorder */
     int recorded;                 /* the recorder took it */
     struct timespec since;        /* when it entered the call (CLOCK_MONOTONIC) */
+    pthread_mutex_t poll_lock;    /* held while the poll runs, so that clearing it waits for it */
+    mpi_watchdog_poll_fn poll;    /* (optional) the device's side: asynchronous errors, late calls */
+    void *poll_ctx;
 };
 
 /* The self-pipe: a signal handler may only write(2), and any thread of the
@@ -132,6 +135,11 @@ static void *watch(void *arg)
                      waited, w->timeout_s);
             end_process(w, why, "timeout", USP_ERR_COLLECTIVE, 0);
         }
+        pthread_mutex_lock(&w->poll_lock);
+        usp_status polled = w->poll ? w->poll(w->poll_ctx, w->timeout_s, why, sizeof why) : USP_OK;
+        pthread_mutex_unlock(&w->poll_lock);
+        if (polled != USP_OK) /* the poll aborted what it had to: a late call is a hang, an error a failed rank */
+            end_process(w, why, polled == USP_ERR_COLLECTIVE ? "timeout" : "failed", polled, 0);
     }
 }
 
@@ -143,9 +151,11 @@ usp_status mpi_watchdog_start(int rank, double timeout_s, const char *dump_dir, 
     USP_CHECK(usp_calloc((void **)&w, 1, sizeof *w, "the watchdog"));
     *w = (mpi_watchdog){.rank = rank, .timeout_s = timeout_s, .dump_dir = dump_dir, .recorder = recorder};
     pthread_mutex_init(&w->lock, NULL);
+    pthread_mutex_init(&w->poll_lock, NULL);
     int rc = pthread_create(&w->thread, NULL, watch, w);
     if (rc != 0) {
         pthread_mutex_destroy(&w->lock);
+        pthread_mutex_destroy(&w->poll_lock);
         free(w);
         return usp_error(USP_ERR_RUNTIME, "starting the watchdog thread failed (%d)", rc);
     }
@@ -153,26 +163,38 @@ usp_status mpi_watchdog_start(int rank, double timeout_s, const char *dump_dir, 
     return USP_OK;
 }
 
-void mpi_watchdog_enter(mpi_watchdog *w, const usp_comm_fingerprint *fp, double t)
+void mpi_watchdog_set_poll(mpi_watchdog *w, mpi_watchdog_poll_fn poll, void *ctx)
 {
     if (!w)
         return;
+    pthread_mutex_lock(&w->poll_lock);
+    w->poll = poll;
+    w->poll_ctx = ctx;
+    pthread_mutex_unlock(&w->poll_lock);
+}
+
+uint64_t mpi_watchdog_enter(mpi_watchdog *w, const usp_comm_fingerprint *fp, double t)
+{
+    if (!w)
+        return 0;
     pthread_mutex_lock(&w->lock);
     w->in_call = 1;
     w->call = *fp;
     clock_gettime(CLOCK_MONOTONIC, &w->since);
     usp_status s = usp_flight_recorder_post(w->recorder, fp, t, &w->entry);
     w->recorded = s == USP_OK; /* a record that cannot be kept leaves the call unwatched by the dump, not failed */
+    uint64_t entry = w->recorded ? w->entry : 0;
     pthread_mutex_unlock(&w->lock);
+    return entry;
 }
 
-void mpi_watchdog_leave(mpi_watchdog *w, double t, usp_status status)
+void mpi_watchdog_leave(mpi_watchdog *w, double t, usp_status status, int completed)
 {
     if (!w)
         return;
     pthread_mutex_lock(&w->lock);
     w->in_call = 0;
-    if (w->recorded && status == USP_OK)
+    if (w->recorded && status == USP_OK && completed)
         usp_flight_recorder_completed(w->recorder, w->entry, t);
     pthread_mutex_unlock(&w->lock);
 }
@@ -188,5 +210,6 @@ void mpi_watchdog_stop(mpi_watchdog *w)
     signal(SIGTERM, SIG_DFL); /* nothing reads the pipe any more: a signal ends the process again */
     signal(SIGINT, SIG_DFL);
     pthread_mutex_destroy(&w->lock);
+    pthread_mutex_destroy(&w->poll_lock);
     free(w);
 }

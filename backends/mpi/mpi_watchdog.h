@@ -32,11 +32,24 @@ typedef struct mpi_watchdog mpi_watchdog;
 usp_status mpi_watchdog_start(int rank, double timeout_s, const char *dump_dir, usp_flight_recorder *recorder,
                               mpi_watchdog **out);
 
-/* The rank enters a call (fingerprint fp) at `t` seconds (NULL watchdog: nothing). */
-void mpi_watchdog_enter(mpi_watchdog *w, const usp_comm_fingerprint *fp, double t);
+/* The rank enters a call (fingerprint fp) at `t` seconds (NULL watchdog: nothing); returns
+ * the call's flight recorder entry (0 when the recorder could not keep it). */
+uint64_t mpi_watchdog_enter(mpi_watchdog *w, const usp_comm_fingerprint *fp, double t);
 
-/* The rank's call ended at `t` with `status`. */
-void mpi_watchdog_leave(mpi_watchdog *w, double t, usp_status status);
+/* The rank's call returned at `t` with `status`; `completed` 0: it is only enqueued (NCCL), and
+ * whoever sees it done completes its recorder entry (usp_flight_recorder_completed). */
+void mpi_watchdog_leave(mpi_watchdog *w, double t, usp_status status, int completed);
+
+/* Looked at every tick beside the host's call, on the watchdog's thread: what
+ * the host cannot see (NCCL's asynchronous errors, enqueued calls the device
+ * has not finished after timeout_s). USP_OK, or USP_ERR_COLLECTIVE (a hang)
+ * or USP_ERR_RANK_FAILED (an error) with `why` written, once the poll has
+ * aborted what it must: the watchdog then dumps the record and ends the
+ * process with that code. */
+typedef usp_status (*mpi_watchdog_poll_fn)(void *ctx, double timeout_s, char *why, size_t why_size);
+
+/* Sets (or, with NULL, clears: it returns once no poll runs) the watchdog's poll. */
+void mpi_watchdog_set_poll(mpi_watchdog *w, mpi_watchdog_poll_fn poll, void *ctx);
 
 /* Writes the recorder to the dump directory now, with `reason` (a failed or
  * crashed rank, from its own thread); USP_OK when there is no directory. */
