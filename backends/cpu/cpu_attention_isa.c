@@ -35,17 +35,6 @@
 #define VMIN(a, b) _mm512_min_ps((a), (b))
 #include "backends/cpu/cpu_attention_tiles.h"
 #include "backends/cpu/cpu_attention_tasks.h"
-#undef ISA
-#undef CPU_ATTN_ISA_NAME
-#undef VW
-#undef MR2
-#undef MR1
-#undef VFMA
-#undef VBCAST
-#undef VMAX
-#undef VMIN
-#undef F
-#undef INL
 #pragma GCC pop_options
 
 /* AVX2 + FMA: 16 registers of 8 floats, 12 accumulators (6 x 2 vectors or 12 x 1). */
@@ -62,17 +51,6 @@
 #define VMIN(a, b) _mm256_min_ps((a), (b))
 #include "backends/cpu/cpu_attention_tiles.h"
 #include "backends/cpu/cpu_attention_tasks.h"
-#undef ISA
-#undef CPU_ATTN_ISA_NAME
-#undef VW
-#undef MR2
-#undef MR1
-#undef VFMA
-#undef VBCAST
-#undef VMAX
-#undef VMIN
-#undef F
-#undef INL
 #pragma GCC pop_options
 #endif
 

@@ -51,6 +51,22 @@ static void F(forward_softmax)(const cpu_attention_shape *s, float *St, int64_t 
     }
 }
 
+/* Copies the key tile at k0 (of the kv_end keys) of K and V into Kc and Vc, [bk][D] each, and
+ * prefetches the next one while this one computes; returns bk. */
+static int64_t F(load_key_tile)(float *Kc, float *Vc, const float *kh, const float *vh, int64_t ldk, int64_t k0,
+                                int64_t kv_end, int64_t D)
+{
+    const int64_t bk = cpu_attn_min64(BK, kv_end - k0);
+    F(copy_rows)(Kc, kh + k0 * ldk, ldk, bk, D);
+    F(copy_rows)(Vc, vh + k0 * ldk, ldk, bk, D);
+    if (k0 + BK < kv_end) {
+        const int64_t nb = cpu_attn_min64(BK, kv_end - k0 - BK);
+        F(prefetch_rows)(kh + (k0 + BK) * ldk, ldk, nb, D);
+        F(prefetch_rows)(vh + (k0 + BK) * ldk, ldk, nb, D);
+    }
+    return bk;
+}
+
 static void F(forward_task)(const cpu_attention_shape *s, const float *q, const float *k, const float *v, float *o,
                             float *lse, int64_t b, int64_t h, int64_t q0, float *ws)
 {
@@ -74,14 +90,7 @@ static void F(forward_task)(const cpu_attention_shape *s, const float *q, const 
     /* Keys past the last row's horizon are masked for the whole tile: not computed. */
     const int64_t kv_end = cpu_attn_kv_visible_end(s, q0 + bq - 1);
     for (int64_t k0 = 0; k0 < kv_end; k0 += BK) {
-        const int64_t bk = cpu_attn_min64(BK, kv_end - k0);
-        F(copy_rows)(Kc, kh + k0 * ldk, ldk, bk, D);
-        F(copy_rows)(Vc, vh + k0 * ldk, ldk, bk, D);
-        if (k0 + BK < kv_end) { /* the next key tile, while this one computes */
-            const int64_t nb = cpu_attn_min64(BK, kv_end - k0 - BK);
-            F(prefetch_rows)(kh + (k0 + BK) * ldk, ldk, nb, D);
-            F(prefetch_rows)(vh + (k0 + BK) * ldk, ldk, nb, D);
-        }
+        const int64_t bk = F(load_key_tile)(Kc, Vc, kh, vh, ldk, k0, kv_end, D);
         /* S^T = K Q^T: rows of K broadcast, Q^T packed. */
         F(mk_product)(bk, BQP, D, Kc, D, 1, Qt, BQP, St, BQP, 0);
         F(forward_softmax)(s, St, bk, q0, k0, m, l, alpha);
@@ -155,14 +164,7 @@ static void F(dq_task)(const cpu_attention_shape *s, const float *q, const float
         for (int64_t i = 0; i < bq; i++) memset(dqt + i * ldq, 0, (size_t)D * sizeof(float));
     const int64_t kv_end = cpu_attn_kv_visible_end(s, q0 + bq - 1);
     for (int64_t k0 = 0; k0 < kv_end; k0 += BK) {
-        const int64_t bk = cpu_attn_min64(BK, kv_end - k0);
-        F(copy_rows)(Kc, kh + k0 * ldk, ldk, bk, D);
-        F(copy_rows)(Vc, vh + k0 * ldk, ldk, bk, D);
-        if (k0 + BK < kv_end) { /* the next key tile, while this one computes */
-            const int64_t nb = cpu_attn_min64(BK, kv_end - k0 - BK);
-            F(prefetch_rows)(kh + (k0 + BK) * ldk, ldk, nb, D);
-            F(prefetch_rows)(vh + (k0 + BK) * ldk, ldk, nb, D);
-        }
+        const int64_t bk = F(load_key_tile)(Kc, Vc, kh, vh, ldk, k0, kv_end, D);
         F(mk_product)(bk, BQP, D, Kc, D, 1, Qt, BQP, St, BQP, 0);  /* S^T = K Q^T */
         F(mk_product)(bk, BQP, D, Vc, D, 1, dOt, BQP, dSt, BQP, 0); /* dP^T = V dO^T */
         for (int64_t j = 0; j < bk; j++) {
@@ -247,3 +249,16 @@ const cpu_attn_isa CAT(cpu_attn_isa, ISA) = {
     .dq_task = F(dq_task),
     .dkdv_task = F(dkdv_task),
 };
+
+/* The template ends: the next instruction set defines these again. */
+#undef ISA
+#undef CPU_ATTN_ISA_NAME
+#undef VW
+#undef MR2
+#undef MR1
+#undef VFMA
+#undef VBCAST
+#undef VMAX
+#undef VMIN
+#undef F
+#undef INL
