@@ -19,11 +19,6 @@ usp_status cuda_check(cudaError_t e, const char *what)
                      cudaGetErrorName(e));
 }
 
-cuda_array cuda_array_of(const cuda_ctx *c, const void *ptr)
-{
-    return (cuda_array){.data = (void *)ptr, .dtype = ptr ? usp_buffer_dtype(c->self, ptr) : USP_F32};
-}
-
 #define ARR(p) cuda_array_of(c, (p))
 #define STREAM(s) cuda_stream_of(c, (s))
 

@@ -42,8 +42,11 @@ static inline cudaStream_t cuda_stream_of(const cuda_ctx *c, usp_stream_t *s)
 /* USP_OK, or USP_ERR_RUNTIME naming `what` and CUDA's error. */
 usp_status cuda_check(cudaError_t e, const char *what);
 
-/* A device pointer with the dtype of the buffer that holds it. */
-cuda_array cuda_array_of(const cuda_ctx *c, const void *ptr);
+/* A device pointer with the dtype of the buffer that holds it (fp32 for NULL). */
+static inline cuda_array cuda_array_of(const cuda_ctx *c, const void *ptr)
+{
+    return (cuda_array){.data = (void *)ptr, .dtype = ptr ? usp_buffer_dtype(c->self, ptr) : USP_F32};
+}
 
 /* Opens cuBLAS and finds the functions the backend calls (once; no GPU needed). */
 usp_status cuda_blas_load(void);
