@@ -22,16 +22,6 @@ typedef struct mpi_handle {
 
 static const usp_comm_i mpi_comm_iface;
 
-const char *mpi_error_text(int code, char *buf, size_t size)
-{
-    char text[MPI_MAX_ERROR_STRING];
-    int n = 0;
-    if (MPI_Error_string(code, text, &n) != MPI_SUCCESS)
-        snprintf(text, sizeof text, "MPI error %d", code);
-    snprintf(buf, size, "%s", text);
-    return buf;
-}
-
 static usp_status mpi_failed(const usp_comm_t *c, const usp_comm_op *op, const char *what, int code)
 {
     char text[MPI_MAX_ERROR_STRING];

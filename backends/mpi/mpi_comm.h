@@ -29,7 +29,5 @@
 /* The world group ("world") over `comm` (which the handle duplicates). */
 usp_status mpi_comm_world(mpi_comm_process *p, MPI_Comm comm, usp_comm_t **out);
 
-/* "MPI_ERR_TRUNCATE: message truncated" for an MPI error code. */
-const char *mpi_error_text(int code, char *buf, size_t size);
 
 #endif

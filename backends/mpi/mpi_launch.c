@@ -9,7 +9,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "backends/mpi/mpi_comm.h"
 #include "core/runtime_impl.h"
 
 #define DEFAULT_TIMEOUT_S 600.0 /* PyTorch's NCCL watchdog default (TORCH_NCCL_... timeout, 10 minutes) */
@@ -24,6 +23,16 @@ int mpi_launcher_world_size(void)
             return atoi(v);
     }
     return 0;
+}
+
+const char *mpi_error_text(int code, char *buf, size_t size)
+{
+    char text[MPI_MAX_ERROR_STRING];
+    int n = 0;
+    if (MPI_Error_string(code, text, &n) != MPI_SUCCESS)
+        snprintf(text, sizeof text, "MPI error %d", code);
+    snprintf(buf, size, "%s", text);
+    return buf;
 }
 
 usp_status mpi_launch_issue(mpi_comm_process *p, usp_comm_t *self, mpi_call_counts *n, usp_comm_op *op,

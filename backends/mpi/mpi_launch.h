@@ -119,4 +119,7 @@ const char *mpi_launch_report(const void *ctx);
 usp_runtime_cluster mpi_launch_cluster(const void *ctx);
 void mpi_launch_free(void *ctx);
 
+/* "MPI_ERR_TRUNCATE: message truncated" for an MPI error code. */
+const char *mpi_error_text(int code, char *buf, size_t size);
+
 #endif
