@@ -310,6 +310,11 @@ usp_status usp_adamw_step(usp_backend_t *be, float *params, const float *grads, 
                           float lr, float beta1, float beta2, float eps, float weight_decay, int64_t t,
                           usp_stream_t *stream);
 
+/* Prices the AdamW step of n parameters whose fp32 master weights, m and v live on the host
+ * (ZeRO-Offload): the gradients copied to the host, the CPUs' update, the weights (`weights`
+ * dtype) copied back. Shapes only: refused on a backend with numerics (none has a host optimizer). */
+usp_status usp_offloaded_adamw_cost(usp_backend_t *be, int64_t n, usp_dtype grads, usp_dtype weights);
+
 /* *out (host) = sum of x[i]^2 in double, in a fixed blocking order (deterministic for any thread count);
  * 0 on a backend without numerics. */
 usp_status usp_sum_squares(usp_backend_t *be, double *out, const float *x, int64_t n, usp_stream_t *stream);

@@ -264,6 +264,22 @@ usp_status usp_cross_entropy(usp_backend_t *be, float *losses, float *dlogits, c
     return LAYER_CALL(cross_entropy, losses, dlogits, logits, targets, n, V, grad_scale, stream);
 }
 
+usp_status usp_offloaded_adamw_cost(usp_backend_t *be, int64_t n, usp_dtype grads, usp_dtype weights)
+{
+    if (usp_backend_has_numerics(be))
+        return usp_error(USP_ERR_CONFIG, "an optimizer offloaded to the host is planned on shapes only: the %s backend "
+                         "has no host optimizer (plan it with --meta or usp plan, or drop --offload)",
+                         usp_backend_name(be));
+    USP_CHECK(check_count("offloaded_adamw", n));
+    const double g = (double)n * (double)usp_dtype_size(grads), w = (double)n * (double)usp_dtype_size(weights);
+    ops_report_cost(be, "copy_host", 0, 2.0 * g);
+    /* The update streams fp32 master, m, v and the gradients in (16 bytes a parameter), master, m, v
+     * and the weights' copy out; its flops are the CPUs', not the GPU's. */
+    ops_report_cost(be, "host_adamw", 0, 28.0 * (double)n + w);
+    ops_report_cost(be, "copy_host", 0, 2.0 * w);
+    return USP_OK;
+}
+
 usp_status usp_adamw_step(usp_backend_t *be, float *params, const float *grads, float *m, float *v, int64_t n,
                           float lr, float beta1, float beta2, float eps, float weight_decay, int64_t t,
                           usp_stream_t *stream)

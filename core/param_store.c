@@ -102,6 +102,9 @@ usp_status usp_param_store_create(const usp_param_store_config *c, usp_param_sto
     if (c->zero_stage < 0 || c->zero_stage > 3)
         return usp_error(USP_ERR_CONFIG, "--zero %d: the ZeRO stage is 0, 1, 2 or 3", c->zero_stage);
     USP_ASSERT(c->zero_stage == 0 || c->world, "ZeRO stage %d without a world group", c->zero_stage);
+    if (c->offload_optimizer && c->zero_stage < 1) /* replicated, every rank would update all of it on the host */
+        return usp_error(USP_ERR_CONFIG, "--offload optimizer with --zero %d: the host state is sharded like ZeRO's "
+                         "(as DeepSpeed's ZeRO-Offload), so it needs --zero 1, 2 or 3", c->zero_stage);
     usp_param_store *s;
     USP_CHECK(usp_calloc((void **)&s, 1, sizeof *s, "the parameter store"));
     s->c = *c;
@@ -113,7 +116,7 @@ usp_status usp_param_store_create(const usp_param_store_config *c, usp_param_sto
     const usp_dtype sd = c->storage;
     USP_CHECK_GOTO(alloc_array(s, &s->weights, c->zero_stage >= 3 ? s->shard_total : whole, sd, "weights"), st, fail);
     USP_CHECK_GOTO(alloc_array(s, &s->grads, c->zero_stage >= 2 ? s->shard_total : whole, sd, "gradients"), st, fail);
-    if (c->optimizer) {
+    if (c->optimizer && !c->offload_optimizer) { /* offloaded: on the host, not allocated here */
         int64_t n = c->zero_stage >= 1 ? s->shard_total : whole;
         if (sd != USP_F32)
             USP_CHECK_GOTO(alloc_array(s, &s->master, n, USP_F32, "optimizer"), st, fail);
@@ -310,9 +313,25 @@ static usp_status gather_updated_weights(usp_param_store *s, float *from)
     return st;
 }
 
+/* The host holds the master weights and Adam state: only what crosses PCIe and the host's
+ * update of the owned shard are issued; stages 1-2 then gather the updated weights. */
+static usp_status offloaded_adamw(usp_param_store *s)
+{
+    int64_t owned = 0;
+    for (int i = 0; i < s->n_buckets; i++) {
+        int64_t lo, count;
+        owned_range(s, &s->buckets[i], &lo, &count);
+        owned += count;
+    }
+    USP_CHECK(usp_offloaded_adamw_cost(BE, owned, s->c.storage, s->c.storage));
+    return s->c.zero_stage <= 2 ? gather_updated_weights(s, s->weights) : USP_OK;
+}
+
 usp_status usp_param_store_adamw(usp_param_store *s, const usp_adamw_config *a)
 {
-    USP_ASSERT(s->adam_m, "%s", "an AdamW step on a store made without optimizer state");
+    USP_ASSERT(s->c.optimizer, "%s", "an AdamW step on a store made without optimizer state");
+    if (s->c.offload_optimizer)
+        return offloaded_adamw(s);
     const usp_param_table *t = s->c.table;
     float *updated = s->master ? s->master : s->weights; /* what AdamW updates */
     for (int i = 0; i < s->n_buckets; i++) {

@@ -38,6 +38,7 @@ typedef struct usp_param_store_config {
     usp_comm_t *world;    /* the ranks shards are spread over (stages 1-3) */
     usp_comm_t *sp, *dp;  /* stages 0-1 all-reduce gradients over sp, then dp (NULL: no reduction) */
     int optimizer;        /* 0: no Adam state (a model alone, in tests) */
+    int offload_optimizer; /* master weights and Adam state on the host (ZeRO-Offload; shapes only, stages 1-3) */
     usp_dtype storage;    /* weights and gradients: USP_F32 (0), or USP_BF16 with fp32 master weights */
 } usp_param_store_config;
 

@@ -375,6 +375,9 @@ static usp_status setup(trainer *t)
         return usp_error(USP_ERR_CONFIG, "--dtype %s with the %s backend, which computes in fp32: mixed precision "
                          "is planned on shapes only (add --meta, or use usp plan)", usp_dtype_name(c->storage),
                          usp_backend_name(BE));
+    if (t->numerics && c->offload_optimizer)
+        return usp_error(USP_ERR_CONFIG, "--offload optimizer with the %s backend: an optimizer on the host is "
+                         "planned on shapes only (add --meta, or use usp plan)", usp_backend_name(BE));
     USP_CHECK(usp_train_check(c, &t->N));
     USP_CHECK(usp_mesh_create(t->ctx->world, &c->shape, &t->mesh));
     t->B_local = c->batch / c->shape.dp;
@@ -385,7 +388,8 @@ static usp_status setup(trainer *t)
     USP_CHECK(usp_param_table_make(&c->model, &t->table));
     usp_param_store_config pc = {.backend = BE, .stream = ST, .table = &t->table, .n_layer = (int)c->model.n_layer,
                                  .zero_stage = c->zero_stage, .world = t->ctx->world, .sp = t->mesh.sp,
-                                 .dp = t->mesh.dp, .optimizer = 1, .storage = c->storage};
+                                 .dp = t->mesh.dp, .optimizer = 1, .storage = c->storage,
+                                 .offload_optimizer = c->offload_optimizer};
     USP_CHECK(usp_param_store_create(&pc, &t->store));
     usp_model_setup ms = {.config = &c->model, .backend = BE, .stream = ST, .mesh = &t->mesh,
                           .attention_local = c->attention_local, .batch = t->B_local, .seq_len = t->N,

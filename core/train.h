@@ -81,6 +81,7 @@ typedef struct usp_train_config {
     int recompute_layers;      /* memory options of the model (model.h) */
     int tiled_mlp, tiled_loss;
     int64_t tile_rows;
+    int offload_optimizer;     /* master weights and Adam state on the host (ZeRO-Offload; shapes only) */
     usp_dtype storage;         /* USP_F32, or USP_BF16 mixed precision (shapes only: see usp_buffer_alloc_as) */
     const char *save_dir, *resume_dir;
     int64_t log_every;         /* a STEP record every log_every steps (and at the last) */

@@ -21,6 +21,7 @@
  *   memory can deliver"). */
 #include "sim/topology.h"
 #include "core/strbuf.h"
+#include "sim/host_model.h"
 #include "sim/json_fields.h"
 
 #include <jansson.h>
@@ -76,6 +77,7 @@ int sim_topology_preset(const char *name, int nodes, sim_topology *out)
     else
         return 0;
     t.nodes = nodes > 0 ? nodes : 1;
+    sim_host_preset(name, &t.host);
     *out = t;
     return 1;
 }
@@ -307,6 +309,7 @@ static usp_status check_topology(const sim_topology *t, const char *where)
     }
     if (t->nics_per_node > 0)
         USP_CHECK(check_link(&t->nic, where, "network.nic"));
+    USP_CHECK(sim_host_check(&t->host, where));
     return sim_gpu_check(&t->gpu, where, "gpu.");
 }
 
@@ -421,7 +424,7 @@ static usp_status read_gpu(const json_t *root, sim_json_at at, sim_gpu *gpu)
 static usp_status read_topology(const json_t *root, const char *where, sim_topology *t)
 {
     static const char *const known[] = {"name", "gpu", "nodes", "gpus_per_node", "base_latency_us", "fabric",
-                                        "network", NULL};
+                                        "network", "host", NULL};
     sim_json_at at = {where, ""};
     if (!json_is_object(root))
         return usp_error(USP_ERR_CONFIG, "%s: the file must hold one JSON object (see docs/cluster_model.md), "
@@ -439,6 +442,8 @@ static usp_status read_topology(const json_t *root, const char *where, sim_topol
     USP_CHECK(read_gpu(root, at, &t->gpu));
     USP_CHECK(read_fabric(root, at, t));
     USP_CHECK(read_network(root, at, t));
+    sim_host_preset(t->name, &t->host);
+    USP_CHECK(sim_host_from_json(json_object_get(root, "host"), where, &t->host));
     return check_topology(t, where);
 }
 

@@ -27,6 +27,7 @@
 
 #include "core/status.h"
 #include "sim/gpu_model.h"
+#include "sim/host_model.h"
 
 #define SIM_TOPOLOGY_NAME_MAX 64
 #define SIM_ROUTE_MAX 16 /* links on the longest route: PCIe, socket to socket, node to node */
@@ -53,6 +54,7 @@ typedef struct sim_topology {
     sim_link_class nic;            /* a NIC and its wire to the (non-blocking) fabric */
     double base_latency;           /* seconds every NCCL call costs whatever it moves */
     sim_gpu gpu;                   /* every GPU of the cluster */
+    sim_host host;                 /* every node's CPUs, DRAM and GPU-to-CPU links (--offload) */
 } sim_topology;
 
 /* The preset called `name` with `nodes` nodes into *out; 0 when there is none. */

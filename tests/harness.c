@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "backends/cpu/cpu_backend.h"
 #include "backends/lazy/lazy_backend.h"
@@ -126,4 +127,24 @@ char *harness_read_file(const char *path, size_t *size)
     if (size)
         *size = (size_t)n;
     return text;
+}
+
+int harness_run_command(int (*command)(int argc, char **argv), char **argv, int argc, char *out, size_t size)
+{
+    char path[] = "/tmp/usp_test_command_XXXXXX";
+    int fd = mkstemp(path);
+    if (fd < 0)
+        return -1;
+    fflush(stdout);
+    int saved = dup(1);
+    dup2(fd, 1);
+    int code = command(argc, argv);
+    fflush(stdout);
+    dup2(saved, 1);
+    close(saved);
+    ssize_t n = pread(fd, out, size - 1, 0);
+    out[n > 0 ? n : 0] = '\0';
+    close(fd);
+    unlink(path);
+    return code;
 }

@@ -49,6 +49,10 @@ usp_status harness_download(const usp_rank_ctx *ctx, void *host, const void *dev
  * is not NULL), or NULL when it cannot be opened. */
 char *harness_read_file(const char *path, size_t *size);
 
+/* Runs a usp command (cmd_plan, ...) in this process with its stdout captured into out (size bytes,
+ * NUL-terminated, cut if longer); returns the command's exit code. */
+int harness_run_command(int (*command)(int argc, char **argv), char **argv, int argc, char *out, size_t size);
+
 /* Returns a USP_ERR_RUNTIME naming the rank and `what` unless got == want. */
 usp_status harness_expect_eq(const usp_rank_ctx *ctx, const char *what, size_t index, double got, double want);
 

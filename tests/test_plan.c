@@ -443,24 +443,9 @@ START_TEST(meta_buffers_are_counted_never_touched)
 }
 END_TEST
 
-/* Runs `usp plan ARGS` in this process with stdout captured; returns the exit code. */
 static int run_plan_cli(char **argv, int argc, char *out, size_t size)
 {
-    char path[] = "/tmp/usp_test_plan_XXXXXX";
-    int fd = mkstemp(path);
-    ck_assert_int_ge(fd, 0);
-    fflush(stdout);
-    int saved = dup(1);
-    dup2(fd, 1);
-    int code = cmd_plan(argc, argv);
-    fflush(stdout);
-    dup2(saved, 1);
-    close(saved);
-    ssize_t n = pread(fd, out, size - 1, 0);
-    out[n > 0 ? n : 0] = '\0';
-    close(fd);
-    unlink(path);
-    return code;
+    return harness_run_command(cmd_plan, argv, argc, out, size);
 }
 
 START_TEST(plan_json_has_the_contract_fields)

@@ -9,10 +9,10 @@
 
 typedef struct memory_options {
     int zero, recompute, tiled_mlp, tiled_loss, tile_rows;
-    const char *dtype;
+    const char *dtype, *offload;
 } memory_options;
 
-#define MEMORY_OPTIONS_DEFAULTS {.dtype = "fp32", .tile_rows = 1024}
+#define MEMORY_OPTIONS_DEFAULTS {.dtype = "fp32", .offload = "none", .tile_rows = 1024}
 
 /* The options' table entries, to put in a command's cli_option array. */
 #define MEMORY_OPTIONS(o)                                                                                          \
@@ -27,6 +27,9 @@ typedef struct memory_options {
      "run the MLP --tile-rows rows at a time, keeping none of its hidden for backward", 0, -1},                    \
     {"--tiled-loss", CLI_FLAG, &(o).tiled_loss, NULL,                                                              \
      "run lm_head and the loss --tile-rows rows at a time: the [tokens, vocab] logits never exist", 0, -1},        \
+    {"--offload", CLI_STRING, &(o).offload, "none|optimizer",                                                     \
+     "optimizer: fp32 master weights and Adam state on the host, updated by the CPUs (ZeRO-Offload; needs "       \
+     "--zero 1-3; shapes only: --meta, usp plan)", 0, -1},                                                         \
     {"--tile-rows", CLI_INT, &(o).tile_rows, "R", "rows per tile of --tiled-mlp and --tiled-loss (default 1024)", \
      1, 1 << 30}
 

@@ -1,0 +1,162 @@
+/* `--offload optimizer` (ZeRO-Offload) as the planner prices it: what the
+ * offloaded step reports (sizes), what the host model charges for it (closed
+ * forms of sim/host_model.h), the optimizer's bytes gone from the GPU, and the
+ * refusals (a numeric backend, ZeRO 0, a bad host object in a topology file). */
+#include <check.h>
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "backends/cpu/cpu_backend.h"
+#include "backends/meta/meta_backend.h"
+#include "sim/cost_model.h"
+#include "tests/check_main.h"
+#include "tests/harness.h"
+#include "tools/commands.h"
+
+#define GB 1e9
+#define MAX_COSTS 8
+
+typedef struct recorded {
+    int n;
+    usp_op_cost cost[MAX_COSTS];
+} recorded;
+
+static void record(void *ctx, const usp_op_cost *cost)
+{
+    recorded *r = ctx;
+    ck_assert_int_lt(r->n, MAX_COSTS);
+    r->cost[r->n++] = *cost;
+}
+
+START_TEST(the_offloaded_step_reports_the_copies_and_the_host_update)
+{
+    usp_backend_t *be;
+    ck_assert_int_eq(usp_backend_meta_create(&be), USP_OK);
+    recorded r = {0};
+    usp_backend_set_cost_sink(be, record, &r);
+    const int64_t n = 1000;
+    ck_assert_int_eq(usp_offloaded_adamw_cost(be, n, USP_BF16, USP_BF16), USP_OK);
+    ck_assert_int_eq(r.n, 3);
+    ck_assert_str_eq(r.cost[0].op, "copy_host"); /* gradients down: 2 bytes each, read + written */
+    ck_assert_double_eq(r.cost[0].bytes, 2.0 * 2 * n);
+    ck_assert_str_eq(r.cost[1].op, "host_adamw"); /* fp32 master, m, v, gradient in; master, m, v out; weights */
+    ck_assert_double_eq(r.cost[1].bytes, (16.0 + 12 + 2) * n);
+    ck_assert_str_eq(r.cost[2].op, "copy_host");
+    ck_assert_double_eq(usp_backend_flops(be), 0); /* the CPUs' flops are not the GPU's */
+    usp_backend_destroy(be);
+}
+END_TEST
+
+START_TEST(a_backend_with_numerics_refuses_it)
+{
+    usp_backend_t *be;
+    ck_assert_int_eq(usp_backend_cpu_create(&be), USP_OK);
+    ck_assert_int_eq(usp_offloaded_adamw_cost(be, 10, USP_F32, USP_F32), USP_ERR_CONFIG);
+    ck_assert_ptr_nonnull(strstr(usp_error_message(), "shapes only"));
+    usp_backend_destroy(be);
+}
+END_TEST
+
+START_TEST(the_host_prices_copies_on_pcie_and_the_update_on_shared_dram)
+{
+    sim_cost_model m = {.dtype = USP_BF16};
+    ck_assert(sim_topology_preset("dgx-a100", 1, &m.topology));
+    const sim_host *h = &m.topology.host;
+    ck_assert_double_eq_tol(h->memory_bandwidth / GB, 409.6, 1e-9);
+    /* 1 GB across Gen4 x16 at 25 GB/s: 40 ms */
+    usp_op_cost copy = {.op = "copy_host", .bytes = 2.0 * GB};
+    ck_assert_double_eq_tol(sim_cost_compute(&m, &copy), 1.0 / 25.0, 1e-12);
+    /* 30 GB of updates, 8 ranks a node sharing 409.6 x 0.5 GB/s */
+    usp_op_cost update = {.op = "host_adamw", .bytes = 30.0 * GB};
+    ck_assert_double_eq_tol(sim_cost_compute(&m, &update), 30.0 * 8 / (409.6 * 0.5), 1e-12);
+    usp_op_cost gemm = {.op = "gemm", .flops = 1e12}; /* a GPU op is the GPU's */
+    ck_assert_double_eq_tol(sim_cost_compute(&m, &gemm), 1e12 / (312e12 * 0.8), 1e-12);
+}
+END_TEST
+
+/* `usp plan ARGS --json` (with --json appended), parsed; exit code into *code. */
+static json_t *plan_json(const char *const *args, int n, int *code)
+{
+    char *argv[32] = {"usp", "plan"};
+    int argc = 2;
+    for (int i = 0; i < n; i++)
+        argv[argc++] = (char *)args[i];
+    argv[argc++] = "--json";
+    static char out[1 << 16];
+    *code = harness_run_command(cmd_plan, argv, argc, out, sizeof out);
+    return json_loads(out, 0, NULL);
+}
+
+static double category(const json_t *j, const char *name)
+{
+    return json_number_value(json_object_get(json_object_get(j, "memory_at_peak"), name));
+}
+
+START_TEST(the_optimizer_leaves_the_gpu_and_the_step_pays_the_host)
+{
+    const char *base[] = {"--model", "llama-7b", "--world", "8", "--ring", "8", "--seq", "65536", "--topology",
+                          "dgx-a100", "--dtype", "bf16", "--zero", "3", "--recompute"};
+    const char *off[] = {"--model", "llama-7b", "--world", "8", "--ring", "8", "--seq", "65536", "--topology",
+                         "dgx-a100", "--dtype", "bf16", "--zero", "3", "--recompute", "--offload", "optimizer"};
+    int code;
+    json_t *a = plan_json(base, 15, &code);
+    ck_assert_int_eq(code, 0);
+    json_t *b = plan_json(off, 17, &code);
+    ck_assert_int_eq(code, 0);
+    ck_assert_str_eq(json_string_value(json_object_get(b, "offload")), "optimizer");
+    ck_assert_double_gt(category(a, "optimizer"), 0);
+    ck_assert_double_eq(category(b, "optimizer"), 0);
+    /* llama-7b's 6.74 B parameters over 8 ranks, 12 bytes each (fp32 master, m, v): ~10 GB */
+    ck_assert_double_eq_tol(category(a, "optimizer") / GB, 6.74e9 / 8 * 12 / GB, 0.05);
+    /* The host's update of a rank's 0.84 B parameters, 8 ranks sharing 204.8 GB/s, is
+     * 30 bytes x 6.74 B / 204.8 GB/s ~ 0.99 s; the copies 4 bytes x 0.84 B / 25 GB/s ~ 0.13 s;
+     * the GPU's own AdamW (fp32 state, HBM-bound) is gone. */
+    double more = json_number_value(json_object_get(b, "step_time_s")) -
+                  json_number_value(json_object_get(a, "step_time_s"));
+    ck_assert_msg(more > 0.9 && more < 1.2, "offloading added %.3f s", more);
+    json_decref(a);
+    json_decref(b);
+}
+END_TEST
+
+START_TEST(offload_without_zero_and_a_bad_host_are_refused)
+{
+    const char *zero0[] = {"--model", "tiny", "--world", "2", "--offload", "optimizer"};
+    int code;
+    json_t *j = plan_json(zero0, 6, &code);
+    json_decref(j);
+    ck_assert_int_eq(code, 2);
+    const char *bad[] = {"--model", "tiny", "--world", "2", "--offload", "gpu"};
+    j = plan_json(bad, 6, &code);
+    json_decref(j);
+    ck_assert_int_eq(code, 2);
+    char path[] = "/tmp/usp_test_host_XXXXXX.json";
+    int fd = mkstemps(path, 5);
+    ck_assert_int_ge(fd, 0);
+    const char *text = "{\"gpu\": \"a100-80g\", \"gpus_per_node\": 2, \"fabric\": {\"kind\": \"nvswitch\", \"gpu_link\": "
+                       "{\"bandwidth_gbs\": 300}}, \"host\": {\"memory_bandwidth_gbs\": 0}}";
+    ck_assert_int_eq(write(fd, text, strlen(text)), (ssize_t)strlen(text));
+    close(fd);
+    sim_topology t;
+    ck_assert_int_eq(sim_topology_from_name_or_file(path, 1, &t), USP_ERR_CONFIG);
+    ck_assert_ptr_nonnull(strstr(usp_error_message(), "host.memory_bandwidth_gbs"));
+    unlink(path);
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("offload");
+    TCase *tc = tcase_create("offload");
+    tcase_set_timeout(tc, 120);
+    tcase_add_test(tc, the_offloaded_step_reports_the_copies_and_the_host_update);
+    tcase_add_test(tc, a_backend_with_numerics_refuses_it);
+    tcase_add_test(tc, the_host_prices_copies_on_pcie_and_the_update_on_shared_dram);
+    tcase_add_test(tc, the_optimizer_leaves_the_gpu_and_the_step_pays_the_host);
+    tcase_add_test(tc, offload_without_zero_and_a_bad_host_are_refused);
+    suite_add_tcase(s, tc);
+    return check_main_run(s);
+}

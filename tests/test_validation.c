@@ -1,0 +1,131 @@
+/* The planner against published, measured training runs (docs/validation.md):
+ * every run of tests/validation/runs.json planned with `usp plan ARGS --json`,
+ * and usp's tokens/s held to the targets of issue 16: median absolute error
+ * at most 20%, the worst run within 1.6x either way. Rankings (published
+ * orders of splits of one machine) must come out in the published order.
+ *
+ * USP_PRINT_VALIDATION=1 prints the table of docs/validation.md. */
+#include <check.h>
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "tests/check_main.h"
+#include "tests/harness.h"
+#include "tools/commands.h"
+
+#define ARGS_MAX 48
+#define GB 1e9
+
+typedef struct planned {
+    double tokens_per_s; /* the whole run's */
+    double peak_gb;      /* the largest rank's */
+} planned;
+
+/* `usp plan ARGS --json` with {dir} in ARGS replaced by the validation directory. */
+static planned plan_args(const char *args)
+{
+    char line[1024], word[256];
+    ck_assert_uint_lt(strlen(args), sizeof line);
+    snprintf(line, sizeof line, "%s", args);
+    static char words[ARGS_MAX][256];
+    char *argv[ARGS_MAX + 3] = {"usp", "plan"};
+    int argc = 2;
+    for (char *save = NULL, *w = strtok_r(line, " ", &save); w; w = strtok_r(NULL, " ", &save)) {
+        ck_assert_int_lt(argc, ARGS_MAX);
+        const char *at = strstr(w, "{dir}");
+        if (at)
+            snprintf(word, sizeof word, "%.*s%s%s", (int)(at - w), w, USP_VALIDATION_DIR, at + 5);
+        else
+            snprintf(word, sizeof word, "%s", w);
+        snprintf(words[argc], sizeof words[argc], "%s", word);
+        argv[argc] = words[argc];
+        argc++;
+    }
+    argv[argc++] = "--json";
+    static char out[1 << 16];
+    int code = harness_run_command(cmd_plan, argv, argc, out, sizeof out);
+    ck_assert_msg(code == 0, "usp plan %s: exit %d", args, code);
+    json_error_t err;
+    json_t *j = json_loads(out, 0, &err);
+    ck_assert_msg(j, "usp plan %s: not one JSON object (%s)", args, err.text);
+    planned p = {.tokens_per_s = json_number_value(json_object_get(j, "tokens_per_s"))};
+    json_t *peaks = json_object_get(j, "peak_bytes"), *v;
+    size_t i;
+    json_array_foreach(peaks, i, v) p.peak_gb = fmax(p.peak_gb, (double)json_integer_value(v) / GB);
+    json_decref(j);
+    ck_assert_msg(p.tokens_per_s > 0, "usp plan %s: no tokens/s", args);
+    return p;
+}
+
+static json_t *load_runs(void)
+{
+    json_error_t err;
+    json_t *root = json_load_file(USP_VALIDATION_DIR "/runs.json", 0, &err);
+    ck_assert_msg(root, "%s/runs.json: %s (line %d)", USP_VALIDATION_DIR, err.text, err.line);
+    return root;
+}
+
+static int by_value(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static int printing(void) { return getenv("USP_PRINT_VALIDATION") != NULL; }
+
+START_TEST(planned_tokens_per_s_within_the_targets)
+{
+    json_t *root = load_runs(), *runs = json_object_get(root, "runs"), *run;
+    size_t n = json_array_size(runs), i;
+    ck_assert_uint_ge(n, 8); /* issue 16: at least 8 published runs */
+    double *errors = calloc(n, sizeof *errors), worst = 1.0, memory_worst = 1.0;
+    ck_assert_ptr_nonnull(errors);
+    const char *worst_id = "";
+    if (printing())
+        printf("| run | published tok/s | usp tok/s | usp / published | published GB | usp GB |\n"
+               "|---|---|---|---|---|---|\n");
+    json_array_foreach(runs, i, run) {
+        const char *id = json_string_value(json_object_get(run, "id"));
+        double published = json_number_value(json_object_get(run, "published_tokens_per_s"));
+        json_t *memory = json_object_get(run, "published_memory_gb");
+        ck_assert_msg(id && published > 0, "run %zu: an id and published_tokens_per_s are required", i);
+        planned p = plan_args(json_string_value(json_object_get(run, "args")));
+        double ratio = p.tokens_per_s / published, off = fmax(ratio, 1.0 / ratio);
+        errors[i] = fabs(ratio - 1.0);
+        if (off > worst)
+            worst = off, worst_id = id;
+        if (memory)
+            memory_worst = fmax(memory_worst, fmax(p.peak_gb / json_number_value(memory),
+                                                   json_number_value(memory) / p.peak_gb));
+        if (printing()) {
+            printf("| %s | %.0f | %.0f | %.2f |", id, published, p.tokens_per_s, ratio);
+            if (memory)
+                printf(" %.1f | %.1f |\n", json_number_value(memory), p.peak_gb);
+            else
+                printf(" | %.1f |\n", p.peak_gb);
+        }
+    }
+    qsort(errors, n, sizeof *errors, by_value);
+    double median = n % 2 ? errors[n / 2] : 0.5 * (errors[n / 2 - 1] + errors[n / 2]);
+    if (printing())
+        printf("\n%zu runs: median absolute error %.1f%%, worst %.2fx (%s); memory worst %.2fx\n", n,
+               100 * median, worst, worst_id, memory_worst);
+    ck_assert_msg(median <= 0.20, "median absolute error of tokens/s %.1f%% > 20%%", 100 * median);
+    ck_assert_msg(worst <= 1.6, "run %s is %.2fx off (> 1.6x)", worst_id, worst);
+    free(errors);
+    json_decref(root);
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("validation");
+    TCase *tc = tcase_create("published runs");
+    tcase_set_timeout(tc, 600);
+    tcase_add_test(tc, planned_tokens_per_s_within_the_targets);
+    suite_add_tcase(s, tc);
+    return check_main_run(s);
+}
