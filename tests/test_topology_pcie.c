@@ -2,8 +2,9 @@
  * between every pair, below a common switch only (NCCL's default) or not at
  * all (through host memory, NCCL's SHM transport); closed forms on pcie-gen4
  * and pcie-l20; the PCIe rows of docs/cluster_model.md's validation table
- * (predicted against published nccl-tests figures, each within 15%); and the
- * JSON fields `fabric.p2p` and `fabric.host_memory`.
+ * (predicted against published nccl-tests figures, each within 15%); the
+ * JSON fields `fabric.p2p` and `fabric.host_memory`; and the Ada GPUs of such
+ * boxes (l20, l40s).
  *
  * References are written from the published figures (25 GB/s a Gen4 x16
  * link, 72 GB/s of host-memory staging a socket from nccl issue 1603's
@@ -17,6 +18,7 @@
 #include <unistd.h>
 
 #include "core/comm_impl.h"
+#include "sim/calibration.h"
 #include "sim/cost_model.h"
 #include "tests/check_main.h"
 
@@ -237,6 +239,44 @@ START_TEST(p2p_field_is_checked_and_a_file_equals_its_preset)
 }
 END_TEST
 
+/* What usp calibrate writes for a PCIe box reads back as the same box, P2P mode included. */
+START_TEST(a_written_topology_keeps_its_p2p_mode)
+{
+    sim_cost_model preset = model("pcie-l20", 1), file = {.dtype = USP_BF16};
+    json_t *j = sim_topology_to_json(&preset.topology);
+    ck_assert_ptr_nonnull(j);
+    char path[256];
+    snprintf(path, sizeof path, "%s/written.json", tmpdir);
+    ck_assert_int_eq(json_dump_file(j, path, JSON_REAL_PRECISION(17)), 0);
+    json_decref(j);
+    ck_assert_int_eq(sim_topology_from_name_or_file(path, 0, &file.topology), USP_OK);
+    unlink(path);
+    ck_assert_int_eq(file.topology.p2p, SIM_P2P_SWITCH);
+    double a = collective(&file, USP_OP_ALL_TO_ALL, 8, 1 << 20), b = collective(&preset, USP_OP_ALL_TO_ALL, 8, 1 << 20);
+    ck_assert_msg(a == b, "all-to-all: file %.17g, preset %.17g", a, b);
+}
+END_TEST
+
+/* --- the Ada GPUs --------------------------------------------------------------- */
+
+START_TEST(ada_presets_have_their_datasheet_figures_and_no_fa3)
+{
+    sim_gpu g;
+    ck_assert(sim_gpu_preset("l20", &g));
+    expect_close(g.peak_bf16, 119.5e12, "L20 dense BF16");
+    expect_close(g.peak_fp32, 59.8e12, "L20 FP32");
+    expect_close(g.hbm_bandwidth, 864e9, "L20 GDDR6");
+    expect_close(g.memory_bytes, 48e9, "L20 memory");
+    expect_close(g.attention_efficiency, 0.60, "FA2 forward at Ampere's rate");
+    ck_assert_int_eq(sim_gpu_use_attention_kernel(&g, SIM_ATTENTION_FA3), USP_ERR_CONFIG);
+    ck_assert_msg(strstr(usp_error_message(), "not Hopper") != NULL, "%s", usp_error_message());
+    ck_assert(sim_gpu_preset("l40s", &g));
+    expect_close(g.peak_bf16, 362.05e12, "L40S dense BF16");
+    expect_close(g.peak_fp32, 91.6e12, "L40S FP32");
+    expect_close(g.memory_bytes, 48e9, "L40S memory");
+}
+END_TEST
+
 static Suite *pcie_suite(void)
 {
     Suite *s = suite_create("topology_pcie");
@@ -251,6 +291,8 @@ static Suite *pcie_suite(void)
     suite_add_tcase(s, t);
     t = tcase_create("files");
     tcase_add_test(t, p2p_field_is_checked_and_a_file_equals_its_preset);
+    tcase_add_test(t, a_written_topology_keeps_its_p2p_mode);
+    tcase_add_test(t, ada_presets_have_their_datasheet_figures_and_no_fa3);
     suite_add_tcase(s, t);
     return s;
 }
