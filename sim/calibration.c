@@ -163,13 +163,17 @@ static json_t *fabric_json(const sim_topology *t)
         return json_pack("{s:s, s:o}", "kind", "nvswitch", "gpu_link", link_json(&t->gpu_link));
     json_t *f = json_pack("{s:s, s:o, s:i, s:i}", "kind", "pcie", "gpu_link", link_json(&t->gpu_link),
                           "gpus_per_switch", t->gpus_per_switch, "switches_per_socket", t->switches_per_socket);
-    int switches = t->gpus_per_node / t->gpus_per_switch;
-    if (f && switches > 1) {
+    int switches = t->gpus_per_node / t->gpus_per_switch, via_host = t->p2p != SIM_P2P_SYSTEM;
+    if (f && (switches > 1 || via_host))
         json_object_set_new(f, "switch_uplink", link_json(&t->switch_uplink));
+    if (f && switches > 1)
         json_object_set_new(f, "host_bridge", link_json(&t->host_bridge));
-    }
     if (f && switches / t->switches_per_socket > 1)
         json_object_set_new(f, "socket_link", link_json(&t->socket_link));
+    if (f && via_host) {
+        json_object_set_new(f, "p2p", json_string(sim_p2p_mode_name(t->p2p)));
+        json_object_set_new(f, "host_memory", link_json(&t->host_memory));
+    }
     return f;
 }
 

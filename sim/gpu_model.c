@@ -14,19 +14,21 @@
  *                          head dim 128: 287-304 TFLOP/s forward at 1K-16K tokens
  *                          (pytorch/benchmark PR #2296, 2024); backward: an estimate,
  *                          FA2's backward-to-forward ratio applied.
- *     Ampere (A100)
+ *     Ampere (A100); Ada (L20, L40S) gets the same rates, an assumption: FlashAttention-2
+ *     runs its sm80 kernels there and no published FA2 rate on Ada was found
  *       fa2   0.60 / 0.50  FlashAttention-2 (Dao, "FlashAttention-2", 2023,
  *                          arXiv:2307.08691): 50-73% of the A100's peak forward, up to
  *                          63% backward; the middle of the forward range.
  *       sdpa  0.60 / 0.50  since PyTorch 2.2 SDPA's flash backend is FlashAttention-2's
  *                          kernel (release notes, January 2024): FA2's rates.
- *       fa3   refused: FlashAttention-3 needs Hopper (sm_90).
+ *       fa3   refused: FlashAttention-3 needs Hopper (sm_90); Ada (sm_89) too.
  *   fa2 is the default: most published long-context runs (DeepSpeed-Ulysses, ring
  *   attention, Megatron context parallelism before 2025, Hugging Face training
  *   scripts) ran FlashAttention-2 or SDPA, not FA3 (issue 16 found usp 1.3-2.7x
  *   optimistic against them with FA3's rates).
  * - GEMM: large BF16 GEMMs in cuBLAS run at about 70% of the H100's dense peak
- *   and about 80% of the A100's (an estimate; the nccl backend can measure it).
+ *   and about 80% of the A100's (an estimate; the nccl backend can measure it);
+ *   Ada (L20, L40S): 70%, an estimate (power-capped PCIe cards).
  * - memory: streaming kernels reach about 85% of the HBM datasheet bandwidth. */
 #include "sim/gpu_model.h"
 #include "core/strbuf.h"
@@ -49,6 +51,9 @@ static const sim_gpu presets[] = {
     GPU("a100-80g", 19.5, 19.5, 156, 312, 312, 2.039, 80, 0.80, SIM_ARCH_AMPERE),
     GPU("a100-pcie", 19.5, 19.5, 156, 312, 312, 1.935, 80, 0.80, SIM_ARCH_AMPERE),
     GPU("h100-pcie", 51, 51, 378, 756, 1513, 2.0, 80, 0.70, SIM_ARCH_HOPPER),
+    /* Ada PCIe cards (GDDR6, no NVLink); FP64 runs at 1/64 of FP32 on Ada (datasheets omit it) */
+    GPU("l20", 59.8 / 64, 59.8, 59.8, 119.5, 239, 0.864, 48, 0.70, SIM_ARCH_ADA),
+    GPU("l40s", 91.6 / 64, 91.6, 183, 362.05, 733, 0.864, 48, 0.70, SIM_ARCH_ADA),
 };
 #define N_PRESETS (int)(sizeof presets / sizeof presets[0])
 
@@ -87,6 +92,7 @@ usp_status sim_gpu_use_attention_kernel(sim_gpu *gpu, sim_attention_kernel k)
         return usp_error(USP_ERR_CONFIG, "--attention-kernel %s: GPU %s comes from a file, whose "
                          "attention_efficiency and attention_backward_efficiency are its own (stated or measured); "
                          "drop --attention-kernel, or edit the file", sim_attention_kernel_name(k), gpu->name);
+    /* Ada runs FlashAttention-2's sm80 kernels: Ampere's rates (no published FA2 rate on Ada found) */
     const double *rate = kernel_rates[k][gpu->arch == SIM_ARCH_HOPPER];
     if (rate[0] == 0)
         return usp_error(USP_ERR_CONFIG, "--attention-kernel %s: GPU %s is not Hopper, and FlashAttention-3 runs "
@@ -120,7 +126,7 @@ int sim_gpu_preset(const char *name, sim_gpu *out)
     return 0;
 }
 
-const char *sim_gpu_preset_names(void) { return "h100-sxm, h200, a100-80g, a100-pcie, h100-pcie"; }
+const char *sim_gpu_preset_names(void) { return "h100-sxm, h200, a100-80g, a100-pcie, h100-pcie, l20, l40s"; }
 
 double sim_gpu_peak_flops(const sim_gpu *gpu, usp_dtype dtype)
 {

@@ -16,6 +16,8 @@
  *   a100-80g  312 TFLOP/s BF16, 19.5 FP32, 2.04 TB/s HBM2e, 80 GB (SXM)
  *   a100-pcie 312 TFLOP/s BF16, 1.94 TB/s, 80 GB (the PCIe Gen4 card)
  *   h100-pcie 756 TFLOP/s BF16, 51 FP32, 2.0 TB/s HBM2e, 80 GB (the PCIe Gen5 card)
+ *   l20       119.5 TFLOP/s BF16, 59.8 FP32, 0.864 TB/s GDDR6, 48 GB (Ada, PCIe Gen4, no NVLink)
+ *   l40s      362 TFLOP/s BF16, 91.6 FP32, 0.864 TB/s GDDR6, 48 GB (Ada, PCIe Gen4, no NVLink)
  * A GPU can also be read from a JSON file (schema in docs/cluster_model.md). */
 #ifndef USP_SIM_GPU_MODEL_H
 #define USP_SIM_GPU_MODEL_H
@@ -40,7 +42,7 @@ typedef enum sim_attention_kernel {
 #define SIM_ATTENTION_DEFAULT SIM_ATTENTION_FA2
 
 /* The generation a preset belongs to: the published kernel rates are per generation. */
-typedef enum sim_gpu_arch { SIM_ARCH_OTHER, SIM_ARCH_AMPERE, SIM_ARCH_HOPPER } sim_gpu_arch;
+typedef enum sim_gpu_arch { SIM_ARCH_OTHER, SIM_ARCH_AMPERE, SIM_ARCH_ADA, SIM_ARCH_HOPPER } sim_gpu_arch;
 
 typedef struct sim_gpu {
     char name[SIM_GPU_NAME_MAX];

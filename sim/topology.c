@@ -18,7 +18,16 @@
  *   (32 GB/s per direction) are assumptions; what a CPU forwards between GPUs
  *   varies widely by platform (NCCL issue 1639: "on PCI systems, the
  *   performance you get is usually determined by the bandwidth your CPU and
- *   memory can deliver"). */
+ *   memory can deliver").
+ * - Host memory staging (p2p "switch" / "off", NCCL's SHM transport): 72 GB/s
+ *   a socket, derived from nccl issue 1603: 4 RTX 4090 on one CPU, no PCIe
+ *   switch, P2P off, reach 18 GB/s all-to-all busbw, i.e. 4 x 18 GB/s staged
+ *   through that socket's memory (the GPU links, 25 each, are not the bound).
+ * - pcie-l20: 8 L20 (Gen4 x16, no NVLink), 4 under one PCIe switch per socket,
+ *   2 sockets (the layout of the 8-GPU box in nccl-tests issue 307: one switch
+ *   of 4 GPUs per CPU, Gen4 links); p2p "switch", NCCL's default on such a
+ *   box, so pairs across the sockets go through host memory. The layout is an
+ *   assumption: the USP paper says only "8xL20 PCIe". */
 #include "sim/topology.h"
 #include "core/strbuf.h"
 #include "sim/host_model.h"
@@ -38,6 +47,7 @@ static const sim_link_class pcie5_x16 = {63 * GB, 25.0 / 31.5, 1.0 * US};
 static const sim_link_class ndr = {50 * GB, 0.95, 3.0 * US};
 static const sim_link_class hdr = {25 * GB, 0.95, 3.0 * US};
 #define NCCL_BASE_LATENCY (8.4 * US)
+#define HOST_MEMORY_STAGING (72 * GB) /* a socket's SHM staging: nccl issue 1603, 4 x 18 GB/s */
 
 static sim_topology dgx(const char *name, sim_link_class nvlink, sim_link_class nic, const char *gpu)
 {
@@ -48,13 +58,14 @@ static sim_topology dgx(const char *name, sim_link_class nvlink, sim_link_class 
     return t;
 }
 
-/* Two sockets, two PCIe switches per socket, two GPUs and one NIC per switch. */
+/* Two sockets, two PCIe switches per socket, two GPUs and one NIC per switch; P2P between every pair. */
 static sim_topology pcie_box(const char *name, sim_link_class x16, double host_bridge, double socket_link,
                              sim_link_class nic, const char *gpu)
 {
     sim_topology t = {.nodes = 1, .gpus_per_node = 8, .fabric = SIM_FABRIC_PCIE, .gpu_link = x16,
                       .gpus_per_switch = 2, .switches_per_socket = 2, .switch_uplink = x16,
                       .host_bridge = {host_bridge, 1.0, 0.5 * US}, .socket_link = {socket_link, 1.0, 1.0 * US},
+                      .p2p = SIM_P2P_SYSTEM, .host_memory = {HOST_MEMORY_STAGING, 1.0, 1.0 * US},
                       .nics_per_node = 4, .nic = nic, .base_latency = NCCL_BASE_LATENCY};
     snprintf(t.name, sizeof t.name, "%s", name);
     sim_gpu_preset(gpu, &t.gpu);
@@ -74,6 +85,10 @@ int sim_topology_preset(const char *name, int nodes, sim_topology *out)
         t = pcie_box(name, pcie4_x16, 48 * GB, 32 * GB, hdr, "a100-pcie");
     else if (strcmp(name, "pcie-gen5") == 0)
         t = pcie_box(name, pcie5_x16, 96 * GB, 64 * GB, ndr, "h100-pcie");
+    else if (strcmp(name, "pcie-l20") == 0) { /* one switch of 4 GPUs a socket, NCCL's default P2P */
+        t = pcie_box(name, pcie4_x16, 48 * GB, 32 * GB, hdr, "l20");
+        t.gpus_per_switch = 4, t.switches_per_socket = 1, t.p2p = SIM_P2P_SWITCH;
+    }
     else
         return 0;
     t.nodes = nodes > 0 ? nodes : 1;
@@ -82,16 +97,25 @@ int sim_topology_preset(const char *name, int nodes, sim_topology *out)
     return 1;
 }
 
-const char *sim_topology_preset_names(void) { return "dgx-h100, dgx-h200, dgx-a100, pcie-gen4, pcie-gen5"; }
+const char *sim_topology_preset_names(void)
+{
+    return "dgx-h100, dgx-h200, dgx-a100, pcie-gen4, pcie-gen5, pcie-l20";
+}
+
+const char *sim_p2p_mode_name(sim_p2p_mode mode)
+{
+    static const char *const names[] = {"system", "switch", "off"};
+    return mode >= SIM_P2P_SYSTEM && mode <= SIM_P2P_OFF ? names[mode] : "?";
+}
 
 /* --- link numbering and routes ---------------------------------------------
  * Per node, in this order: GPU links up [G], GPU links down [G]; PCIe only:
- * switch uplinks up [S], down [S], host bridges [P], socket links a->b [P*P];
- * then NICs up [N], down [N]. Link id = node * per_node + index. */
+ * switch uplinks up [S], down [S], host bridges [P], socket links a->b [P*P],
+ * host memory paths [P]; then NICs up [N], down [N]. Link id = node * per_node + index. */
 
 typedef struct layout {
     int G, S, P, N;                      /* GPUs, PCIe switches, sockets, NICs per node */
-    int sw_up, sw_down, host, sock, nic_up, nic_down, per_node;
+    int sw_up, sw_down, host, sock, mem, nic_up, nic_down, per_node;
 } layout;
 
 static layout layout_of(const sim_topology *t)
@@ -102,7 +126,7 @@ static layout layout_of(const sim_topology *t)
         l.P = l.S / t->switches_per_socket;
     }
     l.sw_up = 2 * l.G, l.sw_down = l.sw_up + l.S, l.host = l.sw_down + l.S, l.sock = l.host + l.P;
-    l.nic_up = l.sock + l.P * l.P, l.nic_down = l.nic_up + l.N, l.per_node = l.nic_down + l.N;
+    l.mem = l.sock + l.P * l.P, l.nic_up = l.mem + l.P, l.nic_down = l.nic_up + l.N, l.per_node = l.nic_down + l.N;
     return l;
 }
 
@@ -123,8 +147,10 @@ static const sim_link_class *link_class(const sim_topology *t, const layout *l, 
         return &t->switch_uplink;
     if (index < l->sock)
         return &t->host_bridge;
-    if (index < l->nic_up)
+    if (index < l->mem)
         return &t->socket_link;
+    if (index < l->nic_up)
+        return &t->host_memory;
     return &t->nic;
 }
 
@@ -176,6 +202,27 @@ static int intra_route(const sim_topology *t, const layout *l, int base, endpoin
     return n;
 }
 
+/* Whether NCCL joins GPUs a and b of one PCIe node by its P2P transport (else: through host memory). */
+static int uses_p2p(const sim_topology *t, endpoint a, endpoint b)
+{
+    return t->p2p == SIM_P2P_SYSTEM || (t->p2p == SIM_P2P_SWITCH && a.sw == b.sw);
+}
+
+/* GPU a to GPU b through a staging buffer in host memory (NCCL's SHM transport):
+ * each byte is written into the receiving socket's memory and read back out. */
+static int host_memory_route(const sim_topology *t, const layout *l, int base, endpoint a, endpoint b, int *links)
+{
+    int pa = a.sw / t->switches_per_socket, pb = b.sw / t->switches_per_socket, n = 0;
+    links[n++] = base + a.up;
+    links[n++] = base + l->sw_up + a.sw;
+    if (pa != pb)
+        links[n++] = base + l->sock + pa * l->P + pb;
+    links[n++] = base + l->mem + pb;
+    links[n++] = base + l->sw_down + b.sw;
+    links[n++] = base + b.down;
+    return n;
+}
+
 int sim_topology_route(const sim_topology *t, int src, int dst, int *links)
 {
     if (src == dst)
@@ -183,6 +230,8 @@ int sim_topology_route(const sim_topology *t, int src, int dst, int *links)
     layout l = layout_of(t);
     int ns = src / l.G, nd = dst / l.G;
     endpoint a = gpu_endpoint(t, &l, src % l.G), b = gpu_endpoint(t, &l, dst % l.G);
+    if (ns == nd && t->fabric == SIM_FABRIC_PCIE && !uses_p2p(t, a, b))
+        return host_memory_route(t, &l, ns * l.per_node, a, b, links);
     if (ns == nd)
         return intra_route(t, &l, ns * l.per_node, a, b, 0, 0, links);
     /* Between nodes: GPU to its NIC (over PCIe; on NVSwitch machines the GPU's
@@ -235,7 +284,7 @@ double sim_topology_route_latency(const sim_topology *t, const int *links, int n
  * - CPU sockets a node (PCIe: switches / switches_per_socket) at most 8: GPU
  *   servers have 1-4, 8 is the largest glueless x86 board.
  * With these bounds every link id (node x links a node, at most
- * 2 x 4096 + 2 x 4096 + 8 + 8 x 8 + 2 x 64 a node) fits in an int. */
+ * 2 x 4096 + 2 x 4096 + 8 + 8 x 8 + 8 + 2 x 64 a node) fits in an int. */
 #define MAX_NODES 100000
 #define MAX_GPUS_PER_NODE 4096
 #define MAX_NICS_PER_NODE 64
@@ -301,12 +350,15 @@ static usp_status check_topology(const sim_topology *t, const char *where)
     USP_CHECK(check_shape(t, where));
     USP_CHECK(sim_json_check_number((sim_json_at){where, ""}, &base_latency, t->base_latency));
     USP_CHECK(check_link(&t->gpu_link, where, "fabric.gpu_link"));
-    if (t->fabric == SIM_FABRIC_PCIE && t->gpus_per_switch < t->gpus_per_node) {
+    if (t->fabric == SIM_FABRIC_PCIE && (t->gpus_per_switch < t->gpus_per_node || t->p2p != SIM_P2P_SYSTEM))
         USP_CHECK(check_link(&t->switch_uplink, where, "fabric.switch_uplink"));
+    if (t->fabric == SIM_FABRIC_PCIE && t->gpus_per_switch < t->gpus_per_node) {
         USP_CHECK(check_link(&t->host_bridge, where, "fabric.host_bridge"));
         if (t->switches_per_socket * t->gpus_per_switch < t->gpus_per_node)
             USP_CHECK(check_link(&t->socket_link, where, "fabric.socket_link"));
     }
+    if (t->fabric == SIM_FABRIC_PCIE && t->p2p != SIM_P2P_SYSTEM)
+        USP_CHECK(check_link(&t->host_memory, where, "fabric.host_memory"));
     if (t->nics_per_node > 0)
         USP_CHECK(check_link(&t->nic, where, "network.nic"));
     USP_CHECK(sim_host_check(&t->host, where));
@@ -354,10 +406,28 @@ static usp_status read_link(const json_t *parent, sim_json_at at, const char *ke
     return USP_OK;
 }
 
+/* "p2p": "system" (the default: P2P between every pair), "switch" or "off". */
+static usp_status read_p2p_mode(const json_t *fabric, sim_json_at at, sim_p2p_mode *out)
+{
+    const json_t *v = json_object_get(fabric, "p2p");
+    *out = SIM_P2P_SYSTEM;
+    if (!v)
+        return USP_OK;
+    for (sim_p2p_mode m = SIM_P2P_SYSTEM; m <= SIM_P2P_OFF; m++)
+        if (json_is_string(v) && strcmp(json_string_value(v), sim_p2p_mode_name(m)) == 0) {
+            *out = m;
+            return USP_OK;
+        }
+    return usp_error(USP_ERR_CONFIG, "%s: field 'fabric.p2p' is %s%s%s: it must be \"system\" (P2P between every "
+                     "pair), \"switch\" (below a common PCIe switch, NCCL's default) or \"off\"", at.where,
+                     json_is_string(v) ? "\"" : "", json_is_string(v) ? json_string_value(v) : sim_json_kind(v),
+                     json_is_string(v) ? "\"" : "");
+}
+
 static usp_status read_fabric(const json_t *root, sim_json_at at, sim_topology *t)
 {
     static const char *const known[] = {"kind", "gpu_link", "gpus_per_switch", "switches_per_socket",
-                                        "switch_uplink", "host_bridge", "socket_link", NULL};
+                                        "switch_uplink", "host_bridge", "socket_link", "p2p", "host_memory", NULL};
     const json_t *obj;
     USP_CHECK(read_object(root, at, "fabric", 1, "{\"kind\": \"nvswitch\" or \"pcie\", \"gpu_link\": {...}}", &obj));
     sim_json_at in = {at.where, "fabric."};
@@ -378,12 +448,15 @@ static usp_status read_fabric(const json_t *root, sim_json_at at, sim_topology *
     USP_CHECK(sim_json_int(obj, in, "switches_per_socket", 0, 1, MAX_GPUS_PER_NODE,
                            "PCIe switches under one CPU socket", &t->switches_per_socket));
     USP_CHECK(check_pcie_shape(t, at.where));
+    USP_CHECK(read_p2p_mode(obj, at, &t->p2p));
     int switches = t->gpus_per_node / t->gpus_per_switch, sockets = switches / t->switches_per_socket;
     const char *x16 = "{\"bandwidth_gbs\": 31.5, \"efficiency\": 0.79, \"latency_us\": 1}";
-    if (switches > 1) { /* more than one switch: traffic between them crosses the CPU */
+    if (switches > 1 || t->p2p != SIM_P2P_SYSTEM) /* traffic leaves a switch for the CPU */
         USP_CHECK(read_link(obj, in, "switch_uplink", x16, &t->switch_uplink));
+    if (switches > 1) /* more than one switch: P2P between them crosses the CPU's root complex */
         USP_CHECK(read_link(obj, in, "host_bridge", "{\"bandwidth_gbs\": 48, \"latency_us\": 0.5}", &t->host_bridge));
-    }
+    if (t->p2p != SIM_P2P_SYSTEM)
+        USP_CHECK(read_link(obj, in, "host_memory", "{\"bandwidth_gbs\": 72, \"latency_us\": 1}", &t->host_memory));
     if (sockets > 1)
         USP_CHECK(read_link(obj, in, "socket_link", "{\"bandwidth_gbs\": 32, \"latency_us\": 1}", &t->socket_link));
     return USP_OK;

@@ -5,10 +5,18 @@
  * - NVSwitch: every GPU has its own NVLink bandwidth to the switch, which is
  *   non-blocking, so a transfer crosses the sender's link up and the
  *   receiver's link down.
- * - PCIe: GPUs sit in pairs (gpus_per_switch) under PCIe switches; a switch
+ * - PCIe: GPUs sit in groups (gpus_per_switch) under PCIe switches; a switch
  *   forwards between its own GPUs, anything else climbs the switch's uplink to
  *   the CPU's host bridge (one per socket, shared by every flow it forwards,
  *   in both directions) and, to the other socket, the inter-socket link.
+ *   That is NCCL's P2P transport between every pair (p2p "system"). NCCL uses
+ *   it by default only below a common PCIe switch (p2p "switch": its
+ *   ncclTopoCheckP2p stops at PATH_PXB), and not at all with P2P disabled
+ *   (p2p "off": NCCL_P2P_DISABLE, consumer cards); the other pairs go through
+ *   a staging buffer in host memory (the SHM transport): GPU up, switch uplink
+ *   up, the receiving socket's host memory path (one link per socket, shared
+ *   by everything staged there), the socket link when it crosses sockets, the
+ *   switch uplink down, GPU down.
  * NICs (nics_per_node, rail-optimised: NIC i of every node on rail i of a
  * non-blocking fat tree) connect the nodes; GPU g uses NIC g * nics / gpus.
  *
@@ -20,7 +28,7 @@
  * nccl-tests), so a modelled transfer runs at what NCCL would measure.
  *
  * Links are numbered densely (node-major) so the flow model can index them.
- * Presets: dgx-h100, dgx-h200, dgx-a100, pcie-gen4, pcie-gen5 (8 GPUs a node),
+ * Presets: dgx-h100, dgx-h200, dgx-a100, pcie-gen4, pcie-gen5, pcie-l20 (8 GPUs a node),
  * any number of nodes; or a JSON file (schema: docs/cluster_model.md). */
 #ifndef USP_SIM_TOPOLOGY_H
 #define USP_SIM_TOPOLOGY_H
@@ -33,6 +41,13 @@
 #define SIM_ROUTE_MAX 16 /* links on the longest route: PCIe, socket to socket, node to node */
 
 typedef enum sim_fabric_kind { SIM_FABRIC_NVSWITCH, SIM_FABRIC_PCIE } sim_fabric_kind;
+
+/* PCIe: which GPU pairs of a node NCCL joins by its P2P transport; the others go through host memory. */
+typedef enum sim_p2p_mode {
+    SIM_P2P_SYSTEM, /* every pair, through the CPUs' root complexes (NCCL_P2P_LEVEL=SYS) */
+    SIM_P2P_SWITCH, /* pairs below a common PCIe switch (NCCL's default, PATH_PXB) */
+    SIM_P2P_OFF,    /* none (NCCL_P2P_DISABLE=1; GeForce cards) */
+} sim_p2p_mode;
 
 typedef struct sim_link_class {
     double bandwidth;  /* line rate per direction, bytes/s */
@@ -50,6 +65,8 @@ typedef struct sim_topology {
     sim_link_class switch_uplink;  /* PCIe: switch to host bridge */
     sim_link_class host_bridge;    /* PCIe: a socket's root complex forwarding GPU to GPU traffic */
     sim_link_class socket_link;    /* PCIe: CPU to CPU (UPI / xGMI), per direction */
+    sim_p2p_mode p2p;              /* PCIe: the pairs NCCL's P2P transport joins */
+    sim_link_class host_memory;    /* PCIe, p2p switch / off: a socket's staging of GPU to GPU traffic in host memory */
     int nics_per_node;             /* 0: no network (one node only) */
     sim_link_class nic;            /* a NIC and its wire to the (non-blocking) fabric */
     double base_latency;           /* seconds every NCCL call costs whatever it moves */
@@ -102,6 +119,9 @@ int sim_topology_route(const sim_topology *t, int src, int dst, int *links);
  * dst_node (one channel of a ring that crosses nodes on several rails). */
 int sim_topology_rail_route(const sim_topology *t, int src_node, int src_nic, int dst_node, int dst_nic,
                             int *links);
+
+/* "system", "switch" or "off". */
+const char *sim_p2p_mode_name(sim_p2p_mode mode);
 
 /* Seconds of latency along a route: the sum of its links'. */
 double sim_topology_route_latency(const sim_topology *t, const int *links, int n);

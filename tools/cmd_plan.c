@@ -308,7 +308,7 @@ int cmd_plan(int argc, char **argv)
         {"--ulysses", CLI_INT, &o.ulysses, "U", "Ulysses degree (default W/R)", 1, 4096},
         {"--ring", CLI_INT, &o.ring, "R", "Ring degree (default 1); DP = W/(U*R)", 1, 4096},
         {"--topology", CLI_STRING, &o.topology, "NAME|FILE",
-         "modelled cluster: dgx-h100 (default), dgx-h200, dgx-a100, pcie-gen4, pcie-gen5, or a JSON file", 0, -1},
+         "modelled cluster: dgx-h100 (default), dgx-h200, dgx-a100, pcie-gen4, pcie-gen5, pcie-l20, or a JSON file", 0, -1},
         {"--nodes", CLI_INT, &o.nodes, "K", "nodes of the topology (default: as many as --world needs)", 1, 100000},
         {"--attention-kernel", CLI_STRING, &o.attention_kernel, "fa2|fa3|sdpa",
          "attention kernel whose published rates the model charges: fa2 (default), fa3 (Hopper), sdpa", 0, -1},

@@ -160,7 +160,7 @@ int cmd_selftest(int argc, char **argv)
         {"--head-dim", CLI_INT, &o.head_dim, "D", "head dimension (default 16)", 1, 1024},
         {"--tokens", CLI_INT, &o.tokens, "T", "tokens per rank (default 32)", 1, 1 << 20},
         {"--topology", CLI_STRING, &o.topology, "NAME|FILE",
-         "modelled cluster: dgx-h100 (default), dgx-h200, dgx-a100, pcie-gen4, pcie-gen5, or a JSON file", 0, -1},
+         "modelled cluster: dgx-h100 (default), dgx-h200, dgx-a100, pcie-gen4, pcie-gen5, pcie-l20, or a JSON file", 0, -1},
         {"--nodes", CLI_INT, &o.nodes, "K", "nodes of the topology (default: as many as --world needs)", 1, 100000},
         {"--inject", CLI_LIST, &o.inject, "SPEC",
          "fault KIND:rank=R[,op=OP][,call=K][,group=G], KIND skip|swap|size|group|crash (repeatable)", 0, -1},
