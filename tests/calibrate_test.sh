@@ -90,6 +90,17 @@ else
     fail "calibrate --json is not one object with the tables" "$out"
 fi
 
+# no launcher: usp starts the processes itself under mpirun (backends/mpi/mpi_self_launch.c)
+out=$(timeout 60 "$usp" calibrate --backend mpi --world 2 --quick --json --sizes 8K,64K 2>launch.err)
+rc=$?
+if [[ $rc -eq 0 && $(cat launch.err) == "usp: launching 2 processes: "*" -np 2 $usp calibrate "* ]] &&
+    echo "$out" | python3 -c "import json, sys; assert json.loads(sys.stdin.read())['world'] == 2"; then
+    ok
+else
+    fail "usp calibrate --backend mpi --world 2 without mpirun: exit $rc" "$(cat launch.err)
+$out"
+fi
+
 # --- bad usage: exit 2, naming the option -------------------------------------------------
 check_usage() { # check_usage WHAT EXPECTED_TEXT ARGS...
     local what=$1 want=$2

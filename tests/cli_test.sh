@@ -83,10 +83,20 @@ expect 2 "--gpus 2 with --backend sim" -- train --gpus 2
 expect 2 "--gpus 2 with --world 4" -- train --backend nccl --gpus 2 --world 4
 # The nccl runtime (USP_TEST_NCCL=ON: a build with NCCL and Open MPI) looks for the GPU before
 # anything else: on a machine without one, --gpus 2 is exit 2 naming the missing device, with or
-# without a launcher; with GPUs and no launcher it is exit 2 giving the mpirun and srun lines.
+# without a launcher, and without one before it starts any process (no launch line); on a machine
+# with GPUs, more than it has is exit 2 naming the count, before it starts any process either.
 if [[ ${USP_TEST_NCCL:-OFF} == ON ]]; then
     if ! nvidia-smi -L >/dev/null 2>&1; then
-        expect 2 "--backend nccl --gpus 2: no NVIDIA GPU here (CUDA says: " -- train --backend nccl --gpus 2 --steps 1
+        out=$(timeout 60 "$usp" train --backend nccl --gpus 2 --steps 1 2>&1)
+        rc=$?
+        if [[ $rc -eq 2 && $out == *"--backend nccl --gpus 2: no NVIDIA GPU here (CUDA says: "* &&
+            $out != *"usp: launching"* ]]; then
+            passed=$((passed + 1))
+        else
+            failed=$((failed + 1))
+            echo "FAIL: usp train --backend nccl --gpus 2 without a GPU -> exit $rc (expected 2 naming the device):"
+            echo "$out" | head -20 | sed 's/^/    /'
+        fi
         if command -v mpirun >/dev/null; then
             out=$(OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 timeout 60 mpirun --oversubscribe -np 2 \
                 "$usp" train --backend nccl --steps 1 2>&1)
@@ -100,7 +110,9 @@ if [[ ${USP_TEST_NCCL:-OFF} == ON ]]; then
             fi
         fi
     else
-        expect 2 "mpirun -np 2 usp ... --backend nccl" -- train --backend nccl --gpus 2 --steps 1
+        gpus=$(nvidia-smi -L | grep -c '^GPU ')
+        expect 2 "--backend nccl --gpus $((gpus + 1)): this machine has $gpus GPU" -- train --backend nccl \
+            --gpus $((gpus + 1)) --steps 1
     fi
 fi
 expect 2 "--attention everywhere" -- train --attention everywhere

@@ -2,7 +2,8 @@
 # The mpi backend in real processes (mpirun on loopback): the same losses as
 # the simulator, checkpoints across backends, every injected fault caught by
 # --check-collectives, the watchdog and `usp postmortem`, a rank killed with
-# SIGKILL. Usage: mpi_test.sh PATH/TO/usp
+# SIGKILL; usp starting its own processes under mpirun when none started it
+# (the same losses, exit codes through mpirun, the refusals). Usage: mpi_test.sh PATH/TO/usp
 set -u
 usp=$(realpath "$1")
 work=$(mktemp -d)
@@ -69,13 +70,78 @@ else
 fi
 
 # --- launch errors ----------------------------------------------------------------
-out=$(env -u OMPI_COMM_WORLD_SIZE "$usp" train --backend mpi --world 4 --steps 1 2>&1)
-rc=$?
-[[ $rc -eq 2 && $out == *"mpirun -np 4"* ]] && ok || fail "--backend mpi without a launcher: exit $rc" "$out"
 out=$(timeout 60 mpirun --oversubscribe -np 2 "$usp" train --backend mpi --world 4 --steps 1 2>&1)
 rc=$?
 [[ $rc -eq 2 && $out == *"--world 4: the launcher started 2 processes"* ]] && ok ||
     fail "--world 4 under mpirun -np 2: exit $rc" "$out"
+
+# --- usp starting its own processes (no launcher in front; backends/mpi/mpi_self_launch.c) ---
+unset OMPI_COMM_WORLD_SIZE PMIX_SIZE PMI_SIZE SLURM_NTASKS # what tells usp a launcher started it
+# The same losses as an explicit mpirun -np 2, and one launch line: a launched process does not launch again.
+args=(train --backend mpi --world 2 --steps 4 --log-every 1 --json)
+explicit=$(timeout 120 mpirun --oversubscribe -np 2 "$usp" "${args[@]}" 2>&1 | grep -o '"loss":[^,]*' | tr '\n' ' ')
+timeout 120 "$usp" "${args[@]}" >launch.out 2>launch.err
+rc=$?
+self=$(grep -o '"loss":[^,]*' launch.out | tr '\n' ' ')
+if [[ $rc -eq 0 && -n $explicit && $self == "$explicit" && $(grep -c '^usp: launching ' launch.err) -eq 1 &&
+    $(cat launch.err) == "usp: launching 2 processes: "*"mpi"*" -np 2 $usp train --backend mpi --world 2 "* ]]; then
+    ok
+else
+    fail "self-launched --world 2: exit $rc" "explicit mpirun: $explicit
+self-launched: $self
+$(cat launch.err)"
+fi
+# More ranks than cores: --oversubscribe on the line (Open MPI's slots are cores, which nproc's CPUs
+# bound from above), and the simulator's losses.
+args=(train --backend mpi --world 4 --ulysses 2 --ring 2 --steps 2 --json)
+sim=$("$usp" train --world 4 --ulysses 2 --ring 2 --steps 2 --json 2>&1 | grep -o '"loss":[^,]*' | tr '\n' ' ')
+timeout 120 "$usp" "${args[@]}" >launch.out 2>launch.err
+rc=$?
+self=$(grep -o '"loss":[^,]*' launch.out | tr '\n' ' ')
+over=$(grep -c -- '-np 4 --oversubscribe ' launch.err)
+if [[ $rc -eq 0 && -n $sim && $self == "$sim" && ($(nproc) -ge 4 || $over -eq 1) ]]; then
+    ok
+else
+    fail "self-launched --world 4 on $(nproc) cores: exit $rc" "sim: $sim
+self-launched: $self
+$(cat launch.err)"
+fi
+# The job's exit code is the first failing rank's, through mpirun: 3 for a mismatch and a watchdog-ended hang, 4 for a crash.
+for case in "3 --check-collectives --inject skip:rank=1,op=all_to_all" "3 --timeout 3 --inject swap:rank=1,op=all_reduce" \
+    "4 --timeout 30 --inject crash:rank=1,op=all_to_all"; do # (30 s: the crash, not a watchdog, ends it)
+    want=${case%% *}
+    read -ra extra <<<"${case#* }"
+    out=$(timeout 60 "$usp" train --backend mpi --world 2 --steps 3 "${extra[@]}" 2>&1)
+    rc=$?
+    [[ $rc -eq $want && $out == "usp: launching 2 processes: "* ]] && ok ||
+        fail "self-launched ${extra[*]}: exit $rc, expected $want" "$out"
+done
+# The recursion guard: a process that carries usp's marker yet sees no launcher refuses to launch.
+out=$(USP_SELF_LAUNCHED=1 timeout 60 "$usp" train --backend mpi --world 2 --steps 1 2>&1)
+rc=$?
+[[ $rc -eq 2 && $out == *"not launching again"* && $out != *"usp: launching"* ]] && ok ||
+    fail "USP_SELF_LAUNCHED=1 without a launcher: exit $rc" "$out"
+# No mpirun: exit 2 naming the package and the lines to type, before anything starts.
+out=$(PATH=/nonexistent USP_MPIRUN=/nonexistent "$usp" train --backend mpi --world 2 --steps 1 2>&1)
+rc=$?
+[[ $rc -eq 2 && $out == *"found no mpirun (USP_MPIRUN=/nonexistent is not an executable file)"* &&
+    $out == *"apt-get install openmpi-bin"* && $out == *"mpirun -np 2 $usp train"* && $out == *"srun -n 2 $usp train"* &&
+    $out != *"usp: launching"* ]] && ok || fail "no mpirun: exit $rc" "$out"
+# mpirun not on PATH: the one the build found. (Open MPI wants its remote agent, ssh, on PATH even for
+# one node, and never runs it there: a stand-in that fails will do.)
+mkdir -p nompirun && ln -sf "$(type -P false)" nompirun/ssh
+out=$(timeout 120 env PATH="$work/nompirun" "$usp" train --backend mpi --world 2 --steps 1 2>&1)
+rc=$?
+[[ $rc -eq 0 && $out == "usp: launching 2 processes: /"* && $out == *"done: loss"* ]] && ok ||
+    fail "mpirun not on PATH (the build's instead): exit $rc" "$out"
+# As root, Open MPI's consent must be in the environment: usp asks for it, never sets it.
+if [[ $(id -u) -eq 0 ]]; then
+    out=$(env -u OMPI_ALLOW_RUN_AS_ROOT -u OMPI_ALLOW_RUN_AS_ROOT_CONFIRM "$usp" train --backend mpi --world 2 \
+        --steps 1 2>&1)
+    rc=$?
+    [[ $rc -eq 2 && $out == *"set OMPI_ALLOW_RUN_AS_ROOT=1 and OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1"* &&
+        $out != *"usp: launching"* ]] && ok || fail "root without OMPI_ALLOW_RUN_AS_ROOT: exit $rc" "$out"
+fi
 
 # --- every injected fault caught by --check-collectives: exit 3, well before the 60 s that would mean a hang (30 s: loaded machines)
 # The report names the ranks, the op, the group, the call's number and its call site.

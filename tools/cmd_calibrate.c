@@ -375,9 +375,10 @@ static usp_status report(const calibrate_options *o, const calibrate_run *run, i
     return s;
 }
 
-static usp_status run(const calibrate_options *o, const calibrate_plan *plan, int *exit_code)
+static usp_status run(const calibrate_options *o, const calibrate_plan *plan, char **argv, int *exit_code)
 {
     usp_runtime_options ro = {.world_size = o->world, .cluster = o->topology, .nodes = o->nodes};
+    USP_CHECK(runtime_registry_launch(o->backend, &ro, argv)); /* no launcher: mpi and nccl start their processes */
     usp_runtime_t *rt;
     USP_CHECK(runtime_registry_create(o->backend, &ro, &rt));
     calibrate_run cr = {.plan = plan};
@@ -399,8 +400,8 @@ int cmd_calibrate(int argc, char **argv)
     calibrate_options o = {.backend = "mpi"};
     const cli_option options[] = {
         {"--backend", CLI_STRING, &o.backend, "mpi|nccl|sim",
-         "the runtime to measure: mpi (default; mpirun -np W usp calibrate), nccl (GPUs), sim (the simulator's own "
-         "model: a check of the fit)", 0, -1},
+         "the runtime to measure: mpi (default; W processes under mpirun, which usp runs itself when no launcher "
+         "started it), nccl (GPUs), sim (the simulator's own model: a check of the fit)", 0, -1},
         {"--out", CLI_STRING, &o.out, "FILE.json", "write the fitted topology (and its GPU) for usp plan --topology", 0, -1},
         {"--sizes", CLI_STRING, &o.sizes, "LIST|MIN:MAX",
          "bytes a rank sends: 8K,1M,64M or 8K:64M (powers of 4); default 4K:64M, --quick 8K,64K,512K,4M", 0, -1},
@@ -441,6 +442,6 @@ int cmd_calibrate(int argc, char **argv)
     if (s != USP_OK)
         return cli_fail("calibrate", s);
     int code = 0;
-    s = run(&o, &plan, &code);
+    s = run(&o, &plan, argv, &code);
     return s != USP_OK ? cli_fail("calibrate", s) : code;
 }

@@ -206,7 +206,7 @@ static usp_status write_outputs(const usp_runtime_t *rt, usp_status run, const c
     return first;
 }
 
-static usp_status run(const char *command, const train_options *o, int *exit_code)
+static usp_status run(const char *command, const train_options *o, char **argv, int *exit_code)
 {
     usp_train_config c;
     USP_CHECK(build_config(command, o, &c));
@@ -216,6 +216,9 @@ static usp_status run(const char *command, const train_options *o, int *exit_cod
                               .trace = o->trace != NULL || o->dot != NULL,
                               .check_collectives = o->check_collectives, .timeout_s = o->timeout,
                               .dump_dir = o->dump_dir};
+    /* without a launcher, mpi and nccl start their processes here (after the checks above, so that a bad
+     * option is one message, not one per process); the launched ones pass through */
+    USP_CHECK(runtime_registry_launch(o->backend, &ro, argv));
     usp_runtime_t *rt;
     USP_CHECK(runtime_registry_create(o->backend, &ro, &rt));
     int prints = usp_runtime_prints(rt); /* under a launcher, rank 0's process; errors: every process its own */
@@ -256,8 +259,9 @@ int cmd_train(int argc, char **argv)
                        .eval_samples = 64, .seed = -1, .lr = 1e-2, .memory = MEMORY_OPTIONS_DEFAULTS};
     const cli_option options[] = {
         {"--backend", CLI_STRING, &o.backend, "sim|mpi|nccl",
-         "where the ranks run: sim (default, one process), mpi (one process per rank: mpirun -np W usp train "
-         "--backend mpi), nccl (GPUs: cuda kernels and cuBLAS; one GPU in this version)", 0, -1},
+         "where the ranks run: sim (default, one process), mpi (one process per rank, on the CPU), nccl (one "
+         "process per GPU: cuda kernels and cuBLAS, NCCL); mpi and nccl start their processes under mpirun "
+         "unless a launcher (mpirun, srun) started this one", 0, -1},
         {"--world", CLI_INT, &o.world, "W", "ranks (simulated GPUs; default 4, or the launcher's process count)", 1, 4096},
         {"--gpus", CLI_INT, &o.gpus, "G", "--backend nccl: GPUs, one rank each (the same as --world; default 1, or the "
          "launcher's process count)", 1, 4096},
@@ -332,6 +336,6 @@ int cmd_train(int argc, char **argv)
     if (o.world == 0)
         o.world = runtime_registry_default_world(o.backend);
     int code = 0;
-    s = run(command, &o, &code);
+    s = run(command, &o, argv, &code);
     return s != USP_OK ? cli_fail(command, s) : code;
 }

@@ -21,19 +21,21 @@ typedef struct runtime_entry {
     const char *name;
     usp_status (*create)(const usp_runtime_options *o, usp_runtime_t **out); /* NULL: not in this build */
     const char *needs;                                                        /* what it needs at build time */
+    /* starts a process per rank when no launcher started this one (NULL: the runtime needs none) */
+    usp_status (*launch)(const usp_runtime_options *o, char *const *argv);
 } runtime_entry;
 
 static const runtime_entry runtimes[] = {
     {.name = "sim", .create = sim_runtime_create},
 #if defined(USP_HAVE_NCCL) /* one process per GPU under a launcher; one GPU without */
-    {.name = "nccl", .create = nccl_runtime_create},
+    {.name = "nccl", .create = nccl_runtime_create, .launch = nccl_runtime_launch},
 #elif defined(USP_HAVE_CUDA) /* one GPU: no NCCL or no Open MPI in this build */
     {.name = "nccl", .create = cuda_runtime_create},
 #else
     {.name = "nccl", .needs = "the CUDA Toolkit (nvcc, cuBLAS)"},
 #endif
 #ifdef USP_HAVE_MPI
-    {.name = "mpi", .create = mpi_runtime_create},
+    {.name = "mpi", .create = mpi_runtime_create, .launch = mpi_runtime_launch},
 #else
     {.name = "mpi", .needs = "Open MPI (apt-get install libopenmpi-dev openmpi-bin)"},
 #endif
@@ -75,6 +77,13 @@ usp_status runtime_registry_create(const char *name, const usp_runtime_options *
 {
     USP_CHECK(runtime_registry_check(name));
     return find(name)->create(o, out);
+}
+
+usp_status runtime_registry_launch(const char *name, const usp_runtime_options *o, char *const *argv)
+{
+    USP_CHECK(runtime_registry_check(name));
+    const runtime_entry *e = find(name);
+    return e->launch ? e->launch(o, argv) : USP_OK;
 }
 
 int runtime_registry_default_world(const char *name)

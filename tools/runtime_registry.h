@@ -12,6 +12,14 @@ usp_status runtime_registry_check(const char *name);
 /* Makes the runtime `name` for `o` (runtime_registry_check's errors first). */
 usp_status runtime_registry_create(const char *name, const usp_runtime_options *o, usp_runtime_t **out);
 
+/* When the runtime `name` runs a process per rank and no launcher started
+ * this one, starts them: this command line (`argv`) again under mpirun
+ * (backends/mpi/mpi_self_launch.h), and does not return. USP_OK when there
+ * is nothing to start (sim, one rank, under a launcher); USP_ERR_CONFIG when
+ * they cannot be started (no GPU or too few, no mpirun, root without Open
+ * MPI's consent, the recursion guard). */
+usp_status runtime_registry_launch(const char *name, const usp_runtime_options *o, char *const *argv);
+
 /* "sim (in this build), nccl (needs ...), mpi (in this build)": what --backend can name, into buf. */
 void runtime_registry_describe(char *buf, size_t size);
 

@@ -8,6 +8,7 @@
 #include "backends/cpu/cpu_backend.h"
 #include "backends/mpi/mpi_comm.h"
 #include "backends/mpi/mpi_launch.h"
+#include "backends/mpi/mpi_self_launch.h"
 #include "core/runtime_impl.h"
 
 typedef struct mpi_runtime {
@@ -63,4 +64,12 @@ usp_status mpi_runtime_create(const usp_runtime_options *o, usp_runtime_t **out)
     }
     snprintf(rt->launch.machine, sizeof rt->launch.machine, "this machine (MPI)");
     return usp_runtime_make(&mpi_runtime_iface, rt, out);
+}
+
+usp_status mpi_runtime_launch(const usp_runtime_options *o, char *const *argv)
+{
+    if (o->shapes_only || !mpi_self_launch_needed(o->world_size))
+        return USP_OK;
+    return mpi_self_launch(&(mpi_self_launch_request){.processes = o->world_size, .backend = "mpi",
+                                                      .count_option = "--world", .argv = argv});
 }

@@ -7,6 +7,7 @@
 #include "backends/cuda/cuda_backend.h"
 #include "backends/cuda/cuda_runtime.h"
 #include "backends/mpi/mpi_launch.h"
+#include "backends/mpi/mpi_self_launch.h"
 #include "backends/nccl/nccl_comm.h"
 #include "backends/nccl/nccl_plan.h"
 #include "core/runtime_impl.h"
@@ -86,4 +87,21 @@ usp_status nccl_runtime_create(const usp_runtime_options *o, usp_runtime_t **out
     usp_cuda_device_describe(rt->gpu, gpu, sizeof gpu);
     snprintf(rt->launch.machine, sizeof rt->launch.machine, "%d GPUs (NCCL; rank 0 on %s)", rt->launch.size, gpu);
     return usp_runtime_make(&nccl_runtime_iface, rt, out);
+}
+
+usp_status nccl_runtime_launch(const usp_runtime_options *o, char *const *argv)
+{
+    if (!mpi_self_launch_needed(o->world_size))
+        return USP_OK;
+    int gpus = 0; /* before anything is started: no GPU, or too few, is one message, not one per process */
+    USP_CHECK(cuda_runtime_find_gpus(o, &gpus));
+    if (o->world_size > gpus)
+        return usp_error(USP_ERR_CONFIG, "--backend nccl --gpus %d: this machine has %d GPU%s (as CUDA sees them: "
+                         "CUDA_VISIBLE_DEVICES may hide some), and each rank is a process on a GPU of its own; give "
+                         "--gpus %d or fewer here, or spread the %d ranks over nodes: mpirun -np %d -H "
+                         "a:%d,b:%d,... usp ... --backend nccl, or srun -n %d --gpus-per-task=1 usp ... --backend nccl",
+                         o->world_size, gpus, gpus == 1 ? "" : "s", gpus, o->world_size, o->world_size, gpus, gpus,
+                         o->world_size);
+    return mpi_self_launch(&(mpi_self_launch_request){.processes = o->world_size, .backend = "nccl",
+                                                      .count_option = "--gpus", .argv = argv});
 }
