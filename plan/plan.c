@@ -145,8 +145,8 @@ usp_status plan_result_check(const plan_result *r)
         {"recompute_flops", r->recompute_flops}, {"step_time_s", r->step_time_s},
         {"compute_time_s", r->compute_time_s}, {"comm_time_s", r->comm_time_s}, {"wait_time_s", r->wait_time_s},
         {"exposed_comm_s", r->exposed_comm_s}, {"comm_exposed_s", r->comm_exposed_s},
-        {"comm_hidden_s", r->comm_hidden_s}, {"wait_hidden_s", r->wait_hidden_s}, {"tokens_per_s", r->tokens_per_s}, {"peak_flops", r->peak_flops},
-        {"mfu", r->mfu}, {"capacity_bytes", r->capacity_bytes},
+        {"comm_hidden_s", r->comm_hidden_s}, {"wait_hidden_s", r->wait_hidden_s}, {"tokens_per_s", r->tokens_per_s},
+        {"peak_flops", r->peak_flops}, {"mfu", r->mfu}, {"capacity_bytes", r->capacity_bytes},
     };
     for (size_t i = 0; i < sizeof figures / sizeof figures[0]; i++)
         if (!isfinite(figures[i].value))

@@ -6,7 +6,8 @@
  * it; every member must post the same op, count, dtype, root and reduce op,
  * checked as each one arrives. A transfer completes when the sender's send
  * and the receiver's receive are both posted; a collective's participants'
- * clocks move to max(arrival times) + its cost. A matched transfer starts at
+ * clocks (those of the streams they issued it on: sim/virtual_streams.h) move
+ * to max(arrival times) + its cost. A matched transfer starts at
  * the later of its two posts and moves with the other transfers in flight,
  * sharing the links they cross (sim/p2p_flows.h); its sender and receiver
  * resume when the scheduler has moved the flows past its end. Faults are
