@@ -133,6 +133,9 @@ typedef struct usp_backend_i {
 /* Wraps an interface and its context in a backend handle (it takes the context). */
 usp_status usp_backend_create(const usp_backend_i *iface, void *ctx, usp_backend_t **out);
 
+/* The interface of `be`: how a decorator (sim/virtual_streams.c) forwards to the backend it wraps. */
+const usp_backend_i *usp_backend_iface_of(const usp_backend_t *be);
+
 /* The context of `be` when it was made with `iface`, else NULL: how a
  * backend's own functions beyond the slots (usp_cuda_stream) find their state. */
 void *usp_backend_context_of(usp_backend_t *be, const usp_backend_i *iface);

@@ -12,6 +12,8 @@ void *usp_backend_context_of(usp_backend_t *be, const usp_backend_i *iface)
     return be && be->iface == iface ? be->context : NULL;
 }
 
+const usp_backend_i *usp_backend_iface_of(const usp_backend_t *be) { return be->iface; }
+
 usp_status usp_backend_create(const usp_backend_i *iface, void *ctx, usp_backend_t **out)
 {
     USP_ASSERT(iface && iface->api_version == USP_BACKEND_API_VERSION,
@@ -63,11 +65,11 @@ static size_t upper_bound(const usp_backend_t *be, uintptr_t addr)
     return lo;
 }
 
-void ops_report_cost(usp_backend_t *be, const char *op, double flops, double bytes)
+void ops_report_cost(usp_backend_t *be, const char *op, double flops, double bytes, usp_stream_t *stream)
 {
     be->flops += flops;
     if (be->cost_fn) {
-        usp_op_cost cost = {.op = op, .flops = flops, .bytes = bytes};
+        usp_op_cost cost = {.op = op, .flops = flops, .bytes = bytes, .stream = stream};
         be->cost_fn(be->cost_ctx, &cost);
     }
 }
@@ -266,7 +268,8 @@ usp_status usp_buffer_copy(usp_backend_t *be, void *dst, const void *src, size_t
         USP_CHECK(check_range(be, "usp_buffer_copy", "source", src, bytes));
     if (kind != USP_COPY_DEVICE_TO_HOST)
         USP_CHECK(check_range(be, "usp_buffer_copy", "destination", dst, bytes));
-    ops_report_cost(be, kind == USP_COPY_DEVICE_TO_DEVICE ? "copy" : "copy_host", 0, 2.0 * (double)bytes);
+    ops_report_cost(be, kind == USP_COPY_DEVICE_TO_DEVICE ? "copy" : "copy_host", 0, 2.0 * (double)bytes,
+                    stream);
     return be->iface->copy(be->context, dst, src, bytes, kind, stream);
 }
 
@@ -285,7 +288,7 @@ usp_status usp_buffer_convert(usp_backend_t *be, void *dst, const void *src, siz
     if (be->iface->has_numerics && !be->iface->convert) /* the cpu backend: it stores fp32 only */
         return usp_error(USP_ERR_CONFIG, "the %s backend cannot convert %s to %s: it stores fp32 only",
                          be->iface->name, usp_dtype_name(from), usp_dtype_name(to));
-    ops_report_cost(be, "convert", 0, (double)(src_bytes + dst_bytes));
+    ops_report_cost(be, "convert", 0, (double)(src_bytes + dst_bytes), stream);
     return be->iface->convert ? be->iface->convert(be->context, dst, src, elems, stream) : USP_OK;
 }
 
@@ -294,7 +297,7 @@ usp_status usp_buffer_zero(usp_backend_t *be, void *ptr, size_t bytes, usp_strea
     if (bytes == 0)
         return USP_OK;
     USP_CHECK(check_range(be, "usp_buffer_zero", "buffer", ptr, bytes));
-    ops_report_cost(be, "zero", 0, (double)bytes);
+    ops_report_cost(be, "zero", 0, (double)bytes, stream);
     return be->iface->zero(be->context, ptr, bytes, stream);
 }
 
@@ -390,7 +393,7 @@ usp_status usp_gemm(usp_backend_t *be, const usp_gemm_desc *g, usp_stream_t *str
     double c_passes = g->beta != 0.0f ? 2.0 : 1.0;
     double bytes = 4.0 * mats * ((double)g->m * g->k + (double)g->k * g->n + c_passes * g->m * g->n);
     USP_CHECK(check_gemm_operands(be, g));
-    ops_report_cost(be, "gemm", flops, bytes);
+    ops_report_cost(be, "gemm", flops, bytes, stream);
     return be->iface->gemm(be->context, g, stream);
 }
 
@@ -401,7 +404,7 @@ usp_status usp_copy_2d(usp_backend_t *be, void *dst, size_t dst_stride, const vo
         return USP_OK;
     USP_CHECK(check_range(be, "usp_copy_2d", "source", src, (rows - 1) * src_stride + row_bytes));
     USP_CHECK(check_range(be, "usp_copy_2d", "destination", dst, (rows - 1) * dst_stride + row_bytes));
-    ops_report_cost(be, "copy", 0, 2.0 * (double)row_bytes * (double)rows);
+    ops_report_cost(be, "copy", 0, 2.0 * (double)row_bytes * (double)rows, stream);
     return be->iface->copy_2d(be->context, dst, dst_stride, src, src_stride, row_bytes, rows, stream);
 }
 
@@ -414,7 +417,7 @@ usp_status usp_accumulate_2d(usp_backend_t *be, float *dst, size_t dst_stride, c
     USP_CHECK(ops_check_elems(be, op, "dst", dst, (int64_t)((rows - 1) * dst_stride + row_elems), 0));
     USP_CHECK(ops_check_elems(be, op, "src", src, (int64_t)((rows - 1) * src_stride + row_elems), 0));
     double n = (double)row_elems * (double)rows;
-    ops_report_cost(be, "accumulate", n, 12.0 * n);
+    ops_report_cost(be, "accumulate", n, 12.0 * n, stream);
     return be->iface->accumulate_2d(be->context, dst, dst_stride, src, src_stride, row_elems, rows, stream);
 }
 
@@ -439,13 +442,14 @@ double usp_attention_visible_pairs(const usp_attention_shape *s)
 
 /* FlashAttention's convention: 4 flops per visible pair and head dimension
  * (two matmuls) forward; backward 2.5x forward. Bytes: inputs and outputs once. */
-static void attention_cost(usp_backend_t *be, const usp_attention_shape *s, int backward)
+static void attention_cost(usp_backend_t *be, const usp_attention_shape *s, int backward, usp_stream_t *stream)
 {
     double flops = 4.0 * (double)s->batch * (double)s->n_heads * (double)s->head_dim * usp_attention_visible_pairs(s);
     double q_bytes = 4.0 * (double)(s->batch * s->n_q * s->n_heads * s->head_dim);
     double kv_bytes = 4.0 * (double)(s->batch * s->n_kv * s->n_kv_heads * s->head_dim);
     double bytes = backward ? 4 * q_bytes + 4 * kv_bytes : 2 * q_bytes + 2 * kv_bytes;
-    ops_report_cost(be, backward ? "attention_backward" : "attention_forward", backward ? 2.5 * flops : flops, bytes);
+    ops_report_cost(be, backward ? "attention_backward" : "attention_forward", backward ? 2.5 * flops : flops, bytes,
+                    stream);
 }
 
 static usp_status check_attention_shape(const usp_attention_shape *s)
@@ -480,7 +484,7 @@ usp_status usp_flash_attention_forward(usp_backend_t *be, const usp_attention_sh
     CHECK_ELEMS(lse, LSE_ELEMS(s));
     CHECK_ELEMS(k, KV_ELEMS(s));
     CHECK_ELEMS(v, KV_ELEMS(s));
-    attention_cost(be, s, 0);
+    attention_cost(be, s, 0, stream);
     void *ws = NULL;
     size_t ws_bytes = be->iface->attention_workspace_bytes(be->context, s);
     if (ws_bytes)
@@ -508,7 +512,7 @@ usp_status usp_flash_attention_backward(usp_backend_t *be, const usp_attention_s
     CHECK_ELEMS(v, KV_ELEMS(s));
     CHECK_ELEMS(dk, KV_ELEMS(s));
     CHECK_ELEMS(dv, KV_ELEMS(s));
-    attention_cost(be, s, 1);
+    attention_cost(be, s, 1, stream);
     void *ws = NULL;
     size_t ws_bytes = be->iface->attention_workspace_bytes(be->context, s);
     if (ws_bytes)
@@ -531,7 +535,8 @@ usp_status usp_attention_merge(usp_backend_t *be, float *o, float *lse, const fl
     CHECK_ELEMS(lse, n * heads);
     CHECK_ELEMS(lse_part, n * heads);
     double elems = (double)n * (double)heads * (double)head_dim;
-    ops_report_cost(be, "attention_merge", 3.0 * elems, 4.0 * (3.0 * elems + 3.0 * (double)(n * heads)));
+    ops_report_cost(be, "attention_merge", 3.0 * elems, 4.0 * (3.0 * elems + 3.0 * (double)(n * heads)),
+                    stream);
     return be->iface->attention_merge(be->context, o, lse, o_part, lse_part, n, heads, head_dim, stream);
 }
 

@@ -58,6 +58,7 @@ typedef struct usp_op_cost {
     const char *op; /* "gemm", "copy", ... */
     double flops;
     double bytes; /* memory traffic: bytes read + bytes written */
+    usp_stream_t *stream; /* the stream it is enqueued on (NULL: the default): the simulator's lane */
 } usp_op_cost;
 
 typedef void (*usp_cost_sink_fn)(void *ctx, const usp_op_cost *cost);

@@ -57,7 +57,7 @@ struct usp_backend {
 usp_status ops_check_elems(const usp_backend_t *be, const char *op, const char *name, const void *ptr,
                            int64_t count, int optional);
 
-/* Counts the op's flops and sends its cost to the backend's cost sink (if any). */
-void ops_report_cost(usp_backend_t *be, const char *op, double flops, double bytes);
+/* Counts the op's flops and sends its cost, with the stream it is enqueued on, to the backend's cost sink (if any). */
+void ops_report_cost(usp_backend_t *be, const char *op, double flops, double bytes, usp_stream_t *stream);
 
 #endif

@@ -67,7 +67,7 @@ usp_status usp_embedding_forward(usp_backend_t *be, float *out, const int32_t *t
         NEED(positions, n);
     /* per table: read n ids and n rows; one add per element when there are two tables; write out */
     double tables = wpe ? 2.0 : 1.0, nc = (double)n * (double)C;
-    ops_report_cost(be, op, (tables - 1.0) * nc, 4.0 * (tables * (nc + (double)n) + nc));
+    ops_report_cost(be, op, (tables - 1.0) * nc, 4.0 * (tables * (nc + (double)n) + nc), stream);
     return LAYER_CALL(embedding_forward, out, tokens, positions, wte, wpe, n, C, stream);
 }
 
@@ -84,7 +84,7 @@ usp_status usp_embedding_backward(usp_backend_t *be, float *dwte, float *dwpe, c
         NEED(positions, n);
     /* read dout once; per table: n ids, read-add-write n rows */
     double tables = dwpe ? 2.0 : 1.0, nc = (double)n * (double)C;
-    ops_report_cost(be, op, tables * nc, 4.0 * (nc + tables * ((double)n + 2.0 * nc)));
+    ops_report_cost(be, op, tables * nc, 4.0 * (nc + tables * ((double)n + 2.0 * nc)), stream);
     return LAYER_CALL(embedding_backward, dwte, dwpe, dout, tokens, positions, n, C, stream);
 }
 
@@ -100,7 +100,7 @@ usp_status usp_layernorm_forward(usp_backend_t *be, float *out, float *mean, flo
     NEED(out, n * C); MAYBE(mean, n); MAYBE(rstd, n); NEED(inp, n * C); NEED(weight, C); MAYBE(bias, C);
     /* per element: mean 1, variance 3 (sub, mul, add), output 4 (sub, mul, mul, add) */
     double nc = (double)n * (double)C;
-    ops_report_cost(be, op, 8.0 * nc, 4.0 * (2.0 * nc + 2.0 * (double)C + 2.0 * (double)n));
+    ops_report_cost(be, op, 8.0 * nc, 4.0 * (2.0 * nc + 2.0 * (double)C + 2.0 * (double)n), stream);
     return LAYER_CALL(layernorm_forward, out, mean, rstd, inp, weight, bias, n, C, eps, stream);
 }
 
@@ -117,7 +117,7 @@ usp_status usp_layernorm_backward(usp_backend_t *be, float *dinp, float *dweight
     /* per element: xh 2, g 1, two row sums 3, dx 5 (sub, mul, sub, mul, add), dw 2, db 1;
      * read dout, inp, dinp, write dinp; weight, dweight and dbias (read and write); mean, rstd */
     double nc = (double)n * (double)C;
-    ops_report_cost(be, op, 14.0 * nc, 4.0 * (4.0 * nc + 5.0 * (double)C + 2.0 * (double)n));
+    ops_report_cost(be, op, 14.0 * nc, 4.0 * (4.0 * nc + 5.0 * (double)C + 2.0 * (double)n), stream);
     return LAYER_CALL(layernorm_backward, dinp, dweight, dbias, dout, inp, weight, mean, rstd, n, C, stream);
 }
 
@@ -132,7 +132,7 @@ usp_status usp_rmsnorm_forward(usp_backend_t *be, float *out, float *rstd, const
     NEED(out, n * C); MAYBE(rstd, n); NEED(inp, n * C); NEED(weight, C);
     /* per element: square and add 2, output 2 multiplies */
     double nc = (double)n * (double)C;
-    ops_report_cost(be, op, 4.0 * nc, 4.0 * (2.0 * nc + (double)C + (double)n));
+    ops_report_cost(be, op, 4.0 * nc, 4.0 * (2.0 * nc + (double)C + (double)n), stream);
     return LAYER_CALL(rmsnorm_forward, out, rstd, inp, weight, n, C, eps, stream);
 }
 
@@ -146,7 +146,7 @@ usp_status usp_rmsnorm_backward(usp_backend_t *be, float *dinp, float *dweight, 
     NEED(dinp, n * C); NEED(dweight, C); NEED(dout, n * C); NEED(inp, n * C); NEED(weight, C); NEED(rstd, n);
     /* per element: row sum 3, dx 5 (mul, mul, mul, sub, add), dw 3; read dout, inp, dinp, write dinp */
     double nc = (double)n * (double)C;
-    ops_report_cost(be, op, 11.0 * nc, 4.0 * (4.0 * nc + 3.0 * (double)C + (double)n));
+    ops_report_cost(be, op, 11.0 * nc, 4.0 * (4.0 * nc + 3.0 * (double)C + (double)n), stream);
     return LAYER_CALL(rmsnorm_backward, dinp, dweight, dout, inp, weight, rstd, n, C, stream);
 }
 
@@ -158,7 +158,7 @@ usp_status usp_gelu_tanh_forward(usp_backend_t *be, float *out, const float *inp
         return USP_OK;
     NEED(out, n); NEED(inp, n);
     /* x^3 2, polynomial 2, scale 1, tanh 1, 1 + t 1, two multiplies 2 */
-    ops_report_cost(be, op, 9.0 * (double)n, 8.0 * (double)n);
+    ops_report_cost(be, op, 9.0 * (double)n, 8.0 * (double)n, stream);
     return LAYER_CALL(gelu_tanh_forward, out, inp, n, stream);
 }
 
@@ -171,7 +171,7 @@ usp_status usp_gelu_tanh_backward(usp_backend_t *be, float *dinp, const float *i
         return USP_OK;
     NEED(dinp, n); NEED(inp, n); NEED(dout, n);
     /* tanh(u) as forward 6, (1 + t)/2 2, 1 - t^2 2, the polynomial 4, products 5 */
-    ops_report_cost(be, op, 19.0 * (double)n, 12.0 * (double)n);
+    ops_report_cost(be, op, 19.0 * (double)n, 12.0 * (double)n, stream);
     return LAYER_CALL(gelu_tanh_backward, dinp, inp, dout, n, stream);
 }
 
@@ -184,7 +184,7 @@ usp_status usp_swiglu_forward(usp_backend_t *be, float *out, const float *gate, 
         return USP_OK;
     NEED(out, n); NEED(gate, n); NEED(up, n);
     /* sigmoid 4 (neg, exp, add, div), two multiplies */
-    ops_report_cost(be, op, 6.0 * (double)n, 12.0 * (double)n);
+    ops_report_cost(be, op, 6.0 * (double)n, 12.0 * (double)n, stream);
     return LAYER_CALL(swiglu_forward, out, gate, up, n, stream);
 }
 
@@ -197,7 +197,7 @@ usp_status usp_swiglu_backward(usp_backend_t *be, float *dgate, float *dup, cons
         return USP_OK;
     NEED(dgate, n); NEED(dup, n); NEED(gate, n); NEED(up, n); NEED(dout, n);
     /* sigmoid 4, dgate 6 (sub, mul, add, three products), dup 2; read 3 arrays, write 2 */
-    ops_report_cost(be, op, 12.0 * (double)n, 20.0 * (double)n);
+    ops_report_cost(be, op, 12.0 * (double)n, 20.0 * (double)n, stream);
     return LAYER_CALL(swiglu_backward, dgate, dup, gate, up, dout, n, stream);
 }
 
@@ -223,10 +223,10 @@ static usp_status rope_checks(const usp_backend_t *be, const char *op, const flo
 }
 
 /* One rotation per pair: 4 multiplies, 2 adds; per row and pair one angle (multiply, cos, sin) for all heads. */
-static void rope_cost(usp_backend_t *be, const char *op, int64_t n, int64_t H, int64_t D)
+static void rope_cost(usp_backend_t *be, const char *op, int64_t n, int64_t H, int64_t D, usp_stream_t *stream)
 {
     double elems = (double)n * (double)H * (double)D;
-    ops_report_cost(be, op, 3.0 * elems + 1.5 * (double)n * (double)D, 4.0 * (2.0 * elems + (double)n));
+    ops_report_cost(be, op, 3.0 * elems + 1.5 * (double)n * (double)D, 4.0 * (2.0 * elems + (double)n), stream);
 }
 
 usp_status usp_rope_forward(usp_backend_t *be, float *x, const int32_t *positions, int64_t n, int64_t H, int64_t D,
@@ -235,7 +235,7 @@ usp_status usp_rope_forward(usp_backend_t *be, float *x, const int32_t *position
     USP_CHECK(rope_checks(be, "rope_forward", x, positions, n, H, D, theta, inv_freq));
     if (n == 0)
         return USP_OK;
-    rope_cost(be, "rope_forward", n, H, D);
+    rope_cost(be, "rope_forward", n, H, D, stream);
     return LAYER_CALL(rope_forward, x, positions, n, H, D, theta, inv_freq, stream);
 }
 
@@ -245,7 +245,7 @@ usp_status usp_rope_backward(usp_backend_t *be, float *dx, const int32_t *positi
     USP_CHECK(rope_checks(be, "rope_backward", dx, positions, n, H, D, theta, inv_freq));
     if (n == 0)
         return USP_OK;
-    rope_cost(be, "rope_backward", n, H, D);
+    rope_cost(be, "rope_backward", n, H, D, stream);
     return LAYER_CALL(rope_backward, dx, positions, n, H, D, theta, inv_freq, stream);
 }
 
@@ -260,7 +260,7 @@ usp_status usp_cross_entropy(usp_backend_t *be, float *losses, float *dlogits, c
     /* per logit: max 1, exp(z - m) 2, sum 1, and with the gradient a scale 1; read logits once,
      * write dlogits; targets and losses */
     double nv = (double)n * (double)V, grad = dlogits ? 1.0 : 0.0;
-    ops_report_cost(be, op, (4.0 + grad) * nv, 4.0 * ((1.0 + grad) * nv + 2.0 * (double)n));
+    ops_report_cost(be, op, (4.0 + grad) * nv, 4.0 * ((1.0 + grad) * nv + 2.0 * (double)n), stream);
     return LAYER_CALL(cross_entropy, losses, dlogits, logits, targets, n, V, grad_scale, stream);
 }
 
@@ -299,7 +299,7 @@ usp_status usp_adamw_step(usp_backend_t *be, float *params, const float *grads, 
     NEED(params, n); NEED(grads, n); NEED(m, n); NEED(v, n);
     /* m 3, v 4, bias corrections 2, sqrt 1, + eps 1, divide 1, decay 2, lr and update 2;
      * read params, grads, m, v, write params, m, v */
-    ops_report_cost(be, op, 16.0 * (double)n, 28.0 * (double)n);
+    ops_report_cost(be, op, 16.0 * (double)n, 28.0 * (double)n, stream);
     return LAYER_CALL(adamw_step, params, grads, m, v, n, lr, beta1, beta2, eps, weight_decay, t, stream);
 }
 
@@ -311,7 +311,7 @@ usp_status usp_sum_squares(usp_backend_t *be, double *out, const float *x, int64
     if (n == 0)
         return USP_OK;
     NEED(x, n);
-    ops_report_cost(be, op, 2.0 * (double)n, 4.0 * (double)n);
+    ops_report_cost(be, op, 2.0 * (double)n, 4.0 * (double)n, stream);
     return LAYER_CALL(sum_squares, out, x, n, stream);
 }
 
@@ -322,7 +322,7 @@ usp_status usp_scale(usp_backend_t *be, float *x, float s, int64_t n, usp_stream
     if (n == 0)
         return USP_OK;
     NEED(x, n);
-    ops_report_cost(be, op, (double)n, 8.0 * (double)n);
+    ops_report_cost(be, op, (double)n, 8.0 * (double)n, stream);
     return LAYER_CALL(scale, x, s, n, stream);
 }
 
@@ -334,7 +334,7 @@ usp_status usp_add_bias(usp_backend_t *be, float *x, const float *bias, int64_t 
         return USP_OK;
     NEED(x, n * C); NEED(bias, C);
     double nc = (double)n * (double)C;
-    ops_report_cost(be, op, nc, 4.0 * (2.0 * nc + (double)C));
+    ops_report_cost(be, op, nc, 4.0 * (2.0 * nc + (double)C), stream);
     return LAYER_CALL(add_bias, x, bias, n, C, stream);
 }
 
@@ -347,6 +347,6 @@ usp_status usp_bias_backward(usp_backend_t *be, float *dbias, const float *dout,
         return USP_OK;
     NEED(dbias, C); NEED(dout, n * C);
     double nc = (double)n * (double)C;
-    ops_report_cost(be, op, nc, 4.0 * (nc + 2.0 * (double)C));
+    ops_report_cost(be, op, nc, 4.0 * (nc + 2.0 * (double)C), stream);
     return LAYER_CALL(bias_backward, dbias, dout, n, C, stream);
 }

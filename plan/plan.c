@@ -55,6 +55,8 @@ static void read_run(const sim_world *w, const sim_cost_model *cost, const usp_t
     out->step_time_s = last_end - first_start;
     out->compute_time_s = t.compute_s, out->comm_time_s = t.comm_s, out->wait_time_s = t.wait_s;
     out->exposed_comm_s = out->step_time_s - out->compute_time_s;
+    out->comm_hidden_s = t.hidden_comm_s, out->wait_hidden_s = t.hidden_wait_s;
+    out->comm_exposed_s = out->comm_time_s - out->comm_hidden_s;
     out->tokens = (double)c->batch * (double)c->seq_len;
     out->tokens_per_s = out->step_time_s > 0 ? out->tokens / out->step_time_s : 0;
     out->peak_flops = sim_gpu_peak_flops(&cost->topology.gpu, cost->dtype);
@@ -142,8 +144,9 @@ usp_status plan_result_check(const plan_result *r)
         {"tokens", r->tokens}, {"fwd_flops", r->fwd_flops}, {"step_flops", r->step_flops},
         {"recompute_flops", r->recompute_flops}, {"step_time_s", r->step_time_s},
         {"compute_time_s", r->compute_time_s}, {"comm_time_s", r->comm_time_s}, {"wait_time_s", r->wait_time_s},
-        {"exposed_comm_s", r->exposed_comm_s}, {"tokens_per_s", r->tokens_per_s}, {"peak_flops", r->peak_flops},
-        {"mfu", r->mfu}, {"capacity_bytes", r->capacity_bytes},
+        {"exposed_comm_s", r->exposed_comm_s}, {"comm_exposed_s", r->comm_exposed_s},
+        {"comm_hidden_s", r->comm_hidden_s}, {"wait_hidden_s", r->wait_hidden_s}, {"tokens_per_s", r->tokens_per_s},
+        {"peak_flops", r->peak_flops}, {"mfu", r->mfu}, {"capacity_bytes", r->capacity_bytes},
     };
     for (size_t i = 0; i < sizeof figures / sizeof figures[0]; i++)
         if (!isfinite(figures[i].value))

@@ -26,10 +26,13 @@ typedef struct plan_result {
     double fwd_flops, step_flops;  /* summed over the ranks: the forward pass, the whole step */
     double recompute_flops;        /* the part of step_flops that recomputed forward work */
     /* The rank whose step ends last sets the step time; the split is that rank's:
-     * step = compute + comm + wait, and exposed = step - compute = comm + wait
-     * (every call blocks in the simulator, so nothing overlaps compute). */
+     * step = compute + comm + wait - what of comm and wait ran beside compute
+     * (the ring forward's transfers, on a stream of their own: sim/virtual_streams.h),
+     * and exposed = step - compute. comm_hidden_s is the part of comm that ran beside
+     * compute, comm_exposed_s = comm - comm_hidden_s; wait_hidden_s likewise of wait. */
     int critical_rank;
     double step_time_s, compute_time_s, comm_time_s, wait_time_s, exposed_comm_s;
+    double comm_exposed_s, comm_hidden_s, wait_hidden_s;
     double tokens_per_s;
     double peak_flops;             /* one GPU's dense peak in the model's dtype */
     double mfu;                    /* model FLOPs (step - recompute) / (step_time x world x peak_flops) */

@@ -181,7 +181,7 @@ static void deliver(void *arg)
 static usp_status stage_receive(const sim_rank *r, usp_comm_op *op, size_t bytes, late_delivery **out)
 {
     *out = NULL;
-    if (bytes == 0 || !usp_backend_defers(r->backend))
+    if (bytes == 0 || r->virtual_streams || !usp_backend_defers(r->backend)) /* virtual streams: at once */
         return USP_OK;
     late_delivery *d = malloc(sizeof *d + bytes);
     if (!d)

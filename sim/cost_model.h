@@ -43,6 +43,8 @@
 typedef struct sim_cost_model {
     sim_topology topology; /* the cluster, its GPUs included */
     usp_dtype dtype;       /* the precision the modelled GPUs compute in (USP_BF16) */
+    int no_overlap;        /* 1: each rank's streams share one clock, nothing runs beside anything (the model
+                              before sim/virtual_streams.h: what overlap saves is the difference) */
 } sim_cost_model;
 
 /* Enough dgx-h100 nodes for `world_size` ranks, computing in BF16. */

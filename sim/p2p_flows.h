@@ -17,7 +17,9 @@
  * order, which the scheduler gives (sim/world.c): it runs the rank with the
  * smallest clock, and processes the earliest event here (a transfer starting
  * or finishing) only when no ready rank's clock is earlier, so no rank can
- * post a transfer that starts before the flows' current time.
+ * post a transfer that starts before the flows' current time on its default
+ * stream; one posted on another stream whose clock is behind is started at the
+ * flows' time by the caller (sim_comm.c, sim/virtual_streams.h).
  *
  * Cost: a start or finish re-shares only the flows connected to it through
  * shared links, once per distinct event time (every start at one instant is

@@ -6,7 +6,8 @@
  * it; every member must post the same op, count, dtype, root and reduce op,
  * checked as each one arrives. A transfer completes when the sender's send
  * and the receiver's receive are both posted; a collective's participants'
- * clocks move to max(arrival times) + its cost. A matched transfer starts at
+ * clocks (those of the streams they issued it on: sim/virtual_streams.h) move
+ * to max(arrival times) + its cost. A matched transfer starts at
  * the later of its two posts and moves with the other transfers in flight,
  * sharing the links they cross (sim/p2p_flows.h); its sender and receiver
  * resume when the scheduler has moved the flows past its end. Faults are
@@ -17,6 +18,7 @@
 #include <string.h>
 
 #include "sim/sim_internal.h"
+#include "sim/virtual_streams.h"
 
 usp_status sim_group_create(sim_world *w, const char *name, int size, const int *members, sim_group **out)
 {
@@ -90,10 +92,11 @@ static int is_collective(usp_comm_kind kind)
 
 /* --- completing calls ---------------------------------------------------- */
 
+/* The call's lane (its stream's: sim/virtual_streams.h) reaches its end; the others run on. */
 static void finish_op(sim_rank *r)
 {
     r->state = RANK_READY;
-    r->clock = r->op->t_end;
+    *sim_lane_clock(r, sim_stream_lane(r, r->op->stream)) = r->op->t_end;
 }
 
 /* NCCL's ncclCommSplit: groups by color, members ordered by (key, old rank). */
@@ -282,6 +285,11 @@ static void try_transfer(sim_world *w, sim_group *g, sim_rank *sender, sim_rank 
         return;
     }
     double start = s->t_post > d->t_post ? s->t_post : d->t_post;
+    /* The flows move in time order, up to the clock of the earliest ready rank's default stream (sim/world.c);
+     * a call posted on a stream whose clock is behind that starts when the flows are: an approximation
+     * (sim/virtual_streams.h), never needed by the ring, which posts at its compute stream's time. */
+    double flows_now = sim_p2p_flows_now(w->p2p);
+    start = start > flows_now ? start : flows_now;
     st = sim_p2p_flows_submit(w->p2p, start, sender->id, receiver->id, s->count * usp_dtype_size(s->dtype));
     if (st != USP_OK) {
         usp_strbuf_printf(&w->report, "transfer on %s failed: %s\n", g->name, usp_error_message());
@@ -346,11 +354,12 @@ static usp_status post_and_wait(sim_comm *sc, usp_comm_op *op)
     sim_world *w = sc->world;
     sim_rank *r = w->current;
     /* The call runs at once here, in its stream's order on a real backend: the work queued before it
-     * on that stream (on an asynchronous backend) must have run, so that the send buffer holds its data. */
-    if (op->kind != USP_OP_SPLIT)
+     * on that stream (on an asynchronous backend) must have run, so that the send buffer holds its data.
+     * Virtual streams complete every op at once: there, synchronizing would only join the clocks. */
+    if (op->kind != USP_OP_SPLIT && !r->virtual_streams)
         USP_CHECK(usp_backend_synchronize(r->backend, op->stream));
     op->issued_on = sc->handle;
-    op->t_post = r->clock;
+    op->t_post = *sim_lane_clock(r, sim_stream_lane(r, op->stream));
     r->op = op;
     r->op_comm = sc;
     r->op_seq = ++sc->group->calls[sc->local];
@@ -380,7 +389,7 @@ static usp_status sim_comm_issue(void *ctx, usp_comm_op *op)
                "rank %d used a handle of rank %d: ranks share no state", r ? r->id : -1,
                sc->group->members[sc->local]);
     op->issued_on = sc->handle;
-    op->t_post = op->t_start = op->t_end = r->clock;
+    op->t_post = op->t_start = op->t_end = *sim_lane_clock(r, sim_stream_lane(r, op->stream));
     if (w->abort_status != USP_OK)
         return usp_error(w->abort_status, "%s on %s at %s:%d: the run was aborted: %s",
                          usp_comm_kind_name(op->kind), sc->group->name, op->site.file, op->site.line,

@@ -55,6 +55,14 @@ typedef struct sim_rank {
 
     uint64_t gathers;        /* usp_rank_gather calls the rank made (sim/rank_gather.c) */
 
+    /* Virtual streams (sim/virtual_streams.h): lane 0 is the default stream, its clock `clock`. */
+    int virtual_streams;     /* 1: the backend is wrapped, its streams are lanes; 0: one clock for everything */
+    double *lane_clock;      /* [n_lanes] clocks of lanes 1.. ([0] unused) */
+    int n_lanes, cap_lanes;
+    struct sim_side_call *side_calls; /* calls on lanes > 0 that lane 0's compute may still run beside */
+    int n_side_calls, cap_side_calls;
+    double hidden_comm_s, hidden_wait_s; /* parts of comm_s and wait_s that ran beside compute */
+
     sim_comm **comms;        /* the rank's live handles (the world frees those a rank left open) */
     int n_comms, cap_comms;
 } sim_rank;

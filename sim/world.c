@@ -7,6 +7,7 @@
 
 #include "backends/cpu/cpu_backend.h"
 #include "sim/sim_internal.h"
+#include "sim/virtual_streams.h"
 
 sim_config sim_config_default(int world_size)
 {
@@ -35,20 +36,25 @@ fail:
     return s;
 }
 
+/* An op runs on its stream's lane, from where that lane has got to (sim/virtual_streams.h). */
 static void on_compute_cost(void *ctx, const usp_op_cost *cost)
 {
     sim_rank *r = ctx;
-    double start = r->clock, seconds = sim_cost_compute(&r->world->config.cost, cost);
-    r->clock += seconds;
+    int lane = sim_stream_lane(r, cost->stream);
+    double *clock = sim_lane_clock(r, lane);
+    double start = *clock, seconds = sim_cost_compute(&r->world->config.cost, cost);
+    *clock += seconds;
     r->compute_s += seconds;
+    sim_lanes_compute(r, lane, start, *clock);
     /* Compute spans only illustrate the timeline (viz/chrome_trace.c): one that cannot be
      * recorded (out of memory) is left out rather than failing the op that ran. */
     if (r->world->trace)
-        (void)usp_trace_record_compute(r->world->trace, r->id, cost->op, start, r->clock, cost->flops,
+        (void)usp_trace_record_compute(r->world->trace, r->id, cost->op, start, *clock, cost->flops,
                                        cost->bytes);
 }
 
-static double rank_clock(const void *runtime) { return ((const sim_rank *)runtime)->clock; }
+/* The host reads the time once the work it issued is done: every lane's. */
+static double rank_clock(const void *runtime) { return sim_lanes_end(runtime); }
 
 static void rank_fiber_main(void *arg)
 {
@@ -77,6 +83,10 @@ static usp_status make_ranks(sim_world *w)
         r->id = i;
         r->world = w;
         USP_CHECK((w->config.make_backend ? w->config.make_backend : usp_backend_cpu_create)(&r->backend));
+        /* A backend that completes every op at once gets streams in virtual time, so that what the
+         * code runs beside compute overlaps here too; one with streams of its own keeps them. */
+        if (!w->config.cost.no_overlap && !usp_backend_defers(r->backend))
+            USP_CHECK(sim_streams_wrap(r, r->backend, &r->backend)); /* on failure it freed the backend */
         usp_backend_set_cost_sink(r->backend, on_compute_cost, r);
         usp_comm_t *world_comm;
         USP_CHECK(sim_comm_open(w, world_group, i, &world_comm));
@@ -87,13 +97,20 @@ static usp_status make_ranks(sim_world *w)
 }
 
 /* A rank about to resume from a call that completed: from posting to the last
- * member's arrival it waited, from there to the end its data moved. */
+ * member's arrival it waited, from there to the end its data moved. A call on a
+ * stream of its own is kept for the compute that will run beside it. */
 static void account_call(sim_rank *r)
 {
     if (!r->op || r->wake != USP_OK)
         return;
     r->wait_s += r->op->t_start - r->op->t_post;
     r->comm_s += r->op->t_end - r->op->t_start;
+    usp_status s = sim_lanes_call_done(r, sim_stream_lane(r, r->op->stream), r->op->t_post, r->op->t_start,
+                                       r->op->t_end);
+    if (s != USP_OK) { /* the call completed, its report would not: the rank learns it from its call */
+        usp_strbuf_printf(&r->world->report, "rank %d: %s\n", r->id, usp_error_message());
+        sim_abort(r->world, s);
+    }
 }
 
 /* The runnable rank with the smallest virtual time, ties by rank id; NULL if none. */
@@ -308,13 +325,14 @@ size_t sim_world_peak_bytes(const sim_world *w, int rank)
     return w->ranks[rank].backend ? usp_backend_peak_bytes(w->ranks[rank].backend) : 0;
 }
 
-double sim_world_time(const sim_world *w, int rank) { return w->ranks[rank].clock; }
+double sim_world_time(const sim_world *w, int rank) { return sim_lanes_end(&w->ranks[rank]); }
 
 sim_rank_times sim_world_rank_times(const sim_world *w, int rank)
 {
     const sim_rank *r = &w->ranks[rank];
     return (sim_rank_times){.compute_s = r->compute_s, .comm_s = r->comm_s, .wait_s = r->wait_s,
-                            .end_s = r->clock};
+                            .end_s = sim_lanes_end(r), .hidden_comm_s = r->hidden_comm_s,
+                            .hidden_wait_s = r->hidden_wait_s};
 }
 
 sim_work sim_world_work(const sim_world *w)
@@ -337,6 +355,7 @@ void sim_world_destroy(sim_world *w)
             usp_comm_destroy(r->comms[r->n_comms - 1]->handle);
         free(r->comms);
         usp_backend_destroy(r->backend);
+        sim_lanes_free(r);
         sim_fiber_destroy(r->fiber);
     }
     for (int g = 0; g < w->n_groups; g++) {

@@ -85,13 +85,19 @@ size_t sim_world_peak_bytes(const sim_world *w, int rank);
 double sim_world_time(const sim_world *w, int rank);
 usp_status sim_world_rank_status(const sim_world *w, int rank);
 
-/* Where a rank's virtual time went. Every call blocks in the simulator, so
- * end_s = compute_s + wait_s + comm_s: compute is the sum of its ops' roofline
+/* Where a rank's virtual time went: compute is the sum of its ops' roofline
  * times, wait the time from posting a call to the arrival of its last
  * participant (load imbalance, a peer still computing), comm the time from
- * there to the call's end (the transfer as the cost model prices it). */
+ * there to the call's end (the transfer as the cost model prices it). A call
+ * on a stream of its own runs beside the compute of the default stream
+ * (sim/virtual_streams.h); the parts of its wait and comm that overlapped that
+ * compute are hidden_wait_s and hidden_comm_s. So when the code keeps the
+ * default stream busy while its other streams talk (the ring forward does),
+ * end_s = compute_s + wait_s + comm_s - hidden_wait_s - hidden_comm_s, and
+ * comm_s - hidden_comm_s is the exposed communication. */
 typedef struct sim_rank_times {
     double compute_s, comm_s, wait_s, end_s;
+    double hidden_comm_s, hidden_wait_s;
 } sim_rank_times;
 
 /* The times of `rank` so far (after sim_world_run: over the whole run). */

@@ -236,15 +236,18 @@ START_TEST(the_fit_search_tries_other_splits_of_the_same_gpus_before_more_gpus)
 }
 END_TEST
 
-START_TEST(step_time_is_compute_plus_communication_plus_waiting)
+START_TEST(step_time_is_compute_plus_communication_plus_waiting_less_what_is_hidden)
 {
     usp_train_config c = config_of("gpt2-124m", 8, 2, 2, 1024, 2); /* dp 2: every group kind talks */
     sim_cost_model pcie = cluster("pcie-gen4", 1);
     plan_result r;
     ck_assert_int_eq(plan_run(&c, &pcie, NULL, &r), USP_OK);
-    double sum = r.compute_time_s + r.comm_time_s + r.wait_time_s;
-    ck_assert_msg(fabs(sum - r.step_time_s) <= 1e-9 * r.step_time_s, "compute %.9g + comm %.9g + wait %.9g != step %.9g",
-                  r.compute_time_s, r.comm_time_s, r.wait_time_s, r.step_time_s);
+    /* the ring forward's transfers run beside its attention (sim/virtual_streams.h): that part is not in the step */
+    double sum = r.compute_time_s + r.comm_time_s + r.wait_time_s - r.comm_hidden_s - r.wait_hidden_s;
+    ck_assert_msg(fabs(sum - r.step_time_s) <= 1e-9 * r.step_time_s,
+                  "compute %.9g + comm %.9g + wait %.9g - hidden %.9g - %.9g != step %.9g", r.compute_time_s,
+                  r.comm_time_s, r.wait_time_s, r.comm_hidden_s, r.wait_hidden_s, r.step_time_s);
+    ck_assert(r.comm_hidden_s > 0 && r.comm_hidden_s <= r.comm_time_s); /* R = 2: one transfer hides per layer */
     ck_assert(r.compute_time_s > 0 && r.comm_time_s > 0 && r.wait_time_s >= 0);
     ck_assert_double_eq(r.exposed_comm_s, r.step_time_s - r.compute_time_s);
     ck_assert_double_eq_tol(r.tokens_per_s, 2.0 * 1024 / r.step_time_s, 1e-6 * r.tokens_per_s);
@@ -310,9 +313,12 @@ START_TEST(sweep_prefers_a_hybrid_on_pcie_and_ulysses_on_nvswitch)
     ck_assert_msg(hybrid < 0.95 * ulysses, "pcie-gen4: best mixed split %.4f s, pure Ulysses %.4f s", hybrid,
                   ulysses);
     ck_assert_msg(u != 8, "pcie-gen4: pure Ulysses is the fastest split");
-    /* NVSwitch: every GPU has its own 370 GB/s to every other; Ulysses moves the fewest bytes */
+    /* NVSwitch: every GPU has its own 370 GB/s to every other; Ulysses moves the fewest bytes. With
+     * 8:1 GQA the ring's K/V blocks are 8x smaller and its forward hides them behind the attention
+     * (sim/virtual_streams.h): the ring ties with Ulysses (within 0.1%), and wins by less than that */
     sweep_best("dgx-h100", 4, &u, &best, &hybrid, &ulysses);
-    ck_assert_int_eq(u, 8);
+    ck_assert_msg(ulysses <= 1.001 * best, "dgx-h100, 8:1 GQA: pure Ulysses %.4f s, the best (U %d) %.4f s", ulysses,
+                  u, best);
     sweep_best("dgx-h100", 32, &u, &best, &hybrid, &ulysses);
     ck_assert_int_eq(u, 8);
 }
@@ -463,6 +469,10 @@ START_TEST(plan_json_has_the_contract_fields)
         ck_assert_msg(json_number_value(json_object_get(j, numbers[i])) > 0, "%s", numbers[i]);
     ck_assert(json_is_true(json_object_get(j, "summary")));
     ck_assert(json_is_true(json_object_get(j, "fits")));
+    const json_t *hidden = json_object_get(j, "comm_hidden_s"), *exposed = json_object_get(j, "comm_exposed_s");
+    ck_assert(json_is_number(hidden) && json_is_number(exposed));
+    ck_assert_double_eq_tol(json_number_value(hidden) + json_number_value(exposed),
+                            json_number_value(json_object_get(j, "comm_time_s")), 1e-9);
     ck_assert_int_eq(json_array_size(json_object_get(j, "peak_bytes")), 4);
     ck_assert_int_eq(json_array_size(json_object_get(j, "sweep")), 3); /* U = 4, 2, 1 */
     json_decref(j);
@@ -528,7 +538,7 @@ int main(void)
     tcase_add_test(t, meta_memory_and_costs_equal_the_numeric_run);
     tcase_add_test(t, meta_training_reads_nothing_back);
     tcase_add_test(t, meta_plans_a_model_the_numeric_code_refuses);
-    tcase_add_test(t, step_time_is_compute_plus_communication_plus_waiting);
+    tcase_add_test(t, step_time_is_compute_plus_communication_plus_waiting_less_what_is_hidden);
     tcase_add_test(t, sweep_prefers_a_hybrid_on_pcie_and_ulysses_on_nvswitch);
     tcase_add_test(t, sweep_skips_splits_the_heads_do_not_allow);
     tcase_add_test(t, plan_json_has_the_contract_fields);

@@ -433,8 +433,9 @@ START_TEST(gpu_roofline_is_the_slower_of_flops_and_bytes)
     expect_close(h100.peak_bf16, 989.4e12, "H100 dense BF16"), expect_close(h100.hbm_bandwidth, 3.35e12, "HBM3");
     expect_close(h200.hbm_bandwidth, 4.8e12, "H200 HBM3e"), expect_close(h200.memory_bytes, 141e9, "H200 memory");
     expect_close(a100.peak_bf16, 312e12, "A100 BF16"), expect_close(a100.memory_bytes, 80e9, "A100 memory");
-    usp_op_cost gemm = {"gemm", 1e15, 1e9}, copy = {"copy", 0, 1e12}, fwd = {"attention_forward", 1e15, 1e9},
-                bwd = {"attention_backward", 2.5e15, 1e9};
+    usp_op_cost gemm = {.op = "gemm", .flops = 1e15, .bytes = 1e9}, copy = {.op = "copy", .bytes = 1e12},
+                fwd = {.op = "attention_forward", .flops = 1e15, .bytes = 1e9},
+                bwd = {.op = "attention_backward", .flops = 2.5e15, .bytes = 1e9};
     expect_close(sim_gpu_op_seconds(&h100, USP_BF16, &gemm), 1e15 / (989.4e12 * 0.70), "compute-bound GEMM");
     expect_close(sim_gpu_op_seconds(&h100, USP_F32, &gemm), 1e15 / (494.7e12 * 0.70), "fp32 GEMM on TF32");
     expect_close(sim_gpu_op_seconds(&h100, USP_BF16, &copy), 1e12 / (3.35e12 * 0.85), "memory-bound copy");

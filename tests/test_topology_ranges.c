@@ -146,7 +146,7 @@ static void expect_finite_times(const sim_topology *t)
     ck_assert_msg(isfinite(s) && s > 0, "all-to-all across nodes: %g s", s);
     const char *ops[4] = {"gemm", "attention_forward", "attention_backward", "layernorm"};
     for (int i = 0; i < 4; i++) {
-        usp_op_cost cost = {ops[i], 1e21, 1e18};
+        usp_op_cost cost = {.op = ops[i], .flops = 1e21, .bytes = 1e18};
         s = sim_cost_compute(&m, &cost);
         ck_assert_msg(isfinite(s) && s > 0, "%s of 1e21 FLOPs: %g s", ops[i], s);
     }

@@ -3,7 +3,7 @@
 # code (on shapes only) on a DGX H100, on a PCIe Gen4 box and on 2 and 8 DGX nodes,
 # for every U x R split, with llama-7b's shapes and 8:1 grouped-query attention
 # (llama-7b-gqa8.json). Usage: run.sh PATH/TO/usp. Checks which split wins where:
-# pure Ulysses on NVSwitch, a hybrid on PCIe, Ulysses inside a node and Ring across
+# pure Ulysses on NVSwitch (tied with pure Ring, whose transfers hide), a hybrid on PCIe, Ulysses inside a node and Ring across
 # nodes, and the head limit on U. Exit 1 if a claim fails.
 source "$(dirname "$0")/../lib.sh"
 
@@ -48,7 +48,12 @@ model=(--model "$LESSON_DIR/llama-7b-gqa8.json") # 32 query heads, 4 KV heads
 section "One DGX H100 (NVSwitch: every GPU 370 GB/s to every other)"
 plan_sweep "${model[@]}" --seq 65536 --world 8 --topology dgx-h100
 claim "usp plan exits 0" test "$RC" = 0
-claim "NVSwitch: pure Ulysses (U 8 x R 1) is the fastest split" test "$(fastest)" = "8 1"
+# With 8:1 GQA the ring's K/V blocks are small and its forward sends them beside the attention:
+# pure Ring ties with pure Ulysses here (docs/cluster_model.md, "Overlap").
+dgx_best=$(head -n 1 rows.txt | cut -d' ' -f3)
+dgx_u8_step=$(awk '$1 == 8 && $2 == 1 { print $3 }' rows.txt)
+claim "NVSwitch: pure Ulysses (U 8 x R 1, $dgx_u8_step s) is within 0.1% of the fastest split ($dgx_best s)" \
+    eval 'is_number "$dgx_u8_step" && awk_true "$dgx_u8_step <= 1.001 * $dgx_best"'
 dgx_u8=$(comm_of 8 1)
 claim "Ulysses' communication is a small part of the step ($dgx_u8 s)" \
     eval 'is_number "$dgx_u8" && awk_true "$dgx_u8 < 0.15 * $(num step_time_s "$(first_line out.txt)")"'
