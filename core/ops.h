@@ -314,7 +314,8 @@ usp_status usp_adamw_step(usp_backend_t *be, float *params, const float *grads, 
 /* Prices the AdamW step of n parameters whose fp32 master weights, m and v live on the host
  * (ZeRO-Offload): the gradients copied to the host, the CPUs' update, the weights (`weights`
  * dtype) copied back. Shapes only: refused on a backend with numerics (none has a host optimizer). */
-usp_status usp_offloaded_adamw_cost(usp_backend_t *be, int64_t n, usp_dtype grads, usp_dtype weights);
+usp_status usp_offloaded_adamw_cost(usp_backend_t *be, int64_t n, usp_dtype grads, usp_dtype weights,
+                                     usp_stream_t *stream);
 
 /* *out (host) = sum of x[i]^2 in double, in a fixed blocking order (deterministic for any thread count);
  * 0 on a backend without numerics. */

@@ -264,7 +264,8 @@ usp_status usp_cross_entropy(usp_backend_t *be, float *losses, float *dlogits, c
     return LAYER_CALL(cross_entropy, losses, dlogits, logits, targets, n, V, grad_scale, stream);
 }
 
-usp_status usp_offloaded_adamw_cost(usp_backend_t *be, int64_t n, usp_dtype grads, usp_dtype weights)
+usp_status usp_offloaded_adamw_cost(usp_backend_t *be, int64_t n, usp_dtype grads, usp_dtype weights,
+                                     usp_stream_t *stream)
 {
     if (usp_backend_has_numerics(be))
         return usp_error(USP_ERR_CONFIG, "an optimizer offloaded to the host is planned on shapes only: the %s backend "
@@ -272,11 +273,11 @@ usp_status usp_offloaded_adamw_cost(usp_backend_t *be, int64_t n, usp_dtype grad
                          usp_backend_name(be));
     USP_CHECK(check_count("offloaded_adamw", n));
     const double g = (double)n * (double)usp_dtype_size(grads), w = (double)n * (double)usp_dtype_size(weights);
-    ops_report_cost(be, "copy_host", 0, 2.0 * g);
+    ops_report_cost(be, "copy_host", 0, 2.0 * g, stream);
     /* The update streams fp32 master, m, v and the gradients in (16 bytes a parameter), master, m, v
      * and the weights' copy out; its flops are the CPUs', not the GPU's. */
-    ops_report_cost(be, "host_adamw", 0, 28.0 * (double)n + w);
-    ops_report_cost(be, "copy_host", 0, 2.0 * w);
+    ops_report_cost(be, "host_adamw", 0, 28.0 * (double)n + w, stream);
+    ops_report_cost(be, "copy_host", 0, 2.0 * w, stream);
     return USP_OK;
 }
 

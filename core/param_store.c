@@ -323,7 +323,7 @@ static usp_status offloaded_adamw(usp_param_store *s)
         owned_range(s, &s->buckets[i], &lo, &count);
         owned += count;
     }
-    USP_CHECK(usp_offloaded_adamw_cost(BE, owned, s->c.storage, s->c.storage));
+    USP_CHECK(usp_offloaded_adamw_cost(BE, owned, s->c.storage, s->c.storage, ST));
     return s->c.zero_stage <= 2 ? gather_updated_weights(s, s->weights) : USP_OK;
 }
 

@@ -38,7 +38,7 @@ START_TEST(the_offloaded_step_reports_the_copies_and_the_host_update)
     recorded r = {0};
     usp_backend_set_cost_sink(be, record, &r);
     const int64_t n = 1000;
-    ck_assert_int_eq(usp_offloaded_adamw_cost(be, n, USP_BF16, USP_BF16), USP_OK);
+    ck_assert_int_eq(usp_offloaded_adamw_cost(be, n, USP_BF16, USP_BF16, NULL), USP_OK);
     ck_assert_int_eq(r.n, 3);
     ck_assert_str_eq(r.cost[0].op, "copy_host"); /* gradients down: 2 bytes each, read + written */
     ck_assert_double_eq(r.cost[0].bytes, 2.0 * 2 * n);
@@ -54,7 +54,7 @@ START_TEST(a_backend_with_numerics_refuses_it)
 {
     usp_backend_t *be;
     ck_assert_int_eq(usp_backend_cpu_create(&be), USP_OK);
-    ck_assert_int_eq(usp_offloaded_adamw_cost(be, 10, USP_F32, USP_F32), USP_ERR_CONFIG);
+    ck_assert_int_eq(usp_offloaded_adamw_cost(be, 10, USP_F32, USP_F32, NULL), USP_ERR_CONFIG);
     ck_assert_ptr_nonnull(strstr(usp_error_message(), "shapes only"));
     usp_backend_destroy(be);
 }
