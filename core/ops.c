@@ -22,6 +22,8 @@ usp_status usp_backend_create(const usp_backend_i *iface, void *ctx, usp_backend
     USP_ASSERT(stream_slots == 0 || (stream_slots == 6 && iface->synchronize),
                "backend %s fills %d of the 6 stream and event slots (all or none, with synchronize)", iface->name,
                stream_slots);
+    USP_ASSERT(!iface->timing_event_create == !iface->event_elapsed && (!iface->event_elapsed || stream_slots == 6),
+               "backend %s: timing_event_create and event_elapsed go together, with the event slots", iface->name);
     USP_ASSERT(!iface->stores_bf16 || !iface->has_numerics || iface->convert,
                "backend %s stores bf16 but has no convert slot", iface->name);
     usp_backend_t *be;

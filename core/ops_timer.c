@@ -143,14 +143,16 @@ usp_status usp_backend_flush_op_times(usp_backend_t *be)
     usp_status s = t->failed;
     for (size_t i = 0; i < t->n_spans; i++) {
         const device_span *d = &t->spans[i];
-        double from = 0, to = 0;
+        /* the duration between the op's own events: CUDA's elapsed times are floats of milliseconds, which
+         * from the origin of a long run would round a few-microsecond kernel away */
+        double from = 0, duration = 0;
         if (s == USP_OK)
             s = be->iface->event_elapsed(be->context, t->origin, d->start, &from);
         if (s == USP_OK)
-            s = be->iface->event_elapsed(be->context, t->origin, d->end, &to);
+            s = be->iface->event_elapsed(be->context, d->start, d->end, &duration);
         if (s == USP_OK)
-            s = usp_trace_record_compute(t->trace, t->rank, d->op, t->origin_s + from, t->origin_s + to, d->flops,
-                                         d->bytes);
+            s = usp_trace_record_compute(t->trace, t->rank, d->op, t->origin_s + from,
+                                         t->origin_s + from + duration, d->flops, d->bytes);
         be->iface->event_destroy(be->context, d->start);
         be->iface->event_destroy(be->context, d->end);
     }
