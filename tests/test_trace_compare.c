@@ -2,8 +2,8 @@
  * microseconds, so each phase is the one product 1e-6 x us / ranks), the step frame, and bad
  * documents refused with USP_ERR_CONFIG naming the file; and core's trace
  * packing round-trips what the ranks of a real run send to rank 0. (A trace of
- * the simulator comparing to the plan with ratios of 1, and a measured one
- * under mpirun: tests/trace_compare_test.sh.) */
+ * the simulator comparing to the plan with ratios of 1: tests/cli_test.sh; a
+ * measured one under mpirun: tests/mpi_test.sh.) */
 #include <check.h>
 #include <math.h>
 #include <stdio.h>
