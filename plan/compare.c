@@ -131,7 +131,10 @@ usp_status plan_compare_run(const plan_compare_options *o, plan_comparison *out)
         snprintf(out->backend, sizeof out->backend, "%s", r.backend);
         snprintf(out->model, sizeof out->model, "%s", r.model);
         snprintf(out->machine, sizeof out->machine, "%s", r.machine);
-        snprintf(out->topology, sizeof out->topology, "%s", cost.topology.name);
+        size_t n = topology ? strlen(topology) : 0; /* a file (usp calibrate's, say) is named beside its name */
+        int file = n > 5 && strcmp(topology + n - 5, ".json") == 0;
+        snprintf(out->topology, sizeof out->topology, "%s%s%s%s", cost.topology.name, file ? " (topology file " : "",
+                 file ? topology : "", file ? ")" : "");
         snprintf(out->clock, sizeof out->clock, "%s", plan_trace_clock(&t));
         out->shape = c.shape, out->seq = (long long)c.seq_len, out->batch = (long long)c.batch;
         out->modelled = r.modelled;
@@ -177,10 +180,10 @@ void plan_comparison_print(FILE *out, const plan_comparison *c)
     fprintf(out, "usp plan --compare: a run of usp train --backend %s, model %s, world %d = dp %d x ring %d x ulysses "
             "%d, seq %lld, batch %lld\n", c->backend, c->model, c->shape.world, c->shape.dp, c->shape.ring,
             c->shape.ulysses, c->seq, c->batch);
-    fprintf(out, "measured: step %lld of %lld on %s (%s), mean of %d ranks\n", (long long)c->measured.step,
-            (long long)c->measured.steps, c->machine, c->modelled ? "modelled by the simulator" : "measured",
+    fprintf(out, "the run: step %lld of %lld, %s on %s, mean of %d ranks\n", (long long)c->measured.step,
+            (long long)c->measured.steps, c->modelled ? "modelled by the simulator" : "measured", c->machine,
             c->measured.ranks);
-    fprintf(out, "predicted: one step planned on %s (the same code on the meta backend in the simulator)\n",
+    fprintf(out, "predicted: one step planned on %s, by the same code on the meta backend in the simulator\n",
             c->topology);
     fprintf(out, "\n  %-18s %12s %12s %10s\n", "phase", "predicted", "measured", "ratio");
     row rows[PLAN_PHASES + 3];
@@ -188,7 +191,7 @@ void plan_comparison_print(FILE *out, const plan_comparison *c)
     char a[32], b[32], ratio[32];
     for (int i = 0; i < n; i++) {
         if (i == PLAN_PHASES)
-            fprintf(out, "  %-18s %12s %12s %10s\n", "", "", "", "");
+            fputc('\n', out);
         if (rows[i].predicted > 0)
             snprintf(ratio, sizeof ratio, "%.3g", rows[i].measured / rows[i].predicted);
         else
@@ -196,8 +199,8 @@ void plan_comparison_print(FILE *out, const plan_comparison *c)
         fprintf(out, "  %-18s %12s %12s %10s\n", rows[i].name, fmt_seconds(a, sizeof a, rows[i].predicted),
                 fmt_seconds(b, sizeof b, rows[i].measured), ratio);
     }
-    fprintf(out, "\nratio: measured / predicted; phases are the mean over the ranks of the step's time in each, "
-            "calls from post to completion; step: the longest rank's\n");
+    fprintf(out, "\nratio: measured / predicted. A phase: the mean over the ranks of the step's time in it (a call\n"
+            "from post to completion, waiting included); step: the longest rank's.\n");
 }
 
 usp_status plan_comparison_print_json(FILE *out, const plan_comparison *c, const char *trace)

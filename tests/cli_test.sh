@@ -486,7 +486,7 @@ if command -v python3 >/dev/null; then
     "$usp" train --world 4 --ulysses 1 --ring 2 "${short[@]:1}" --trace "$cmp_dir/r.json" >/dev/null 2>&1
     check "plan --compare of a ring x DP sim trace: ratios of 1" test "$(sim_ratios "$cmp_dir/r.json" ring_p2p all_reduce)" = ok
 fi
-expect 0 "measured: step 2 of 2 on dgx-h100 (modelled by the simulator), mean of 2 ranks" -- plan --compare "$cmp_dir/u.json"
+expect 0 "the run: step 2 of 2, modelled by the simulator on dgx-h100, mean of 2 ranks" -- plan --compare "$cmp_dir/u.json"
 expect 2 "--world 8 beside --compare $cmp_dir/r.json: the run was --world 4" -- plan --compare "$cmp_dir/r.json" --world 8
 head -c 2000 "$cmp_dir/r.json" >"$cmp_dir/cut.json"
 expect 2 "$cmp_dir/cut.json: not JSON at line" -- plan --compare "$cmp_dir/cut.json"

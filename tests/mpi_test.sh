@@ -177,7 +177,7 @@ rows=0
 for row in attention gemm other_compute all_to_all all_reduce compute communication step; do
     [[ $out == *$'\n'"  $row "* ]] && rows=$((rows + 1))
 done
-if [[ $rc -eq 0 && $rows -eq 8 && $out == *"measured: step 2 of 2 on this machine (MPI) (measured), mean of 2 ranks"* ]]; then
+if [[ $rc -eq 0 && $rows -eq 8 && $out == *"the run: step 2 of 2, measured on this machine (MPI), mean of 2 ranks"* ]]; then
     ok
 else
     fail "usp plan --compare of the measured trace: exit $rc, $rows of 8 rows" "$out"
