@@ -180,9 +180,9 @@ void plan_comparison_print(FILE *out, const plan_comparison *c)
     fprintf(out, "usp plan --compare: a run of usp train --backend %s, model %s, world %d = dp %d x ring %d x ulysses "
             "%d, seq %lld, batch %lld\n", c->backend, c->model, c->shape.world, c->shape.dp, c->shape.ring,
             c->shape.ulysses, c->seq, c->batch);
-    fprintf(out, "the run: step %lld of %lld, %s on %s, mean of %d ranks\n", (long long)c->measured.step,
+    fprintf(out, "the run: step %lld of %lld, %s on %s, %s%d rank%s\n", (long long)c->measured.step,
             (long long)c->measured.steps, c->modelled ? "modelled by the simulator" : "measured", c->machine,
-            c->measured.ranks);
+            c->measured.ranks > 1 ? "mean of " : "", c->measured.ranks, c->measured.ranks > 1 ? "s" : "");
     fprintf(out, "predicted: one step planned on %s, by the same code on the meta backend in the simulator\n",
             c->topology);
     fprintf(out, "\n  %-18s %12s %12s %10s\n", "phase", "predicted", "measured", "ratio");
