@@ -40,6 +40,11 @@ typedef struct usp_backend_i {
     void (*event_destroy)(void *ctx, usp_event_t *event);
     usp_status (*event_record)(void *ctx, usp_event_t *event, usp_stream_t *stream);
     usp_status (*stream_wait_event)(void *ctx, usp_stream_t *stream, usp_event_t *event);
+    /* (optional, both or none, with the event slots) Device timing: an event that records when the
+     * device reached it (destroyed with event_destroy), and the seconds from `from` to `to` once both
+     * are reached (blocking: waits for `to`). NULL: ops are timed on the host (usp_backend_time_ops). */
+    usp_status (*timing_event_create)(void *ctx, usp_event_t **out);
+    usp_status (*event_elapsed)(void *ctx, usp_event_t *from, usp_event_t *to, double *seconds);
     /* (optional) Runs fn(arg) on the host in the stream's order; NULL: the wrapper calls it at once. */
     usp_status (*launch_host_func)(void *ctx, usp_stream_t *stream, void (*fn)(void *arg), void *arg);
     /* Batched row-major GEMM. */

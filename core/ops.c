@@ -24,6 +24,8 @@ usp_status usp_backend_create(const usp_backend_i *iface, void *ctx, usp_backend
     USP_ASSERT(stream_slots == 0 || (stream_slots == 6 && iface->synchronize),
                "backend %s fills %d of the 6 stream and event slots (all or none, with synchronize)", iface->name,
                stream_slots);
+    USP_ASSERT(!iface->timing_event_create == !iface->event_elapsed && (!iface->event_elapsed || stream_slots == 6),
+               "backend %s: timing_event_create and event_elapsed go together, with the event slots", iface->name);
     USP_ASSERT(!iface->stores_bf16 || !iface->has_numerics || iface->convert,
                "backend %s stores bf16 but has no convert slot", iface->name);
     usp_backend_t *be;
@@ -45,6 +47,7 @@ void usp_backend_destroy(usp_backend_t *be)
         return;
     for (size_t i = 0; i < be->n_live; i++)
         be->iface->free(be->context, (void *)be->live[i].addr);
+    ops_timer_free(be);
     if (be->iface->destroy)
         be->iface->destroy(be->context);
     free(be->live);
@@ -72,6 +75,8 @@ void ops_report_cost(usp_backend_t *be, const char *op, double flops, double byt
         usp_op_cost cost = {.op = op, .flops = flops, .bytes = bytes, .stream = stream};
         be->cost_fn(be->cost_ctx, &cost);
     }
+    if (be->timer)
+        ops_timer_note(be->timer, op, flops, bytes);
 }
 
 /* The slot of `name` (strcmp: the same literal may have several addresses), or a
@@ -270,7 +275,7 @@ usp_status usp_buffer_copy(usp_backend_t *be, void *dst, const void *src, size_t
         USP_CHECK(check_range(be, "usp_buffer_copy", "destination", dst, bytes));
     ops_report_cost(be, kind == USP_COPY_DEVICE_TO_DEVICE ? "copy" : "copy_host", 0, 2.0 * (double)bytes,
                     stream);
-    return be->iface->copy(be->context, dst, src, bytes, kind, stream);
+    return OPS_TIMED(be, stream, be->iface->copy(be->context, dst, src, bytes, kind, stream));
 }
 
 usp_status usp_buffer_convert(usp_backend_t *be, void *dst, const void *src, size_t elems, usp_stream_t *stream)
@@ -289,7 +294,7 @@ usp_status usp_buffer_convert(usp_backend_t *be, void *dst, const void *src, siz
         return usp_error(USP_ERR_CONFIG, "the %s backend cannot convert %s to %s: it stores fp32 only",
                          be->iface->name, usp_dtype_name(from), usp_dtype_name(to));
     ops_report_cost(be, "convert", 0, (double)(src_bytes + dst_bytes), stream);
-    return be->iface->convert ? be->iface->convert(be->context, dst, src, elems, stream) : USP_OK;
+    return be->iface->convert ? OPS_TIMED(be, stream, be->iface->convert(be->context, dst, src, elems, stream)) : USP_OK;
 }
 
 usp_status usp_buffer_zero(usp_backend_t *be, void *ptr, size_t bytes, usp_stream_t *stream)
@@ -298,7 +303,7 @@ usp_status usp_buffer_zero(usp_backend_t *be, void *ptr, size_t bytes, usp_strea
         return USP_OK;
     USP_CHECK(check_range(be, "usp_buffer_zero", "buffer", ptr, bytes));
     ops_report_cost(be, "zero", 0, (double)bytes, stream);
-    return be->iface->zero(be->context, ptr, bytes, stream);
+    return OPS_TIMED(be, stream, be->iface->zero(be->context, ptr, bytes, stream));
 }
 
 usp_status usp_backend_synchronize(usp_backend_t *be, usp_stream_t *stream)
@@ -394,7 +399,7 @@ usp_status usp_gemm(usp_backend_t *be, const usp_gemm_desc *g, usp_stream_t *str
     double bytes = 4.0 * mats * ((double)g->m * g->k + (double)g->k * g->n + c_passes * g->m * g->n);
     USP_CHECK(check_gemm_operands(be, g));
     ops_report_cost(be, "gemm", flops, bytes, stream);
-    return be->iface->gemm(be->context, g, stream);
+    return OPS_TIMED(be, stream, be->iface->gemm(be->context, g, stream));
 }
 
 usp_status usp_copy_2d(usp_backend_t *be, void *dst, size_t dst_stride, const void *src, size_t src_stride,
@@ -405,7 +410,8 @@ usp_status usp_copy_2d(usp_backend_t *be, void *dst, size_t dst_stride, const vo
     USP_CHECK(check_range(be, "usp_copy_2d", "source", src, (rows - 1) * src_stride + row_bytes));
     USP_CHECK(check_range(be, "usp_copy_2d", "destination", dst, (rows - 1) * dst_stride + row_bytes));
     ops_report_cost(be, "copy", 0, 2.0 * (double)row_bytes * (double)rows, stream);
-    return be->iface->copy_2d(be->context, dst, dst_stride, src, src_stride, row_bytes, rows, stream);
+    return OPS_TIMED(be, stream,
+                     be->iface->copy_2d(be->context, dst, dst_stride, src, src_stride, row_bytes, rows, stream));
 }
 
 usp_status usp_accumulate_2d(usp_backend_t *be, float *dst, size_t dst_stride, const float *src,
@@ -418,7 +424,8 @@ usp_status usp_accumulate_2d(usp_backend_t *be, float *dst, size_t dst_stride, c
     USP_CHECK(ops_check_elems(be, op, "src", src, (int64_t)((rows - 1) * src_stride + row_elems), 0));
     double n = (double)row_elems * (double)rows;
     ops_report_cost(be, "accumulate", n, 12.0 * n, stream);
-    return be->iface->accumulate_2d(be->context, dst, dst_stride, src, src_stride, row_elems, rows, stream);
+    return OPS_TIMED(be, stream, be->iface->accumulate_2d(be->context, dst, dst_stride, src, src_stride,
+                                                         row_elems, rows, stream));
 }
 
 /* Sum over i in [0, n) of clamp(lo + i, 0, cap): the keys query i sees. */
@@ -489,7 +496,8 @@ usp_status usp_flash_attention_forward(usp_backend_t *be, const usp_attention_sh
     size_t ws_bytes = be->iface->attention_workspace_bytes(be->context, s);
     if (ws_bytes)
         USP_CHECK(usp_buffer_alloc(be, ws_bytes, "attention workspace", &ws));
-    usp_status st = be->iface->attention_forward(be->context, s, q, k, v, o, lse, ws, stream);
+    usp_status st = OPS_TIMED(be, stream, be->iface->attention_forward(be->context, s, q, k, v, o, lse, ws,
+                                                                       stream));
     usp_buffer_free(be, ws);
     return st;
 }
@@ -517,8 +525,8 @@ usp_status usp_flash_attention_backward(usp_backend_t *be, const usp_attention_s
     size_t ws_bytes = be->iface->attention_workspace_bytes(be->context, s);
     if (ws_bytes)
         USP_CHECK(usp_buffer_alloc(be, ws_bytes, "attention workspace", &ws));
-    usp_status st = be->iface->attention_backward(be->context, s, q, k, v, o, lse, d_o, dq, dk, dv, accumulate,
-                                                  ws, stream);
+    usp_status st = OPS_TIMED(be, stream, be->iface->attention_backward(be->context, s, q, k, v, o, lse, d_o, dq, dk,
+                                                                        dv, accumulate, ws, stream));
     usp_buffer_free(be, ws);
     return st;
 }
@@ -537,6 +545,7 @@ usp_status usp_attention_merge(usp_backend_t *be, float *o, float *lse, const fl
     double elems = (double)n * (double)heads * (double)head_dim;
     ops_report_cost(be, "attention_merge", 3.0 * elems, 4.0 * (3.0 * elems + 3.0 * (double)(n * heads)),
                     stream);
-    return be->iface->attention_merge(be->context, o, lse, o_part, lse_part, n, heads, head_dim, stream);
+    return OPS_TIMED(be, stream, be->iface->attention_merge(be->context, o, lse, o_part, lse_part, n, heads,
+                                                           head_dim, stream));
 }
 

@@ -52,6 +52,7 @@ extern "C" {
 
 typedef struct usp_backend usp_backend_t;
 typedef struct usp_stream usp_stream_t; /* a backend queue; NULL is the default one */
+struct usp_trace;                       /* core/trace.h */
 
 /* What an op costs, for the virtual clock. */
 typedef struct usp_op_cost {
@@ -206,6 +207,19 @@ double usp_backend_flops(const usp_backend_t *be);
 
 /* Sends the cost of every op to `fn(ctx, cost)` (NULL: nobody listens). */
 void usp_backend_set_cost_sink(usp_backend_t *be, usp_cost_sink_fn fn, void *ctx);
+
+/* Measures every op from now on into `trace`, as compute spans of `rank` on the
+ * clock `clock(clock_ctx)` (seconds; the runtime's, which its calls are timed
+ * on too): between device events where the backend times them (the
+ * event_elapsed slot), else on the host around the op, which is the op's
+ * duration on a backend that completes it before returning. Until this is
+ * called an op pays one untaken branch. (core/ops_timer.c) */
+usp_status usp_backend_time_ops(usp_backend_t *be, struct usp_trace *trace, int rank,
+                                double (*clock)(const void *clock_ctx), const void *clock_ctx);
+
+/* Puts the device-timed spans recorded so far into the trace (blocking: waits
+ * for their events); with host timing they are there already. */
+usp_status usp_backend_flush_op_times(usp_backend_t *be);
 
 /* Batched GEMM (see usp_gemm_desc). */
 usp_status usp_gemm(usp_backend_t *be, const usp_gemm_desc *g, usp_stream_t *stream);

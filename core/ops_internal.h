@@ -50,6 +50,7 @@ struct usp_backend {
     double flops; /* every op's reported flops, summed */
     usp_cost_sink_fn cost_fn;
     void *cost_ctx;
+    struct ops_timer *timer; /* usp_backend_time_ops (NULL: ops are not timed) */
 };
 
 /* `count` elements at ptr, in the dtype of the buffer ptr points into, lie inside
@@ -59,5 +60,21 @@ usp_status ops_check_elems(const usp_backend_t *be, const char *op, const char *
 
 /* Counts the op's flops and sends its cost, with the stream it is enqueued on, to the backend's cost sink (if any). */
 void ops_report_cost(usp_backend_t *be, const char *op, double flops, double bytes, usp_stream_t *stream);
+
+/* The cost of the op about to run, for its span when ops are timed (ops_report_cost passes it). */
+void ops_timer_note(struct ops_timer *timer, const char *op, double flops, double bytes);
+
+/* Starts the span of the op ops_timer_note named, on `stream`. */
+void ops_timer_begin(usp_backend_t *be, usp_stream_t *stream);
+
+/* Ends the span begun last on `stream` and returns `status` (the op's). */
+usp_status ops_timer_end(usp_backend_t *be, usp_stream_t *stream, usp_status status);
+
+/* Frees the timer of usp_backend_time_ops (NULL: nothing). */
+void ops_timer_free(usp_backend_t *be);
+
+/* `call`, the backend slot that runs an op, inside the op's span when ops are timed. */
+#define OPS_TIMED(be, stream, call) \
+    (!(be)->timer ? (call) : ops_timer_end((be), (stream), (ops_timer_begin((be), (stream)), (call))))
 
 #endif

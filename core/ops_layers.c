@@ -24,8 +24,9 @@ static usp_status missing_slot(const usp_backend_t *be, const char *op)
                      be->iface->name, op);
 }
 
+/* Every caller has its `stream`: the op's span is timed on it (OPS_TIMED). */
 #define LAYER_CALL(slot, ...) \
-    (be->iface->slot ? be->iface->slot(be->context, __VA_ARGS__) : missing_slot(be, #slot))
+    OPS_TIMED(be, stream, (be->iface->slot ? be->iface->slot(be->context, __VA_ARGS__) : missing_slot(be, #slot)))
 
 /* n rows of `dim` = C elements: n >= 0, C >= 1. */
 static usp_status check_rows(const char *op, const char *dim, int64_t n, int64_t C)

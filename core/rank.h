@@ -7,6 +7,7 @@
 
 #include "core/comm.h"
 #include "core/ops.h"
+#include "core/trace.h"
 
 typedef struct usp_rank_ctx {
     int rank, world_size;
@@ -21,6 +22,9 @@ typedef struct usp_rank_ctx {
      * rank (usp_rank_gather: the wrapper, and what NULL means). */
     usp_status (*gather)(const struct usp_rank_ctx *ctx, const void *mine, size_t bytes, void *all);
     void *gather_ctx;        /* the runtime's state for `gather` */
+    /* (optional) The run's trace when the command asked for one (--trace), where
+     * the rank's code marks its steps (usp_trace_record_step); NULL: none. */
+    usp_trace_t *trace;
 } usp_rank_ctx;
 
 /* The code one rank runs. */

@@ -12,6 +12,7 @@ typedef struct single_runtime {
     usp_backend_maker make;
     void *arg;
     struct timespec t0;
+    usp_trace_t *trace;   /* usp_runtime_single_record_trace (NULL: none) */
 } single_runtime;
 
 /* Seconds since the run began. Ops may still be queued: a caller that times
@@ -35,10 +36,15 @@ static usp_status single_run(void *ctx, usp_rank_main_fn fn, void *arg)
     if (s == USP_OK) {
         clock_gettime(CLOCK_MONOTONIC, &rt->t0);
         usp_rank_ctx rank = {.rank = 0, .world_size = 1, .world = world, .backend = backend, .clock = wall_clock,
-                             .runtime = rt};
-        s = fn(&rank, arg);
+                             .runtime = rt, .trace = rt->trace};
+        if (rt->trace)
+            s = usp_backend_time_ops(backend, rt->trace, 0, wall_clock, rt);
+        if (s == USP_OK)
+            s = fn(&rank, arg);
         if (s == USP_OK) /* what the rank left queued has run, and its errors are known */
             s = usp_backend_synchronize(backend, NULL);
+        if (s == USP_OK && rt->trace) /* device-timed ops: their events are read now */
+            s = usp_backend_flush_op_times(backend);
     }
     usp_comm_destroy(world);
     usp_backend_destroy(backend);
@@ -57,13 +63,23 @@ static usp_runtime_cluster single_cluster(const void *ctx)
     return (usp_runtime_cluster){.name = rt->machine, .nodes = 1, .modelled = 0};
 }
 
+static const usp_trace_t *single_trace(const void *ctx) { return ((const single_runtime *)ctx)->trace; }
+
+static void single_destroy(void *ctx)
+{
+    single_runtime *rt = ctx;
+    usp_trace_destroy(rt->trace);
+    free(rt);
+}
+
 static const usp_runtime_i single_runtime_iface = {
     .api_version = USP_RUNTIME_API_VERSION,
     .name = "single",
     .run = single_run,
     .world_size = single_world_size,
     .cluster = single_cluster,
-    .destroy = free,
+    .trace = single_trace,
+    .destroy = single_destroy,
 };
 
 usp_status usp_runtime_single_create(const char *machine, usp_backend_maker make, void *arg, usp_runtime_t **out)
@@ -72,4 +88,12 @@ usp_status usp_runtime_single_create(const char *machine, usp_backend_maker make
     USP_CHECK(usp_calloc((void **)&rt, 1, sizeof *rt, "a one-rank runtime"));
     *rt = (single_runtime){.machine = machine, .make = make, .arg = arg};
     return usp_runtime_make(&single_runtime_iface, rt, out);
+}
+
+usp_status usp_runtime_single_record_trace(usp_runtime_t *rt)
+{
+    single_runtime *single = rt->context;
+    USP_ASSERT(rt->iface == &single_runtime_iface, "usp_runtime_single_record_trace of a %s runtime",
+               rt->iface->name);
+    return single->trace ? USP_OK : usp_trace_create(&single->trace);
 }

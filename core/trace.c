@@ -14,8 +14,12 @@ struct usp_trace {
     size_t n_peers, cap_peers;
     usp_trace_event *compute;
     size_t n_compute, cap_compute;
+    usp_trace_step *steps;
+    size_t n_steps, cap_steps;
     char **groups;
     int n_groups, cap_groups;
+    char **texts;         /* usp_trace_intern_text's copies */
+    size_t n_texts, cap_texts;
 };
 
 usp_status usp_trace_create(usp_trace_t **out)
@@ -30,6 +34,10 @@ void usp_trace_destroy(usp_trace_t *t)
     for (int i = 0; i < t->n_groups; i++)
         free(t->groups[i]);
     free(t->groups);
+    for (size_t i = 0; i < t->n_texts; i++)
+        free(t->texts[i]);
+    free(t->texts);
+    free(t->steps);
     free(t->events);
     free(t->peers);
     free(t->compute);
@@ -109,6 +117,30 @@ usp_status usp_trace_record_compute(usp_trace_t *t, int rank, const char *name, 
 
 size_t usp_trace_compute_count(const usp_trace_t *t) { return t->n_compute; }
 const usp_trace_event *usp_trace_compute_at(const usp_trace_t *t, size_t i) { return &t->compute[i]; }
+
+usp_status usp_trace_record_step(usp_trace_t *t, int rank, int64_t step, double t_start, double t_end)
+{
+    if (!grow((void **)&t->steps, &t->cap_steps, t->n_steps + 1, sizeof *t->steps))
+        return usp_error(USP_ERR_RUNTIME, "out of memory recording step %lld of rank %d", (long long)step, rank);
+    t->steps[t->n_steps++] = (usp_trace_step){.rank = rank, .step = step, .t_start = t_start, .t_end = t_end};
+    return USP_OK;
+}
+
+size_t usp_trace_step_count(const usp_trace_t *t) { return t->n_steps; }
+const usp_trace_step *usp_trace_step_at(const usp_trace_t *t, size_t i) { return &t->steps[i]; }
+
+const char *usp_trace_intern_text(usp_trace_t *t, const char *text)
+{
+    for (size_t i = 0; i < t->n_texts; i++) /* few distinct texts: op names and call sites */
+        if (strcmp(t->texts[i], text) == 0)
+            return t->texts[i];
+    if (!grow((void **)&t->texts, &t->cap_texts, t->n_texts + 1, sizeof *t->texts))
+        return NULL;
+    char *copy = strdup(text);
+    if (copy)
+        t->texts[t->n_texts++] = copy;
+    return copy;
+}
 
 const usp_trace_peer *usp_trace_peers(const usp_trace_t *t, const usp_trace_event *event)
 {

@@ -71,6 +71,25 @@ usp_status usp_trace_record_compute(usp_trace_t *t, int rank, const char *name, 
 size_t usp_trace_compute_count(const usp_trace_t *t);
 const usp_trace_event *usp_trace_compute_at(const usp_trace_t *t, size_t i);
 
+/* One training step of one rank: [t_start, t_end] on the trace's clock. Steps
+ * frame the other events, so a comparison can take one step (plan/compare.h). */
+typedef struct usp_trace_step {
+    int rank;
+    int64_t step;         /* 1-based */
+    double t_start, t_end;
+} usp_trace_step;
+
+/* Appends step `step` of `rank`, from t_start to t_end. */
+usp_status usp_trace_record_step(usp_trace_t *t, int rank, int64_t step, double t_start, double t_end);
+
+/* Number of steps recorded, and step i. */
+size_t usp_trace_step_count(const usp_trace_t *t);
+const usp_trace_step *usp_trace_step_at(const usp_trace_t *t, size_t i);
+
+/* A copy of `text` that lives as long as the trace (the same pointer for the same text), or NULL out of
+ * memory: the op names and call sites of events that arrive from other processes (core/trace_pack.h). */
+const char *usp_trace_intern_text(usp_trace_t *t, const char *text);
+
 /* The peers of an event. */
 const usp_trace_peer *usp_trace_peers(const usp_trace_t *t, const usp_trace_event *event);
 

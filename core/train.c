@@ -440,6 +440,8 @@ static usp_status run(trainer *t)
         if (s == USP_OK) s = stop_if_not_finite(t, step, "loss", loss);
         if (s == USP_OK) s = usp_model_backward(t->model);
         if (s == USP_OK) s = reduce_and_update(t, step);
+        if (s == USP_OK && t->ctx->trace) /* the frame a comparison takes one step in (plan/compare.h) */
+            s = usp_trace_record_step(t->ctx->trace, t->ctx->rank, step, step_start, clock_now(t));
         if (s == USP_OK && c->step_stats) {
             usp_train_step_stats st = {.step_flops = usp_backend_flops(BE) - flops_start, .start_s = step_start,
                                        .end_s = clock_now(t)};

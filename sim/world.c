@@ -61,7 +61,8 @@ static void rank_fiber_main(void *arg)
     sim_rank *r = arg;
     sim_world *w = r->world;
     usp_rank_ctx ctx = {.rank = r->id, .world_size = w->n, .world = r->world_comm, .backend = r->backend,
-                        .clock = rank_clock, .runtime = r, .gather = sim_rank_gather, .gather_ctx = r};
+                        .clock = rank_clock, .runtime = r, .gather = sim_rank_gather, .gather_ctx = r,
+                        .trace = w->trace};
     r->result = w->main_fn(&ctx, w->main_arg);
 }
 

@@ -478,5 +478,38 @@ expect 4 "  rank 1: no flight record: killed, or never started" -- postmortem "$
 head -c 300 "$records/rank-1.usp-flight.json" >"$work/pm/rank-1.usp-flight.json"
 expect 2 "$work/pm/rank-1.usp-flight.json: not a whole JSON flight record" -- postmortem "$work/pm"
 
+# usp plan --compare (docs/viz.md): a trace of the simulator against the plan of the same run gives ratios of 1
+# (the same cost model on the same code: only the file's 12 digits of each time differ), |ratio - 1| < 1e-6 for
+# the step, compute and communication and the named phases, on a Ulysses mesh and a ring x DP one; options beside
+# the file must be the run's; bad files exit 2 naming the file and what is wrong (the measured run: mpi_test.sh)
+cmp_dir=$work/compare
+mkdir -p "$cmp_dir"
+sim_ratios() {
+    "$usp" plan --compare "$1" --json | python3 -c "
+import json, sys
+d = json.load(sys.stdin)
+bad = [(x['phase'], x['ratio']) for x in d['phases']
+       if x['phase'] in ('step', 'compute', 'communication') + tuple(sys.argv[1:]) and abs(x['ratio'] - 1) >= 1e-6]
+print('ok' if not bad else bad)" "${@:2}" 2>&1
+}
+if command -v python3 >/dev/null; then
+    "$usp" train --world 2 "${short[@]:1}" --trace "$cmp_dir/u.json" >/dev/null 2>&1
+    check "plan --compare of a Ulysses sim trace: ratios of 1" test "$(sim_ratios "$cmp_dir/u.json" gemm attention all_to_all)" = ok
+    "$usp" train --world 4 --ulysses 1 --ring 2 "${short[@]:1}" --trace "$cmp_dir/r.json" >/dev/null 2>&1
+    check "plan --compare of a ring x DP sim trace: ratios of 1" test "$(sim_ratios "$cmp_dir/r.json" ring_p2p all_reduce)" = ok
+fi
+expect 0 "the run: step 2 of 2, modelled by the simulator on dgx-h100, mean of 2 ranks" -- plan --compare "$cmp_dir/u.json"
+expect 2 "--world 8 beside --compare $cmp_dir/r.json: the run was --world 4" -- plan --compare "$cmp_dir/r.json" --world 8
+head -c 2000 "$cmp_dir/r.json" >"$cmp_dir/cut.json"
+expect 2 "$cmp_dir/cut.json: not JSON at line" -- plan --compare "$cmp_dir/cut.json"
+expect 2 "(the file is truncated" -- plan --compare "$cmp_dir/cut.json"
+echo '{"traceEvents": []}' >"$cmp_dir/other.json"
+expect 2 "$cmp_dir/other.json: a Chrome trace, but not one usp wrote" -- plan --compare "$cmp_dir/other.json"
+echo 'hello' >"$cmp_dir/text.json"
+expect 2 "$cmp_dir/text.json: not JSON" -- plan --compare "$cmp_dir/text.json"
+"$usp" plan --trace "$cmp_dir/plan.json" >/dev/null 2>&1
+expect 2 "$cmp_dir/plan.json: a usp trace without the run's options" -- plan --compare "$cmp_dir/plan.json"
+expect 2 "$cmp_dir/missing.json: cannot read it" -- plan --compare "$cmp_dir/missing.json"
+
 echo "cli: $passed passed, $failed failed"
 [[ $failed -eq 0 ]]

@@ -16,8 +16,12 @@
  * reach the tails of gelu and silu, logits scale 5 for a peaked softmax. */
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
+#include <time.h>
 
 #include "tests/conformance.h"
+
+#include "core/trace.h"
 
 /* ---- memory: alloc, free, the three copy kinds, zero ---------------------- */
 
@@ -97,6 +101,44 @@ static void run_streams_and_events(conformance_run *r, const void *params)
     CONFORMANCE_OK(r, usp_stream_destroy(r->be, side));
     usp_event_destroy(r->be, uploaded);
     usp_event_destroy(r->be, scaled);
+}
+
+/* Seconds on the host's monotonic clock: the clock usp_backend_time_ops's spans are on. */
+static double monotonic_seconds(const void *ctx)
+{
+    (void)ctx;
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+/* usp_backend_time_ops (--trace on a real backend): every op a span of the trace, in the order the ops
+ * ran, none ending before it starts: around the op on the host (cpu), or between timing events read at
+ * the flush (a backend with timing_event_create and event_elapsed). The spans' figures are outputs, so
+ * both backends must find the same: 2 spans, named, ordered, of non-negative length. */
+static void run_op_timing(conformance_run *r, const void *params)
+{
+    (void)params;
+    const int64_t n = 4096;
+    float *x = conformance_input(r, n, 1), *y = conformance_input(r, n, 1); /* uploads: before the timing */
+    CONFORMANCE_OK(r, usp_backend_synchronize(r->be, NULL));
+    usp_trace_t *trace;
+    CONFORMANCE_OK(r, usp_trace_create(&trace));
+    CONFORMANCE_OK(r, usp_backend_time_ops(r->be, trace, 3, monotonic_seconds, NULL));
+    CONFORMANCE_OK(r, usp_scale(r->be, x, 3.0f, n, NULL));
+    CONFORMANCE_OK(r, usp_accumulate_2d(r->be, y, (size_t)n, x, (size_t)n, (size_t)n, 1, NULL));
+    CONFORMANCE_OK(r, usp_backend_flush_op_times(r->be));
+    float *got = conformance_host_output(r, "spans, named, ordered, non-negative", 4);
+    size_t spans = usp_trace_compute_count(trace);
+    got[0] = (float)spans;
+    got[1] = spans == 2 && !strcmp(usp_trace_compute_at(trace, 0)->name, "scale") &&
+             !strcmp(usp_trace_compute_at(trace, 1)->name, "accumulate") &&
+             usp_trace_compute_at(trace, 0)->rank == 3;
+    got[2] = spans == 2 && usp_trace_compute_at(trace, 1)->t_start >= usp_trace_compute_at(trace, 0)->t_start;
+    got[3] = 1;
+    for (size_t i = 0; i < spans; i++)
+        got[3] = got[3] && usp_trace_compute_at(trace, i)->t_end >= usp_trace_compute_at(trace, i)->t_start;
+    usp_trace_destroy(trace); /* no op runs on the backend after this case: nothing records into it again */
 }
 
 /* ---- gemm ----------------------------------------------------------------- */
@@ -528,6 +570,8 @@ const conformance_case conformance_cases[] = {
     {"buffer copies: three kinds, unaligned bytes, free", run_buffer_copies, NULL, MEMORY, 0, 0},
     {"buffer zero: unaligned range, whole buffer", run_buffer_zero, NULL, SLOT(zero), 0, 0},
     {"streams and events both ways, a host function", run_streams_and_events, NULL, STREAMS, 0, 0},
+    {"op timing: a span per op (host clock, or timing events)", run_op_timing, NULL,
+     SLOT(timing_event_create) | SLOT(event_elapsed), 0, 0},
     {"gemm nn, batch 3, beta 0", run_gemm, &gemm_nn, SLOT(gemm), 1e-5, 0},
     {"gemm nt, beta 2, padded rows", run_gemm, &gemm_nt, SLOT(gemm), 1e-5, 0},
     {"gemm tn, beta -1", run_gemm, &gemm_tn, SLOT(gemm), 1e-5, 0},

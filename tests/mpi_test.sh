@@ -3,7 +3,8 @@
 # the simulator, checkpoints across backends, every injected fault caught by
 # --check-collectives, the watchdog and `usp postmortem`, a rank killed with
 # SIGKILL; usp starting its own processes under mpirun when none started it
-# (the same losses, exit codes through mpirun, the refusals). Usage: mpi_test.sh PATH/TO/usp
+# (the same losses, exit codes through mpirun, the refusals); a measured --trace
+# and usp plan --compare of it. Usage: mpi_test.sh PATH/TO/usp
 set -u
 usp=$(realpath "$1")
 work=$(mktemp -d)
@@ -212,6 +213,53 @@ else
 $(ls dumps 2>&1)
 $report"
 fi
+
+# --- --trace: measured times, one file; usp plan --compare of it --------------------
+# 2 processes write one Chrome trace with a track per rank, time on each rank's compute, call and step
+# tracks and the run's options; usp plan --compare reads it (exit 0, a row per phase; --json)
+out=$(timeout 120 mpirun --oversubscribe -np 2 "$usp" train --backend mpi --world 2 --steps 2 --seq 64 --batch 2 \
+      --eval-samples 0 --trace measured.json 2>&1)
+rc=$?
+got=$(python3 -c "
+import json, collections
+d = json.load(open('measured.json'))
+run = d['otherData']['usp_run']
+began, took = {}, collections.defaultdict(float)
+for e in d['traceEvents']:
+    track = (e['pid'], e['tid'])
+    if e['ph'] == 'B': began.setdefault(track, []).append(e['ts'])
+    elif e['ph'] == 'E': took[track] += e['ts'] - began[track].pop()
+idle = [t for t in [(r, tid) for r in (0, 1) for tid in (0, 1, 2)] if took[t] <= 0]
+ranks = sorted({p for p, t in took})
+print('ok' if ranks == [0, 1] and not idle and run['backend'] == 'mpi' and run['world'] == 2
+      else 'ranks %s, tracks without time %s, run %s' % (ranks, idle, run))" 2>&1)
+if [[ $rc -eq 0 && $out == *"trace in measured.json"* && $got == ok ]]; then
+    ok
+else
+    fail "mpirun -np 2 usp train --backend mpi --trace: exit $rc, $got" "$out"
+fi
+out=$(timeout 120 "$usp" plan --compare measured.json 2>&1)
+rc=$?
+rows=0
+for row in attention gemm other_compute all_to_all all_reduce compute communication step; do
+    [[ $out == *$'\n'"  $row "* ]] && rows=$((rows + 1))
+done
+if [[ $rc -eq 0 && $rows -eq 8 && $out == *"the run: step 2 of 2, measured on this machine (MPI), mean of 2 ranks"* ]]; then
+    ok
+else
+    fail "usp plan --compare of the measured trace: exit $rc, $rows of 8 rows" "$out"
+fi
+got=$(timeout 120 "$usp" plan --compare measured.json --json | python3 -c "
+import json, sys
+d = json.load(sys.stdin)
+p = {x['phase']: x for x in d['phases']}
+print('ok' if d['backend'] == 'mpi' and d['step'] == 2 and p['step']['measured_s'] > 0 and p['step']['ratio'] > 0
+      else d)" 2>&1)
+[[ $got == ok ]] && ok || fail "usp plan --compare --json of the measured trace" "$got"
+out=$("$usp" train --backend mpi --world 1 --steps 1 --dot x.dot 2>&1)
+rc=$?
+[[ $rc -eq 2 && $out == *"--dot with --backend mpi: pictures are the simulator's"* ]] && ok ||
+    fail "--dot with --backend mpi: exit $rc (expected 2)" "$out"
 
 echo "mpi tests: $passed passed, $failed failed"
 [[ $failed -eq 0 ]]

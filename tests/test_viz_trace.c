@@ -25,7 +25,7 @@
 
 /* --- a Chrome trace, read back ------------------------------------------------ */
 
-enum { MAX_PIDS = 16, TIDS = 2, DEPTH = 8 };
+enum { MAX_PIDS = 16, TIDS = 3, DEPTH = 8 }; /* tids: compute, communication, a trained run's steps */
 
 typedef struct span {
     double begin, end;
@@ -33,7 +33,7 @@ typedef struct span {
 
 /* What a parsed Chrome trace holds, once check_chrome_trace found it well formed. */
 typedef struct chrome_summary {
-    int slices[MAX_PIDS][TIDS]; /* completed B/E slices per rank, compute (tid 0) and communication (tid 1) */
+    int slices[MAX_PIDS][TIDS]; /* completed B/E slices per rank: compute (tid 0), communication (1), steps (2) */
     double last_end[MAX_PIDS];  /* the latest E of each rank, microseconds */
     int waits;                  /* nested "waiting for peers" slices */
     int flows;                  /* s/f pairs */

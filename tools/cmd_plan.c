@@ -7,6 +7,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "plan/compare.h"
 #include "plan/report.h"
 #include "sim/cost_model.h"
 #include "sim/topology.h"
@@ -18,7 +19,7 @@
 #define GB 1e9 /* decimal, as GPU memory is marketed */
 
 typedef struct plan_options {
-    const char *model, *data, *topology, *trace, *attention_kernel;
+    const char *model, *data, *topology, *trace, *attention_kernel, *compare;
     int world, ulysses, ring, nodes, seq, batch, pad, sweep, json, no_overlap;
     memory_options memory;
 } plan_options;
@@ -302,10 +303,27 @@ static usp_status run(const plan_options *o)
     return s;
 }
 
+/* --compare FILE (plan/compare.h): a mesh or model option left at its default is the trace's to say. */
+static usp_status run_compare(const plan_options *o, const plan_options *defaults)
+{
+    plan_compare_options c = {
+        .trace = o->compare, .topology = o->topology, .nodes = o->nodes, .attention_kernel = o->attention_kernel,
+        .model = o->model != defaults->model ? o->model : NULL, .world = o->world != defaults->world ? o->world : 0,
+        .ulysses = o->ulysses, .ring = o->ring != defaults->ring ? o->ring : 0,
+        .seq = o->seq != defaults->seq ? o->seq : 0, .batch = o->batch};
+    plan_comparison result;
+    USP_CHECK(plan_compare_run(&c, &result));
+    if (o->json)
+        return plan_comparison_print_json(stdout, &result, o->compare);
+    plan_comparison_print(stdout, &result);
+    return USP_OK;
+}
+
 int cmd_plan(int argc, char **argv)
 {
-    plan_options o = {.model = "tiny", .data = "passkey", .world = 4, .ring = 1, .seq = 64,
-                      .memory = MEMORY_OPTIONS_DEFAULTS};
+    const plan_options defaults = {.model = "tiny", .data = "passkey", .world = 4, .ring = 1, .seq = 64,
+                                   .memory = MEMORY_OPTIONS_DEFAULTS};
+    plan_options o = defaults;
     const cli_option options[] = {
         {"--model", CLI_STRING, &o.model, "NAME|FILE",
          "tiny (default), gpt2-124m, llama-1b, llama-7b, llama-13b, or a Hugging Face config.json", 0, -1},
@@ -328,6 +346,9 @@ int cmd_plan(int argc, char **argv)
         {"--json", CLI_FLAG, &o.json, NULL, "print one JSON summary object (fields in docs/planning.md)", 0, -1},
         {"--no-overlap", CLI_FLAG, &o.no_overlap, NULL,
          "model no transfer beside compute (every stream on one clock): what the overlap saves", 0, -1},
+        {"--compare", CLI_STRING, &o.compare, "FILE",
+         "predicted against measured: plan the run of a usp train --trace FILE.json and print both per phase "
+         "(docs/viz.md)", 0, -1},
         MEMORY_OPTIONS(o.memory),
         {0},
     };
@@ -350,6 +371,6 @@ int cmd_plan(int argc, char **argv)
                        options);
         return 0;
     }
-    s = run(&o);
+    s = o.compare ? run_compare(&o, &defaults) : run(&o);
     return s != USP_OK ? cli_fail("plan", s) : 0;
 }

@@ -5,6 +5,7 @@
  * --trace and --dot look at the run afterwards, so the runtime records the
  * trace only when one of them asks: a trace keeps every call and compute op
  * of every step. */
+#include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -127,10 +128,10 @@ static usp_status build_config(const char *command, const train_options *o, usp_
         return usp_error(USP_ERR_CONFIG, "--attention-kernel %s with --backend %s: the kernel's rates are the "
                          "simulator's model; a real backend runs and times its own kernels (drop --attention-kernel)",
                          o->attention_kernel, o->backend);
-    if (real && (o->trace || o->dot))
-        return usp_error(USP_ERR_CONFIG, "%s with --backend %s: traces and pictures are the simulator's (drop %s, or "
-                         "run the same options on --backend sim)", o->trace ? "--trace" : "--dot", o->backend,
-                         o->trace ? "--trace" : "--dot");
+    if (real && o->dot) /* --trace is measured on every backend (docs/viz.md) */
+        return usp_error(USP_ERR_CONFIG, "--dot with --backend %s: pictures are the simulator's (drop --dot, or run "
+                         "the same options on --backend sim); --trace FILE.json works here and records measured times",
+                         o->backend);
     if (o->dump_dir)
         USP_CHECK(output_path_check("--dump-dir", o->dump_dir, 1));
     int64_t padded;
@@ -170,6 +171,51 @@ static usp_status write_picture(const usp_runtime_t *rt, usp_status run, const c
     return viz_run_picture(rt, run, title, caption, o->dot, drawn);
 }
 
+/* The run's options as a JSON object's text (malloc'd; NULL out of memory): the
+ * trace file keeps them (otherData.usp_run), so that `usp plan --compare FILE`
+ * plans the same run with nothing else given (plan/compare.h reads them). */
+static char *run_options_json(const train_options *o, const usp_train_config *c, usp_runtime_cluster cluster)
+{
+    json_t *j = json_pack("{s:s, s:s, s:s?, s:s, s:s, s:i, s:i, s:i, s:i, s:I, s:b, s:I, s:I, s:s?, s:i, s:s?, s:s, "
+                          "s:i, s:b, s:b, s:b, s:i, s:s, s:b}",
+                          "command", c->eval_only ? "eval" : "train", "backend", o->backend, "model",
+                          o->model ? o->model : o->resume ? o->resume : "tiny", "model_name", c->model.name, "data",
+                          o->data, "world", c->shape.world, "dp", c->shape.dp, "ulysses", c->shape.ulysses, "ring",
+                          c->shape.ring, "seq", (json_int_t)c->seq_len, "pad", c->pad, "batch", (json_int_t)c->batch,
+                          "steps", (json_int_t)c->steps, "topology", o->topology, "nodes", o->nodes,
+                          "attention_kernel", o->attention_kernel, "dtype", o->memory.dtype, "zero", o->memory.zero,
+                          "recompute", o->memory.recompute, "tiled_mlp", o->memory.tiled_mlp, "tiled_loss",
+                          o->memory.tiled_loss, "tile_rows", o->memory.tile_rows, "machine", cluster.name,
+                          "modelled", cluster.modelled);
+    if (j && json_object_set_new(j, "attention", json_string(o->attention)) != 0)
+        json_decref(j), j = NULL;
+    char *text = j ? json_dumps(j, JSON_COMPACT) : NULL;
+    json_decref(j);
+    return text;
+}
+
+/* The trace file of a finished run, with its clock and options beside the events. */
+static usp_status write_trace(const usp_runtime_t *rt, const char *command, const train_options *o,
+                              const usp_train_config *c)
+{
+    if (!usp_runtime_trace(rt))
+        return usp_error(USP_ERR_CONFIG, "--trace %s: the %s runtime records no trace", o->trace, usp_runtime_name(rt));
+    usp_runtime_cluster cluster = usp_runtime_cluster_of(rt);
+    char generator[32];
+    snprintf(generator, sizeof generator, "usp %s", command);
+    char *options = run_options_json(o, c, cluster);
+    if (!options)
+        return usp_error(USP_ERR_RUNTIME, "--trace %s: out of memory writing the run's options", o->trace);
+    viz_trace_run run = {.generator = generator, .options_json = options,
+                         .clock = cluster.modelled ? NULL
+                                                   : "measured: seconds since each process started (ts in "
+                                                     "microseconds); ops timed on the host around each op, or between "
+                                                     "device events on a GPU"};
+    usp_status s = viz_trace_write_run(usp_runtime_trace(rt), o->trace, &run);
+    free(options);
+    return s;
+}
+
 /* --trace (Chrome trace JSON for a .json name, plain text otherwise) and --dot
  * of a finished run, failed runs included: their trace and wait-for picture
  * are what explains the failure. Says what it wrote on stdout (on stderr after
@@ -183,9 +229,7 @@ static usp_status write_outputs(const usp_runtime_t *rt, usp_status run, const c
     usp_status first = USP_OK;
     if (o->trace) {
         int chrome = viz_trace_path_is_json(o->trace);
-        usp_status s = usp_runtime_trace(rt) ? viz_trace_write(usp_runtime_trace(rt), o->trace)
-                                             : usp_error(USP_ERR_CONFIG, "--trace %s: the %s runtime records no trace",
-                                                         o->trace, usp_runtime_name(rt));
+        usp_status s = write_trace(rt, command, o, c);
         if (s != USP_OK)
             fprintf(stderr, "usp %s: %s\n", command, usp_error_message()), first = s;
         else if (say)
@@ -293,9 +337,11 @@ int cmd_train(int argc, char **argv)
         {"--log-every", CLI_INT, &o.log_every, "S", "a progress line every S steps (default 250)", 1, 1 << 30},
         {"--inject", CLI_LIST, &o.inject, "SPEC", "fault KIND:rank=R[,op=OP][,call=K][,group=G] (see usp selftest --help)", 0, -1},
         {"--trace", CLI_STRING, &o.trace, "FILE",
-         "write the run's trace: Chrome trace JSON (Perfetto) when FILE ends in .json, plain text otherwise", 0, -1},
+         "write the run's trace: Chrome trace JSON (Perfetto) when FILE ends in .json, plain text otherwise; modelled "
+         "times on sim, measured on mpi and nccl (compare them: usp plan --compare FILE)", 0, -1},
         {"--dot", CLI_STRING, &o.dot, "FILE",
-         "picture (.dot, .svg, .png, .pdf): the wait-for graph of a deadlock/mismatch, else the traffic map", 0, -1},
+         "picture (.dot, .svg, .png, .pdf): the wait-for graph of a deadlock/mismatch, else the traffic map "
+         "(sim only)", 0, -1},
         {"--json", CLI_FLAG, &o.json, NULL, "one JSON object per line: per-step records, then a summary", 0, -1},
         {"--meta", CLI_FLAG, &o.meta, NULL, "run on shapes only (meta backend): modelled time and memory, no loss", 0, -1},
         {"--check-collectives", CLI_FLAG, &o.check_collectives, NULL,

@@ -21,7 +21,7 @@
 #include "core/comm.h"
 #include "viz/trace_query.h"
 
-enum { TID_COMPUTE = 0, TID_COMM = 1 };
+enum { TID_COMPUTE = 0, TID_COMM = 1, TID_STEPS = 2 };
 
 static double us(double seconds) { return seconds * 1e6; }
 
@@ -53,7 +53,7 @@ static void add(sink *out, const char *ph, const char *name, double ts, int pid,
     put(out, e);
 }
 
-static void add_metadata(sink *out, int world)
+static void add_metadata(sink *out, int world, int steps)
 {
     char name[32];
     for (int r = 0; r < world && out->ok; r++) {
@@ -62,6 +62,8 @@ static void add_metadata(sink *out, int world)
         add(out, "M", "process_sort_index", 0, r, TID_COMPUTE, json_pack("{s:i}", "sort_index", r));
         add(out, "M", "thread_name", 0, r, TID_COMPUTE, json_pack("{s:s}", "name", "compute"));
         add(out, "M", "thread_name", 0, r, TID_COMM, json_pack("{s:s}", "name", "communication"));
+        if (steps)
+            add(out, "M", "thread_name", 0, r, TID_STEPS, json_pack("{s:s}", "name", "steps"));
     }
 }
 
@@ -117,7 +119,15 @@ static void add_rank(sink *out, const usp_trace_t *t, int rank, const rank_index
             json_pack("{s:f, s:f}", "flops", e->flops, "bytes", e->mem_bytes));
         add(out, "E", e->name, us(e->t_end), rank, TID_COMPUTE, NULL);
     }
-    char name[128], site[PATH_MAX + 16]; /* site: a source path the compiler opened (< PATH_MAX), ':' and a line */
+    char name[128], site[PATH_MAX + 16];
+    for (size_t k = 0; k < usp_trace_step_count(t) && out->ok; k++) { /* few: one per step per rank */
+        const usp_trace_step *st = usp_trace_step_at(t, k);
+        if (st->rank != rank)
+            continue;
+        snprintf(name, sizeof name, "step %lld", (long long)st->step);
+        add(out, "B", name, us(st->t_start), rank, TID_STEPS, json_pack("{s:I}", "step", (json_int_t)st->step));
+        add(out, "E", name, us(st->t_end), rank, TID_STEPS, NULL);
+    } /* site: a source path the compiler opened (< PATH_MAX), ':' and a line */
     for (size_t k = comm->first[rank]; k < comm->first[rank + 1] && out->ok; k++) {
         const usp_trace_event *e = usp_trace_at(t, comm->ids[k]);
         comm_name(t, e, name, sizeof name);
@@ -188,22 +198,37 @@ static void add_flows(sink *out, const usp_trace_t *t, const rank_index *comm, i
     }
 }
 
+/* otherData: who wrote the file, what its clock is, and the run's options (a JSON object's text, or NULL). */
+static int write_other_data(FILE *fp, const viz_trace_run *run)
+{
+    json_t *other = json_pack("{s:s, s:s}", "generator", run && run->generator ? run->generator : "usp viz", "clock",
+                              run && run->clock ? run->clock : "virtual time of the simulator (ts in microseconds)");
+    if (other && run && run->options_json) {
+        json_t *options = json_loads(run->options_json, 0, NULL);
+        if (!json_is_object(options) || json_object_set_new(other, VIZ_TRACE_RUN_KEY, options) != 0)
+            json_decref(other), other = NULL;
+    }
+    int ok = other && fputs("\n],\"displayTimeUnit\":\"ns\",\"otherData\":", fp) != EOF &&
+             json_dumpf(other, fp, JSON_COMPACT | JSON_REAL_PRECISION(12)) == 0 && fputs("}\n", fp) != EOF;
+    json_decref(other);
+    return ok;
+}
+
 /* The whole document into `fp`; 0 when out of memory or a write failed. */
-static int write_document(const usp_trace_t *t, FILE *fp)
+static int write_document(const usp_trace_t *t, FILE *fp, const viz_trace_run *run)
 {
     int world = viz_trace_world(t);
     rank_index compute = {0}, comm = {0};
     sink out = {.fp = fp, .ok = 1};
     out.ok = index_by_rank(t, 1, world, &compute) && index_by_rank(t, 0, world, &comm);
     out.ok = out.ok && fputs("{\"traceEvents\":[", fp) != EOF;
-    add_metadata(&out, world);
+    add_metadata(&out, world, usp_trace_step_count(t) > 0);
     for (int r = 0; r < world && out.ok; r++)
         add_rank(&out, t, r, &compute, &comm);
     add_flows(&out, t, &comm, world);
     rank_index_free(&compute);
     rank_index_free(&comm);
-    return out.ok && fputs("\n],\"displayTimeUnit\":\"ns\",\"otherData\":{\"generator\":\"usp viz\",\"clock\":"
-                           "\"virtual time of the simulator (ts in microseconds)\"}}\n", fp) != EOF;
+    return out.ok && write_other_data(fp, run);
 }
 
 usp_status viz_chrome_trace_text(const usp_trace_t *t, char **out)
@@ -211,7 +236,7 @@ usp_status viz_chrome_trace_text(const usp_trace_t *t, char **out)
     *out = NULL;
     size_t size = 0;
     FILE *fp = open_memstream(out, &size);
-    int ok = fp && write_document(t, fp);
+    int ok = fp && write_document(t, fp, NULL);
     if (fp)
         ok = fclose(fp) == 0 && ok; /* sets *out, whatever happened before */
     if (!ok) {
@@ -224,9 +249,14 @@ usp_status viz_chrome_trace_text(const usp_trace_t *t, char **out)
 
 usp_status viz_chrome_trace_write(const usp_trace_t *t, const char *path)
 {
+    return viz_chrome_trace_write_run(t, path, NULL);
+}
+
+usp_status viz_chrome_trace_write_run(const usp_trace_t *t, const char *path, const viz_trace_run *run)
+{
     usp_atomic_file f;
     USP_CHECK(usp_atomic_file_open(&f, path));
-    if (!write_document(t, f.fp)) {
+    if (!write_document(t, f.fp, run)) {
         usp_atomic_file_abort(&f);
         return usp_error(USP_ERR_RUNTIME, "cannot write the Chrome trace to %s: out of memory or a short write "
                          "(is the disk full?)", path);
@@ -242,5 +272,10 @@ int viz_trace_path_is_json(const char *path)
 
 usp_status viz_trace_write(const usp_trace_t *t, const char *path)
 {
-    return viz_trace_path_is_json(path) ? viz_chrome_trace_write(t, path) : usp_trace_write_text(t, path);
+    return viz_trace_write_run(t, path, NULL);
+}
+
+usp_status viz_trace_write_run(const usp_trace_t *t, const char *path, const viz_trace_run *run)
+{
+    return viz_trace_path_is_json(path) ? viz_chrome_trace_write_run(t, path, run) : usp_trace_write_text(t, path);
 }

@@ -57,5 +57,9 @@ usp_status cuda_runtime_create(const usp_runtime_options *o, usp_runtime_t **out
     char gpu[128];
     usp_cuda_device_describe(chosen_gpu, gpu, sizeof gpu);
     snprintf(machine, sizeof machine, "GPU %d: %s", chosen_gpu, gpu);
-    return usp_runtime_single_create(machine, make_backend, NULL, out);
+    USP_CHECK(usp_runtime_single_create(machine, make_backend, NULL, out));
+    usp_status s = o->trace ? usp_runtime_single_record_trace(*out) : USP_OK;
+    if (s != USP_OK)
+        usp_runtime_destroy(*out), *out = NULL;
+    return s;
 }

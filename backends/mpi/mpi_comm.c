@@ -187,7 +187,7 @@ static usp_status split(mpi_handle *h, const usp_comm_op *op)
     s = usp_calloc((void **)&ch, 1, sizeof *ch, "an MPI group handle");
     if (s == USP_OK) {
         *ch = (mpi_handle){.process = h->process, .comm = child};
-        s = usp_comm_create(&mpi_comm_iface, ch, rank, size, world, op->name, NULL, &ch->self);
+        s = usp_comm_create(&mpi_comm_iface, ch, rank, size, world, op->name, h->process->trace, &ch->self);
         if (s != USP_OK)
             free(ch);
         else if (h->process->recorder)
@@ -288,7 +288,7 @@ usp_status mpi_comm_world(mpi_comm_process *p, MPI_Comm comm, usp_comm_t **out)
             MPI_Comm_set_errhandler(h->comm, MPI_ERRORS_RETURN);
     }
     if (s == USP_OK)
-        s = usp_comm_create(&mpi_comm_iface, h, rank, size, world, "world", NULL, &h->self);
+        s = usp_comm_create(&mpi_comm_iface, h, rank, size, world, "world", p->trace, &h->self);
     if (s == USP_OK && p->recorder)
         s = usp_flight_recorder_add_group(p->recorder, "world", size, world, rank);
     free(world);

@@ -111,7 +111,8 @@ static usp_status launch_gather(const usp_rank_ctx *ctx, const void *mine, size_
 usp_rank_ctx mpi_launch_rank_ctx(mpi_launch *l, usp_comm_t *world, usp_backend_t *backend)
 {
     return (usp_rank_ctx){.rank = l->rank, .world_size = l->size, .world = world, .backend = backend,
-                          .clock = launch_clock, .runtime = l, .gather = launch_gather, .gather_ctx = l};
+                          .clock = launch_clock, .runtime = l, .gather = launch_gather, .gather_ctx = l,
+                          .trace = l->process.trace};
 }
 
 usp_status mpi_launch_wrap_world(mpi_launch *l, usp_comm_t *inner, usp_comm_t **out)
@@ -185,6 +186,8 @@ void mpi_launch_stop(mpi_launch *l)
     l->decorator = NULL;
     usp_flight_recorder_destroy(l->recorder);
     l->recorder = NULL;
+    usp_trace_destroy(l->process.trace);
+    l->process.trace = NULL;
     int initialized = 0, finalized = 0;
     MPI_Initialized(&initialized);
     MPI_Finalized(&finalized);

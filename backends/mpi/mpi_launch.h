@@ -37,6 +37,7 @@ typedef struct mpi_comm_process {
     const usp_comm_decorator *decorator; /* its fired faults go into the record (NULL: none) */
     size_t injected_seen;    /* bytes of the decorator's fault lines the record has */
     double t0;               /* MPI_Wtime at the start: the clock of t_post, t_start, t_end */
+    usp_trace_t *trace;      /* --trace: this rank's calls, ops and steps (NULL: none) */
 } mpi_comm_process;
 
 /* A handle's count of the calls it issued, and of those, collectives (they

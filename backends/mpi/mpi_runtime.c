@@ -9,6 +9,7 @@
 #include "backends/mpi/mpi_comm.h"
 #include "backends/mpi/mpi_launch.h"
 #include "backends/mpi/mpi_self_launch.h"
+#include "backends/mpi/mpi_trace_gather.h"
 #include "core/runtime_impl.h"
 
 typedef struct mpi_runtime {
@@ -29,8 +30,11 @@ static usp_status mpi_runtime_run(void *ctx, usp_rank_main_fn fn, void *arg)
         s = mpi_launch_wrap_world(l, inner, &world);
     if (s == USP_OK) {
         usp_rank_ctx rank = mpi_launch_rank_ctx(l, world, backend);
-        s = fn(&rank, arg);
+        s = mpi_launch_trace_ops(l, backend, &rank);
+        if (s == USP_OK)
+            s = fn(&rank, arg);
     }
+    s = mpi_launch_trace_gather(l, backend, s);
     s = mpi_launch_end_rank(l, s, world != NULL);
     usp_comm_destroy(world);
     usp_backend_destroy(backend);
@@ -43,6 +47,7 @@ static const usp_runtime_i mpi_runtime_iface = {
     .run = mpi_runtime_run,
     .world_size = mpi_launch_world_size,
     .report = mpi_launch_report,
+    .trace = mpi_launch_trace,
     .prints = mpi_launch_prints,
     .cluster = mpi_launch_cluster,
     .destroy = mpi_launch_free,
@@ -63,6 +68,11 @@ usp_status mpi_runtime_create(const usp_runtime_options *o, usp_runtime_t **out)
         return s;
     }
     snprintf(rt->launch.machine, sizeof rt->launch.machine, "this machine (MPI)");
+    s = mpi_launch_trace_start(&rt->launch, o);
+    if (s != USP_OK) {
+        mpi_launch_free(rt);
+        return s;
+    }
     return usp_runtime_make(&mpi_runtime_iface, rt, out);
 }
 

@@ -433,7 +433,7 @@ static usp_status make_handle(nccl_process *p, ncclComm_t comm, MPI_Comm mpi, in
         s = e == cudaSuccess ? USP_OK : cuda_failed("cudaMalloc of the barrier's word", e);
     }
     if (s == USP_OK)
-        s = usp_comm_create(&nccl_comm_iface, h, rank, size, world, name, NULL, &h->self);
+        s = usp_comm_create(&nccl_comm_iface, h, rank, size, world, name, p->guard->trace, &h->self);
     if (s == USP_OK && p->guard->recorder)
         s = usp_flight_recorder_add_group(p->guard->recorder, name, size, world, rank);
     if (s != USP_OK) {

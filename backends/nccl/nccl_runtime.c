@@ -8,6 +8,7 @@
 #include "backends/cuda/cuda_runtime.h"
 #include "backends/mpi/mpi_launch.h"
 #include "backends/mpi/mpi_self_launch.h"
+#include "backends/mpi/mpi_trace_gather.h"
 #include "backends/nccl/nccl_comm.h"
 #include "backends/nccl/nccl_plan.h"
 #include "core/runtime_impl.h"
@@ -35,10 +36,13 @@ static usp_status nccl_runtime_run(void *ctx, usp_rank_main_fn fn, void *arg)
         s = mpi_launch_wrap_world(l, inner, &world);
     if (s == USP_OK) {
         usp_rank_ctx rank = mpi_launch_rank_ctx(l, world, backend);
-        s = fn(&rank, arg);
+        s = mpi_launch_trace_ops(l, backend, &rank); /* CUDA events around each op (the event_elapsed slot) */
+        if (s == USP_OK)
+            s = fn(&rank, arg);
         if (s == USP_OK) /* what the rank left enqueued has run, and NCCL's errors are known */
             s = nccl_process_finish(nccl);
     }
+    s = mpi_launch_trace_gather(l, backend, s); /* every rank takes part, failed or not */
     if (s != USP_OK) /* peers may never come to what this rank left enqueued */
         nccl_process_abort(nccl);
     s = mpi_launch_end_rank(l, s, world != NULL);
@@ -55,6 +59,7 @@ static const usp_runtime_i nccl_runtime_iface = {
     .run = nccl_runtime_run,
     .world_size = mpi_launch_world_size,
     .report = mpi_launch_report,
+    .trace = mpi_launch_trace,
     .prints = mpi_launch_prints,
     .cluster = mpi_launch_cluster,
     .destroy = mpi_launch_free,
@@ -86,6 +91,11 @@ usp_status nccl_runtime_create(const usp_runtime_options *o, usp_runtime_t **out
     char gpu[128];
     usp_cuda_device_describe(rt->gpu, gpu, sizeof gpu);
     snprintf(rt->launch.machine, sizeof rt->launch.machine, "%d GPUs (NCCL; rank 0 on %s)", rt->launch.size, gpu);
+    s = mpi_launch_trace_start(&rt->launch, o);
+    if (s != USP_OK) {
+        mpi_launch_free(rt);
+        return s;
+    }
     return usp_runtime_make(&nccl_runtime_iface, rt, out);
 }
 

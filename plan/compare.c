@@ -1,0 +1,235 @@
+/* Predicted against measured (see compare.h). */
+#include "plan/compare.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "plan/plan.h"
+#include "sim/cost_model.h"
+#include "sim/topology.h"
+
+/* The run's options as usp train wrote them (otherData.usp_run). */
+typedef struct run_options {
+    const char *backend, *model, *data, *attention, *topology, *attention_kernel, *dtype, *machine;
+    int world, ulysses, ring, nodes, pad, zero, recompute, tiled_mlp, tiled_loss, tile_rows, modelled;
+    json_int_t seq, batch;
+} run_options;
+
+static usp_status read_run_options(const plan_trace *t, run_options *r)
+{
+    const json_t *run = plan_trace_run_options(t);
+    if (!run)
+        return usp_error(USP_ERR_CONFIG, "%s: a usp trace without the run's options (otherData.usp_run): usp viz, "
+                         "usp plan --trace and usp train before this version write none; record the run with usp "
+                         "train ... --trace FILE.json", t->name);
+    *r = (run_options){0};
+    json_error_t e;
+    if (json_unpack_ex((json_t *)run, &e, 0,
+                       "{s:s, s:s, s:s, s:s, s:i, s:i, s:i, s:I, s:b, s:I, s?:i, s:s, s:i, s:b, s:b, s:b, s:i, "
+                       "s:s, s:b}",
+                       "backend", &r->backend, "model", &r->model, "data", &r->data, "attention", &r->attention,
+                       "world", &r->world, "ulysses", &r->ulysses, "ring", &r->ring, "seq", &r->seq, "pad", &r->pad,
+                       "batch", &r->batch, "nodes", &r->nodes, "dtype", &r->dtype, "zero", &r->zero, "recompute",
+                       &r->recompute,
+                       "tiled_mlp", &r->tiled_mlp, "tiled_loss", &r->tiled_loss, "tile_rows", &r->tile_rows,
+                       "machine", &r->machine, "modelled", &r->modelled) != 0)
+        return usp_error(USP_ERR_CONFIG, "%s: otherData.usp_run: %s", t->name, e.text);
+    /* null when the run took the default */
+    r->topology = json_string_value(json_object_get(run, "topology"));
+    r->attention_kernel = json_string_value(json_object_get(run, "attention_kernel"));
+    return USP_OK;
+}
+
+/* An option given beside --compare that is not the run's. */
+static usp_status check_given(const plan_trace *t, const plan_compare_options *o, const run_options *r)
+{
+    const struct { const char *option; long long given, recorded; } ints[] = {
+        {"--world", o->world, r->world}, {"--ulysses", o->ulysses, r->ulysses}, {"--ring", o->ring, r->ring},
+        {"--seq", o->seq, r->seq}, {"--batch", o->batch, r->batch},
+    };
+    for (size_t i = 0; i < sizeof ints / sizeof ints[0]; i++)
+        if (ints[i].given && ints[i].given != ints[i].recorded)
+            return usp_error(USP_ERR_CONFIG, "%s %lld beside --compare %s: the run was %s %lld (drop %s: the trace "
+                             "says what to plan)", ints[i].option, ints[i].given, t->name, ints[i].option,
+                             ints[i].recorded, ints[i].option);
+    if (o->model && strcmp(o->model, r->model) != 0)
+        return usp_error(USP_ERR_CONFIG, "--model %s beside --compare %s: the run was --model %s (drop --model: the "
+                         "trace says what to plan)", o->model, t->name, r->model);
+    return USP_OK;
+}
+
+/* The run's training config, as usp plan builds it from the same options. */
+static usp_status run_config(const plan_trace *t, const run_options *r, usp_train_config *c)
+{
+    usp_train_defaults(c);
+    if (usp_model_config_load(r->model, &c->model) != USP_OK) {
+        char why[USP_ERROR_MESSAGE_MAX];
+        snprintf(why, sizeof why, "%s", usp_error_message());
+        return usp_error(USP_ERR_CONFIG, "%s: the run's model %s: %s", t->name, r->model, why);
+    }
+    if (usp_mesh_shape_make(r->world, r->ulysses, r->ring, &c->shape) != USP_OK)
+        return usp_error(USP_ERR_CONFIG, "%s: the run's mesh (world %d, ulysses %d, ring %d): %s", t->name, r->world,
+                         r->ulysses, r->ring, usp_error_message());
+    c->data = r->data, c->seq_len = r->seq, c->pad = r->pad, c->batch = r->batch;
+    c->attention_local = strcmp(r->attention, "local") == 0;
+    c->storage = strcmp(r->dtype, "bf16") == 0 ? USP_BF16 : USP_F32;
+    c->zero_stage = r->zero, c->recompute_layers = r->recompute;
+    c->tiled_mlp = r->tiled_mlp, c->tiled_loss = r->tiled_loss, c->tile_rows = r->tile_rows;
+    return USP_OK;
+}
+
+/* The planner's step of `c` on `cost`, read back from its modelled trace by the code that reads the run's. */
+static usp_status predict(const usp_train_config *c, const sim_cost_model *cost, plan_step_phases *out)
+{
+    const char *dir = getenv("TMPDIR") && *getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
+    char path[4096];
+    snprintf(path, sizeof path, "%s/usp-compare-XXXXXX.json", dir);
+    int fd = mkstemps(path, 5);
+    if (fd < 0)
+        return usp_error(USP_ERR_RUNTIME, "cannot make a temporary file in %s for the planned step's trace", dir);
+    close(fd);
+    plan_result result;
+    usp_status s = plan_run(c, cost, path, &result);
+    plan_trace planned = {0};
+    if (s == USP_OK) {
+        plan_result_free(&result);
+        s = plan_trace_read(path, &planned);
+    }
+    if (s == USP_OK)
+        s = plan_trace_step_phases(&planned, 1, out);
+    plan_trace_free(&planned);
+    unlink(path);
+    return s;
+}
+
+usp_status plan_compare_run(const plan_compare_options *o, plan_comparison *out)
+{
+    *out = (plan_comparison){0};
+    plan_trace t;
+    USP_CHECK(plan_trace_read(o->trace, &t));
+    run_options r;
+    usp_train_config c;
+    usp_status s = read_run_options(&t, &r);
+    if (s == USP_OK)
+        s = check_given(&t, o, &r);
+    if (s == USP_OK)
+        s = plan_trace_step_phases(&t, 0, &out->measured);
+    if (s == USP_OK)
+        s = run_config(&t, &r, &c);
+    sim_cost_model cost = sim_cost_model_default(r.world > 0 ? r.world : 1);
+    const char *topology = o->topology ? o->topology : r.topology;
+    int nodes = o->nodes ? o->nodes : r.nodes;
+    if (s == USP_OK && (topology || nodes))
+        s = sim_topology_for_world(topology, nodes, r.world, &cost.topology);
+    if (s == USP_OK)
+        s = sim_gpu_use_attention_kernel_named(&cost.topology.gpu, o->attention_kernel ? o->attention_kernel
+                                                                                       : r.attention_kernel);
+    if (s == USP_OK)
+        s = predict(&c, &cost, &out->predicted);
+    if (s == USP_OK) {
+        snprintf(out->backend, sizeof out->backend, "%s", r.backend);
+        snprintf(out->model, sizeof out->model, "%s", r.model);
+        snprintf(out->machine, sizeof out->machine, "%s", r.machine);
+        size_t n = topology ? strlen(topology) : 0; /* a file (usp calibrate's, say) is named beside its name */
+        int file = n > 5 && strcmp(topology + n - 5, ".json") == 0;
+        snprintf(out->topology, sizeof out->topology, "%s%s%s%s", cost.topology.name, file ? " (topology file " : "",
+                 file ? topology : "", file ? ")" : "");
+        snprintf(out->clock, sizeof out->clock, "%s", plan_trace_clock(&t));
+        out->shape = c.shape, out->seq = (long long)c.seq_len, out->batch = (long long)c.batch;
+        out->modelled = r.modelled;
+    }
+    plan_trace_free(&t);
+    return s;
+}
+
+/* One row: a name and the two sides' seconds. */
+typedef struct row {
+    const char *name;
+    double predicted, measured;
+} row;
+
+/* The phases, then compute, communication and the step: n rows into rows[PLAN_PHASES + 3]. */
+static int rows_of(const plan_comparison *c, row *rows)
+{
+    int n = 0;
+    for (int p = 0; p < PLAN_PHASES; p++)
+        rows[n++] = (row){plan_phase_name((plan_phase)p), c->predicted.phase_s[p], c->measured.phase_s[p]};
+    rows[n++] = (row){"compute", c->predicted.compute_s, c->measured.compute_s};
+    rows[n++] = (row){"communication", c->predicted.comm_s, c->measured.comm_s};
+    rows[n++] = (row){"step", c->predicted.step_s, c->measured.step_s};
+    return n;
+}
+
+/* "12.3 us", "4.56 ms", "1.234 s". */
+static const char *fmt_seconds(char *buf, size_t size, double s)
+{
+    if (s == 0)
+        snprintf(buf, size, "0");
+    else if (s < 1e-3)
+        snprintf(buf, size, "%.1f us", s * 1e6);
+    else if (s < 1)
+        snprintf(buf, size, "%.3f ms", s * 1e3);
+    else
+        snprintf(buf, size, "%.3f s", s);
+    return buf;
+}
+
+void plan_comparison_print(FILE *out, const plan_comparison *c)
+{
+    fprintf(out, "usp plan --compare: a run of usp train --backend %s, model %s, world %d = dp %d x ring %d x ulysses "
+            "%d, seq %lld, batch %lld\n", c->backend, c->model, c->shape.world, c->shape.dp, c->shape.ring,
+            c->shape.ulysses, c->seq, c->batch);
+    fprintf(out, "the run: step %lld of %lld, %s on %s, %s%d rank%s\n", (long long)c->measured.step,
+            (long long)c->measured.steps, c->modelled ? "modelled by the simulator" : "measured", c->machine,
+            c->measured.ranks > 1 ? "mean of " : "", c->measured.ranks, c->measured.ranks > 1 ? "s" : "");
+    fprintf(out, "predicted: one step planned on %s, by the same code on the meta backend in the simulator\n",
+            c->topology);
+    fprintf(out, "\n  %-18s %12s %12s %10s\n", "phase", "predicted", "measured", "ratio");
+    row rows[PLAN_PHASES + 3];
+    int n = rows_of(c, rows);
+    char a[32], b[32], ratio[32];
+    for (int i = 0; i < n; i++) {
+        if (i == PLAN_PHASES)
+            fputc('\n', out);
+        if (rows[i].predicted > 0)
+            snprintf(ratio, sizeof ratio, "%.3g", rows[i].measured / rows[i].predicted);
+        else
+            snprintf(ratio, sizeof ratio, "%s", rows[i].measured > 0 ? "(none)" : "-");
+        fprintf(out, "  %-18s %12s %12s %10s\n", rows[i].name, fmt_seconds(a, sizeof a, rows[i].predicted),
+                fmt_seconds(b, sizeof b, rows[i].measured), ratio);
+    }
+    fprintf(out, "\nratio: measured / predicted. A phase: the mean over the ranks of the step's time in it (a call\n"
+            "from post to completion, waiting included); step: the longest rank's.\n");
+}
+
+usp_status plan_comparison_print_json(FILE *out, const plan_comparison *c, const char *trace)
+{
+    json_t *phases = json_array();
+    row rows[PLAN_PHASES + 3];
+    int n = rows_of(c, rows);
+    for (int i = 0; phases && i < n; i++) {
+        json_t *ratio = rows[i].predicted > 0 ? json_real(rows[i].measured / rows[i].predicted) : json_null();
+        if (json_array_append_new(phases, json_pack("{s:s, s:f, s:f, s:o}", "phase", rows[i].name, "predicted_s",
+                                                    rows[i].predicted, "measured_s", rows[i].measured, "ratio",
+                                                    ratio)) != 0)
+            json_decref(phases), phases = NULL;
+    }
+    json_t *j = phases ? json_pack("{s:s, s:s, s:s, s:i, s:i, s:i, s:i, s:I, s:I, s:I, s:I, s:i, s:s, s:b, s:s, "
+                                   "s:s, s:o}",
+                                   "trace", trace, "backend", c->backend, "model", c->model, "world", c->shape.world,
+                                   "dp", c->shape.dp, "ulysses", c->shape.ulysses, "ring", c->shape.ring, "seq",
+                                   (json_int_t)c->seq, "batch", (json_int_t)c->batch, "step",
+                                   (json_int_t)c->measured.step, "steps", (json_int_t)c->measured.steps, "ranks",
+                                   c->measured.ranks, "machine", c->machine, "modelled", c->modelled, "topology",
+                                   c->topology, "clock", c->clock, "phases", phases)
+                       : NULL;
+    char *text = j ? json_dumps(j, JSON_COMPACT | JSON_REAL_PRECISION(9)) : NULL;
+    json_decref(j);
+    if (!text)
+        return usp_error(USP_ERR_RUNTIME, "--json: the comparison could not be written as JSON (a figure that is not "
+                         "a finite number, or out of memory)");
+    fprintf(out, "%s\n", text);
+    free(text);
+    return USP_OK;
+}

@@ -1,0 +1,285 @@
+/* One step of a usp Chrome trace by phase (see trace_phases.h). The document
+ * is read whole (jansson) and walked once per rank and thread: slices are B/E
+ * pairs, balanced and nested per (pid, tid), in the order the rank did them,
+ * as viz/chrome_trace.c writes them. */
+#include "plan/trace_phases.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+enum { TID_COMPUTE = 0, TID_COMM = 1, TID_STEPS = 2 }; /* viz/chrome_trace.c's threads */
+#define DEPTH_MAX 8                                    /* a call and its "waiting for peers" slice: 2 */
+
+static const char *const phase_names[PLAN_PHASES] = {
+    "attention", "gemm", "other_compute", "all_to_all", "ring_p2p", "all_reduce", "other_collectives",
+};
+
+const char *plan_phase_name(plan_phase p) { return p >= 0 && p < PLAN_PHASES ? phase_names[p] : "?"; }
+int plan_phase_is_comm(plan_phase p) { return p >= PLAN_PHASE_ALL_TO_ALL && p < PLAN_PHASES; }
+
+static plan_phase compute_phase(const char *op)
+{
+    if (strncmp(op, "attention_", 10) == 0)
+        return PLAN_PHASE_ATTENTION;
+    return strcmp(op, "gemm") == 0 ? PLAN_PHASE_GEMM : PLAN_PHASE_OTHER_COMPUTE;
+}
+
+static plan_phase comm_phase(const char *op)
+{
+    if (strncmp(op, "all_to_all", 10) == 0)
+        return PLAN_PHASE_ALL_TO_ALL;
+    if (!strcmp(op, "send") || !strcmp(op, "recv") || !strcmp(op, "sendrecv"))
+        return PLAN_PHASE_RING;
+    return strcmp(op, "all_reduce") == 0 ? PLAN_PHASE_ALL_REDUCE : PLAN_PHASE_OTHER_COMM;
+}
+
+static json_t *other_data(const plan_trace *t) { return json_object_get(t->doc, "otherData"); }
+
+const json_t *plan_trace_run_options(const plan_trace *t)
+{
+    json_t *run = json_object_get(other_data(t), "usp_run");
+    return json_is_object(run) ? run : NULL;
+}
+
+const char *plan_trace_clock(const plan_trace *t)
+{
+    const char *clock = json_string_value(json_object_get(other_data(t), "clock"));
+    return clock ? clock : "";
+}
+
+void plan_trace_free(plan_trace *t)
+{
+    json_decref(t->doc);
+    t->doc = NULL;
+}
+
+/* Checks that `doc` (stolen) is a trace usp wrote, into *out. */
+static usp_status check_document(const char *name, json_t *doc, plan_trace *out)
+{
+    const char *why = NULL;
+    const char *generator = json_string_value(json_object_get(json_object_get(doc, "otherData"), "generator"));
+    if (!json_is_object(doc) || !json_is_array(json_object_get(doc, "traceEvents")))
+        why = "not a Chrome trace (no traceEvents array)";
+    else if (!generator || strncmp(generator, "usp ", 4) != 0)
+        why = "a Chrome trace, but not one usp wrote (no otherData.generator \"usp ...\"): write it with usp train "
+              "--trace FILE.json";
+    if (why) {
+        json_decref(doc);
+        return usp_error(USP_ERR_CONFIG, "%s: %s", name, why);
+    }
+    *out = (plan_trace){.doc = doc, .name = name};
+    return USP_OK;
+}
+
+/* What jansson said of a document it could not read, as an error naming `name`. */
+static usp_status unreadable(const char *name, const json_error_t *e)
+{
+    if (e->line < 0) /* the file itself: missing, unreadable */
+        return usp_error(USP_ERR_CONFIG, "%s: cannot read it: %s", name, e->text);
+    return usp_error(USP_ERR_CONFIG, "%s: not JSON at line %d, column %d: %s%s", name, e->line, e->column, e->text,
+                     strstr(e->text, "end of") ? " (the file is truncated: a run that was killed while writing it?)"
+                                               : "");
+}
+
+usp_status plan_trace_read(const char *path, plan_trace *out)
+{
+    *out = (plan_trace){0};
+    json_error_t e;
+    json_t *doc = json_load_file(path, 0, &e);
+    return doc ? check_document(path, doc, out) : unreadable(path, &e);
+}
+
+usp_status plan_trace_parse(const char *name, const char *text, plan_trace *out)
+{
+    *out = (plan_trace){0};
+    json_error_t e;
+    json_t *doc = json_loads(text, 0, &e);
+    return doc ? check_document(name, doc, out) : unreadable(name, &e);
+}
+
+/* One finished slice. */
+typedef struct slice {
+    int pid, tid;
+    const char *name, *op; /* op: a call's args.op (NULL for compute and step slices) */
+    int64_t step;          /* a step slice's args.step */
+    double start, end;     /* microseconds */
+    int depth;             /* 0: top level on its thread */
+} slice;
+
+typedef struct open_slice {
+    const json_t *begin;
+} open_slice;
+
+/* Calls visit(s, ctx) for every finished slice, in the file's order of E events; a slice that does not
+ * close, or an E without a B: USP_ERR_CONFIG naming the file. */
+static usp_status each_slice(const plan_trace *t, int world, void (*visit)(const slice *s, void *ctx), void *ctx)
+{
+    open_slice *stack = calloc((size_t)world * 3 * DEPTH_MAX, sizeof *stack);
+    int *depth = calloc((size_t)world * 3, sizeof *depth);
+    if (!stack || !depth) {
+        free(stack), free(depth);
+        return usp_error(USP_ERR_RUNTIME, "out of memory reading %s", t->name);
+    }
+    usp_status s = USP_OK;
+    const json_t *events = json_object_get(t->doc, "traceEvents"), *e;
+    size_t i;
+    json_array_foreach(events, i, e) {
+        const char *ph = json_string_value(json_object_get(e, "ph"));
+        int pid = (int)json_integer_value(json_object_get(e, "pid"));
+        int tid = (int)json_integer_value(json_object_get(e, "tid"));
+        if (!ph || (strcmp(ph, "B") != 0 && strcmp(ph, "E") != 0) || pid < 0 || pid >= world || tid < 0 || tid > 2)
+            continue; /* metadata and flow events */
+        int track = pid * 3 + tid;
+        open_slice *top = stack + (size_t)track * DEPTH_MAX;
+        if (ph[0] == 'B') {
+            if (depth[track] == DEPTH_MAX) {
+                s = usp_error(USP_ERR_CONFIG, "%s: event %zu: slices nested deeper than %d on rank %d", t->name, i,
+                              DEPTH_MAX, pid);
+                break;
+            }
+            top[depth[track]++].begin = e;
+            continue;
+        }
+        if (depth[track] == 0) {
+            s = usp_error(USP_ERR_CONFIG, "%s: event %zu ends a slice that never began (rank %d, thread %d)", t->name,
+                          i, pid, tid);
+            break;
+        }
+        const json_t *b = top[--depth[track]].begin, *args = json_object_get(b, "args");
+        slice sl = {.pid = pid, .tid = tid, .name = json_string_value(json_object_get(b, "name")),
+                    .op = json_string_value(json_object_get(args, "op")),
+                    .step = json_integer_value(json_object_get(args, "step")),
+                    .start = json_number_value(json_object_get(b, "ts")),
+                    .end = json_number_value(json_object_get(e, "ts")), .depth = depth[track]};
+        if (!sl.name)
+            sl.name = "";
+        visit(&sl, ctx);
+    }
+    for (int k = 0; s == USP_OK && k < world * 3; k++)
+        if (depth[k])
+            s = usp_error(USP_ERR_CONFIG, "%s: a slice of rank %d never ends (is the file truncated?)", t->name, k / 3);
+    free(stack), free(depth);
+    return s;
+}
+
+/* The ranks: one past the largest pid of a slice. */
+static int trace_world(const plan_trace *t)
+{
+    int world = 0;
+    const json_t *e;
+    size_t i;
+    json_array_foreach(json_object_get(t->doc, "traceEvents"), i, e) {
+        json_int_t pid = json_integer_value(json_object_get(e, "pid"));
+        if (pid >= world && pid < 1 << 20)
+            world = (int)pid + 1;
+    }
+    return world;
+}
+
+/* Pass 1: every rank's steps (number, start, end), in a growable list. */
+typedef struct step_span {
+    int rank;
+    int64_t step;
+    double start, end;
+} step_span;
+
+typedef struct step_list {
+    step_span *spans;
+    size_t n, cap;
+    int out_of_memory;
+} step_list;
+
+static void collect_step(const slice *s, void *ctx)
+{
+    step_list *l = ctx;
+    if (s->tid != TID_STEPS || l->out_of_memory)
+        return;
+    if (l->n == l->cap) {
+        size_t cap = l->cap ? 2 * l->cap : 64;
+        step_span *grown = realloc(l->spans, cap * sizeof *grown);
+        if (!grown) {
+            l->out_of_memory = 1;
+            return;
+        }
+        l->spans = grown, l->cap = cap;
+    }
+    l->spans[l->n++] = (step_span){s->pid, s->step, s->start, s->end};
+}
+
+/* Pass 2: the phases of the chosen step. */
+typedef struct phase_sums {
+    const step_span *window; /* [world]: each rank's span of the step */
+    double *phase_us;        /* [world * PLAN_PHASES] */
+} phase_sums;
+
+static void add_to_phase(const slice *s, void *ctx)
+{
+    phase_sums *p = ctx;
+    const step_span *w = &p->window[s->pid];
+    if (s->tid == TID_STEPS || s->depth > 0 || s->start < w->start || s->start >= w->end)
+        return; /* a nested slice ("waiting for peers") is inside its call, already counted */
+    plan_phase phase = s->tid == TID_COMPUTE ? compute_phase(s->name) : comm_phase(s->op ? s->op : s->name);
+    p->phase_us[(size_t)s->pid * PLAN_PHASES + phase] += s->end - s->start;
+}
+
+/* The step every rank completed: `want`, or the last common one (0); each rank's span of it into window[]. */
+static usp_status choose_step(const plan_trace *t, const step_list *l, int world, int64_t want, step_span *window,
+                              int64_t *step, int64_t *common)
+{
+    for (size_t k = 0; k < l->n; k++) /* window[r].step: rank r's last step, for now */
+        if (l->spans[k].step > window[l->spans[k].rank].step)
+            window[l->spans[k].rank].step = l->spans[k].step;
+    *common = world > 0 ? window[0].step : 0;
+    for (int r = 0; r < world; r++)
+        *common = window[r].step < *common ? window[r].step : *common;
+    if (*common <= 0)
+        return usp_error(USP_ERR_CONFIG, "%s: no training step on %s (a trace of usp train has a \"steps\" track on "
+                         "every rank; a run that failed before its first step, or an older trace, has none)", t->name,
+                         world > 0 ? "some rank" : "any rank");
+    *step = want > 0 ? want : *common;
+    if (*step > *common)
+        return usp_error(USP_ERR_CONFIG, "%s: step %lld: every rank completed %lld step%s", t->name, (long long)want,
+                         (long long)*common, *common > 1 ? "s" : "");
+    for (int r = 0; r < world; r++)
+        window[r] = (step_span){.rank = r, .step = 0};
+    for (size_t k = 0; k < l->n; k++)
+        if (l->spans[k].step == *step)
+            window[l->spans[k].rank] = l->spans[k];
+    for (int r = 0; r < world; r++)
+        if (window[r].step != *step)
+            return usp_error(USP_ERR_CONFIG, "%s: rank %d has no step %lld", t->name, r, (long long)*step);
+    return USP_OK;
+}
+
+usp_status plan_trace_step_phases(const plan_trace *t, int64_t want, plan_step_phases *out)
+{
+    *out = (plan_step_phases){0};
+    int world = trace_world(t);
+    step_list l = {0};
+    step_span *window = calloc((size_t)(world ? world : 1), sizeof *window);
+    double *phase_us = calloc((size_t)(world ? world : 1) * PLAN_PHASES, sizeof *phase_us);
+    usp_status s = window && phase_us ? USP_OK : usp_error(USP_ERR_RUNTIME, "out of memory reading %s", t->name);
+    if (s == USP_OK)
+        s = each_slice(t, world, collect_step, &l);
+    if (s == USP_OK && l.out_of_memory)
+        s = usp_error(USP_ERR_RUNTIME, "out of memory reading the steps of %s", t->name);
+    int64_t step = 0, common = 0;
+    if (s == USP_OK)
+        s = choose_step(t, &l, world, want, window, &step, &common);
+    phase_sums sums = {.window = window, .phase_us = phase_us};
+    if (s == USP_OK)
+        s = each_slice(t, world, add_to_phase, &sums);
+    if (s == USP_OK) {
+        *out = (plan_step_phases){.step = step, .steps = common, .ranks = world};
+        for (int r = 0; r < world; r++) {
+            for (int p = 0; p < PLAN_PHASES; p++)
+                out->phase_s[p] += 1e-6 * phase_us[(size_t)r * PLAN_PHASES + p] / world;
+            double step_s = 1e-6 * (window[r].end - window[r].start);
+            out->step_s = step_s > out->step_s ? step_s : out->step_s;
+        }
+        for (int p = 0; p < PLAN_PHASES; p++)
+            *(plan_phase_is_comm((plan_phase)p) ? &out->comm_s : &out->compute_s) += out->phase_s[p];
+    }
+    free(l.spans), free(window), free(phase_us);
+    return s;
+}
