@@ -54,7 +54,7 @@ static int gpt2_pieces(const usp_param_tensor *p, ckpt_piece *out)
 static int llama_pieces(const usp_model_config *c, const usp_param_tensor *p, ckpt_piece *out)
 {
     int l = p->layer;
-    int64_t rows = p->shape[0], D = c->d_model / c->n_head, qd = c->n_head * D, kd = c->n_kv_head * D;
+    int64_t rows = p->shape[0], D = usp_model_config_head_dim(c), qd = c->n_head * D, kd = c->n_kv_head * D;
     switch (p->kind) {
     case USP_P_WTE: return piece(out, 0, rows, 0, "model.embed_tokens.weight", l);
     case USP_P_NORM1_W: return piece(out, 0, rows, 0, "model.layers.%d.input_layernorm.weight", l);

@@ -137,7 +137,7 @@ usp_status usp_model_create(const usp_model_setup *setup, usp_model **out)
     }
     const usp_mesh_shape *sh = &setup->mesh->shape;
     m->B = setup->batch, m->C = m->c.d_model, m->H = m->c.n_head, m->Hkv = m->c.n_kv_head;
-    m->D = m->C / m->H, m->F = m->c.d_ff, m->V = m->c.vocab;
+    m->D = usp_model_config_head_dim(&m->c), m->F = m->c.d_ff, m->V = m->c.vocab;
     m->UP = m->c.mlp == USP_MLP_SWIGLU ? 2 * m->F : m->F;
     USP_CHECK_GOTO(usp_model_check_shape(&m->c, setup->seq_len, sh->ulysses, setup->attention_local,
                                          setup->tile_rows), s, fail);

@@ -5,9 +5,14 @@
  * Face names (of config fields and of tensors), the other fields decide the
  * math. A config that came from anywhere passes usp_model_config_check before
  * any code sizes a buffer from it: every dimension is positive, at most
- * INT32_MAX (so a product of two fits int64_t), the heads divide the width and
- * the parameter count fits in 2^53, so index and size arithmetic downstream
- * can never overflow. */
+ * INT32_MAX (so a product of two fits int64_t), the heads divide the width
+ * (unless the head width is given) and the parameter count fits in 2^53, so
+ * index and size arithmetic downstream can never overflow.
+ *
+ * The attention is H heads of width D: q is [C -> H D], k and v [C -> Hkv D],
+ * o [H D -> C]. D defaults to C / H; a config may give it (head_dim, as
+ * Qwen3 and Gemma do: Qwen3-4B has C 2560 but 32 heads of 128), and then the
+ * attention width H D is independent of C. */
 #ifndef USP_MODEL_CONFIG_H
 #define USP_MODEL_CONFIG_H
 
@@ -34,6 +39,7 @@ typedef struct usp_model_config {
     char name[64];            /* preset name or the file it came from (its last 63 bytes) */
     usp_model_family family;  /* decides the Hugging Face tensor names */
     int64_t vocab, n_layer, n_head, n_kv_head, d_model, d_ff, max_seq;
+    int64_t head_dim;         /* width of one attention head; 0: d_model / n_head (every preset) */
     usp_norm_kind norm;
     float norm_eps;
     usp_pos_kind positions;
@@ -65,13 +71,16 @@ usp_status usp_model_config_check(const usp_model_config *c);
 /* Number of parameters (tied embeddings counted once); -1 if the count overflows int64_t. */
 int64_t usp_model_config_param_count(const usp_model_config *c);
 
-/* Width of one attention head: d_model / n_head. */
+/* Width D of one attention head: head_dim when set, else d_model / n_head. */
 int64_t usp_model_config_head_dim(const usp_model_config *c);
 
 /* Rotary inverse frequency of pair i (0 <= i < head_dim/2), llama3 scaling applied when set. */
 double usp_model_config_rope_inv_freq(const usp_model_config *c, int64_t i);
 
-/* 1 when a and b describe the same model (every field but the name), else 0. */
+/* Width of the attention (q and its output): n_head x the head width; d_model unless head_dim is set. */
+int64_t usp_model_config_attention_width(const usp_model_config *c);
+
+/* 1 when a and b describe the same model (every field but the name; the head width as used), else 0. */
 int usp_model_config_equal(const usp_model_config *a, const usp_model_config *b);
 
 #endif

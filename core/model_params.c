@@ -17,7 +17,7 @@ usp_status usp_param_table_make(const usp_model_config *c, usp_param_table *out)
     *out = (usp_param_table){0};
     USP_CHECK(usp_calloc((void **)&out->tensors, (size_t)(c->n_layer * 12 + 8), sizeof *out->tensors,
                          "the parameter table"));
-    const int64_t C = c->d_model, D = c->d_model / c->n_head, F = c->d_ff, V = c->vocab;
+    const int64_t C = c->d_model, D = usp_model_config_head_dim(c), F = c->d_ff, V = c->vocab;
     const int64_t qkv = (c->n_head + 2 * c->n_kv_head) * D, up = c->mlp == USP_MLP_SWIGLU ? 2 * F : F;
     const int ln = c->norm == USP_NORM_LAYERNORM;
     add(out, USP_P_WTE, -1, V, C);

@@ -298,7 +298,8 @@ START_TEST(bad_hf_configs_name_the_file_and_the_field)
         {L_HEAD, ", \"num_attention_heads\": 8, \"rms_norm_eps\": 0}", "rms_norm_eps"},
         {L_HEAD, ", \"num_attention_heads\": 8.0}", "\"num_attention_heads\" is a real"},
         {L_HEAD, ", \"num_attention_heads\": 8, \"hidden_act\": \"gelu\"}", "hidden_act"},
-        {L_HEAD, ", \"num_attention_heads\": 8, \"head_dim\": 16}", "head_dim"},
+        {L_HEAD, ", \"num_attention_heads\": 8, \"head_dim\": 0}", "head_dim"},
+        {L_HEAD, ", \"num_attention_heads\": 8, \"head_dim\": 15}", "head_dim = 15 is odd"}, /* rope */
         {L_HEAD, ", \"num_attention_heads\": 8, \"attention_bias\": true}", "mlp_bias"},
         {L_HEAD, ", \"num_attention_heads\": 8, \"rope_scaling\": {\"type\": \"linear\", \"factor\": 2.0}}",
          "rope_scaling"},

@@ -51,16 +51,16 @@ static int gpt2_tensors(const usp_model_config *c, hf_tensor *t)
     return add(t, n, "ln_f.bias", C, 0);
 }
 
-/* Llama: Linear weights [out, in], q/k/v and gate/up separate. */
+/* Llama: Linear weights [out, in], q/k/v and gate/up separate; q [H D, C], o [C, H D]. */
 static int llama_tensors(const usp_model_config *c, hf_tensor *t)
 {
-    int64_t C = c->d_model, F = c->d_ff, D = C / c->n_head, kd = c->n_kv_head * D;
+    int64_t C = c->d_model, F = c->d_ff, D = usp_model_config_head_dim(c), qd = c->n_head * D, kd = c->n_kv_head * D;
     int n = add(t, 0, "model.embed_tokens.weight", c->vocab, C);
     for (int l = 0; l < c->n_layer; l++) {
         char p[96];
         const struct { const char *suffix; int64_t rows, cols; } parts[] = {
-            {"input_layernorm.weight", C, 0}, {"self_attn.q_proj.weight", C, C}, {"self_attn.k_proj.weight", kd, C},
-            {"self_attn.v_proj.weight", kd, C}, {"self_attn.o_proj.weight", C, C},
+            {"input_layernorm.weight", C, 0}, {"self_attn.q_proj.weight", qd, C}, {"self_attn.k_proj.weight", kd, C},
+            {"self_attn.v_proj.weight", kd, C}, {"self_attn.o_proj.weight", C, qd},
             {"post_attention_layernorm.weight", C, 0}, {"mlp.gate_proj.weight", F, C}, {"mlp.up_proj.weight", F, C},
             {"mlp.down_proj.weight", C, F}};
         for (size_t k = 0; k < sizeof parts / sizeof *parts; k++) {
@@ -172,27 +172,35 @@ START_TEST(gpt2_names_and_conv1d_layouts_land_in_place)
 }
 END_TEST
 
+/* _i = 1: heads of 6 on d_model 16 (q [24, 16], k and v [12, 16], o [16, 24]), as Qwen3's head_dim */
 START_TEST(llama_names_split_qkv_and_gate_up)
 {
     usp_model_config c = small("tiny");
+    c.head_dim = _i ? 6 : 0;
     hf_tensor t[64];
     int n = llama_tensors(&c, t);
     char dir[256];
-    snprintf(dir, sizeof dir, "%s/llama", tmpdir);
+    snprintf(dir, sizeof dir, "%s/llama_%d", tmpdir, _i);
     write_hf_dir(dir, &c, t, n, "", -1);
     usp_param_table table;
     usp_status s;
     float *p = load(dir, &c, &table, &s);
     ck_assert_msg(s == USP_OK, "%s", usp_error_message());
-    const int64_t C = c.d_model, D = C / c.n_head, kd = c.n_kv_head * D, F = c.d_ff;
+    const int64_t C = c.d_model, D = usp_model_config_head_dim(&c), qd = c.n_head * D, kd = c.n_kv_head * D;
+    const int64_t F = c.d_ff;
     int q = index_of(t, n, "model.layers.1.self_attn.q_proj.weight");
     int v = index_of(t, n, "model.layers.1.self_attn.v_proj.weight");
+    int o = index_of(t, n, "model.layers.0.self_attn.o_proj.weight");
     int up = index_of(t, n, "model.layers.0.mlp.up_proj.weight"), head = index_of(t, n, "lm_head.weight");
-    for (int64_t r = 0; r < kd; r++)
-        for (int64_t k = 0; k < C; k++) {
+    for (int64_t r = 0; r < qd; r++)
+        for (int64_t k = 0; k < C; k++)
             ck_assert_float_eq(ours(&table, p, USP_P_QKV_W, 1, r, k), hf_value(q, r * C + k));
-            ck_assert_float_eq(ours(&table, p, USP_P_QKV_W, 1, C + kd + r, k), hf_value(v, r * C + k));
-        }
+    for (int64_t r = 0; r < kd; r++)
+        for (int64_t k = 0; k < C; k++)
+            ck_assert_float_eq(ours(&table, p, USP_P_QKV_W, 1, qd + kd + r, k), hf_value(v, r * C + k));
+    for (int64_t r = 0; r < C; r++)
+        for (int64_t k = 0; k < qd; k++)
+            ck_assert_float_eq(ours(&table, p, USP_P_ATTN_O_W, 0, r, k), hf_value(o, r * qd + k));
     for (int64_t r = 0; r < F; r++)
         ck_assert_float_eq(ours(&table, p, USP_P_MLP_UP_W, 0, F + r, 3), hf_value(up, r * C + 3));
     ck_assert_float_eq(ours(&table, p, USP_P_LM_HEAD, -1, 9, 2), hf_value(head, 9 * C + 2));
@@ -203,9 +211,10 @@ END_TEST
 
 START_TEST(usp_checkpoints_round_trip)
 {
-    const char *presets[] = {"tiny", "gpt2-124m"};
-    for (int k = 0; k < 2; k++) {
+    const char *presets[] = {"tiny", "gpt2-124m", "tiny"};
+    for (int k = 0; k < 3; k++) {
         usp_model_config c = small(presets[k]);
+        c.head_dim = k == 2 ? 6 : 0; /* attention 24 wide on d_model 16: config.json carries head_dim */
         usp_param_table table;
         ck_assert_int_eq(usp_param_table_make(&c, &table), USP_OK);
         size_t n = (size_t)table.total;
@@ -222,6 +231,10 @@ START_TEST(usp_checkpoints_round_trip)
         ck_assert_int_eq(has_optimizer, 1);
         ck_assert_int_eq(step, 42);
         ck_assert_int_eq(memcmp(a, b, 3 * n * sizeof *a), 0);
+        usp_model_config back;
+        ck_assert_int_eq(usp_model_config_load(dir, &back), USP_OK);
+        ck_assert(usp_model_config_equal(&back, &c));
+        ck_assert_int_eq(usp_model_config_head_dim(&back), usp_model_config_head_dim(&c));
         free(a), free(b);
         usp_param_table_free(&table);
     }
@@ -261,7 +274,7 @@ int main(void)
     Suite *s = suite_create("checkpoint_layout");
     TCase *t = tcase_create("layout");
     tcase_add_test(t, gpt2_names_and_conv1d_layouts_land_in_place);
-    tcase_add_test(t, llama_names_split_qkv_and_gate_up);
+    tcase_add_loop_test(t, llama_names_split_qkv_and_gate_up, 0, 2);
     tcase_add_test(t, usp_checkpoints_round_trip);
     tcase_add_test(t, missing_tensors_and_wrong_shapes_name_the_tensor);
     suite_add_tcase(s, t);

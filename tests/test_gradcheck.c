@@ -1,5 +1,6 @@
 /* Analytic gradients of every parameter kind against central finite
- * differences, on tiny GPT-2 and Llama configs (one rank).
+ * differences, on tiny GPT-2 and Llama configs (one rank), one of them with a
+ * head width of its own (attention width H D = 32 != d_model 24).
  *
  * For each tensor, the directional derivative along its own gradient,
  * u = g / |g|, is |g|. The central difference d(h) = (L(w + h u) - L(w - h u)) / 2h
@@ -12,6 +13,7 @@
 #include <string.h>
 
 #include "core/model.h"
+#include "core/model_params.h"
 #include "tests/harness.h"
 #include "tests/check_main.h"
 
@@ -20,7 +22,32 @@ typedef struct grad_case {
     double loss;  /* at the test's weights */
     double worst;
     char report[256];
+    char unused[256]; /* a row or column of an attention projection the loss does not depend on; "" if none */
 } grad_case;
+
+/* Every row and every column of the attention projections (qkv [(H + 2 Hkv) D, C], o [C, H D]) must
+ * take part in the loss: a model that took D = C / H on a config with its own head_dim would be a
+ * consistent function of a part of them, whose gradients finite differences would still confirm. */
+static void find_unused(grad_case *gc, const usp_param_table *t, const float *g)
+{
+    gc->unused[0] = 0;
+    for (int i = 0; i < t->n && !gc->unused[0]; i++) {
+        const usp_param_tensor *p = &t->tensors[i];
+        if (p->kind != USP_P_QKV_W && p->kind != USP_P_ATTN_O_W)
+            continue;
+        const int64_t rows = p->shape[0], cols = p->shape[1];
+        for (int by_col = 0; by_col < 2; by_col++)
+            for (int64_t a = 0; a < (by_col ? cols : rows); a++) {
+                double sum = 0;
+                for (int64_t b = 0; b < (by_col ? rows : cols); b++)
+                    sum += fabs(g[p->offset + (by_col ? b * cols + a : a * cols + b)]);
+                if (sum == 0 && !gc->unused[0])
+                    snprintf(gc->unused, sizeof gc->unused, "%s: tensor kind %d layer %d [%lld, %lld]: %s %lld has "
+                             "no gradient", gc->config.name, p->kind, p->layer, (long long)rows, (long long)cols,
+                             by_col ? "column" : "row", (long long)a);
+            }
+    }
+}
 
 static usp_status loss_at(usp_model *m, const usp_shard *shard, double count, int with_grad, double *loss)
 {
@@ -61,6 +88,7 @@ static usp_status check_rank(const usp_rank_ctx *ctx, void *arg)
     USP_CHECK(usp_model_backward(m));
     USP_CHECK(usp_buffer_copy(ctx->backend, g, usp_param_store_whole_grads(store), bytes, USP_COPY_DEVICE_TO_HOST,
                               NULL));
+    find_unused(gc, t, g);
     gc->worst = 0;
     for (int i = 0; i < t->n; i++) {
         const usp_param_tensor *p = &t->tensors[i];
@@ -102,10 +130,11 @@ START_TEST(gradients_match_finite_differences)
 {
     /* tiny is Llama; the third case is Llama with Llama 3's rope scaling, set so that its four
      * frequency pairs (head dim 8, wavelengths 6.3, 63, 628, 6283) fall in all three regimes:
-     * kept (below 64/4), blended, divided by the factor (above 64) */
-    const char *presets[] = {"tiny", "gpt2-124m", "tiny"};
+     * kept (below 64/4), blended, divided by the factor (above 64); the fourth is Llama with
+     * head_dim 8 on d_model 24 (4 heads of 8, 2 KV heads): q [24 -> 32], k, v [24 -> 16], o [32 -> 24] */
+    const char *presets[] = {"tiny", "gpt2-124m", "tiny", "tiny"};
     double unscaled_loss = 0;
-    for (int f = 0; f < 3; f++) {
+    for (int f = 0; f < 4; f++) {
         grad_case gc;
         ck_assert_int_eq(usp_model_config_preset(presets[f], &gc.config), USP_OK);
         if (f == 2) {
@@ -118,9 +147,15 @@ START_TEST(gradients_match_finite_differences)
         gc.config.max_seq = 64, gc.config.d_ff = f == 1 ? 128 : 48, gc.config.n_kv_head = f == 1 ? 4 : 2;
         if (f != 1)
             gc.config.tied_embeddings = 0; /* Llama: check lm_head too; GPT-2 stays tied */
+        if (f == 3) {
+            gc.config.d_model = 24, gc.config.head_dim = 8;
+            snprintf(gc.config.name, sizeof gc.config.name, "tiny with head_dim 8 on d_model 24");
+            ck_assert_int_eq(usp_model_config_attention_width(&gc.config), 32);
+        }
         char report[1024];
         ck_assert_msg(harness_run(1, check_rank, &gc, NULL, 0, report, sizeof report) == USP_OK, "%s", report);
         ck_assert_msg(gc.worst <= 1e-3, "relative error %.3g at %s", gc.worst, gc.report);
+        ck_assert_msg(!gc.unused[0], "%s", gc.unused);
         if (f == 0)
             unscaled_loss = gc.loss;
         if (f == 2) /* the same weights and tokens: only the scaled frequencies differ */

@@ -211,7 +211,7 @@ START_TEST(each_option_saves_what_its_closed_form_says)
 END_TEST
 
 /* Bytes one layer adds to the "activations" category of a rank (fp32, Llama: SwiGLU, rmsnorm, no bias;
- * no memory options), n = B T tokens a rank, D = C / H, on U x R:
+ * no memory options), n = B T tokens a rank, D the head width (C / H unless head_dim is set), on U x R:
  * - the model: its input in the residual stream, ln1, mid, ln2 [n, C]; the attention output att
  *   [n, H D]; the two norms' mean and rstd [n] x 4; the SwiGLU hidden [n, 2F] and its activation [n, F];
  * - q, k, v [n, (H + 2 Hkv) D] only where the backward reads them: at U = 1 (pure Ring), which hands
@@ -225,7 +225,7 @@ static size_t layer_activation_bytes(const usp_train_config *c)
     const usp_model_config *m = &c->model;
     const int64_t U = c->shape.ulysses, R = c->shape.ring, DP = c->shape.world / (U * R);
     const int64_t B = c->batch / DP, T = c->seq_len / (U * R), n = B * T, NU = U * T;
-    const int64_t C = m->d_model, H = m->n_head, Hkv = m->n_kv_head, D = C / H, F = m->d_ff;
+    const int64_t C = m->d_model, H = m->n_head, Hkv = m->n_kv_head, D = usp_model_config_head_dim(m), F = m->d_ff;
     const int64_t nq = H / U, nkv = Hkv >= U ? Hkv / U : 1;
     int64_t elems = n * (4 * C + H * D + 4 + 2 * F + F) + B * nq * NU;
     elems += U == 1 ? n * (H + 2 * Hkv) * D : B * NU * (2 * nq + 2 * nkv) * D;
@@ -234,16 +234,18 @@ static size_t layer_activation_bytes(const usp_train_config *c)
 
 START_TEST(activations_per_layer_match_the_closed_form)
 {
-    /* Ulysses, the hybrid, pure Ring; each at 2 and 3 layers: the difference is one layer's bytes */
+    /* Ulysses, the hybrid, pure Ring; each at 2 and 3 layers: the difference is one layer's bytes;
+     * o = 2: plain, with heads of 12 on d_model 32 (attention width 48), as Qwen3's wider attention */
     const int splits[][2] = {{4, 1}, {2, 2}, {1, 4}};
     const options plain = {.name = "plain"}, recompute = {.name = "recompute", .recompute = 1};
     for (int i = 0; i < 3; i++)
-        for (int o = 0; o < 2; o++) {
+        for (int o = 0; o < 3; o++) {
             size_t act[2], peak[2];
             usp_train_config c;
             for (int L = 2; L <= 3; L++) {
-                c = config_for(USP_FAMILY_LLAMA, 4, splits[i][0], splits[i][1], o ? &recompute : &plain);
+                c = config_for(USP_FAMILY_LLAMA, 4, splits[i][0], splits[i][1], o == 1 ? &recompute : &plain);
                 c.model.n_layer = L;
+                c.model.head_dim = o == 2 ? 12 : 0;
                 sim_world *wn = run_step(&c, NULL), *wm = run_step(&c, usp_backend_meta_create);
                 act[L - 2] = at_peak(wm, "activations"), peak[L - 2] = sim_world_peak_bytes(wm, 0);
                 /* the planner counts what the numeric run allocates, category by category */
@@ -257,11 +259,12 @@ START_TEST(activations_per_layer_match_the_closed_form)
             }
             /* recomputation keeps one layer's set whatever L: a layer adds only its input, [n, C] */
             const int64_t n = c.batch * c.seq_len / 4;
-            const size_t want = o ? 4 * (size_t)(n * c.model.d_model) : layer_activation_bytes(&c);
+            const size_t want = o == 1 ? 4 * (size_t)(n * c.model.d_model) : layer_activation_bytes(&c);
+            const char *what = o == 1 ? " --recompute" : o == 2 ? " head_dim 12" : "";
             printf("U %d x R %d%s: activations per layer %zu bytes (closed form %zu), peak %zu -> %zu\n",
-                   splits[i][0], splits[i][1], o ? " --recompute" : "", act[1] - act[0], want, peak[0], peak[1]);
+                   splits[i][0], splits[i][1], what, act[1] - act[0], want, peak[0], peak[1]);
             ck_assert_msg(act[1] - act[0] == want, "U %d x R %d%s: a layer adds %zu activation bytes, closed form %zu",
-                          splits[i][0], splits[i][1], o ? " recompute" : "", act[1] - act[0], want);
+                          splits[i][0], splits[i][1], what, act[1] - act[0], want);
         }
 }
 END_TEST
@@ -335,7 +338,7 @@ START_TEST(pure_ring_hands_the_tensors_straight_to_ring_attention)
     c = config_for(USP_FAMILY_LLAMA, 4, 1, 4, &plain);
     traced_step(&c, &a2a, &copies);
     const double B = (double)c.batch, T = (double)c.seq_len / 4, n = B * T, H = (double)c.model.n_head;
-    const double Hkv = (double)c.model.n_kv_head, D = (double)(c.model.d_model / c.model.n_head);
+    const double Hkv = (double)c.model.n_kv_head, D = (double)usp_model_config_head_dim(&c.model);
     const double blk = 4 * B * T * Hkv * D, lse = 4 * B * H * T, L = (double)c.model.n_layer;
     const double ring_own = L * (2 * 6 * blk + 2 * 2 * lse), layout = L * 2 * 4 * 4 * n * (2 * H + 2 * Hkv) * D;
     printf("pure ring: %zu all-to-alls, copies move %.0f bytes on rank 0 (ring's own %.0f; the layout copies "

@@ -40,13 +40,16 @@ static usp_train_config config_of(const char *model, int world, int ulysses, int
     return c;
 }
 
-/* A small model with GQA (Llama) or biases, LayerNorm and learned positions (GPT-2). */
+/* A small model with GQA (Llama) or biases, LayerNorm and learned positions (GPT-2); "llama-head_dim":
+ * Llama whose attention (4 heads of 24 = 96) is wider than d_model 64, as Qwen3's. */
 static usp_model_config small_model(const char *family)
 {
     usp_model_config m;
     ck_assert_int_eq(usp_model_config_preset(strcmp(family, "gpt2") == 0 ? "gpt2-124m" : "tiny", &m), USP_OK);
     m.vocab = 128, m.n_layer = 2, m.d_model = 64, m.n_head = 4, m.max_seq = 256;
     m.n_kv_head = strcmp(family, "gpt2") == 0 ? 4 : 2, m.d_ff = 96;
+    if (strcmp(family, "llama-head_dim") == 0)
+        m.head_dim = 24;
     return m;
 }
 
@@ -62,9 +65,9 @@ static sim_world *run_step(const usp_train_config *c, sim_backend_factory factor
 
 START_TEST(meta_memory_and_costs_equal_the_numeric_run)
 {
-    const char *families[] = {"llama", "gpt2"};
+    const char *families[] = {"llama", "gpt2", "llama-head_dim"};
     const int shapes[][3] = {{4, 4, 1}, {4, 2, 2}, {4, 1, 2}}; /* W, U, R: Ulysses, hybrid, ring with dp 2 */
-    for (int f = 0; f < 2; f++)
+    for (int f = 0; f < 3; f++)
         for (int k = 0; k < 3; k++) {
             usp_train_config c;
             usp_train_defaults(&c);
@@ -111,7 +114,8 @@ END_TEST
  * attention 4 B L H D N (N + 1) / 2, in exact integer arithmetic. */
 static void llama_forward_closed_form(const usp_model_config *m, int64_t N, int64_t B, double *gemm, double *attention)
 {
-    const int64_t C = m->d_model, H = m->n_head, Hkv = m->n_kv_head, D = C / H, F = m->d_ff, L = m->n_layer;
+    const int64_t C = m->d_model, H = m->n_head, Hkv = m->n_kv_head, D = usp_model_config_head_dim(m), F = m->d_ff;
+    const int64_t L = m->n_layer;
     int64_t per_token = L * (C * (H + 2 * Hkv) * D + H * D * C + 3 * F * C) + C * m->vocab;
     ck_assert(per_token < INT64_MAX / (2 * B * N));
     int64_t pairs = N * (N + 1) / 2; /* causal: query i sees i + 1 keys */
@@ -152,6 +156,25 @@ START_TEST(llama_7b_at_a_million_tokens_matches_the_closed_form)
     ck_assert_int_eq(plan_run(&c, &pod, NULL, &r), USP_OK);
     check_forward_flops(&r, gemm, attention);
     ck_assert(r.step_time_s > 0 && r.comm_time_s > 0);
+    plan_result_free(&r);
+}
+END_TEST
+
+/* Qwen3-4B's shapes (tests/validation/qwen3-4b.json, as a llama config): attention 32 x 128 = 4096 wide
+ * on d_model 2560, so the q and o GEMMs are H D C each, not C^2: the forward is the closed form. */
+START_TEST(a_model_with_its_own_head_width_matches_the_closed_form)
+{
+    usp_train_config c = config_of("llama-1b", 4, 4, 1, 65536, 1);
+    c.model.vocab = 151936, c.model.n_layer = 36, c.model.d_model = 2560, c.model.d_ff = 9728;
+    c.model.n_head = 32, c.model.n_kv_head = 8, c.model.head_dim = 128, c.model.tied_embeddings = 1;
+    c.model.rope_scaling = (usp_rope_scaling){0}, c.model.rope_theta = 1e6f, c.model.max_seq = 40960;
+    c.storage = USP_BF16, c.zero_stage = 3, c.recompute_layers = 1;
+    double gemm, attention;
+    llama_forward_closed_form(&c.model, c.seq_len, c.batch, &gemm, &attention);
+    sim_cost_model h100 = cluster("dgx-h100", 1);
+    plan_result r;
+    ck_assert_int_eq(plan_run(&c, &h100, NULL, &r), USP_OK);
+    check_forward_flops(&r, gemm, attention);
     plan_result_free(&r);
 }
 END_TEST
@@ -547,6 +570,7 @@ int main(void)
     tcase_add_test(t, a_step_that_does_not_fit_gets_the_options_that_make_it_fit);
     tcase_add_test(t, the_fit_search_tries_other_splits_of_the_same_gpus_before_more_gpus);
     tcase_add_test(t, llama_7b_at_a_million_tokens_matches_the_closed_form);
+    tcase_add_test(t, a_model_with_its_own_head_width_matches_the_closed_form);
     suite_add_tcase(s, t);
     return check_main_run(s);
 }

@@ -294,6 +294,7 @@ static const ring_case cases[] = {
     {4, 2, 64, 4, 2, 32, 0, C},
     {4, 1, 96, 2, 1, 32, 0, C},
     {4, 1, 64, 4, 2, 32, 1, C}, /* causal on the contiguous layout: unbalanced, still exact */
+    {4, 2, 64, 4, 2, 8, 1, Z},  /* test_train's head_dim model: 4 heads of 8 (2 KV) on d_model 24 */
 };
 #define N_CASES (int)(sizeof cases / sizeof cases[0])
 

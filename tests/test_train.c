@@ -2,7 +2,8 @@
  * the same loss and gradients whatever the mesh (the silent SP bugs: shifted
  * labels, local positions, per-rank loss means, missing reductions), padding,
  * and bit-exact resume (also from ZeRO 3's sharded state), and resume at another
- * ZeRO stage or world. */
+ * ZeRO stage or world; the mesh equality also on a model whose attention width
+ * (heads x head_dim) differs from d_model. */
 #include <check.h>
 #include <math.h>
 #include <stdio.h>
@@ -22,6 +23,17 @@ static usp_model_config tiny_config(usp_model_family family)
     c.n_kv_head = family == USP_FAMILY_GPT2 ? 4 : 2;
     c.d_ff = family == USP_FAMILY_GPT2 ? 128 : 48;
     snprintf(c.name, sizeof c.name, "test-%s", family == USP_FAMILY_GPT2 ? "gpt2" : "llama");
+    return c;
+}
+
+/* Llama whose attention is wider than the model, as Qwen3's: d_model 24, 4 heads of 8 (2 KV heads),
+ * so q is [24 -> 32], k and v [24 -> 16], o [32 -> 24]. */
+static usp_model_config head_dim_config(void)
+{
+    usp_model_config c = tiny_config(USP_FAMILY_LLAMA);
+    c.d_model = 24, c.head_dim = 8;
+    snprintf(c.name, sizeof c.name, "test-llama-head_dim-8");
+    ck_assert_int_eq(usp_model_config_attention_width(&c), 32);
     return c;
 }
 
@@ -58,8 +70,8 @@ static usp_status train(const usp_model_config *model, const run_spec *r, double
 START_TEST(every_mesh_gives_the_single_rank_loss_and_gradients)
 {
     const usp_model_family families[] = {USP_FAMILY_LLAMA, USP_FAMILY_GPT2};
-    for (int f = 0; f < 2; f++) {
-        usp_model_config model = tiny_config(families[f]);
+    for (int f = 0; f < 3; f++) {
+        usp_model_config model = f < 2 ? tiny_config(families[f]) : head_dim_config();
         usp_param_table table;
         ck_assert_int_eq(usp_param_table_make(&model, &table), USP_OK);
         float *ref = calloc((size_t)table.total, sizeof *ref), *got = calloc((size_t)table.total, sizeof *got);

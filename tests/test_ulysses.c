@@ -182,6 +182,9 @@ START_TEST(ulysses_forward_is_bitwise_single_rank)
             check_case((attn_case){.U = Us[i], .R = 1, .causal = causal, .B = 1, .N = 48, .H = 8, .Hkv = 2, .D = 64,
                                    .bwd_tol = Us[i] > 2 ? 1e-6 : 0});
         }
+    /* the heads of a model with a head width of its own (test_train: d_model 24, 4 heads of 8, 2 KV
+       heads): the layer sees only H, Hkv and D, never d_model */
+    check_case((attn_case){.U = 2, .R = 1, .causal = 1, .B = 2, .N = 64, .H = 4, .Hkv = 2, .D = 8});
 }
 END_TEST
 
@@ -201,6 +204,9 @@ START_TEST(hybrid_matches_single_rank)
         for (int causal = 0; causal < 2; causal++)
             check_case((attn_case){.U = 2, .R = Rs[i], .causal = causal, .B = 1, .N = 64, .H = 4, .Hkv = 2, .D = 32,
                                    .fwd_tol = 1e-5, .bwd_tol = 1e-5});
+    /* test_train's head_dim model: 4 heads of 8 (2 KV) */
+    check_case((attn_case){.U = 2, .R = 2, .causal = 1, .B = 2, .N = 64, .H = 4, .Hkv = 2, .D = 8, .fwd_tol = 1e-5,
+                           .bwd_tol = 1e-5});
 }
 END_TEST
 

@@ -50,7 +50,8 @@ static int model_difference(const usp_model_config *a, const usp_model_config *b
     const struct { const char *name; int64_t a, b; } fields[] = {
         {"family", a->family, b->family}, {"vocab", a->vocab, b->vocab}, {"n_layer", a->n_layer, b->n_layer},
         {"n_head", a->n_head, b->n_head}, {"n_kv_head", a->n_kv_head, b->n_kv_head},
-        {"d_model", a->d_model, b->d_model}, {"d_ff", a->d_ff, b->d_ff}, {"max_seq", a->max_seq, b->max_seq},
+        {"d_model", a->d_model, b->d_model}, {"head_dim", usp_model_config_head_dim(a), usp_model_config_head_dim(b)},
+        {"d_ff", a->d_ff, b->d_ff}, {"max_seq", a->max_seq, b->max_seq},
         {"norm", a->norm, b->norm}, {"positions", a->positions, b->positions}, {"mlp", a->mlp, b->mlp},
         {"tied_embeddings", a->tied_embeddings, b->tied_embeddings}, {"bias", a->bias, b->bias},
     };

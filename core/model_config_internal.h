@@ -1,0 +1,12 @@
+/* What core/model_config.c (presets, checks) shares with core/model_config_hf.c
+ * (the config.json reader and writer). Not a public interface. */
+#ifndef USP_MODEL_CONFIG_INTERNAL_H
+#define USP_MODEL_CONFIG_INTERNAL_H
+
+#include "core/model_config.h"
+
+/* usp_model_config_check with messages that start with `source` (the file) and name the
+ * fields as the family's config.json does (hidden_size, not d_model). */
+usp_status model_config_check_hf(const usp_model_config *c, const char *source);
+
+#endif
