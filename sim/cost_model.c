@@ -33,7 +33,8 @@ usp_status sim_cost_model_check(const sim_cost_model *m, int world_size)
 
 double sim_cost_compute(const sim_cost_model *m, const usp_op_cost *cost)
 {
-    double host = sim_host_op_seconds(&m->topology.host, m->topology.gpus_per_node, cost);
+    int sharing = m->ranks_per_node > 0 ? m->ranks_per_node : m->topology.gpus_per_node;
+    double host = sim_host_op_seconds(&m->topology.host, sharing, cost);
     return host >= 0.0 ? host : sim_gpu_op_seconds(&m->topology.gpu, m->dtype, cost);
 }
 

@@ -43,6 +43,7 @@
 typedef struct sim_cost_model {
     sim_topology topology; /* the cluster, its GPUs included */
     usp_dtype dtype;       /* the precision the modelled GPUs compute in (USP_BF16) */
+    int ranks_per_node;    /* the ranks sharing a node's host (0: gpus_per_node); the world sets it */
     int no_overlap;        /* 1: each rank's streams share one clock, nothing runs beside anything (the model
                               before sim/virtual_streams.h: what overlap saves is the difference) */
 } sim_cost_model;

@@ -69,6 +69,8 @@ static void rank_fiber_main(void *arg)
 static usp_status make_ranks(sim_world *w)
 {
     USP_CHECK(sim_cost_model_check(&w->config.cost, w->n));
+    const int per_node = w->config.cost.topology.gpus_per_node; /* rank r on GPU r: the first node is the fullest */
+    w->config.cost.ranks_per_node = w->n < per_node ? w->n : per_node;
     USP_CHECK(sim_p2p_flows_create(&w->config.cost.topology, &w->p2p));
     int *everyone;
     USP_CHECK(usp_malloc((void **)&everyone, (size_t)w->n * sizeof *everyone, "the world group"));
