@@ -16,7 +16,10 @@
  *                     backward, and keeps nothing of its [n, F] hidden: backward
  *                     recomputes each tile's hidden (as Arctic's TiledMLP);
  *   tiled_loss        lm_head, cross-entropy and the lm_head's backward run
- *                     `tile_rows` rows at a time: the [n, V] logits never exist. */
+ *                     `tile_rows` rows at a time: the [n, V] logits never exist;
+ *   eager_loss        (shapes only) the loss holds what PyTorch's eager
+ *                     cross-entropy holds: two more fp32 [n, V] arrays, the
+ *                     saved log-softmax and its gradient, beside the logits. */
 #ifndef USP_MODEL_H
 #define USP_MODEL_H
 
@@ -39,6 +42,7 @@ typedef struct usp_model_setup {
     usp_param_store *store; /* where weights live; NULL: the model makes a whole one (no optimizer state) */
     int recompute_layers;   /* see the memory options above */
     int tiled_mlp, tiled_loss;
+    int eager_loss;         /* see the memory options above (not with tiled_loss) */
     int64_t tile_rows;      /* rows per tile (0: 1024) */
     usp_dtype storage;      /* activations: USP_F32 (0), or USP_BF16 on meta (usp_buffer_alloc_as) */
 } usp_model_setup;

@@ -93,6 +93,28 @@ static usp_status loss_rows(usp_model *m, int64_t r, int64_t rows, float *logits
                                  model_at(m, m->lnf, r * m->C), lm_head(m), m->C, m->V);
 }
 
+/* The loss as PyTorch's eager cross-entropy runs it (HF Transformers, torchtitan): the fp32
+ * logits, then log_softmax's output [n, V] saved for backward, and in backward the gradient
+ * it receives [n, V] beside the one it makes (usp's, in the logits): two fp32 arrays more at
+ * the loss's peak, and a pass writing each. Shapes only (usp_train refuses it with numerics). */
+static usp_status eager_loss_rows(usp_model *m, float grad_scale, int with_grad)
+{
+    const size_t nv = (size_t)m->n * (size_t)m->V;
+    float *saved = NULL, *incoming = NULL;
+    usp_status s = usp_buffer_alloc(BE, nv * sizeof(float), "activations", (void **)&saved);
+    if (s == USP_OK)
+        s = usp_buffer_copy(BE, saved, m->logits, nv * sizeof(float), USP_COPY_DEVICE_TO_DEVICE, ST);
+    if (s == USP_OK && with_grad)
+        s = usp_buffer_alloc(BE, nv * sizeof(float), "activations", (void **)&incoming);
+    if (s == USP_OK && with_grad)
+        s = usp_buffer_copy(BE, incoming, saved, nv * sizeof(float), USP_COPY_DEVICE_TO_DEVICE, ST);
+    if (s == USP_OK)
+        s = loss_rows(m, 0, m->n, m->logits, grad_scale, with_grad);
+    usp_buffer_free(BE, incoming);
+    usp_buffer_free(BE, saved);
+    return s;
+}
+
 /* The lm_head's gradient bucket opened here stays open into usp_model_backward,
  * which closes it after its own last use of that bucket (ZeRO 2-3 reduce-scatter
  * a bucket once, when its gradient is complete). */
@@ -103,7 +125,9 @@ usp_status usp_model_loss(usp_model *m, float grad_scale, int with_grad, double 
         USP_CHECK(usp_param_store_begin_backward(m->store));
         USP_CHECK(model_open_grads(m, head_layer(m)));
     }
-    if (!m->s.tiled_loss)
+    if (!m->s.tiled_loss && m->s.eager_loss)
+        USP_CHECK(eager_loss_rows(m, grad_scale, with_grad));
+    else if (!m->s.tiled_loss)
         USP_CHECK(loss_rows(m, 0, m->n, m->logits, grad_scale, with_grad));
     for (int64_t r = 0; m->s.tiled_loss && r < m->n; r += m->tile) {
         int64_t rows = m->n - r < m->tile ? m->n - r : m->tile;

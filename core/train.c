@@ -375,6 +375,12 @@ static usp_status setup(trainer *t)
         return usp_error(USP_ERR_CONFIG, "--dtype %s with the %s backend, which computes in fp32: mixed precision "
                          "is planned on shapes only (add --meta, or use usp plan)", usp_dtype_name(c->storage),
                          usp_backend_name(BE));
+    if (t->numerics && c->eager_loss)
+        return usp_error(USP_ERR_CONFIG, "--loss eager with the %s backend: a framework's loss is planned on shapes "
+                         "only (add --meta, or use usp plan)", usp_backend_name(BE));
+    if (c->eager_loss && c->tiled_loss)
+        return usp_error(USP_ERR_CONFIG, "--loss eager with --tiled-loss: a tiled loss never holds the [tokens, "
+                         "vocabulary] arrays an eager loss keeps; choose one");
     if (t->numerics && c->offload_optimizer)
         return usp_error(USP_ERR_CONFIG, "--offload optimizer with the %s backend: an optimizer on the host is "
                          "planned on shapes only (add --meta, or use usp plan)", usp_backend_name(BE));
@@ -394,7 +400,8 @@ static usp_status setup(trainer *t)
     usp_model_setup ms = {.config = &c->model, .backend = BE, .stream = ST, .mesh = &t->mesh,
                           .attention_local = c->attention_local, .batch = t->B_local, .seq_len = t->N,
                           .store = t->store, .recompute_layers = c->recompute_layers, .tiled_mlp = c->tiled_mlp,
-                          .tiled_loss = c->tiled_loss, .tile_rows = c->tile_rows, .storage = c->storage};
+                          .tiled_loss = c->tiled_loss, .tile_rows = c->tile_rows, .storage = c->storage,
+                          .eager_loss = c->eager_loss};
     USP_CHECK(usp_model_create(&ms, &t->model));
     USP_CHECK(usp_buffer_alloc(BE, (size_t)(t->ctx->world_size + c->batch + 64) * sizeof(double), "comm", (void **)&t->scalars));
     USP_CHECK(usp_calloc((void **)&t->shards, (size_t)t->B_local, sizeof *t->shards, "shards"));

@@ -19,7 +19,7 @@ typedef struct rung {
 static int wants_bf16(const usp_train_config *c) { return c->storage == USP_F32; }
 static void use_bf16(usp_train_config *c) { c->storage = USP_BF16; }
 static int wants_tiled_loss(const usp_train_config *c) { return !c->tiled_loss; }
-static void use_tiled_loss(usp_train_config *c) { c->tiled_loss = 1; }
+static void use_tiled_loss(usp_train_config *c) { c->tiled_loss = 1, c->eager_loss = 0; /* it replaces the loss */ }
 static int wants_zero1(const usp_train_config *c) { return c->zero_stage < 1; }
 static void use_zero1(usp_train_config *c) { c->zero_stage = 1; }
 static int wants_zero2(const usp_train_config *c) { return c->zero_stage < 2; }

@@ -207,6 +207,7 @@ static usp_status print_report_json(const plan_options *o, const usp_train_confi
         json_object_set_new(j, "tiled_mlp", json_boolean(c->tiled_mlp));
         json_object_set_new(j, "tiled_loss", json_boolean(c->tiled_loss));
         json_object_set_new(j, "offload", json_string(c->offload_optimizer ? "optimizer" : "none"));
+        json_object_set_new(j, "loss", json_string(c->eager_loss ? "eager" : "fused"));
         json_object_set_new(j, "would_fit_with", p->fit.found ? json_string(p->fit.options) : json_null());
         if (p->fit.found && p->fit.other_split) /* another split of the same GPUs */
             json_object_set_new(j, "would_fit_split", json_pack("{s:i, s:i, s:i, s:I}", "ulysses", p->fit.ulysses,
@@ -269,7 +270,7 @@ static void print_report_text(const plan_options *o, const usp_train_config *c, 
     printf("memory as the code allocates it: storage %s, ZeRO %d%s%s%s%s\n",
            c->storage == USP_F32 ? "fp32" : "bf16 (fp32 master weights and Adam state)", c->zero_stage,
            c->recompute_layers ? ", recomputed layers" : "", c->tiled_mlp ? ", tiled MLP" : "",
-           c->tiled_loss ? ", tiled loss" : "",
+           c->tiled_loss ? ", tiled loss" : c->eager_loss ? ", eager loss (PyTorch's [tokens, vocab] copies)" : "",
            c->offload_optimizer ? ", optimizer on the host (its update priced at the node's DRAM bandwidth)" : "");
     if (o->sweep) {
         print_sweep(p->sweep, p->n_sweep);

@@ -9,10 +9,10 @@
 
 typedef struct memory_options {
     int zero, recompute, tiled_mlp, tiled_loss, tile_rows;
-    const char *dtype, *offload;
+    const char *dtype, *offload, *loss;
 } memory_options;
 
-#define MEMORY_OPTIONS_DEFAULTS {.dtype = "fp32", .offload = "none", .tile_rows = 1024}
+#define MEMORY_OPTIONS_DEFAULTS {.dtype = "fp32", .offload = "none", .loss = "fused", .tile_rows = 1024}
 
 /* The options' table entries, to put in a command's cli_option array. */
 #define MEMORY_OPTIONS(o)                                                                                          \
@@ -30,6 +30,9 @@ typedef struct memory_options {
     {"--offload", CLI_STRING, &(o).offload, "none|optimizer",                                                     \
      "optimizer: fp32 master weights and Adam state on the host, updated by the CPUs (ZeRO-Offload; needs "       \
      "--zero 1-3; shapes only: --meta, usp plan)", 0, -1},                                                         \
+    {"--loss", CLI_STRING, &(o).loss, "fused|eager",                                                              \
+     "the loss's memory: fused (usp's: one fp32 [tokens, vocab] array, its gradient in place) or eager (as "     \
+     "PyTorch's cross-entropy: two more, the saved log-softmax and its gradient; shapes only)", 0, -1},           \
     {"--tile-rows", CLI_INT, &(o).tile_rows, "R", "rows per tile of --tiled-mlp and --tiled-loss (default 1024)", \
      1, 1 << 30}
 

@@ -1,7 +1,10 @@
-/* `--offload optimizer` (ZeRO-Offload) as the planner prices it: what the
- * offloaded step reports (sizes), what the host model charges for it (closed
- * forms of sim/host_model.h), the optimizer's bytes gone from the GPU, and the
- * refusals (a numeric backend, ZeRO 0, a bad host object in a topology file). */
+/* Framework costs a user states to the planner (issue 16):
+ * - `--offload optimizer` (ZeRO-Offload): what the offloaded step reports
+ *   (sizes), what the host model charges for it (closed forms of
+ *   sim/host_model.h), the optimizer's bytes gone from the GPU, and the
+ *   refusals (a numeric backend, ZeRO 0, a bad host object in a topology file);
+ * - `--loss eager` (PyTorch's cross-entropy): exactly two more fp32
+ *   [tokens, vocabulary] arrays at the loss, and its refusals. */
 #include <check.h>
 #include <jansson.h>
 #include <math.h>
@@ -147,16 +150,42 @@ START_TEST(offload_without_zero_and_a_bad_host_are_refused)
 }
 END_TEST
 
+START_TEST(an_eager_loss_holds_two_more_fp32_logit_arrays)
+{
+    const char *fused[] = {"--model", "gpt2-124m", "--world", "1", "--seq", "1024", "--batch", "1"};
+    const char *eager[] = {"--model", "gpt2-124m", "--world", "1", "--seq", "1024", "--batch", "1", "--loss", "eager"};
+    int code;
+    json_t *a = plan_json(fused, 8, &code);
+    ck_assert_int_eq(code, 0);
+    json_t *b = plan_json(eager, 10, &code);
+    ck_assert_int_eq(code, 0);
+    ck_assert_str_eq(json_string_value(json_object_get(b, "loss")), "eager");
+    /* the loss is the peak: its activations grow by the saved log-softmax and the incoming gradient */
+    ck_assert_double_eq(category(b, "activations") - category(a, "activations"), 2.0 * 4 * 1024 * 50257);
+    ck_assert_double_gt(json_number_value(json_object_get(b, "step_time_s")),
+                        json_number_value(json_object_get(a, "step_time_s")));
+    json_decref(a);
+    json_decref(b);
+    const char *tiled[] = {"--model", "tiny", "--loss", "eager", "--tiled-loss"};
+    const char *bad[] = {"--model", "tiny", "--loss", "lazy"};
+    json_decref(plan_json(tiled, 5, &code));
+    ck_assert_int_eq(code, 2);
+    json_decref(plan_json(bad, 4, &code));
+    ck_assert_int_eq(code, 2);
+}
+END_TEST
+
 int main(void)
 {
-    Suite *s = suite_create("offload");
-    TCase *tc = tcase_create("offload");
+    Suite *s = suite_create("framework costs");
+    TCase *tc = tcase_create("framework costs");
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, the_offloaded_step_reports_the_copies_and_the_host_update);
     tcase_add_test(tc, a_backend_with_numerics_refuses_it);
     tcase_add_test(tc, the_host_prices_copies_on_pcie_and_the_update_on_shared_dram);
     tcase_add_test(tc, the_optimizer_leaves_the_gpu_and_the_step_pays_the_host);
     tcase_add_test(tc, offload_without_zero_and_a_bad_host_are_refused);
+    tcase_add_test(tc, an_eager_loss_holds_two_more_fp32_logit_arrays);
     suite_add_tcase(s, tc);
     return check_main_run(s);
 }
