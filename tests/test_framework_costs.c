@@ -93,6 +93,16 @@ static json_t *plan_json(const char *const *args, int n, int *code)
     return json_loads(out, 0, NULL);
 }
 
+/* The same, for a plan that must succeed. */
+static json_t *plan_ok(const char *const *args, int n)
+{
+    int code;
+    json_t *j = plan_json(args, n, &code);
+    ck_assert_int_eq(code, 0);
+    ck_assert_ptr_nonnull(j);
+    return j;
+}
+
 static double category(const json_t *j, const char *name)
 {
     return json_number_value(json_object_get(json_object_get(j, "memory_at_peak"), name));
@@ -104,11 +114,7 @@ START_TEST(the_optimizer_leaves_the_gpu_and_the_step_pays_the_host)
                           "dgx-a100", "--dtype", "bf16", "--zero", "3", "--recompute"};
     const char *off[] = {"--model", "llama-7b", "--world", "8", "--ring", "8", "--seq", "65536", "--topology",
                          "dgx-a100", "--dtype", "bf16", "--zero", "3", "--recompute", "--offload", "optimizer"};
-    int code;
-    json_t *a = plan_json(base, 15, &code);
-    ck_assert_int_eq(code, 0);
-    json_t *b = plan_json(off, 17, &code);
-    ck_assert_int_eq(code, 0);
+    json_t *a = plan_ok(base, 15), *b = plan_ok(off, 17);
     ck_assert_str_eq(json_string_value(json_object_get(b, "offload")), "optimizer");
     ck_assert_double_gt(category(a, "optimizer"), 0);
     ck_assert_double_eq(category(b, "optimizer"), 0);
@@ -154,11 +160,7 @@ START_TEST(an_eager_loss_holds_two_more_fp32_logit_arrays)
 {
     const char *fused[] = {"--model", "gpt2-124m", "--world", "1", "--seq", "1024", "--batch", "1"};
     const char *eager[] = {"--model", "gpt2-124m", "--world", "1", "--seq", "1024", "--batch", "1", "--loss", "eager"};
-    int code;
-    json_t *a = plan_json(fused, 8, &code);
-    ck_assert_int_eq(code, 0);
-    json_t *b = plan_json(eager, 10, &code);
-    ck_assert_int_eq(code, 0);
+    json_t *a = plan_ok(fused, 8), *b = plan_ok(eager, 10);
     ck_assert_str_eq(json_string_value(json_object_get(b, "loss")), "eager");
     /* the loss is the peak: its activations grow by the saved log-softmax and the incoming gradient */
     ck_assert_double_eq(category(b, "activations") - category(a, "activations"), 2.0 * 4 * 1024 * 50257);
@@ -168,6 +170,7 @@ START_TEST(an_eager_loss_holds_two_more_fp32_logit_arrays)
     json_decref(b);
     const char *tiled[] = {"--model", "tiny", "--loss", "eager", "--tiled-loss"};
     const char *bad[] = {"--model", "tiny", "--loss", "lazy"};
+    int code;
     json_decref(plan_json(tiled, 5, &code));
     ck_assert_int_eq(code, 2);
     json_decref(plan_json(bad, 4, &code));

@@ -24,6 +24,7 @@
 #include "sim/flow_model.h"
 #include "sim/world.h"
 #include "tests/check_main.h"
+#include "tests/topology_testing.h"
 
 #define GB 1e9
 #define US 1e-6
@@ -36,10 +37,6 @@
 #define NVLINK_HOP (2.5 * US)    /* GPU -> NVSwitch -> GPU */
 #define NIC_HOP (6.0 * US)       /* NIC out, NIC in */
 
-static void expect_close(double got, double want, const char *what)
-{
-    ck_assert_msg(fabs(got - want) <= 1e-9 * fabs(want), "%s: got %.12g, want %.12g", what, got, want);
-}
 
 static sim_cost_model model(const char *preset, int nodes)
 {
@@ -48,37 +45,6 @@ static sim_cost_model model(const char *preset, int nodes)
     return m;
 }
 
-/* members[i] = first + i */
-static const int *ranks_from(int first, int n)
-{
-    static int r[1024];
-    for (int i = 0; i < n; i++)
-        r[i] = first + i;
-    return r;
-}
-
-/* Seconds of `kind` over members[n] with `count` bytes (u8 elements), through
- * usp_comm_op_traffic as the simulator builds it, with the algorithm `request`;
- * the one priced goes to *used when non-NULL. */
-static double collective_as(const sim_cost_model *m, usp_comm_kind kind, int n, const int *members, size_t count,
-                            sim_algorithm request, sim_algorithm *used)
-{
-    uint64_t *bytes = malloc((size_t)n * n * sizeof *bytes);
-    ck_assert_ptr_nonnull(bytes);
-    usp_comm_op op = {.kind = kind, .dtype = USP_U8, .count = count, .root = 0};
-    for (int i = 0; i < n; i++)
-        usp_comm_op_traffic(&op, i, n, bytes + (size_t)i * n);
-    double t;
-    ck_assert_int_eq(sim_cost_collective_algo(m, kind, n, members, bytes, request, &t, used), USP_OK);
-    free(bytes);
-    return t;
-}
-
-/* The same with the algorithm NCCL would pick. */
-static double collective(const sim_cost_model *m, usp_comm_kind kind, int n, const int *members, size_t count)
-{
-    return collective_as(m, kind, n, members, count, SIM_ALGO_AUTO, NULL);
-}
 
 /* --- item 1: closed forms -------------------------------------------------- */
 
@@ -294,13 +260,6 @@ static const char hgx_a100_4nic[] =
 
 static char tmpdir[] = "/tmp/usp_topology_XXXXXX";
 
-static void write_file(const char *path, const char *text)
-{
-    FILE *f = fopen(path, "w");
-    ck_assert_ptr_nonnull(f);
-    fputs(text, f);
-    fclose(f);
-}
 
 /* busbw (GB/s) the model predicts for a row, at 4 GiB: nccl-tests' peak sizes. */
 static double predicted_busbw(const validation_row *r)
@@ -312,25 +271,15 @@ static double predicted_busbw(const validation_row *r)
     if (from_file)
         write_file(path, hgx_a100_4nic);
     ck_assert_int_eq(sim_topology_from_name_or_file(from_file ? path : r->machine, r->nodes, &m.topology), USP_OK);
-    const double S = 4.0 * (1 << 30);
-    int n = r->n;
-    if (r->kind == USP_OP_SEND)
-        return S / sim_cost_transfer(&m, 0, r->peer, (uint64_t)S) / GB;
-    size_t count = r->kind == USP_OP_ALL_TO_ALL ? (size_t)S / n : (size_t)S;
-    double t = collective(&m, r->kind, n, ranks_from(0, n), count), f = (double)(n - 1) / n;
-    return S / t * (r->kind == USP_OP_ALL_REDUCE ? 2 * f : f) / GB;
+    return predicted_busbw_at_4gib(&m, r->kind, r->n, r->peer);
 }
 
 START_TEST(validation_table_within_15_percent)
 {
     const validation_row *r = &rows[_i];
-    double got = predicted_busbw(r), err = got / r->published - 1;
-    if (getenv("USP_PRINT_VALIDATION")) /* the table of docs/cluster_model.md */
-        printf("| %s%s | %s | %d | %.1f | %.1f | %+.0f%% | %s |\n", r->machine, r->nodes > 1 ? " x2" : "",
-               r->kind == USP_OP_SEND ? "point to point" : usp_comm_kind_name(r->kind), r->n, got, r->published,
-               100 * err, r->source);
-    ck_assert_msg(fabs(err) <= 0.15, "%s, %d nodes, %s over %d GPUs: predicted %.1f GB/s, published %.1f (%s)",
-                  r->machine, r->nodes, usp_comm_kind_name(r->kind), r->n, got, r->published, r->source);
+    char machine[64];
+    snprintf(machine, sizeof machine, "%s%s", r->machine, r->nodes > 1 ? " x2" : "");
+    expect_validation_row(machine, r->kind, r->n, predicted_busbw(r), r->published, r->source);
 }
 END_TEST
 

@@ -21,6 +21,7 @@
 #include "sim/calibration.h"
 #include "sim/cost_model.h"
 #include "tests/check_main.h"
+#include "tests/topology_testing.h"
 
 #define GB 1e9
 #define US 1e-6
@@ -30,38 +31,8 @@
 
 static char tmpdir[] = "/tmp/usp_topology_pcie_XXXXXX";
 
-static void expect_close(double got, double want, const char *what)
-{
-    ck_assert_msg(fabs(got - want) <= 1e-9 * fabs(want), "%s: got %.12g, want %.12g", what, got, want);
-}
-
-static void write_file(const char *path, const char *text)
-{
-    FILE *f = fopen(path, "w");
-    ck_assert_ptr_nonnull(f);
-    fputs(text, f);
-    fclose(f);
-}
-
 /* A preset, or one of the files below by name, into m. */
 static sim_cost_model model(const char *machine, int nodes);
-
-/* Seconds of `kind` over ranks 0 .. n-1 with `count` u8 elements, as the simulator builds it. */
-static double collective(const sim_cost_model *m, usp_comm_kind kind, int n, size_t count)
-{
-    int members[64];
-    uint64_t *bytes = malloc((size_t)n * n * sizeof *bytes);
-    ck_assert_ptr_nonnull(bytes);
-    usp_comm_op op = {.kind = kind, .dtype = USP_U8, .count = count, .root = 0};
-    for (int i = 0; i < n; i++) {
-        members[i] = i;
-        usp_comm_op_traffic(&op, i, n, bytes + (size_t)i * n);
-    }
-    double t;
-    ck_assert_int_eq(sim_cost_collective(m, kind, n, members, bytes, &t), USP_OK);
-    free(bytes);
-    return t;
-}
 
 /* 4 RTX 4090 on one CPU's root ports (no PCIe switch), P2P off: the machine of nccl#1603 (an Ada
  * preset stands in for the card: only the links matter here). */
@@ -98,7 +69,7 @@ START_TEST(pcie_gen4_all_to_all_is_bound_by_the_host_bridges)
     sim_cost_model m = model("pcie-gen4", 1);
     size_t per_peer = (size_t)1 << 24;
     double S = 8.0 * per_peer;
-    expect_close(collective(&m, USP_OP_ALL_TO_ALL, 8, per_peer), BASE + 6 * US + 5 * S / 48e9,
+    expect_close(collective(&m, USP_OP_ALL_TO_ALL, 8, ranks_from(0, 8), per_peer), BASE + 6 * US + 5 * S / 48e9,
                  "all-to-all on pcie-gen4");
 }
 END_TEST
@@ -127,7 +98,7 @@ START_TEST(pcie_l20_all_to_all_is_bound_by_the_switch_uplinks)
      * host memory 2 S at 72, each GPU link 7/8 S at 25: the uplinks bind, busbw 7/8 x 12.5. */
     sim_cost_model m = model("pcie-l20", 1);
     size_t per_peer = (size_t)1 << 24;
-    double S = 8.0 * per_peer, t = collective(&m, USP_OP_ALL_TO_ALL, 8, per_peer);
+    double S = 8.0 * per_peer, t = collective(&m, USP_OP_ALL_TO_ALL, 8, ranks_from(0, 8), per_peer);
     expect_close(t, BASE + 6 * US + 2 * S / PCIE4, "all-to-all on pcie-l20");
 }
 END_TEST
@@ -140,8 +111,8 @@ START_TEST(p2p_off_stages_every_pair_in_host_memory)
     size_t per_peer = (size_t)1 << 24;
     double S = 4.0 * per_peer;
     /* GPU (1 us), uplink (0), host memory (1), uplink (0), GPU (1) */
-    expect_close(collective(&m, USP_OP_ALL_TO_ALL, 4, per_peer), BASE + 3 * US + 3 * S / HOST_MEMORY,
-                 "all-to-all through host memory");
+    expect_close(collective(&m, USP_OP_ALL_TO_ALL, 4, ranks_from(0, 4), per_peer),
+                 BASE + 3 * US + 3 * S / HOST_MEMORY, "all-to-all through host memory");
     expect_close(sim_cost_transfer(&m, 0, 1, S), BASE + 3 * US + S / PCIE4, "one pair, through host memory");
 }
 END_TEST
@@ -171,25 +142,13 @@ static const validation_row rows[] = {
 static double predicted_busbw(const validation_row *r)
 {
     sim_cost_model m = model(r->machine, 1);
-    const double S = 4.0 * (1 << 30);
-    int n = r->n;
-    if (r->kind == USP_OP_SEND)
-        return S / sim_cost_transfer(&m, 0, r->peer, (uint64_t)S) / GB;
-    size_t count = r->kind == USP_OP_ALL_TO_ALL ? (size_t)S / n : (size_t)S;
-    double t = collective(&m, r->kind, n, count), f = (double)(n - 1) / n;
-    return S / t * (r->kind == USP_OP_ALL_REDUCE ? 2 * f : f) / GB;
+    return predicted_busbw_at_4gib(&m, r->kind, r->n, r->peer);
 }
 
 START_TEST(pcie_validation_rows_within_15_percent)
 {
     const validation_row *r = &rows[_i];
-    double got = predicted_busbw(r), err = got / r->published - 1;
-    if (getenv("USP_PRINT_VALIDATION")) /* the table of docs/cluster_model.md */
-        printf("| %s | %s | %d | %.1f | %.1f | %+.0f%% | %s |\n", r->machine,
-               r->kind == USP_OP_SEND ? "point to point" : usp_comm_kind_name(r->kind), r->n, got, r->published,
-               100 * err, r->source);
-    ck_assert_msg(fabs(err) <= 0.15, "%s, %s over %d GPUs: predicted %.1f GB/s, published %.1f (%s)", r->machine,
-                  usp_comm_kind_name(r->kind), r->n, got, r->published, r->source);
+    expect_validation_row(r->machine, r->kind, r->n, predicted_busbw(r), r->published, r->source);
 }
 END_TEST
 
@@ -233,7 +192,8 @@ START_TEST(p2p_field_is_checked_and_a_file_equals_its_preset)
     sim_cost_model file = {.dtype = USP_BF16, .topology = t}, preset = model("pcie-l20", 1);
     const usp_comm_kind kinds[2] = {USP_OP_ALL_TO_ALL, USP_OP_ALL_REDUCE};
     for (int k = 0; k < 2; k++) {
-        double a = collective(&file, kinds[k], 8, 1 << 20), b = collective(&preset, kinds[k], 8, 1 << 20);
+        double a = collective(&file, kinds[k], 8, ranks_from(0, 8), 1 << 20);
+        double b = collective(&preset, kinds[k], 8, ranks_from(0, 8), 1 << 20);
         ck_assert_msg(a == b, "%s: file %.17g, preset %.17g", usp_comm_kind_name(kinds[k]), a, b);
     }
 }
@@ -252,7 +212,8 @@ START_TEST(a_written_topology_keeps_its_p2p_mode)
     ck_assert_int_eq(sim_topology_from_name_or_file(path, 0, &file.topology), USP_OK);
     unlink(path);
     ck_assert_int_eq(file.topology.p2p, SIM_P2P_SWITCH);
-    double a = collective(&file, USP_OP_ALL_TO_ALL, 8, 1 << 20), b = collective(&preset, USP_OP_ALL_TO_ALL, 8, 1 << 20);
+    double a = collective(&file, USP_OP_ALL_TO_ALL, 8, ranks_from(0, 8), 1 << 20);
+    double b = collective(&preset, USP_OP_ALL_TO_ALL, 8, ranks_from(0, 8), 1 << 20);
     ck_assert_msg(a == b, "all-to-all: file %.17g, preset %.17g", a, b);
 }
 END_TEST
