@@ -1,14 +1,11 @@
 /* Model configurations: presets, range checks, the parameter count and the
- * head width; loading a preset or a config.json (read and written in
- * core/model_config_hf.c). */
+ * head width. Loading one by name or file, and config.json, are in
+ * core/model_config_hf.c. */
 #include "core/model_config.h"
 
-#include <errno.h>
 #include <math.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
 #include "core/model_config_internal.h"
 
@@ -46,6 +43,14 @@ static const usp_model_config presets[] = {
 #define N_PRESETS (sizeof presets / sizeof presets[0])
 
 const char *usp_model_config_preset_names(void) { return "tiny, gpt2-124m, llama-1b, llama-7b, llama-13b"; }
+
+int model_config_is_preset(const char *name)
+{
+    for (size_t i = 0; i < N_PRESETS; i++)
+        if (strcmp(name, presets[i].name) == 0)
+            return 1;
+    return 0;
+}
 
 usp_status usp_model_config_preset(const char *name, usp_model_config *out)
 {
@@ -237,26 +242,5 @@ int usp_model_config_equal(const usp_model_config *a, const usp_model_config *b)
            (x->kind == USP_ROPE_SCALING_NONE ||
             (x->factor == y->factor && x->low_freq_factor == y->low_freq_factor &&
              x->high_freq_factor == y->high_freq_factor && x->original_max_pos == y->original_max_pos));
-}
-
-usp_status usp_model_config_load(const char *spec, usp_model_config *out)
-{
-    for (size_t i = 0; i < N_PRESETS; i++)
-        if (strcmp(spec, presets[i].name) == 0)
-            return usp_model_config_preset(spec, out);
-    struct stat sb;
-    if (stat(spec, &sb) != 0)
-        return usp_error(USP_ERR_CONFIG, "model \"%s\" is neither a preset (%s) nor a config.json or a directory "
-                         "holding one (%s)", spec, usp_model_config_preset_names(), strerror(errno));
-    if (!S_ISDIR(sb.st_mode))
-        return usp_model_config_from_hf_json(spec, out);
-    size_t n = strlen(spec) + sizeof "/config.json";
-    char *file = malloc(n);
-    if (!file)
-        return usp_error(USP_ERR_RUNTIME, "out of memory reading model %s", spec);
-    snprintf(file, n, "%s/config.json", spec);
-    usp_status s = usp_model_config_from_hf_json(file, out);
-    free(file);
-    return s;
 }
 

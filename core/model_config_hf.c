@@ -1,4 +1,5 @@
-/* Hugging Face config.json, read and written (see model_config.h).
+/* Hugging Face config.json, read and written, and a model loaded by preset
+ * name, config.json or checkpoint directory (see model_config.h).
  *
  * config.json is read with jansson, strictly: a field of the wrong JSON type
  * or a feature usp does not implement (erf GELU, linear RoPE scaling, biases
@@ -353,5 +354,25 @@ usp_status usp_model_config_write_hf_json(const usp_model_config *c, const char 
         s = usp_atomic_file_commit(&f);
     }
     free(text);
+    return s;
+}
+
+usp_status usp_model_config_load(const char *spec, usp_model_config *out)
+{
+    if (model_config_is_preset(spec))
+        return usp_model_config_preset(spec, out);
+    struct stat sb;
+    if (stat(spec, &sb) != 0)
+        return usp_error(USP_ERR_CONFIG, "model \"%s\" is neither a preset (%s) nor a config.json or a directory "
+                         "holding one (%s)", spec, usp_model_config_preset_names(), strerror(errno));
+    if (!S_ISDIR(sb.st_mode))
+        return usp_model_config_from_hf_json(spec, out);
+    size_t n = strlen(spec) + sizeof "/config.json";
+    char *file = malloc(n);
+    if (!file)
+        return usp_error(USP_ERR_RUNTIME, "out of memory reading model %s", spec);
+    snprintf(file, n, "%s/config.json", spec);
+    usp_status s = usp_model_config_from_hf_json(file, out);
+    free(file);
     return s;
 }

@@ -9,4 +9,7 @@
  * fields as the family's config.json does (hidden_size, not d_model). */
 usp_status model_config_check_hf(const usp_model_config *c, const char *source);
 
+/* 1 when `name` is one of usp_model_config_preset's names. */
+int model_config_is_preset(const char *name);
+
 #endif

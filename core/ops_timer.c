@@ -121,14 +121,17 @@ usp_status usp_backend_time_ops(usp_backend_t *be, usp_trace_t *trace, int rank,
     be->timer = t;
     if (!t->device)
         return USP_OK;
-    /* the origin: recorded on an idle device, so it is reached at the clock time read right after */
-    usp_status s = usp_backend_synchronize(be, NULL);
+    /* the origin: recorded on an idle device, so it is reached at the clock time read right after. The
+     * slots are called as the rest of this file calls them (ops.c's wrappers call into this file). */
+    USP_ASSERT(be->iface->synchronize, "backend %s times ops on its device but has no synchronize slot",
+               be->iface->name);
+    usp_status s = be->iface->synchronize(be->context, NULL);
     if (s == USP_OK)
         s = be->iface->timing_event_create(be->context, &t->origin);
     if (s == USP_OK)
         s = be->iface->event_record(be->context, t->origin, NULL);
     if (s == USP_OK)
-        s = usp_backend_synchronize(be, NULL);
+        s = be->iface->synchronize(be->context, NULL);
     t->origin_s = clock(clock_ctx);
     if (s != USP_OK)
         ops_timer_free(be);
