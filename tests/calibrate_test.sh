@@ -4,22 +4,7 @@
 # usp plan reads, on one node and on two (--gpus-per-node); bad options are exit 2
 # naming the option. Usage: calibrate_test.sh PATH/TO/usp
 set -u
-usp=$(realpath "$1")
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-cd "$work"
-passed=0 failed=0
-unset OMP_NUM_THREADS
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-export OMPI_MCA_btl_vader_single_copy_mechanism=none # no CMA inside containers (ptrace is refused)
-
-ok() { passed=$((passed + 1)); }
-fail() {
-    failed=$((failed + 1))
-    echo "FAIL: $1"
-    [[ -n ${2:-} ]] && echo "$2" | head -40 | sed 's/^/    /'
-}
-
+source "$(dirname "$0")/script_lib.sh" "$1"
 
 # --- the simulator calibrated against itself --------------------------------------
 # 2 nodes x 2 GPUs with known links: the fitted file must give them back (within 1%).

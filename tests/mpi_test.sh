@@ -6,25 +6,8 @@
 # (the same losses, exit codes through mpirun, the refusals); a measured --trace
 # and usp plan --compare of it. Usage: mpi_test.sh PATH/TO/usp
 set -u
-usp=$(realpath "$1")
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-cd "$work"
-passed=0 failed=0
-# CI runs as root on 2 cores; 4 ranks need --oversubscribe. Each backend keeps its own
-# threads (the simulator's rank all the cores, an MPI process cores / 4): the cpu kernels
-# give the same bits for any thread count, so the losses must be equal anyway.
-unset OMP_NUM_THREADS
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-export OMPI_MCA_btl_vader_single_copy_mechanism=none # no CMA inside containers (ptrace is refused)
-mpi=(mpirun --oversubscribe -np 4)
-
-ok() { passed=$((passed + 1)); }
-fail() {
-    failed=$((failed + 1))
-    echo "FAIL: $1"
-    [[ -n ${2:-} ]] && echo "$2" | head -30 | sed 's/^/    /'
-}
+source "$(dirname "$0")/script_lib.sh" "$1"
+mpi=(mpirun --oversubscribe -np 4) # CI has 2 cores; 4 ranks need --oversubscribe
 
 # The summary line of a run (--json's last line), without its times and peaks (the
 # attention workspace is per thread, and the backends run different thread counts).
