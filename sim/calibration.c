@@ -107,7 +107,7 @@ usp_status sim_calibration_topology(const sim_calibration *c, sim_topology *out)
                          c->gpus_per_node);
     sim_topology t = {.nodes = c->nodes, .gpus_per_node = c->gpus_per_node, .fabric = SIM_FABRIC_NVSWITCH};
     name_into(t.name, sizeof t.name, c->name);
-    sim_host_preset(t.name, &t.host); /* not measured: the default host (--offload only) */
+    t.host = sim_host_default(); /* not measured (--offload only) */
     double base = 0, hop = 0, nic_hop = 0;
     if (c->intra.ranks > 1) {
         solve_latency(&c->intra, &base, &hop);

@@ -27,14 +27,17 @@ int sim_host_preset(const char *topology, sim_host *out)
 {
     if (strcmp(topology, "dgx-h100") == 0 || strcmp(topology, "dgx-h200") == 0 || strcmp(topology, "pcie-gen5") == 0)
         *out = host_gen5;
-    else if (strcmp(topology, "dgx-a100") == 0 || strcmp(topology, "pcie-gen4") == 0)
+    else if (strcmp(topology, "dgx-a100") == 0 || strcmp(topology, "pcie-gen4") == 0 ||
+             strcmp(topology, "pcie-l20") == 0)
         *out = host_gen4;
     else {
-        *out = host_gen4; /* a file's default: the older, slower host */
+        *out = sim_host_default();
         return 0;
     }
     return 1;
 }
+
+sim_host sim_host_default(void) { return host_gen4; /* the older, slower host */ }
 
 static const sim_json_range link_bandwidth = {"link_bandwidth_gbs", 1e-3, 1e5, GB,
                                               "a GPU's PCIe link to its CPU, GB/s per direction"};

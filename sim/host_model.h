@@ -26,6 +26,9 @@ typedef struct sim_host {
 /* The host of topology preset `topology` (its CPUs and PCIe generation); 0 when unknown. */
 int sim_host_preset(const char *topology, sim_host *out);
 
+/* The host of a topology file without a "host" object, and of a calibrated one: the dgx-a100's. */
+sim_host sim_host_default(void);
+
 /* Reads the optional "host" object of a topology file (NULL: keeps *h); messages name `file`. */
 usp_status sim_host_from_json(const json_t *j, const char *file, sim_host *h);
 

@@ -515,7 +515,7 @@ static usp_status read_topology(const json_t *root, const char *where, sim_topol
     USP_CHECK(read_gpu(root, at, &t->gpu));
     USP_CHECK(read_fabric(root, at, t));
     USP_CHECK(read_network(root, at, t));
-    sim_host_preset(t->name, &t->host);
+    t->host = sim_host_default(); /* not by the file's name: a file says its host or gets the default */
     USP_CHECK(sim_host_from_json(json_object_get(root, "host"), where, &t->host));
     return check_topology(t, where);
 }
