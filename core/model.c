@@ -39,13 +39,23 @@ static usp_status alloc_activations(usp_model *m)
 {
     const int64_t n = m->n, C = m->C, qd = m->H * m->D, kd = m->Hkv * m->D;
     const int sets = m->s.recompute_layers ? 1 : (int)m->c.n_layer, qkv_sets = backward_reads_qkv(m) ? sets : 1;
+    const int norm_sets = m->s.selective_recompute ? 1 : sets;
     const char *a_ = "activations";
     USP_CHECK(model_tensor(m, &m->residual, (m->c.n_layer + 1) * n * C, a_));
     for (int l = 0; l < sets; l++) {
         layer_acts *a = &m->acts[l];
-        USP_CHECK(model_tensor(m, &a->ln1, n * C, a_));
-        USP_CHECK(model_buffer(m, &a->ln1_mean, n, a_));
-        USP_CHECK(model_buffer(m, &a->ln1_rstd, n, a_));
+        if (l < norm_sets) {
+            USP_CHECK(model_tensor(m, &a->ln1, n * C, a_));
+            USP_CHECK(model_buffer(m, &a->ln1_mean, n, a_));
+            USP_CHECK(model_buffer(m, &a->ln1_rstd, n, a_));
+            USP_CHECK(model_tensor(m, &a->ln2, n * C, a_));
+            USP_CHECK(model_buffer(m, &a->ln2_mean, n, a_));
+            USP_CHECK(model_buffer(m, &a->ln2_rstd, n, a_));
+        } else {
+            const layer_acts *first = &m->acts[0];
+            a->ln1 = first->ln1, a->ln1_mean = first->ln1_mean, a->ln1_rstd = first->ln1_rstd;
+            a->ln2 = first->ln2, a->ln2_mean = first->ln2_mean, a->ln2_rstd = first->ln2_rstd;
+        }
         if (l < qkv_sets) {
             USP_CHECK(model_tensor(m, &a->q, n * qd, a_));
             USP_CHECK(model_tensor(m, &a->k, n * kd, a_));
@@ -57,9 +67,6 @@ static usp_status alloc_activations(usp_model *m)
         if (m->s.attention_local)
             USP_CHECK(model_buffer(m, &a->att_lse, m->B * m->H * m->T, a_));
         USP_CHECK(model_tensor(m, &a->mid, n * C, a_));
-        USP_CHECK(model_tensor(m, &a->ln2, n * C, a_));
-        USP_CHECK(model_buffer(m, &a->ln2_mean, n, a_));
-        USP_CHECK(model_buffer(m, &a->ln2_rstd, n, a_));
     }
     USP_CHECK(mlp_alloc(m));
     USP_CHECK(head_alloc(m));
@@ -236,13 +243,25 @@ static usp_status attention_forward(usp_model *m, int l, layer_acts *a)
     return usp_flash_attention_forward(BE, &sh, a->q, a->k, a->v, a->att, a->att_lse, ST);
 }
 
+/* The layer's two norms: a->ln1 from its input x, a->ln2 from the residual after attention a->mid. */
+static usp_status norm1_forward(usp_model *m, int l, layer_acts *a, const float *x)
+{
+    return model_norm_forward(m, a->ln1, a->ln1_mean, a->ln1_rstd, x, model_param(m, USP_P_NORM1_W, l),
+                              model_param(m, USP_P_NORM1_B, l));
+}
+
+static usp_status norm2_forward(usp_model *m, int l, layer_acts *a)
+{
+    return model_norm_forward(m, a->ln2, a->ln2_mean, a->ln2_rstd, a->mid, model_param(m, USP_P_NORM2_W, l),
+                              model_param(m, USP_P_NORM2_B, l));
+}
+
 /* The layer up to the MLP's input: a->ln1 .. a->ln2 from x (its weights in use). */
 static usp_status attention_block_forward(usp_model *m, int l, layer_acts *a, const float *x)
 {
     const int64_t n = m->n, C = m->C, qd = m->H * m->D, kd = m->Hkv * m->D;
     const float *w_qkv = model_param(m, USP_P_QKV_W, l), *b_qkv = model_param(m, USP_P_QKV_B, l);
-    USP_CHECK(model_norm_forward(m, a->ln1, a->ln1_mean, a->ln1_rstd, x, model_param(m, USP_P_NORM1_W, l),
-                           model_param(m, USP_P_NORM1_B, l)));
+    USP_CHECK(norm1_forward(m, l, a, x));
     USP_CHECK(linear(m, a->q, a->ln1, w_qkv, b_qkv, C, qd));
     USP_CHECK(linear(m, a->k, a->ln1, model_at(m, w_qkv, qd * C), b_qkv ? model_at(m, b_qkv, qd) : NULL, C, kd));
     USP_CHECK(linear(m, a->v, a->ln1, model_at(m, w_qkv, (qd + kd) * C), b_qkv ? model_at(m, b_qkv, qd + kd) : NULL,
@@ -256,8 +275,7 @@ static usp_status attention_block_forward(usp_model *m, int l, layer_acts *a, co
     USP_CHECK(linear(m, a->mid, a->att, model_param(m, USP_P_ATTN_O_W, l), model_param(m, USP_P_ATTN_O_B, l), qd,
                      C));
     USP_CHECK(usp_accumulate_2d(BE, a->mid, (size_t)C, x, (size_t)C, (size_t)C, (size_t)n, ST));
-    return model_norm_forward(m, a->ln2, a->ln2_mean, a->ln2_rstd, a->mid, model_param(m, USP_P_NORM2_W, l),
-                        model_param(m, USP_P_NORM2_B, l));
+    return norm2_forward(m, l, a);
 }
 
 static usp_status layer_forward(usp_model *m, int l)
@@ -320,6 +338,13 @@ static usp_status layer_backward(usp_model *m, int l)
         USP_CHECK(attention_block_forward(m, l, a, x));
         if (!m->s.tiled_mlp)
             USP_CHECK(mlp_recompute(m, l, a, a->ln2));
+        m->recompute_flops += usp_backend_flops(BE) - start;
+    } else if (m->s.selective_recompute) { /* the element-wise ops again, on the kept x, mid and up */
+        const double start = usp_backend_flops(BE);
+        USP_CHECK(norm1_forward(m, l, a, x));
+        USP_CHECK(norm2_forward(m, l, a));
+        if (!m->s.tiled_mlp)
+            USP_CHECK(mlp_recompute_activation(m, a));
         m->recompute_flops += usp_backend_flops(BE) - start;
     }
     /* MLP: x_out = mid + mlp(ln2); the residual passes d_x on to mid unchanged */

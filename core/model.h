@@ -12,6 +12,13 @@
  *   recompute_layers  keep only each layer's input; backward recomputes the
  *                     layer's forward (attention and its all-to-alls included)
  *                     before its backward, so one layer's activations are live;
+ *   selective_recompute  keep every matmul's output and the attention's, and
+ *                     recompute in backward what is element-wise: the two
+ *                     norms (from the layer's input and the residual after
+ *                     attention) and the MLP's activation (from its
+ *                     pre-activation). One set of those is live instead of L,
+ *                     for no matmul done twice (with recompute_layers, nothing
+ *                     more is saved);
  *   tiled_mlp         the MLP runs `tile_rows` rows at a time, forward and
  *                     backward, and keeps nothing of its [n, F] hidden: backward
  *                     recomputes each tile's hidden (as Arctic's TiledMLP);
@@ -41,6 +48,7 @@ typedef struct usp_model_setup {
     int64_t seq_len;        /* N, padded length */
     usp_param_store *store; /* where weights live; NULL: the model makes a whole one (no optimizer state) */
     int recompute_layers;   /* see the memory options above */
+    int selective_recompute;
     int tiled_mlp, tiled_loss;
     int eager_loss;         /* see the memory options above (not with tiled_loss) */
     int64_t tile_rows;      /* rows per tile (0: 1024) */

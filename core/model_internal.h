@@ -11,7 +11,9 @@
 #include "core/ulysses.h"
 
 /* What a layer's forward keeps for its backward (one set per layer, or a
- * single set shared by every layer when layers are recomputed). */
+ * single set shared by every layer when layers are recomputed). With the
+ * selective recompute, ln1, ln2 (and their statistics) and act are one set
+ * shared by every layer, recomputed by each layer's backward. */
 typedef struct layer_acts {
     float *ln1, *ln1_mean, *ln1_rstd;  /* [n, C], [n], [n] */
     float *q, *k, *v;                  /* after rope: [n, H D], [n, Hkv D] x 2; one scratch set shared by every
@@ -110,6 +112,9 @@ usp_status mlp_forward(usp_model *m, int l, layer_acts *a, const float *h, float
 
 /* Recomputes the hidden a->up, a->act of a whole (untiled) MLP, for a recomputed layer. */
 usp_status mlp_recompute(usp_model *m, int l, layer_acts *a, const float *h);
+
+/* Recomputes the activation a->act of a whole MLP from its kept pre-activation a->up (selective recompute). */
+usp_status mlp_recompute_activation(usp_model *m, layer_acts *a);
 
 /* d_h = the MLP's input gradient from dout (= d_x), accumulating its weight gradients. */
 usp_status mlp_backward(usp_model *m, int l, layer_acts *a, const float *h, const float *dout, float *d_h);

@@ -11,19 +11,30 @@
 
 usp_status mlp_alloc(usp_model *m)
 {
-    const int sets = m->s.recompute_layers ? 1 : (int)m->c.n_layer;
+    const int sets = m->s.recompute_layers ? 1 : (int)m->c.n_layer, act_sets = m->s.selective_recompute ? 1 : sets;
     if (m->s.tiled_mlp) {
         USP_CHECK(model_tensor(m, &m->tile_up, m->tile * m->UP, "activations"));
         USP_CHECK(model_tensor(m, &m->tile_act, m->tile * m->F, "activations"));
     } else {
         for (int l = 0; l < sets; l++) {
             USP_CHECK(model_tensor(m, &m->acts[l].up, m->n * m->UP, "activations"));
-            USP_CHECK(model_tensor(m, &m->acts[l].act, m->n * m->F, "activations"));
+            if (l < act_sets)
+                USP_CHECK(model_tensor(m, &m->acts[l].act, m->n * m->F, "activations"));
+            else
+                m->acts[l].act = m->acts[0].act;
         }
     }
     const int64_t rows = m->s.tiled_mlp ? m->tile : m->n;
     USP_CHECK(model_tensor(m, &m->d_up, rows * m->UP, "gradients"));
     return model_tensor(m, &m->d_act, rows * m->F, "gradients");
+}
+
+/* act [rows, F] from the pre-activation up [rows, UP]. */
+static usp_status activation(usp_model *m, int64_t rows, const float *up, float *act)
+{
+    if (m->c.mlp == USP_MLP_SWIGLU)
+        return usp_swiglu_forward(BE, act, up, model_at(m, up, rows * m->F), rows * m->F, ST);
+    return usp_gelu_tanh_forward(BE, act, up, rows * m->F, ST);
 }
 
 /* up [rows, UP] (SwiGLU: gate rows then up rows) and act [rows, F] from h [rows, C]. */
@@ -34,10 +45,10 @@ static usp_status hidden(usp_model *m, int l, int64_t rows, const float *h, floa
     if (m->c.mlp == USP_MLP_SWIGLU) {
         USP_CHECK(model_linear(m, rows, up, h, w_up, NULL, C, F));                     /* gate */
         USP_CHECK(model_linear(m, rows, model_at(m, up, rows * F), h, model_at(m, w_up, F * C), NULL, C, F)); /* up */
-        return usp_swiglu_forward(BE, act, up, model_at(m, up, rows * F), rows * F, ST);
+    } else {
+        USP_CHECK(model_linear(m, rows, up, h, w_up, model_param(m, USP_P_MLP_UP_B, l), C, F));
     }
-    USP_CHECK(model_linear(m, rows, up, h, w_up, model_param(m, USP_P_MLP_UP_B, l), C, F));
-    return usp_gelu_tanh_forward(BE, act, up, rows * F, ST);
+    return activation(m, rows, up, act);
 }
 
 /* The backward of `rows` rows whose hidden is up/act: d_h [rows, C] (overwritten) from dout [rows, C]. */
@@ -81,6 +92,12 @@ usp_status mlp_recompute(usp_model *m, int l, layer_acts *a, const float *h)
 {
     USP_ASSERT(!m->s.tiled_mlp, "a tiled MLP recomputes its hidden in mlp_backward");
     return hidden(m, l, m->n, h, a->up, a->act);
+}
+
+usp_status mlp_recompute_activation(usp_model *m, layer_acts *a)
+{
+    USP_ASSERT(!m->s.tiled_mlp, "a tiled MLP recomputes its hidden in mlp_backward");
+    return activation(m, m->n, a->up, a->act);
 }
 
 usp_status mlp_backward(usp_model *m, int l, layer_acts *a, const float *h, const float *dout, float *d_h)

@@ -399,7 +399,8 @@ static usp_status setup(trainer *t)
     USP_CHECK(usp_param_store_create(&pc, &t->store));
     usp_model_setup ms = {.config = &c->model, .backend = BE, .stream = ST, .mesh = &t->mesh,
                           .attention_local = c->attention_local, .batch = t->B_local, .seq_len = t->N,
-                          .store = t->store, .recompute_layers = c->recompute_layers, .tiled_mlp = c->tiled_mlp,
+                          .store = t->store, .recompute_layers = c->recompute_layers,
+                          .selective_recompute = c->selective_recompute, .tiled_mlp = c->tiled_mlp,
                           .tiled_loss = c->tiled_loss, .tile_rows = c->tile_rows, .storage = c->storage,
                           .eager_loss = c->eager_loss};
     USP_CHECK(usp_model_create(&ms, &t->model));

@@ -79,6 +79,7 @@ typedef struct usp_train_config {
     int attention_local;
     int zero_stage;            /* 0-3: shard Adam state, then gradients, then weights over all ranks (param_store.h) */
     int recompute_layers;      /* memory options of the model (model.h) */
+    int selective_recompute;
     int tiled_mlp, tiled_loss;
     int64_t tile_rows;
     int offload_optimizer;     /* master weights and Adam state on the host (ZeRO-Offload; shapes only) */

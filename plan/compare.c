@@ -12,7 +12,7 @@
 /* The run's options as usp train wrote them (otherData.usp_run). */
 typedef struct run_options {
     const char *backend, *model, *data, *attention, *topology, *attention_kernel, *dtype, *machine;
-    int world, ulysses, ring, nodes, pad, zero, recompute, tiled_mlp, tiled_loss, tile_rows, modelled;
+    int world, ulysses, ring, nodes, pad, zero, recompute, selective_recompute, tiled_mlp, tiled_loss, tile_rows, modelled;
     json_int_t seq, batch;
 } run_options;
 
@@ -26,12 +26,12 @@ static usp_status read_run_options(const plan_trace *t, run_options *r)
     *r = (run_options){0};
     json_error_t e;
     if (json_unpack_ex((json_t *)run, &e, 0,
-                       "{s:s, s:s, s:s, s:s, s:i, s:i, s:i, s:I, s:b, s:I, s?:i, s:s, s:i, s:b, s:b, s:b, s:i, "
+                       "{s:s, s:s, s:s, s:s, s:i, s:i, s:i, s:I, s:b, s:I, s?:i, s:s, s:i, s:b, s?:b, s:b, s:b, s:i, "
                        "s:s, s:b}",
                        "backend", &r->backend, "model", &r->model, "data", &r->data, "attention", &r->attention,
                        "world", &r->world, "ulysses", &r->ulysses, "ring", &r->ring, "seq", &r->seq, "pad", &r->pad,
                        "batch", &r->batch, "nodes", &r->nodes, "dtype", &r->dtype, "zero", &r->zero, "recompute",
-                       &r->recompute,
+                       &r->recompute, "selective_recompute", &r->selective_recompute,
                        "tiled_mlp", &r->tiled_mlp, "tiled_loss", &r->tiled_loss, "tile_rows", &r->tile_rows,
                        "machine", &r->machine, "modelled", &r->modelled) != 0)
         return usp_error(USP_ERR_CONFIG, "%s: otherData.usp_run: %s", t->name, e.text);
@@ -75,6 +75,7 @@ static usp_status run_config(const plan_trace *t, const run_options *r, usp_trai
     c->attention_local = strcmp(r->attention, "local") == 0;
     c->storage = strcmp(r->dtype, "bf16") == 0 ? USP_BF16 : USP_F32;
     c->zero_stage = r->zero, c->recompute_layers = r->recompute;
+    c->selective_recompute = r->selective_recompute;
     c->tiled_mlp = r->tiled_mlp, c->tiled_loss = r->tiled_loss, c->tile_rows = r->tile_rows;
     return USP_OK;
 }

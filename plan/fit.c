@@ -2,9 +2,10 @@
  * not fit (fit.h). Each try is one more step on the meta backend, so
  * the answer is what the code would allocate with those options, not an
  * estimate. The ladder adds options cumulatively, cheapest in step time
- * first: bf16 storage and the tiled loss cost nothing, ZeRO 1-2 an
- * all-gather of the weights, the tiled MLP a recomputed MLP hidden, layer
- * recomputation a third more compute, ZeRO 3 gathering the weights twice. */
+ * first: bf16 storage and the tiled loss cost nothing, the selective
+ * recompute element-wise work, ZeRO 1-2 an all-gather of the weights, the
+ * tiled MLP a recomputed MLP hidden, layer recomputation a third more
+ * compute, ZeRO 3 gathering the weights twice. */
 #include "plan/fit.h"
 
 #include <stdio.h>
@@ -26,25 +27,38 @@ static int wants_zero2(const usp_train_config *c) { return c->zero_stage < 2; }
 static void use_zero2(usp_train_config *c) { c->zero_stage = 2; }
 static int wants_tiled_mlp(const usp_train_config *c) { return !c->tiled_mlp; }
 static void use_tiled_mlp(usp_train_config *c) { c->tiled_mlp = 1; }
+static int wants_selective(const usp_train_config *c) { return !c->selective_recompute && !c->recompute_layers; }
+static void use_selective(usp_train_config *c) { c->selective_recompute = 1; }
 static int wants_recompute(const usp_train_config *c) { return !c->recompute_layers; }
-static void use_recompute(usp_train_config *c) { c->recompute_layers = 1; }
+static void use_recompute(usp_train_config *c) { c->recompute_layers = 1, c->selective_recompute = 0; }
 static int wants_zero3(const usp_train_config *c) { return c->zero_stage < 3; }
 static void use_zero3(usp_train_config *c) { c->zero_stage = 3; }
 
 static const rung ladder[] = {
     {"--dtype bf16", wants_bf16, use_bf16},       {"--tiled-loss", wants_tiled_loss, use_tiled_loss},
+    {"--selective-recompute", wants_selective, use_selective},
     {"--zero 1", wants_zero1, use_zero1},         {"--zero 2", wants_zero2, use_zero2},
     {"--tiled-mlp", wants_tiled_mlp, use_tiled_mlp}, {"--recompute", wants_recompute, use_recompute},
     {"--zero 3", wants_zero3, use_zero3},
 };
 
-/* Appends `flag` to the options text, a later ZeRO stage replacing an earlier one. */
+/* Appends `flag` to the options text, a later ZeRO stage replacing an earlier one and the whole layer's
+ * recomputation the selective one (which it includes). */
 static void add_flag(char *text, size_t size, const char *flag)
 {
     char *zero = strstr(text, "--zero ");
     if (zero && strncmp(flag, "--zero ", 7) == 0) {
         zero[7] = flag[7];
         return;
+    }
+    const char *selective = "--selective-recompute";
+    char *sel = strstr(text, selective);
+    if (sel && strcmp(flag, "--recompute") == 0) {
+        size_t skip = strlen(selective) + (sel[strlen(selective)] == ' ');
+        memmove(sel, sel + skip, strlen(sel + skip) + 1);
+        size_t len = strlen(text);
+        if (len && text[len - 1] == ' ')
+            text[len - 1] = '\0';
     }
     size_t len = strlen(text);
     snprintf(text + len, size - len, "%s%s", len ? " " : "", flag);

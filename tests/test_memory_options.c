@@ -2,8 +2,9 @@
  * plain step does, each lowers the peak by what its closed form says, and the
  * meta backend (the planner) counts the same bytes as the numeric run.
  *
- * Tolerances: recomputing a layer runs the same ops on the same input, so it
- * is bit for bit the plain step. Tiles and ZeRO's reduce-scatter sum the same
+ * Tolerances: recomputing a layer, or its norms and MLP activation (the
+ * selective recompute), runs the same ops on the same input, so it is bit for
+ * bit the plain step. Tiles and ZeRO's reduce-scatter sum the same
  * numbers in another order (weight gradients over tiles; gradients over the
  * world in one reduction instead of sp then dp), so after three AdamW steps the
  * weights may differ by rounding: within 1e-5 of each tensor's largest value
@@ -36,7 +37,7 @@ static usp_model_config small_model(usp_model_family family)
 
 typedef struct options {
     const char *name;
-    int zero, recompute, tiled_mlp, tiled_loss;
+    int zero, recompute, selective, tiled_mlp, tiled_loss;
     usp_dtype storage;
 } options;
 
@@ -54,6 +55,7 @@ static usp_train_config config_for(usp_model_family family, int world, int ulyss
     c.eps = 1e-4;
     c.eval_samples = 2; /* the evaluation's argmax: a collective with ZeRO 3 and the tiled loss */
     c.zero_stage = o->zero, c.recompute_layers = o->recompute, c.tiled_mlp = o->tiled_mlp;
+    c.selective_recompute = o->selective;
     c.tiled_loss = o->tiled_loss, c.tile_rows = 7, c.storage = o->storage; /* 7 divides no row count here */
     return c;
 }
@@ -72,6 +74,7 @@ static void train(const usp_train_config *config, double *loss, float *weights)
 
 static const options variants[] = {
     {.name = "recompute", .recompute = 1},  {.name = "tiled mlp", .tiled_mlp = 1}, {.name = "tiled loss", .tiled_loss = 1},
+    {.name = "selective", .selective = 1},  {.name = "selective tiled", .selective = 1, .tiled_mlp = 1},
     {.name = "zero 1", .zero = 1},          {.name = "zero 2", .zero = 2},         {.name = "zero 3", .zero = 3},
     {.name = "all", .zero = 3, .recompute = 1, .tiled_mlp = 1, .tiled_loss = 1},
 };
@@ -98,9 +101,9 @@ START_TEST(every_option_trains_like_the_plain_step)
         const usp_param_tensor *wt = &table.tensors[which];
         printf("%s %-10s loss %.9g (plain %.9g), weights off by %.3g of a tensor's largest\n", base.model.name,
                variants[v].name, loss, ref_loss, err);
-        if (!strcmp(variants[v].name, "recompute")) {
-            ck_assert_msg(loss == ref_loss && err == 0, "%s recompute: loss %.9g vs %.9g, tensor %d off by %.3g",
-                          base.model.name, loss, ref_loss, which, err);
+        if (!strcmp(variants[v].name, "recompute") || !strcmp(variants[v].name, "selective")) {
+            ck_assert_msg(loss == ref_loss && err == 0, "%s %s: loss %.9g vs %.9g, tensor %d off by %.3g",
+                          base.model.name, variants[v].name, loss, ref_loss, which, err);
             continue;
         }
         ck_assert_msg(fabs(loss - ref_loss) <= 1e-5 * fabs(ref_loss), "%s %s: loss %.9g vs %.9g", base.model.name,
@@ -235,15 +238,18 @@ static size_t layer_activation_bytes(const usp_train_config *c)
 START_TEST(activations_per_layer_match_the_closed_form)
 {
     /* Ulysses, the hybrid, pure Ring; each at 2 and 3 layers: the difference is one layer's bytes;
-     * o = 2: plain, with heads of 12 on d_model 32 (attention width 48), as Qwen3's wider attention */
+     * o = 2: plain, with heads of 12 on d_model 32 (attention width 48), as Qwen3's wider attention;
+     * o = 3: the selective recompute */
     const int splits[][2] = {{4, 1}, {2, 2}, {1, 4}};
     const options plain = {.name = "plain"}, recompute = {.name = "recompute", .recompute = 1};
+    const options selective = {.name = "selective", .selective = 1};
     for (int i = 0; i < 3; i++)
-        for (int o = 0; o < 3; o++) {
+        for (int o = 0; o < 4; o++) {
             size_t act[2], peak[2];
             usp_train_config c;
             for (int L = 2; L <= 3; L++) {
-                c = config_for(USP_FAMILY_LLAMA, 4, splits[i][0], splits[i][1], o == 1 ? &recompute : &plain);
+                c = config_for(USP_FAMILY_LLAMA, 4, splits[i][0], splits[i][1],
+                               o == 1 ? &recompute : o == 3 ? &selective : &plain);
                 c.model.n_layer = L;
                 c.model.head_dim = o == 2 ? 12 : 0;
                 sim_world *wn = run_step(&c, NULL), *wm = run_step(&c, usp_backend_meta_create);
@@ -257,10 +263,13 @@ START_TEST(activations_per_layer_match_the_closed_form)
                 sim_world_destroy(wn);
                 sim_world_destroy(wm);
             }
-            /* recomputation keeps one layer's set whatever L: a layer adds only its input, [n, C] */
-            const int64_t n = c.batch * c.seq_len / 4;
-            const size_t want = o == 1 ? 4 * (size_t)(n * c.model.d_model) : layer_activation_bytes(&c);
-            const char *what = o == 1 ? " --recompute" : o == 2 ? " head_dim 12" : "";
+            /* recomputation keeps one layer's set whatever L: a layer adds only its input, [n, C]; the
+             * selective recompute keeps one set of ln1, ln2 [n, C], their statistics [n] x 4 and act [n, F] */
+            const int64_t n = c.batch * c.seq_len / 4, C = c.model.d_model, F = c.model.d_ff;
+            const size_t want = o == 1   ? 4 * (size_t)(n * C)
+                                : o == 3 ? layer_activation_bytes(&c) - 4 * (size_t)(n * (2 * C + 4 + F))
+                                         : layer_activation_bytes(&c);
+            const char *what = o == 1 ? " --recompute" : o == 2 ? " head_dim 12" : o == 3 ? " --selective-recompute" : "";
             printf("U %d x R %d%s: activations per layer %zu bytes (closed form %zu), peak %zu -> %zu\n",
                    splits[i][0], splits[i][1], what, act[1] - act[0], want, peak[0], peak[1]);
             ck_assert_msg(act[1] - act[0] == want, "U %d x R %d%s: a layer adds %zu activation bytes, closed form %zu",
@@ -274,7 +283,8 @@ END_TEST
  * backward), with and without recomputation: three steps bit for bit the same either way. */
 START_TEST(recompute_is_bitwise_the_plain_step_on_ulysses_and_pure_ring)
 {
-    const options plain = {.name = "plain"}, recompute = {.name = "recompute", .recompute = 1};
+    const options plain = {.name = "plain"}, recomputes[] = {{.name = "recompute", .recompute = 1},
+                                                             {.name = "selective", .selective = 1}};
     const int splits[][2] = {{4, 1}, {1, 4}};
     usp_train_config c = config_for(USP_FAMILY_LLAMA, 4, 4, 1, &plain);
     usp_param_table table;
@@ -285,11 +295,13 @@ START_TEST(recompute_is_bitwise_the_plain_step_on_ulysses_and_pure_ring)
         int which;
         c = config_for(USP_FAMILY_LLAMA, 4, splits[i][0], splits[i][1], &plain);
         train(&c, &ref_loss, ref);
-        c = config_for(USP_FAMILY_LLAMA, 4, splits[i][0], splits[i][1], &recompute);
-        train(&c, &loss, got);
-        double err = harness_worst_tensor_error(&table, got, ref, &which);
-        ck_assert_msg(loss == ref_loss && err == 0, "U %d x R %d recompute: loss %.9g vs %.9g, tensor %d off by %.3g",
-                      splits[i][0], splits[i][1], loss, ref_loss, which, err);
+        for (int k = 0; k < 2; k++) {
+            c = config_for(USP_FAMILY_LLAMA, 4, splits[i][0], splits[i][1], &recomputes[k]);
+            train(&c, &loss, got);
+            double err = harness_worst_tensor_error(&table, got, ref, &which);
+            ck_assert_msg(loss == ref_loss && err == 0, "U %d x R %d %s: loss %.9g vs %.9g, tensor %d off by %.3g",
+                          splits[i][0], splits[i][1], recomputes[k].name, loss, ref_loss, which, err);
+        }
     }
     free(ref), free(got);
     usp_param_table_free(&table);

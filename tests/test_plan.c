@@ -208,9 +208,10 @@ START_TEST(a_step_that_does_not_fit_gets_the_options_that_make_it_fit)
     ck_assert_str_eq(fit.options, "--dtype bf16 --tiled-loss");
     ck_assert_uint_eq(fit.peak_bytes, p2);
 
-    h100.topology.gpu.memory_bytes = 1e6; /* nothing fits in 1 MB: every option tried, ZeRO 3 last; U4 on */
+    /* nothing fits in 1 MB: every option tried, ZeRO 3 last (--recompute replacing --selective-recompute); U4 on */
+    h100.topology.gpu.memory_bytes = 1e6;
     ck_assert_int_eq(plan_would_fit(&c, &h100, &fit), USP_OK); /* 4 GPUs has no larger SP degree to try */
-    ck_assert(!fit.found && !fit.other_split && fit.splits_tried == 0 && fit.tries == 7);
+    ck_assert(!fit.found && !fit.other_split && fit.splits_tried == 0 && fit.tries == 8);
     ck_assert_str_eq(fit.options, "--dtype bf16 --tiled-loss --zero 3 --tiled-mlp --recompute");
     plan_result_free(&plain), plan_result_free(&bf16), plan_result_free(&bf16_loss);
 

@@ -204,6 +204,7 @@ static usp_status print_report_json(const plan_options *o, const usp_train_confi
         json_object_set_new(j, "storage", json_string(usp_dtype_name(c->storage)));
         json_object_set_new(j, "zero", json_integer(c->zero_stage));
         json_object_set_new(j, "recompute", json_boolean(c->recompute_layers));
+        json_object_set_new(j, "selective_recompute", json_boolean(c->selective_recompute));
         json_object_set_new(j, "tiled_mlp", json_boolean(c->tiled_mlp));
         json_object_set_new(j, "tiled_loss", json_boolean(c->tiled_loss));
         json_object_set_new(j, "offload", json_string(c->offload_optimizer ? "optimizer" : "none"));
@@ -267,9 +268,11 @@ static void print_report_text(const plan_options *o, const usp_train_config *c, 
     printf("attention kernel: %s (%s), %.0f%% / %.0f%% of the peak forward / backward (--attention-kernel)\n",
            sim_attention_kernel_name(t->gpu.attention_kernel), kernel_title(t->gpu.attention_kernel),
            100 * t->gpu.attention_efficiency, 100 * t->gpu.attention_backward_efficiency);
-    printf("memory as the code allocates it: storage %s, ZeRO %d%s%s%s%s\n",
+    printf("memory as the code allocates it: storage %s, ZeRO %d%s%s%s%s%s\n",
            c->storage == USP_F32 ? "fp32" : "bf16 (fp32 master weights and Adam state)", c->zero_stage,
-           c->recompute_layers ? ", recomputed layers" : "", c->tiled_mlp ? ", tiled MLP" : "",
+           c->recompute_layers ? ", recomputed layers" : "",
+           c->selective_recompute && !c->recompute_layers ? ", norms and MLP activation recomputed" : "",
+           c->tiled_mlp ? ", tiled MLP" : "",
            c->tiled_loss ? ", tiled loss" : c->eager_loss ? ", eager loss (PyTorch's [tokens, vocab] copies)" : "",
            c->offload_optimizer ? ", optimizer on the host (its update priced at the node's DRAM bandwidth)" : "");
     if (o->sweep) {

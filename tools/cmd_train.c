@@ -178,14 +178,15 @@ static usp_status write_picture(const usp_runtime_t *rt, usp_status run, const c
 static char *run_options_json(const train_options *o, const usp_train_config *c, usp_runtime_cluster cluster)
 {
     json_t *j = json_pack("{s:s, s:s, s:s?, s:s, s:s, s:i, s:i, s:i, s:i, s:I, s:b, s:I, s:I, s:s?, s:i, s:s?, s:s, "
-                          "s:i, s:b, s:b, s:b, s:i, s:s, s:b}",
+                          "s:i, s:b, s:b, s:b, s:b, s:i, s:s, s:b}",
                           "command", c->eval_only ? "eval" : "train", "backend", o->backend, "model",
                           o->model ? o->model : o->resume ? o->resume : "tiny", "model_name", c->model.name, "data",
                           o->data, "world", c->shape.world, "dp", c->shape.dp, "ulysses", c->shape.ulysses, "ring",
                           c->shape.ring, "seq", (json_int_t)c->seq_len, "pad", c->pad, "batch", (json_int_t)c->batch,
                           "steps", (json_int_t)c->steps, "topology", o->topology, "nodes", o->nodes,
                           "attention_kernel", o->attention_kernel, "dtype", o->memory.dtype, "zero", o->memory.zero,
-                          "recompute", o->memory.recompute, "tiled_mlp", o->memory.tiled_mlp, "tiled_loss",
+                          "recompute", o->memory.recompute, "selective_recompute",
+                          o->memory.selective_recompute, "tiled_mlp", o->memory.tiled_mlp, "tiled_loss",
                           o->memory.tiled_loss, "tile_rows", o->memory.tile_rows, "machine", cluster.name,
                           "modelled", cluster.modelled);
     if (j && json_object_set_new(j, "attention", json_string(o->attention)) != 0)

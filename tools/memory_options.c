@@ -15,6 +15,7 @@ usp_status memory_options_apply(const memory_options *o, usp_train_config *c)
         return usp_error(USP_ERR_CONFIG, "--loss %s: expected fused or eager", o->loss);
     c->eager_loss = strcmp(o->loss, "eager") == 0;
     c->zero_stage = o->zero, c->recompute_layers = o->recompute;
+    c->selective_recompute = o->selective_recompute;
     c->tiled_mlp = o->tiled_mlp, c->tiled_loss = o->tiled_loss, c->tile_rows = o->tile_rows;
     return USP_OK;
 }

@@ -8,7 +8,7 @@
 #include "tools/cli.h"
 
 typedef struct memory_options {
-    int zero, recompute, tiled_mlp, tiled_loss, tile_rows;
+    int zero, recompute, selective_recompute, tiled_mlp, tiled_loss, tile_rows;
     const char *dtype, *offload, *loss;
 } memory_options;
 
@@ -23,6 +23,9 @@ typedef struct memory_options {
      "ZeRO stage over all ranks: 1 shards Adam state, 2 also gradients, 3 also weights (default 0)", 0, 3},       \
     {"--recompute", CLI_FLAG, &(o).recompute, NULL,                                                                \
      "keep only each layer's input; backward recomputes the layer (activation checkpointing)", 0, -1},            \
+    {"--selective-recompute", CLI_FLAG, &(o).selective_recompute, NULL,                                            \
+     "keep the matmuls' and attention's outputs; backward recomputes the norms and the MLP activation "            \
+     "(element-wise: no matmul done twice)", 0, -1},                                                               \
     {"--tiled-mlp", CLI_FLAG, &(o).tiled_mlp, NULL,                                                                \
      "run the MLP --tile-rows rows at a time, keeping none of its hidden for backward", 0, -1},                    \
     {"--tiled-loss", CLI_FLAG, &(o).tiled_loss, NULL,                                                              \
