@@ -51,6 +51,7 @@ typedef struct usp_model_setup {
     int selective_recompute;
     int tiled_mlp, tiled_loss;
     int eager_loss;         /* see the memory options above (not with tiled_loss) */
+    int eager_ring_merge;   /* ring attention merges as ring-flash-attention does in PyTorch (core/ring.h; shapes only) */
     int64_t tile_rows;      /* rows per tile (0: 1024) */
     usp_dtype storage;      /* activations: USP_F32 (0), or USP_BF16 on meta (usp_buffer_alloc_as) */
 } usp_model_setup;

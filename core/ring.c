@@ -37,6 +37,7 @@ struct ring_attention {
     float *o_part;            /* [T,H,D] a block's partial output, before the merge */
     float *lse_part;          /* [H,T]   its log-sum-exp */
     float *lse_run;           /* [B][H,T] as one [H, count] slab per query run, at b*H*T + H*local_first */
+    float *eager_out, *eager_tmp; /* eager merge, forward: an fp32 output and a temporary, [T,H,D] each */
     size_t q_elems, lse_elems; /* of o_part and lse_part; buffers above are held during one call only, so
                                   that a model's layers do not each keep theirs */
     usp_stream_t *comm_stream; /* forward's sendrecvs, beside the attention on c.stream (NULL on the CPU) */
@@ -95,6 +96,10 @@ usp_status ring_attention_create(const ring_attention_config *c, ring_attention 
                          "positive and the kv heads must divide the heads",
                          (long long)c->batch, (long long)c->n_heads, (long long)c->n_kv_heads,
                          (long long)c->head_dim);
+    if (c->eager_merge && usp_backend_has_numerics(c->backend))
+        return usp_error(USP_ERR_CONFIG, "ring attention: the eager merge is a framework's cost, planned on shapes "
+                         "only, and the %s backend computes (use the meta backend: usp plan)",
+                         usp_backend_name(c->backend));
     ring_attention *a;
     USP_CHECK(usp_calloc((void **)&a, 1, sizeof *a, "the ring attention handle"));
     a->c = *c;
@@ -136,6 +141,24 @@ void ring_attention_destroy(ring_attention *a)
     free(a);
 }
 
+/* The merge as ring-flash-attention's update_out_and_lse runs it in PyTorch
+ * (EasyContext and yunchang's USP call it; torchtitan's context-parallel
+ * merger is the same formula): the output accumulates in fp32, and a merge is
+ * four element-wise kernels, block_out.to(float32), out - block_out,
+ * sigmoid(block_lse - lse) * that, and out minus the product: about 38 bytes
+ * an element where usp's fused merge moves 12. The first three are charged
+ * here as the passes a backend runs for them (a copy, an accumulate, a copy:
+ * 28 bytes an element of fp32), the fourth is usp's merge itself. Shapes only
+ * (ring_attention_create refuses it on a backend that computes). */
+static usp_status eager_merge_passes(ring_attention *a, int64_t count)
+{
+    const ring_attention_config *c = &a->c;
+    size_t elems = (size_t)count * (size_t)c->n_heads * (size_t)c->head_dim, bytes = elems * sizeof(float);
+    USP_CHECK(usp_buffer_copy(c->backend, a->eager_tmp, a->eager_out, bytes, USP_COPY_DEVICE_TO_DEVICE, c->stream));
+    USP_CHECK(usp_accumulate_2d(c->backend, a->eager_tmp, elems, a->eager_out, elems, elems, 1, c->stream));
+    return usp_buffer_copy(c->backend, a->eager_out, a->eager_tmp, bytes, USP_COPY_DEVICE_TO_DEVICE, c->stream);
+}
+
 /* Our queries against the K/V block of ring rank `owner`, merged into o and the
  * per-run lse. A run's first product is written in place (o = 0, lse = -inf
  * merged with a part is that part, bit for bit), so o needs no zeroing and lse
@@ -168,6 +191,8 @@ static usp_status forward_block(ring_attention *a, const float *q, const float *
                 }
                 USP_CHECK(usp_flash_attention_forward(c->backend, &s, q_run, k_run, v_run, a->o_part, a->lse_part,
                                                       c->stream));
+                if (c->eager_merge)
+                    USP_CHECK(eager_merge_passes(a, x->count));
                 USP_CHECK(usp_attention_merge(c->backend, o_run, lse_run, a->o_part, a->lse_part, x->count,
                                               c->n_heads, c->head_dim, c->stream));
             }
@@ -217,7 +242,7 @@ static usp_status hold_scratch(ring_attention *a)
 static void release_scratch(ring_attention *a)
 {
     usp_backend_t *be = a->c.backend;
-    float **held[] = {&a->buf[0], &a->buf[1], &a->o_part, &a->lse_part, &a->lse_run};
+    float **held[] = {&a->buf[0], &a->buf[1], &a->o_part, &a->lse_part, &a->lse_run, &a->eager_out, &a->eager_tmp};
     for (size_t i = 0; i < sizeof held / sizeof *held; i++) {
         usp_buffer_free(be, *held[i]);
         *held[i] = NULL;
@@ -347,6 +372,9 @@ usp_status ring_attention_forward(ring_attention *a, const float *q, const float
 {
     USP_CHECK(check_pointers(a, "forward", 5, (const void *const[]){q, k, v, o, lse}));
     usp_status s = hold_scratch(a);
+    for (int i = 0; i < 2 && a->c.eager_merge && s == USP_OK; i++)
+        s = usp_buffer_alloc(a->c.backend, a->q_elems * sizeof(float), "attention workspace",
+                             (void **)(i ? &a->eager_tmp : &a->eager_out));
     if (s == USP_OK)
         s = forward(a, q, k, v, o, lse);
     release_scratch(a);

@@ -39,6 +39,8 @@ typedef struct ring_attention_config {
     int causal;
     float scale;
     usp_dtype storage;     /* of the travelling blocks: USP_F32 (0), or USP_BF16 on meta */
+    int eager_merge;       /* shapes only: each merge also moves what ring-flash-attention's PyTorch merge does
+                              (ring.c, eager_merge_passes) */
 } ring_attention_config;
 
 /* Checks the config and allocates the scratch (two travelling buffers of

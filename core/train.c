@@ -381,6 +381,12 @@ static usp_status setup(trainer *t)
     if (c->eager_loss && c->tiled_loss)
         return usp_error(USP_ERR_CONFIG, "--loss eager with --tiled-loss: a tiled loss never holds the [tokens, "
                          "vocabulary] arrays an eager loss keeps; choose one");
+    if (t->numerics && c->eager_ring_merge)
+        return usp_error(USP_ERR_CONFIG, "--ring-merge eager with the %s backend: a framework's merge is planned on "
+                         "shapes only (add --meta, or use usp plan)", usp_backend_name(BE));
+    if (t->numerics && c->forward_only)
+        return usp_error(USP_ERR_CONFIG, "a forward-only step with the %s backend: it is planned on shapes only "
+                         "(usp plan --forward-only)", usp_backend_name(BE));
     if (t->numerics && c->offload_optimizer)
         return usp_error(USP_ERR_CONFIG, "--offload optimizer with the %s backend: an optimizer on the host is "
                          "planned on shapes only (add --meta, or use usp plan)", usp_backend_name(BE));
@@ -402,7 +408,7 @@ static usp_status setup(trainer *t)
                           .store = t->store, .recompute_layers = c->recompute_layers,
                           .selective_recompute = c->selective_recompute, .tiled_mlp = c->tiled_mlp,
                           .tiled_loss = c->tiled_loss, .tile_rows = c->tile_rows, .storage = c->storage,
-                          .eager_loss = c->eager_loss};
+                          .eager_loss = c->eager_loss, .eager_ring_merge = c->eager_ring_merge};
     USP_CHECK(usp_model_create(&ms, &t->model));
     USP_CHECK(usp_buffer_alloc(BE, (size_t)(t->ctx->world_size + c->batch + 64) * sizeof(double), "comm", (void **)&t->scalars));
     USP_CHECK(usp_calloc((void **)&t->shards, (size_t)t->B_local, sizeof *t->shards, "shards"));
@@ -442,12 +448,12 @@ static usp_status run(trainer *t)
         int64_t step = ++t->step;
         double step_start = clock_now(t), flops_start = usp_backend_flops(BE);
         s = read_batch(t, (step - 1) * c->batch);
-        if (s == USP_OK) s = forward_loss(t, 1, &loss, NULL);
+        if (s == USP_OK) s = forward_loss(t, !c->forward_only, &loss, NULL);
         if (t->result && step == 1 && t->ctx->rank == 0)
             t->result->first_loss = loss;
         if (s == USP_OK) s = stop_if_not_finite(t, step, "loss", loss);
-        if (s == USP_OK) s = usp_model_backward(t->model);
-        if (s == USP_OK) s = reduce_and_update(t, step);
+        if (s == USP_OK && !c->forward_only) s = usp_model_backward(t->model);
+        if (s == USP_OK && !c->forward_only) s = reduce_and_update(t, step);
         if (s == USP_OK && t->ctx->trace) /* the frame a comparison takes one step in (plan/compare.h) */
             s = usp_trace_record_step(t->ctx->trace, t->ctx->rank, step, step_start, clock_now(t));
         if (s == USP_OK && c->step_stats) {

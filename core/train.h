@@ -84,6 +84,8 @@ typedef struct usp_train_config {
     int64_t tile_rows;
     int offload_optimizer;     /* master weights and Adam state on the host (ZeRO-Offload; shapes only) */
     int eager_loss;            /* the loss as PyTorch's eager cross-entropy holds it (shapes only; model.h) */
+    int forward_only;          /* a step is the forward and the loss, no backward or update (shapes only: planning) */
+    int eager_ring_merge;      /* ring attention's merge as PyTorch frameworks run it (shapes only; core/ring.h) */
     usp_dtype storage;         /* USP_F32, or USP_BF16 mixed precision (shapes only: see usp_buffer_alloc_as) */
     const char *save_dir, *resume_dir;
     int64_t log_every;         /* a STEP record every log_every steps (and at the last) */

@@ -45,6 +45,7 @@ typedef struct ulysses_attention_config {
     int causal;
     float scale;          /* 0: 1/sqrt(head_dim) */
     usp_dtype storage;    /* of activations and exchanges: USP_F32 (0), or USP_BF16 on meta */
+    int eager_ring_merge; /* the ring's merge as a PyTorch framework runs it (ring.h; shapes only) */
 } ulysses_attention_config;
 
 /* Checks that H query heads and Hkv KV heads split over U ranks: Hkv divides H, each rank holds a

@@ -174,6 +174,8 @@ static json_t *fabric_json(const sim_topology *t)
         json_object_set_new(f, "p2p", json_string(sim_p2p_mode_name(t->p2p)));
         json_object_set_new(f, "host_memory", link_json(&t->host_memory));
     }
+    if (f && t->p2p_fanout.bandwidth > 0)
+        json_object_set_new(f, "p2p_fanout", link_json(&t->p2p_fanout));
     return f;
 }
 

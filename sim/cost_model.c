@@ -162,7 +162,8 @@ static void add_rail_flows(flow_build *b, const sim_topology *t, double bytes, i
 }
 
 /* The most links a route crosses: NVSwitch up and down; PCIe GPU to NIC across
- * sockets, the wire, and the same on the other node. */
+ * sockets, the wire, and the same on the other node (inside a node, a route
+ * and its fan-out link are fewer). */
 static size_t max_route(const sim_topology *t) { return t->fabric == SIM_FABRIC_NVSWITCH ? 2 : 14; }
 
 static usp_status build_alloc(flow_build *b, const sim_topology *t, size_t flows, int n, void **block)
@@ -186,15 +187,37 @@ static usp_status build_alloc(flow_build *b, const sim_topology *t, size_t flows
     return USP_OK;
 }
 
+/* Per member, the peers it sends to by P2P through a root complex (sim_topology_fanout_link):
+ * fanout[n], or NULL when the topology does not model the collapse. */
+static usp_status count_fanout(const sim_topology *t, int n, const int *members, const sim_traffic *traffic,
+                               int **fanout)
+{
+    *fanout = NULL;
+    if (t->fabric != SIM_FABRIC_PCIE || t->p2p_fanout.bandwidth <= 0)
+        return USP_OK;
+    USP_CHECK(usp_calloc((void **)fanout, (size_t)n, sizeof **fanout, "the fan-out of a collective"));
+    for (size_t k = 0; k < traffic->n; k++)
+        if (traffic->bytes[k] > 0 && sim_topology_fanout_link(t, members[traffic->src[k]], members[traffic->dst[k]]) >= 0)
+            (*fanout)[traffic->src[k]]++;
+    return USP_OK;
+}
+
 /* The makespan of the collective's transfers under max-min sharing: each
- * member's bytes to each peer, a ring edge between nodes split over rails.
- * `flows` bounds the number of transfers (rails included). */
+ * member's bytes to each peer, a ring edge between nodes split over rails, a
+ * member's P2P through a root complex to several peers through its fan-out
+ * link. `flows` bounds the number of transfers (rails included). */
 static usp_status transfers_makespan(const sim_topology *t, int ring, int spans_nodes, size_t flows, int n,
                                      const int *members, const sim_traffic *traffic, double *makespan)
 {
     flow_build b;
     void *block;
-    USP_CHECK(build_alloc(&b, t, flows, n, &block));
+    int *fanout;
+    USP_CHECK(count_fanout(t, n, members, traffic, &fanout));
+    usp_status s = build_alloc(&b, t, flows, n, &block);
+    if (s != USP_OK) {
+        free(fanout);
+        return s;
+    }
     if (ring && spans_nodes)
         group_by_node(&b, t, n, members);
     int links[SIM_ROUTE_MAX];
@@ -203,14 +226,22 @@ static usp_status transfers_makespan(const sim_topology *t, int ring, int spans_
         int src = members[traffic->src[k]], dst = members[traffic->dst[k]];
         if (x <= 0 || src == dst)
             continue;
-        if (ring && sim_topology_node_of(t, src) != sim_topology_node_of(t, dst))
+        if (ring && sim_topology_node_of(t, src) != sim_topology_node_of(t, dst)) {
             add_rail_flows(&b, t, x, src, dst);
-        else
-            add_flow(&b, t, x, links, sim_topology_route(t, src, dst, links));
+            continue;
+        }
+        int hops = sim_topology_route(t, src, dst, links), fan = sim_topology_fanout_link(t, src, dst);
+        int f = fanout && fan >= 0 ? fanout[traffic->src[k]] : 0;
+        if (f > 1)
+            links[hops++] = fan;
+        add_flow(&b, t, x, links, hops);
+        if (f > 1) /* the root complex forwards the GPU's f interleaved streams at 1/f of the fan-out rate */
+            b.capacity[b.links[b.n_entries - 1]] = t->p2p_fanout.bandwidth * t->p2p_fanout.efficiency / f;
     }
+    free(fanout);
     sim_flow_set set = {.n_flows = b.n_flows, .bytes = b.bytes, .path_start = b.path_start, .links = b.links,
                         .n_links = b.n_links, .capacity = b.capacity};
-    usp_status s = sim_flow_run(&set, NULL, makespan);
+    s = sim_flow_run(&set, NULL, makespan);
     free(block);
     return s;
 }

@@ -23,10 +23,16 @@
  *   a socket, derived from nccl issue 1603: 4 RTX 4090 on one CPU, no PCIe
  *   switch, P2P off, reach 18 GB/s all-to-all busbw, i.e. 4 x 18 GB/s staged
  *   through that socket's memory (the GPU links, 25 each, are not the bound).
- * - pcie-l20: 8 L20 (Gen4 x16, no NVLink), 4 under one PCIe switch per socket,
- *   2 sockets (the layout of the 8-GPU box in nccl-tests issue 307: one switch
- *   of 4 GPUs per CPU, Gen4 links); p2p "switch", NCCL's default on such a
- *   box, so pairs across the sockets go through host memory. The layout is an
+ * - P2P through a root complex to f > 1 peers at once: 6 / f GB/s a GPU
+ *   (p2p_fanout 6 GB/s), fitted to nccl issue 1603 (4 RTX 4090 on one CPU,
+ *   P2P on: all-to-all 2 GB/s busbw, f = 3) and checked against the USP
+ *   paper's 8 x L20 (docs/cluster_model.md). Measured on Gen4 boxes; Gen5
+ *   takes the same figure (a property of the CPU, not the link).
+ * - pcie-l20: 8 L20 (Gen4 x16, no NVLink), 2 under a PCIe switch, 2 switches a
+ *   socket, 2 sockets: the bus ids of the 8 x L20 server of nccl issue 1817
+ *   come in pairs (12/13, 47/48, 91/92, c4/c5). p2p "system": the USP paper's
+ *   8 x L20 ran its all-to-alls at the rates of P2P through the CPUs (NCCL's
+ *   default on AMD hosts; NCCL_P2P_LEVEL=SYS elsewhere). The layout is an
  *   assumption: the USP paper says only "8xL20 PCIe". */
 #include "sim/topology.h"
 #include "core/strbuf.h"
@@ -48,6 +54,7 @@ static const sim_link_class ndr = {50 * GB, 0.95, 3.0 * US};
 static const sim_link_class hdr = {25 * GB, 0.95, 3.0 * US};
 #define NCCL_BASE_LATENCY (8.4 * US)
 #define HOST_MEMORY_STAGING (72 * GB) /* a socket's SHM staging: nccl issue 1603, 4 x 18 GB/s */
+#define P2P_FANOUT (6 * GB)           /* P2P through a root complex to f peers: 6 / f GB/s a GPU (above) */
 
 static sim_topology dgx(const char *name, sim_link_class nvlink, sim_link_class nic, const char *gpu)
 {
@@ -66,6 +73,7 @@ static sim_topology pcie_box(const char *name, sim_link_class x16, double host_b
                       .gpus_per_switch = 2, .switches_per_socket = 2, .switch_uplink = x16,
                       .host_bridge = {host_bridge, 1.0, 0.5 * US}, .socket_link = {socket_link, 1.0, 1.0 * US},
                       .p2p = SIM_P2P_SYSTEM, .host_memory = {HOST_MEMORY_STAGING, 1.0, 1.0 * US},
+                      .p2p_fanout = {P2P_FANOUT, 1.0, 0.0},
                       .nics_per_node = 4, .nic = nic, .base_latency = NCCL_BASE_LATENCY};
     snprintf(t.name, sizeof t.name, "%s", name);
     sim_gpu_preset(gpu, &t.gpu);
@@ -85,10 +93,8 @@ int sim_topology_preset(const char *name, int nodes, sim_topology *out)
         t = pcie_box(name, pcie4_x16, 48 * GB, 32 * GB, hdr, "a100-pcie");
     else if (strcmp(name, "pcie-gen5") == 0)
         t = pcie_box(name, pcie5_x16, 96 * GB, 64 * GB, ndr, "h100-pcie");
-    else if (strcmp(name, "pcie-l20") == 0) { /* one switch of 4 GPUs a socket, NCCL's default P2P */
+    else if (strcmp(name, "pcie-l20") == 0) /* the layout of pcie-gen4, Ada cards */
         t = pcie_box(name, pcie4_x16, 48 * GB, 32 * GB, hdr, "l20");
-        t.gpus_per_switch = 4, t.switches_per_socket = 1, t.p2p = SIM_P2P_SWITCH;
-    }
     else
         return 0;
     t.nodes = nodes > 0 ? nodes : 1;
@@ -111,11 +117,12 @@ const char *sim_p2p_mode_name(sim_p2p_mode mode)
 /* --- link numbering and routes ---------------------------------------------
  * Per node, in this order: GPU links up [G], GPU links down [G]; PCIe only:
  * switch uplinks up [S], down [S], host bridges [P], socket links a->b [P*P],
- * host memory paths [P]; then NICs up [N], down [N]. Link id = node * per_node + index. */
+ * host memory paths [P], GPUs' P2P fan-out [G]; then NICs up [N], down [N].
+ * Link id = node * per_node + index. */
 
 typedef struct layout {
-    int G, S, P, N;                      /* GPUs, PCIe switches, sockets, NICs per node */
-    int sw_up, sw_down, host, sock, mem, nic_up, nic_down, per_node;
+    int G, S, P, N, F;                   /* GPUs, PCIe switches, sockets, NICs, fan-out links per node */
+    int sw_up, sw_down, host, sock, mem, fan, nic_up, nic_down, per_node;
 } layout;
 
 static layout layout_of(const sim_topology *t)
@@ -124,9 +131,11 @@ static layout layout_of(const sim_topology *t)
     if (t->fabric == SIM_FABRIC_PCIE) {
         l.S = l.G / t->gpus_per_switch;
         l.P = l.S / t->switches_per_socket;
+        l.F = l.G;
     }
     l.sw_up = 2 * l.G, l.sw_down = l.sw_up + l.S, l.host = l.sw_down + l.S, l.sock = l.host + l.P;
-    l.mem = l.sock + l.P * l.P, l.nic_up = l.mem + l.P, l.nic_down = l.nic_up + l.N, l.per_node = l.nic_down + l.N;
+    l.mem = l.sock + l.P * l.P, l.fan = l.mem + l.P, l.nic_up = l.fan + l.F, l.nic_down = l.nic_up + l.N;
+    l.per_node = l.nic_down + l.N;
     return l;
 }
 
@@ -149,8 +158,10 @@ static const sim_link_class *link_class(const sim_topology *t, const layout *l, 
         return &t->host_bridge;
     if (index < l->mem)
         return &t->socket_link;
-    if (index < l->nic_up)
+    if (index < l->fan)
         return &t->host_memory;
+    if (index < l->nic_up)
+        return &t->p2p_fanout;
     return &t->nic;
 }
 
@@ -223,6 +234,17 @@ static int host_memory_route(const sim_topology *t, const layout *l, int base, e
     return n;
 }
 
+int sim_topology_fanout_link(const sim_topology *t, int src, int dst)
+{
+    if (t->fabric != SIM_FABRIC_PCIE || t->p2p_fanout.bandwidth <= 0 || src == dst)
+        return -1;
+    layout l = layout_of(t);
+    if (src / l.G != dst / l.G)
+        return -1;
+    endpoint a = gpu_endpoint(t, &l, src % l.G), b = gpu_endpoint(t, &l, dst % l.G);
+    return a.sw != b.sw && uses_p2p(t, a, b) ? src / l.G * l.per_node + l.fan + src % l.G : -1;
+}
+
 int sim_topology_route(const sim_topology *t, int src, int dst, int *links)
 {
     if (src == dst)
@@ -284,7 +306,7 @@ double sim_topology_route_latency(const sim_topology *t, const int *links, int n
  * - CPU sockets a node (PCIe: switches / switches_per_socket) at most 8: GPU
  *   servers have 1-4, 8 is the largest glueless x86 board.
  * With these bounds every link id (node x links a node, at most
- * 2 x 4096 + 2 x 4096 + 8 + 8 x 8 + 8 + 2 x 64 a node) fits in an int. */
+ * 2 x 4096 + 2 x 4096 + 8 + 8 x 8 + 8 + 4096 + 2 x 64 a node) fits in an int. */
 #define MAX_NODES 100000
 #define MAX_GPUS_PER_NODE 4096
 #define MAX_NICS_PER_NODE 64
@@ -359,6 +381,8 @@ static usp_status check_topology(const sim_topology *t, const char *where)
     }
     if (t->fabric == SIM_FABRIC_PCIE && t->p2p != SIM_P2P_SYSTEM)
         USP_CHECK(check_link(&t->host_memory, where, "fabric.host_memory"));
+    if (t->fabric == SIM_FABRIC_PCIE && t->p2p_fanout.bandwidth != 0)
+        USP_CHECK(check_link(&t->p2p_fanout, where, "fabric.p2p_fanout"));
     if (t->nics_per_node > 0)
         USP_CHECK(check_link(&t->nic, where, "network.nic"));
     USP_CHECK(sim_host_check(&t->host, where));
@@ -427,7 +451,8 @@ static usp_status read_p2p_mode(const json_t *fabric, sim_json_at at, sim_p2p_mo
 static usp_status read_fabric(const json_t *root, sim_json_at at, sim_topology *t)
 {
     static const char *const known[] = {"kind", "gpu_link", "gpus_per_switch", "switches_per_socket",
-                                        "switch_uplink", "host_bridge", "socket_link", "p2p", "host_memory", NULL};
+                                        "switch_uplink", "host_bridge", "socket_link", "p2p", "host_memory",
+                                        "p2p_fanout", NULL};
     const json_t *obj;
     USP_CHECK(read_object(root, at, "fabric", 1, "{\"kind\": \"nvswitch\" or \"pcie\", \"gpu_link\": {...}}", &obj));
     sim_json_at in = {at.where, "fabric."};
@@ -459,6 +484,8 @@ static usp_status read_fabric(const json_t *root, sim_json_at at, sim_topology *
         USP_CHECK(read_link(obj, in, "host_memory", "{\"bandwidth_gbs\": 72, \"latency_us\": 1}", &t->host_memory));
     if (sockets > 1)
         USP_CHECK(read_link(obj, in, "socket_link", "{\"bandwidth_gbs\": 32, \"latency_us\": 1}", &t->socket_link));
+    if (json_object_get(obj, "p2p_fanout")) /* optional: absent, the collapse is not modelled */
+        USP_CHECK(read_link(obj, in, "p2p_fanout", "{\"bandwidth_gbs\": 2}", &t->p2p_fanout));
     return USP_OK;
 }
 

@@ -17,6 +17,15 @@
  *   up, the receiving socket's host memory path (one link per socket, shared
  *   by everything staged there), the socket link when it crosses sockets, the
  *   switch uplink down, GPU down.
+ *   P2P through a root complex collapses when a GPU writes to several peers
+ *   that way at once (an all-to-all), while one stream a GPU (a ring) runs at
+ *   its link's rate: nccl#1603, 4 GPUs on one CPU with P2P, measured a ring
+ *   all-reduce at 22 GB/s busbw and an all-to-all at 2 ("CPUs make very poor
+ *   PCI switches"). So in a collective where a GPU sends P2P through a root
+ *   complex to f > 1 peers, those flows also cross the GPU's own "fan-out"
+ *   link, of capacity p2p_fanout / f: the more streams the root complex
+ *   interleaves, the less it forwards (docs/cluster_model.md fits the law to
+ *   three published measurements; absent: not modelled).
  * NICs (nics_per_node, rail-optimised: NIC i of every node on rail i of a
  * non-blocking fat tree) connect the nodes; GPU g uses NIC g * nics / gpus.
  *
@@ -67,6 +76,8 @@ typedef struct sim_topology {
     sim_link_class socket_link;    /* PCIe: CPU to CPU (UPI / xGMI), per direction */
     sim_p2p_mode p2p;              /* PCIe: the pairs NCCL's P2P transport joins */
     sim_link_class host_memory;    /* PCIe, p2p switch / off: a socket's staging of GPU to GPU traffic in host memory */
+    sim_link_class p2p_fanout;     /* PCIe, P2P through a root complex: a GPU's rate to f > 1 peers at once is
+                                      this / f (bandwidth 0: not modelled) */
     int nics_per_node;             /* 0: no network (one node only) */
     sim_link_class nic;            /* a NIC and its wire to the (non-blocking) fabric */
     double base_latency;           /* seconds every NCCL call costs whatever it moves */
@@ -119,6 +130,12 @@ int sim_topology_route(const sim_topology *t, int src, int dst, int *links);
  * dst_node (one channel of a ring that crosses nodes on several rails). */
 int sim_topology_rail_route(const sim_topology *t, int src_node, int src_nic, int dst_node, int dst_nic,
                             int *links);
+
+/* The fan-out link of GPU src when a transfer src -> dst is P2P through a
+ * root complex and the topology models its collapse; -1 otherwise. A
+ * collective adds it to the paths of a GPU that sends that way to more than
+ * one peer (sim/cost_model.c). */
+int sim_topology_fanout_link(const sim_topology *t, int src, int dst);
 
 /* "system", "switch" or "off". */
 const char *sim_p2p_mode_name(sim_p2p_mode mode);

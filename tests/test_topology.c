@@ -262,7 +262,7 @@ static char tmpdir[] = "/tmp/usp_topology_XXXXXX";
 
 
 /* busbw (GB/s) the model predicts for a row, at 4 GiB: nccl-tests' peak sizes. */
-static double predicted_busbw(const validation_row *r)
+static double row_busbw(const validation_row *r)
 {
     sim_cost_model m = {.dtype = USP_BF16};
     char path[256];
@@ -279,7 +279,7 @@ START_TEST(validation_table_within_15_percent)
     const validation_row *r = &rows[_i];
     char machine[64];
     snprintf(machine, sizeof machine, "%s%s", r->machine, r->nodes > 1 ? " x2" : "");
-    expect_validation_row(machine, r->kind, r->n, predicted_busbw(r), r->published, r->source);
+    expect_validation_row(machine, r->kind, r->n, row_busbw(r), r->published, r->source);
 }
 END_TEST
 
@@ -540,7 +540,8 @@ START_TEST(topology_file_equals_its_preset)
              " \"gpus_per_switch\": 2, \"switches_per_socket\": 2,\n"
              " \"switch_uplink\": {\"bandwidth_gbs\": 31.5, \"efficiency\": %.17g, \"latency_us\": 1},\n"
              " \"host_bridge\": {\"bandwidth_gbs\": 48, \"latency_us\": 0.5},\n"
-             " \"socket_link\": {\"bandwidth_gbs\": 32, \"latency_us\": 1}}}\n", 25 / 31.5, 25 / 31.5);
+             " \"socket_link\": {\"bandwidth_gbs\": 32, \"latency_us\": 1},\n"
+             " \"p2p_fanout\": {\"bandwidth_gbs\": 6}}}\n", 25 / 31.5, 25 / 31.5);
     write_file(path, json);
     sim_cost_model pfile = {.dtype = USP_BF16}, ppreset = model("pcie-gen4", 1);
     ck_assert_int_eq(sim_topology_from_name_or_file(path, 0, &pfile.topology), USP_OK);

@@ -20,7 +20,7 @@
 
 typedef struct plan_options {
     const char *model, *data, *topology, *trace, *attention_kernel, *compare;
-    int world, ulysses, ring, nodes, seq, batch, pad, sweep, json, no_overlap;
+    int world, ulysses, ring, nodes, seq, batch, pad, sweep, json, no_overlap, forward_only;
     memory_options memory;
 } plan_options;
 
@@ -37,6 +37,7 @@ static usp_status build_config(const plan_options *o, usp_train_config *c)
     c->data = o->data, c->seq_len = o->seq, c->pad = o->pad;
     c->batch = o->batch > 0 ? o->batch : c->shape.dp; /* default: one sequence per replica */
     USP_CHECK(memory_options_apply(&o->memory, c));
+    c->forward_only = o->forward_only;
     if (o->trace) /* written after the plan: a path that cannot take it is refused before */
         USP_CHECK(output_path_check("--trace", o->trace, 0));
     return USP_OK;
@@ -107,10 +108,12 @@ static void print_memory(const plan_result *r, const plan_fit *fit)
         printf(", with every memory option on: use more GPUs (--world) or a shorter --seq\n");
 }
 
-static void print_time(const plan_result *r)
+static void print_time(const plan_result *r, int forward_only)
 {
     double step = r->step_time_s > 0 ? r->step_time_s : 1;
-    printf("\ntime per step (modelled, rank %d ends last): %.4f s\n", r->critical_rank, r->step_time_s);
+    printf("\ntime per %s (modelled, rank %d ends last): %.4f s\n",
+           forward_only ? "forward pass (--forward-only: no backward, no optimizer step)" : "step", r->critical_rank,
+           r->step_time_s);
     printf("  compute                %10.4f s  %5.1f%%\n", r->compute_time_s, 100 * r->compute_time_s / step);
     printf("  communication          %10.4f s  %5.1f%%  (transfers, from the last arrival to the end)\n",
            r->comm_time_s, 100 * r->comm_time_s / step);
@@ -209,6 +212,8 @@ static usp_status print_report_json(const plan_options *o, const usp_train_confi
         json_object_set_new(j, "tiled_loss", json_boolean(c->tiled_loss));
         json_object_set_new(j, "offload", json_string(c->offload_optimizer ? "optimizer" : "none"));
         json_object_set_new(j, "loss", json_string(c->eager_loss ? "eager" : "fused"));
+        json_object_set_new(j, "forward_only", json_boolean(c->forward_only));
+        json_object_set_new(j, "ring_merge", json_string(c->eager_ring_merge ? "eager" : "fused"));
         json_object_set_new(j, "would_fit_with", p->fit.found ? json_string(p->fit.options) : json_null());
         if (p->fit.found && p->fit.other_split) /* another split of the same GPUs */
             json_object_set_new(j, "would_fit_split", json_pack("{s:i, s:i, s:i, s:I}", "ulysses", p->fit.ulysses,
@@ -280,7 +285,7 @@ static void print_report_text(const plan_options *o, const usp_train_config *c, 
         printf("\nthe fastest, U %d x R %d:\n", best->shape.ulysses, best->shape.ring);
     }
     print_memory(best, &p->fit);
-    print_time(best);
+    print_time(best, c->forward_only);
     printf("planned in %.2f s (one step on the meta backend%s%s)\n", wall, o->sweep ? " per split" : "",
            p->fit.tries ? ", and one per option tried" : "");
 }
@@ -348,6 +353,9 @@ int cmd_plan(int argc, char **argv)
          "write the step's modelled timeline: Chrome trace JSON (Perfetto) when FILE ends in .json, text otherwise",
          0, -1},
         {"--json", CLI_FLAG, &o.json, NULL, "print one JSON summary object (fields in docs/planning.md)", 0, -1},
+        {"--forward-only", CLI_FLAG, &o.forward_only, NULL,
+         "time a forward pass only (no backward, no optimizer step), as a forward benchmark or a prefill runs; "
+         "memory stays the training step's buffers", 0, -1},
         {"--no-overlap", CLI_FLAG, &o.no_overlap, NULL,
          "model no transfer beside compute (every stream on one clock): what the overlap saves", 0, -1},
         {"--compare", CLI_STRING, &o.compare, "FILE",

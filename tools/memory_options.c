@@ -3,17 +3,23 @@
 
 #include <string.h>
 
+/* A two-way option: *second = 1 when `value` is `b`, 0 when it is `a`; anything else names the option. */
+static usp_status either(const char *option, const char *value, const char *a, const char *b, int *second)
+{
+    if (strcmp(value, a) != 0 && strcmp(value, b) != 0)
+        return usp_error(USP_ERR_CONFIG, "%s %s: expected %s or %s", option, value, a, b);
+    *second = strcmp(value, b) == 0;
+    return USP_OK;
+}
+
 usp_status memory_options_apply(const memory_options *o, usp_train_config *c)
 {
-    if (strcmp(o->dtype, "fp32") != 0 && strcmp(o->dtype, "bf16") != 0)
-        return usp_error(USP_ERR_CONFIG, "--dtype %s: expected fp32 or bf16", o->dtype);
-    c->storage = strcmp(o->dtype, "bf16") == 0 ? USP_BF16 : USP_F32;
-    if (strcmp(o->offload, "none") != 0 && strcmp(o->offload, "optimizer") != 0)
-        return usp_error(USP_ERR_CONFIG, "--offload %s: expected none or optimizer", o->offload);
-    c->offload_optimizer = strcmp(o->offload, "optimizer") == 0;
-    if (strcmp(o->loss, "fused") != 0 && strcmp(o->loss, "eager") != 0)
-        return usp_error(USP_ERR_CONFIG, "--loss %s: expected fused or eager", o->loss);
-    c->eager_loss = strcmp(o->loss, "eager") == 0;
+    int bf16;
+    USP_CHECK(either("--dtype", o->dtype, "fp32", "bf16", &bf16));
+    c->storage = bf16 ? USP_BF16 : USP_F32;
+    USP_CHECK(either("--offload", o->offload, "none", "optimizer", &c->offload_optimizer));
+    USP_CHECK(either("--loss", o->loss, "fused", "eager", &c->eager_loss));
+    USP_CHECK(either("--ring-merge", o->ring_merge, "fused", "eager", &c->eager_ring_merge));
     c->zero_stage = o->zero, c->recompute_layers = o->recompute;
     c->selective_recompute = o->selective_recompute;
     c->tiled_mlp = o->tiled_mlp, c->tiled_loss = o->tiled_loss, c->tile_rows = o->tile_rows;

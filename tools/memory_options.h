@@ -9,10 +9,11 @@
 
 typedef struct memory_options {
     int zero, recompute, selective_recompute, tiled_mlp, tiled_loss, tile_rows;
-    const char *dtype, *offload, *loss;
+    const char *dtype, *offload, *loss, *ring_merge;
 } memory_options;
 
-#define MEMORY_OPTIONS_DEFAULTS {.dtype = "fp32", .offload = "none", .loss = "fused", .tile_rows = 1024}
+#define MEMORY_OPTIONS_DEFAULTS                                                                                    \
+    {.dtype = "fp32", .offload = "none", .loss = "fused", .ring_merge = "fused", .tile_rows = 1024}
 
 /* The options' table entries, to put in a command's cli_option array. */
 #define MEMORY_OPTIONS(o)                                                                                          \
@@ -36,6 +37,9 @@ typedef struct memory_options {
     {"--loss", CLI_STRING, &(o).loss, "fused|eager",                                                              \
      "the loss's memory: fused (usp's: one fp32 [tokens, vocab] array, its gradient in place) or eager (as "     \
      "PyTorch's cross-entropy: two more, the saved log-softmax and its gradient; shapes only)", 0, -1},           \
+    {"--ring-merge", CLI_STRING, &(o).ring_merge, "fused|eager",                                                  \
+     "ring attention's merge of a block's output: fused (usp's: one pass) or eager (as ring-flash-attention and "  \
+     "PyTorch's context parallelism run it: an fp32 output, four element-wise kernels; shapes only)", 0, -1},      \
     {"--tile-rows", CLI_INT, &(o).tile_rows, "R", "rows per tile of --tiled-mlp and --tiled-loss (default 1024)", \
      1, 1 << 30}
 
