@@ -4,7 +4,11 @@
  *   sim/host_model.h), the optimizer's bytes gone from the GPU, and the
  *   refusals (a numeric backend, ZeRO 0, a bad host object in a topology file);
  * - `--loss eager` (PyTorch's cross-entropy): exactly two more fp32
- *   [tokens, vocabulary] arrays at the loss, and its refusals. */
+ *   [tokens, vocabulary] arrays at the loss, and its refusals;
+ * - `--ring-merge eager` (ring-flash-attention's merge): 28 more bytes an
+ *   element of every merge, priced at the GPU's memory bandwidth, and its
+ *   refusals;
+ * - `usp plan --forward-only`: no backward, no optimizer step. */
 #include <check.h>
 #include <jansson.h>
 #include <math.h>
@@ -178,6 +182,66 @@ START_TEST(an_eager_loss_holds_two_more_fp32_logit_arrays)
 }
 END_TEST
 
+/* The model's numbers for the checks below: rank 0's modelled compute time and the JSON. */
+static double number(const json_t *j, const char *key) { return json_number_value(json_object_get(j, key)); }
+
+START_TEST(an_eager_ring_merge_moves_28_more_bytes_an_element_a_merge)
+{
+    /* tiny (2 layers, 4 heads of 16) at 4096 tokens on a ring of 2, zigzag: a rank holds 2 runs of
+     * 1024 tokens and computes 2R + 1 = 5 products a layer, the first of each run written in place:
+     * 3 merges a layer of E = 1024 x 4 x 16 elements. Each moves 28 more bytes an element (a copy of
+     * fp32, 8; an accumulate, 12; a copy, 8), memory-bound on an H100. */
+    const char *fused[] = {"--model", "tiny", "--world", "2", "--ring", "2", "--seq", "4096", "--forward-only"};
+    const char *eager[] = {"--model", "tiny", "--world", "2", "--ring", "2", "--seq", "4096", "--forward-only",
+                           "--ring-merge", "eager"};
+    json_t *a = plan_ok(fused, 9), *b = plan_ok(eager, 11);
+    ck_assert_str_eq(json_string_value(json_object_get(b, "ring_merge")), "eager");
+    sim_gpu h100;
+    ck_assert(sim_gpu_preset("h100-sxm", &h100));
+    double E = 1024.0 * 4 * 16, want = 2 * 3 * 28 * E / (h100.hbm_bandwidth * h100.memory_efficiency);
+    double got = number(b, "compute_time_s") - number(a, "compute_time_s");
+    ck_assert_msg(fabs(got - want) <= 1e-6 * want, "eager merges added %.9g s of compute, closed form %.9g", got,
+                  want);
+    json_decref(a);
+    json_decref(b);
+    const char *bad[] = {"--model", "tiny", "--ring-merge", "lazy"};
+    int code;
+    json_decref(plan_json(bad, 4, &code));
+    ck_assert_int_eq(code, 2);
+    /* a backend that computes refuses it: a framework's merge is a cost, not usp's numerics */
+    char *train[] = {"usp", "train", "--world", "2", "--ring", "2", "--steps", "1", "--ring-merge", "eager"};
+    static char out[1 << 14];
+    ck_assert_int_eq(harness_run_command(cmd_train, train, 10, out, sizeof out), 2);
+}
+END_TEST
+
+START_TEST(a_forward_only_plan_runs_no_backward_and_no_update)
+{
+    const char *step[] = {"--model", "llama-1b", "--world", "8", "--seq", "32768"};
+    const char *forward[] = {"--model", "llama-1b", "--world", "8", "--seq", "32768", "--forward-only"};
+    json_t *a = plan_ok(step, 6), *b = plan_ok(forward, 7);
+    ck_assert(json_is_true(json_object_get(b, "forward_only")));
+    ck_assert(json_is_false(json_object_get(a, "forward_only")));
+    /* a training step does about 3x its forward's work; a forward pass only the forward and the loss */
+    ck_assert_double_gt(number(a, "step_flops"), 2.5 * number(a, "fwd_flops"));
+    ck_assert_double_le(number(b, "step_flops"), 1.01 * number(b, "fwd_flops"));
+    ck_assert_double_eq_tol(number(b, "fwd_flops"), number(a, "fwd_flops"), 1e-6 * number(a, "fwd_flops"));
+    ck_assert_double_lt(number(b, "step_time_s"), 0.5 * number(a, "step_time_s"));
+    json_decref(a);
+    json_decref(b);
+    /* only a plan: a backend that computes refuses a step without its backward */
+    usp_train_config c;
+    usp_train_defaults(&c);
+    ck_assert_int_eq(usp_model_config_preset("tiny", &c.model), USP_OK);
+    ck_assert_int_eq(usp_mesh_shape_make(2, 2, 1, &c.shape), USP_OK);
+    c.data = "passkey", c.seq_len = 64, c.batch = 2, c.steps = 1, c.forward_only = 1;
+    usp_train_result result;
+    char report[1024];
+    ck_assert_int_eq(harness_train(&c, &result, report, sizeof report), USP_ERR_CONFIG);
+    ck_assert_msg(strstr(report, "forward-only"), "%s", report);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("framework costs");
@@ -189,6 +253,8 @@ int main(void)
     tcase_add_test(tc, the_optimizer_leaves_the_gpu_and_the_step_pays_the_host);
     tcase_add_test(tc, offload_without_zero_and_a_bad_host_are_refused);
     tcase_add_test(tc, an_eager_loss_holds_two_more_fp32_logit_arrays);
+    tcase_add_test(tc, an_eager_ring_merge_moves_28_more_bytes_an_element_a_merge);
+    tcase_add_test(tc, a_forward_only_plan_runs_no_backward_and_no_update);
     suite_add_tcase(s, tc);
     return check_main_run(s);
 }
