@@ -111,9 +111,8 @@ static void print_memory(const plan_result *r, const plan_fit *fit)
 static void print_time(const plan_result *r, int forward_only)
 {
     double step = r->step_time_s > 0 ? r->step_time_s : 1;
-    printf("\ntime per %s (modelled, rank %d ends last): %.4f s\n",
-           forward_only ? "forward pass (--forward-only: no backward, no optimizer step)" : "step", r->critical_rank,
-           r->step_time_s);
+    printf("\ntime per %s (modelled, rank %d ends last%s): %.4f s\n", forward_only ? "forward pass" : "step",
+           r->critical_rank, forward_only ? "; --forward-only: no backward, no optimizer step" : "", r->step_time_s);
     printf("  compute                %10.4f s  %5.1f%%\n", r->compute_time_s, 100 * r->compute_time_s / step);
     printf("  communication          %10.4f s  %5.1f%%  (transfers, from the last arrival to the end)\n",
            r->comm_time_s, 100 * r->comm_time_s / step);
