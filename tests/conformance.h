@@ -86,6 +86,8 @@ typedef struct conformance_case {
 
 extern const conformance_case conformance_cases[];
 extern const int conformance_case_count;
+extern const conformance_case conformance_layer_cases[]; /* tests/conformance_layer_cases.c */
+extern const int conformance_layer_case_count;
 extern const conformance_case conformance_bf16_cases[];
 extern const int conformance_bf16_case_count;
 

@@ -335,11 +335,16 @@ static void expect_named_ops_ran(const conformance_case *c, const case_result *r
     }
 }
 
-#define ALL_CASES (conformance_case_count + conformance_bf16_case_count)
+#define ALL_CASES (conformance_case_count + conformance_layer_case_count + conformance_bf16_case_count)
 
 static const conformance_case *case_at(int i)
 {
-    return i < conformance_case_count ? &conformance_cases[i] : &conformance_bf16_cases[i - conformance_case_count];
+    if (i < conformance_case_count)
+        return &conformance_cases[i];
+    i -= conformance_case_count;
+    if (i < conformance_layer_case_count)
+        return &conformance_layer_cases[i];
+    return &conformance_bf16_cases[i - conformance_layer_case_count];
 }
 
 /* _i: backend under_test[_i / ALL_CASES], case _i % ALL_CASES. */
@@ -381,7 +386,7 @@ START_TEST(every_slot_of_usp_backend_i_has_a_case)
     for (int s = 0; s < SLOT_COUNT; s++)
         if (!(ticked >> s & 1))
             len += (size_t)snprintf(missing + len, sizeof missing - len, " %s", slot_names[s]);
-    ck_assert_msg(len == 0, "slots of usp_backend_i that no case of tests/conformance_cases.c names:%s", missing);
+    ck_assert_msg(len == 0, "slots of usp_backend_i that no case of the conformance tables names:%s", missing);
 }
 END_TEST
 
