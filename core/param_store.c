@@ -24,6 +24,7 @@ struct usp_param_store {
     float *adam_m, *adam_v; /* whole at 0, shards at 1-3 */
     float *master;          /* fp32 weights when the weights are stored narrower; sharded as Adam's */
     double *scalar;         /* backend memory for the norm's all-reduce */
+    int accumulate;         /* backward adds to the gradients kept (usp_param_store_accumulate) */
 };
 
 #define BE (s->c.backend)
@@ -232,8 +233,10 @@ usp_status usp_param_store_weights_done(usp_param_store *s, int bucket_id)
 
 usp_status usp_param_store_begin_backward(usp_param_store *s)
 {
-    return usp_buffer_zero(BE, s->grads, bytes_of(s, s->grads, array_elems(s, s->grads)), ST);
+    return s->accumulate ? USP_OK : usp_buffer_zero(BE, s->grads, bytes_of(s, s->grads, array_elems(s, s->grads)), ST);
 }
+
+void usp_param_store_accumulate(usp_param_store *s, int on) { s->accumulate = on; }
 
 usp_status usp_param_store_grads(usp_param_store *s, int bucket_id)
 {
@@ -251,8 +254,14 @@ usp_status usp_param_store_grads_done(usp_param_store *s, int bucket_id)
     USP_ASSERT(b->grad_users > 0, "bucket %d: gradient closed more often than opened", bucket_id);
     if (--b->grad_users > 0 || s->c.zero_stage < 2)
         return USP_OK;
-    usp_status st = usp_comm_reduce_scatter(s->c.world, b->grad_work, at(s, s->grads, b->shard_at), (size_t)b->shard,
-                                            s->c.storage, USP_REDUCE_SUM, ST);
+    float *shard = at(s, s->grads, b->shard_at), *sum = NULL;
+    usp_status st = s->accumulate ? alloc_array(s, &sum, b->shard, s->c.storage, "gradients") : USP_OK;
+    if (st == USP_OK) /* accumulating: into a fresh shard, then added to the one kept */
+        st = usp_comm_reduce_scatter(s->c.world, b->grad_work, sum ? sum : shard, (size_t)b->shard, s->c.storage,
+                                     USP_REDUCE_SUM, ST);
+    if (st == USP_OK && sum)
+        st = usp_accumulate_2d(BE, shard, (size_t)b->shard, sum, (size_t)b->shard, (size_t)b->shard, 1, ST);
+    usp_buffer_free(BE, sum);
     usp_buffer_free(BE, b->grad_work);
     b->grad_work = NULL;
     return st;

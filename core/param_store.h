@@ -67,8 +67,12 @@ usp_status usp_param_store_weights(usp_param_store *s, int bucket);
 /* Ends a use of the bucket's weights (stage 3 frees the gathered copy after the last). */
 usp_status usp_param_store_weights_done(usp_param_store *s, int bucket);
 
-/* Starts a backward pass: every gradient becomes zero. */
+/* Starts a backward pass: every gradient becomes zero, unless the store accumulates. */
 usp_status usp_param_store_begin_backward(usp_param_store *s);
+
+/* Gradient accumulation (micro-batches): while on, a backward adds to the gradients kept from the one
+ * before instead of starting from zero (stages 2-3 add each reduce-scattered shard to the shard kept). */
+void usp_param_store_accumulate(usp_param_store *s, int on);
 
 /* Opens the bucket's gradient, whole, for backward to accumulate into until _grads_done (nested opens share it). */
 usp_status usp_param_store_grads(usp_param_store *s, int bucket);

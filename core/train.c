@@ -21,7 +21,8 @@ typedef struct trainer {
     usp_model *model;
     usp_data data;
     usp_shard *shards;        /* [B_local] */
-    int64_t B_local, N;
+    int64_t B_local, N;       /* sequences a rank's model runs at once (one micro-batch), padded length */
+    int64_t M, per_call;      /* micro-batches a step; sequences over all replicas a micro-batch (batch / M) */
     usp_param_table table;
     usp_param_store *store;   /* weights, gradients and Adam state (whole or ZeRO-sharded) */
     double *scalars;          /* backend, small reductions */
@@ -122,21 +123,60 @@ static usp_status count_right_digits(trainer *t, double *digits)
     return s;
 }
 
-/* Forward and loss of the batch read; *loss = mean over the global batch's
- * valid targets. With `digits`, passkey answers predicted right per sample. */
-static usp_status forward_loss(trainer *t, int with_grad, double *loss, double *digits)
+/* *count (this rank's valid targets) summed over the world; none at all is an error. */
+static usp_status world_targets(trainer *t, double *count)
 {
-    double count = count_targets(t);
-    USP_CHECK(sum_over(t, t->ctx->world, &count, 1));
-    if (count < 1 && t->numerics) /* on meta the count is this rank's own, possibly 0 (padding) */
+    USP_CHECK(sum_over(t, t->ctx->world, count, 1));
+    if (*count < 1 && t->numerics) /* on meta the count is this rank's own, possibly 0 (padding) */
         return usp_error(USP_ERR_CONFIG, "the batch has no valid target token");
-    float grad_scale = (float)(1.0 / (count > 1 ? count : 1));
+    return USP_OK;
+}
+
+/* Forward and loss (no gradient) of the batch read; *loss = mean over the global batch's
+ * valid targets. With `digits`, passkey answers predicted right per sample. */
+static usp_status eval_forward(trainer *t, double *loss, double *digits)
+{
+    double count = count_targets(t), sum;
+    USP_CHECK(world_targets(t, &count));
     USP_CHECK(usp_model_forward(t->model, t->shards));
     if (digits)
         USP_CHECK(count_right_digits(t, digits));
-    double sum;
-    USP_CHECK(usp_model_loss(t->model, grad_scale, with_grad, &sum));
+    USP_CHECK(usp_model_loss(t->model, (float)(1.0 / (count > 1 ? count : 1)), 0, &sum));
     USP_CHECK(sum_over(t, t->ctx->world, &sum, 1));
+    *loss = sum / count;
+    return USP_OK;
+}
+
+/* A step's forward (and, unless forward-only, backward) over its M micro-batches: gradient
+ * accumulation. The valid targets of the whole step are counted first (one all-reduce), so that
+ * every micro-batch's loss is scaled by that count and the gradients the store accumulates are
+ * the whole batch's; with M = 1 this is one read, one forward and one backward. *loss = the
+ * step's mean loss; *fwd, *recompute: the forward and recomputed FLOPs of all its micro-batches. */
+static usp_status step_passes(trainer *t, int64_t first_sample, double *loss, double *fwd, double *recompute)
+{
+    const int with_grad = !t->c->forward_only;
+    double count = 0, sum = 0;
+    for (int64_t m = 0; m < t->M; m++) {
+        USP_CHECK(read_batch(t, first_sample + m * t->per_call));
+        count += count_targets(t);
+    }
+    USP_CHECK(world_targets(t, &count));
+    const float grad_scale = (float)(1.0 / (count > 1 ? count : 1));
+    *fwd = *recompute = 0;
+    for (int64_t m = 0; m < t->M; m++) {
+        if (t->M > 1) /* M = 1: the batch counted above is the one loaded */
+            USP_CHECK(read_batch(t, first_sample + m * t->per_call));
+        usp_param_store_accumulate(t->store, m > 0);
+        double part, f, r;
+        USP_CHECK(usp_model_forward(t->model, t->shards));
+        USP_CHECK(usp_model_loss(t->model, grad_scale, with_grad, &part));
+        USP_CHECK(sum_over(t, t->ctx->world, &part, 1)); /* each pass's, as a run of one pass always did */
+        if (with_grad)
+            USP_CHECK(usp_model_backward(t->model));
+        usp_model_step_flops(t->model, &f, &r);
+        sum += part, *fwd += f, *recompute += r;
+    }
+    usp_param_store_accumulate(t->store, 0);
     *loss = sum / count;
     return USP_OK;
 }
@@ -223,17 +263,17 @@ static void record_step(trainer *t, int64_t step, double loss, double tokens_per
  * five key digits are all predicted right. */
 static usp_status evaluate(trainer *t, double *loss_out, double *accuracy)
 {
-    int64_t batches = (t->c->eval_samples + t->c->batch - 1) / t->c->batch;
+    int64_t batches = (t->c->eval_samples + t->per_call - 1) / t->per_call;
     double loss_sum = 0, right[2] = {0, 0}; /* samples right, samples seen */
     double *digits = calloc((size_t)t->B_local, sizeof *digits);
     if (!digits)
         return usp_error(USP_ERR_RUNTIME, "out of memory for the evaluation");
     usp_status s = USP_OK;
     for (int64_t i = 0; i < batches && s == USP_OK; i++) {
-        double loss;
-        s = read_batch(t, EVAL_SAMPLE_BASE + i * t->c->batch);
+        double loss = 0;
+        s = read_batch(t, EVAL_SAMPLE_BASE + i * t->per_call);
         if (s == USP_OK)
-            s = forward_loss(t, 0, &loss, t->data.kind == USP_DATA_PASSKEY ? digits : NULL);
+            s = eval_forward(t, &loss, t->data.kind == USP_DATA_PASSKEY ? digits : NULL);
         if (s == USP_OK && t->data.kind == USP_DATA_PASSKEY)
             s = sum_over(t, t->mesh.sp, digits, (int)t->B_local); /* the digits may sit on several SP ranks */
         for (int64_t b = 0; b < t->B_local && s == USP_OK && t->data.kind == USP_DATA_PASSKEY; b++)
@@ -352,6 +392,12 @@ usp_status usp_train_check(const usp_train_config *c, int64_t *padded_len)
     if (c->batch < 1 || c->batch % c->shape.dp != 0)
         return usp_error(USP_ERR_CONFIG, "--batch %lld is not a multiple of the %d data-parallel replicas "
                          "(W / (U R)); use --batch %d or a multiple", (long long)c->batch, c->shape.dp, c->shape.dp);
+    int64_t M = c->micro_batches > 1 ? c->micro_batches : 1, per_replica = c->batch / c->shape.dp;
+    if (per_replica % M != 0)
+        return usp_error(USP_ERR_CONFIG, "--micro-batches %lld does not divide the %lld sequences a replica runs a "
+                         "step (--batch %lld over %d data-parallel replicas): use a divisor of %lld",
+                         (long long)M, (long long)per_replica, (long long)c->batch, c->shape.dp,
+                         (long long)per_replica);
     usp_layout_kind kind = c->attention_local ? USP_LAYOUT_CONTIGUOUS : usp_layout_for(1, c->shape.ring);
     int64_t multiple = usp_seq_layout_multiple(kind, c->shape.ulysses, c->shape.ring);
     *padded_len = c->pad ? (c->seq_len + multiple - 1) / multiple * multiple : c->seq_len;
@@ -392,7 +438,8 @@ static usp_status setup(trainer *t)
                          "planned on shapes only (add --meta, or use usp plan)", usp_backend_name(BE));
     USP_CHECK(usp_train_check(c, &t->N));
     USP_CHECK(usp_mesh_create(t->ctx->world, &c->shape, &t->mesh));
-    t->B_local = c->batch / c->shape.dp;
+    t->M = c->micro_batches > 1 ? c->micro_batches : 1;
+    t->B_local = c->batch / c->shape.dp / t->M, t->per_call = c->batch / t->M;
     USP_CHECK(usp_data_open(c->data, c->seed, &t->data));
     if (t->data.vocab > c->model.vocab && t->data.kind != USP_DATA_TOKENS16 && t->data.kind != USP_DATA_TOKENS32)
         return usp_error(USP_ERR_CONFIG, "--data %s produces tokens up to %lld but model %s has a vocabulary of %lld",
@@ -446,20 +493,17 @@ static usp_status run(trainer *t)
     t->log_clock = clock_now(t), t->log_step = t->step;
     while (t->step < until && s == USP_OK) {
         int64_t step = ++t->step;
-        double step_start = clock_now(t), flops_start = usp_backend_flops(BE);
-        s = read_batch(t, (step - 1) * c->batch);
-        if (s == USP_OK) s = forward_loss(t, !c->forward_only, &loss, NULL);
+        double step_start = clock_now(t), flops_start = usp_backend_flops(BE), fwd = 0, recompute = 0;
+        s = step_passes(t, (step - 1) * c->batch, &loss, &fwd, &recompute);
         if (t->result && step == 1 && t->ctx->rank == 0)
             t->result->first_loss = loss;
         if (s == USP_OK) s = stop_if_not_finite(t, step, "loss", loss);
-        if (s == USP_OK && !c->forward_only) s = usp_model_backward(t->model);
         if (s == USP_OK && !c->forward_only) s = reduce_and_update(t, step);
         if (s == USP_OK && t->ctx->trace) /* the frame a comparison takes one step in (plan/compare.h) */
             s = usp_trace_record_step(t->ctx->trace, t->ctx->rank, step, step_start, clock_now(t));
         if (s == USP_OK && c->step_stats) {
             usp_train_step_stats st = {.step_flops = usp_backend_flops(BE) - flops_start, .start_s = step_start,
-                                       .end_s = clock_now(t)};
-            usp_model_step_flops(t->model, &st.fwd_flops, &st.recompute_flops);
+                                       .end_s = clock_now(t), .fwd_flops = fwd, .recompute_flops = recompute};
             s = usp_rank_gather(t->ctx, &st, sizeof st, c->step_stats);
         }
         tokens += (double)c->batch * (double)c->seq_len;

@@ -85,6 +85,7 @@ typedef struct usp_train_config {
     int offload_optimizer;     /* master weights and Adam state on the host (ZeRO-Offload; shapes only) */
     int eager_loss;            /* the loss as PyTorch's eager cross-entropy holds it (shapes only; model.h) */
     int forward_only;          /* a step is the forward and the loss, no backward or update (shapes only: planning) */
+    int64_t micro_batches;     /* a replica's sequences run in this many passes a step, gradients accumulated (0, 1: one) */
     int eager_ring_merge;      /* ring attention's merge as PyTorch frameworks run it (shapes only; core/ring.h) */
     usp_dtype storage;         /* USP_F32, or USP_BF16 mixed precision (shapes only: see usp_buffer_alloc_as) */
     const char *save_dir, *resume_dir;

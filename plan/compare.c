@@ -12,7 +12,7 @@
 /* The run's options as usp train wrote them (otherData.usp_run). */
 typedef struct run_options {
     const char *backend, *model, *data, *attention, *topology, *attention_kernel, *dtype, *machine;
-    int world, ulysses, ring, nodes, pad, zero, recompute, selective_recompute, tiled_mlp, tiled_loss, tile_rows, modelled;
+    int world, ulysses, ring, nodes, pad, zero, recompute, selective_recompute, micro_batches, tiled_mlp, tiled_loss, tile_rows, modelled;
     json_int_t seq, batch;
 } run_options;
 
@@ -37,6 +37,7 @@ static usp_status read_run_options(const plan_trace *t, run_options *r)
         return usp_error(USP_ERR_CONFIG, "%s: otherData.usp_run: %s", t->name, e.text);
     /* null when the run took the default */
     r->topology = json_string_value(json_object_get(run, "topology"));
+    r->micro_batches = (int)json_integer_value(json_object_get(run, "micro_batches")); /* 0 when absent: one */
     r->attention_kernel = json_string_value(json_object_get(run, "attention_kernel"));
     return USP_OK;
 }
@@ -75,7 +76,7 @@ static usp_status run_config(const plan_trace *t, const run_options *r, usp_trai
     c->attention_local = strcmp(r->attention, "local") == 0;
     c->storage = strcmp(r->dtype, "bf16") == 0 ? USP_BF16 : USP_F32;
     c->zero_stage = r->zero, c->recompute_layers = r->recompute;
-    c->selective_recompute = r->selective_recompute;
+    c->selective_recompute = r->selective_recompute, c->micro_batches = r->micro_batches;
     c->tiled_mlp = r->tiled_mlp, c->tiled_loss = r->tiled_loss, c->tile_rows = r->tile_rows;
     return USP_OK;
 }

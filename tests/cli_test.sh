@@ -468,8 +468,8 @@ expect 0 "usp train --backend mpi --timeout S --dump-dir DIR" -- postmortem --he
 expect 2 "expected the directory of flight records first" -- postmortem
 expect 2 "$work/nothing: cannot read this directory" -- postmortem "$work/nothing"
 mkdir "$work/pm" && expect 2 "$work/pm: no flight records in it (files rank-<R>.usp-flight.json" -- postmortem "$work/pm"
-expect 3 "wait chain: rank 0 waits in all_to_all #8 on ulysses[0] (core/ulysses.c:174) for rank 2; rank 2 waits in all_reduce #6 on world (core/train.c:70) for rank 0; a cycle" -- postmortem "$records"
-expect 3 "  rank 2: blocked in all_reduce #6 on world (core/train.c:70) all_reduce(count=1, f64, sum), waiting for rank 0, 1, 3" -- postmortem "$records"
+expect 3 "wait chain: rank 0 waits in all_to_all #8 on ulysses[0] (core/ulysses.c:174) for rank 2; rank 2 waits in all_reduce #6 on world (core/train.c:71) for rank 0; a cycle" -- postmortem "$records"
+expect 3 "  rank 2: blocked in all_reduce #6 on world (core/train.c:71) all_reduce(count=1, f64, sum), waiting for rank 0, 1, 3" -- postmortem "$records"
 expect 3 "wait-for picture in $work/pm.dot" -- postmortem "$records" --dot "$work/pm.dot"
 if grep -q "usp postmortem of the flight records in" "$work/pm.dot" 2>/dev/null; then passed=$((passed + 1)); else
     failed=$((failed + 1)); echo "FAIL: postmortem --dot wrote no wait-for picture"; fi

@@ -6,7 +6,8 @@
  * selective recompute), runs the same ops on the same input, so it is bit for
  * bit the plain step. Tiles and ZeRO's reduce-scatter sum the same
  * numbers in another order (weight gradients over tiles; gradients over the
- * world in one reduction instead of sp then dp), so after three AdamW steps the
+ * world in one reduction instead of sp then dp; micro-batches sum the batch's
+ * gradients in parts), so after three AdamW steps the
  * weights may differ by rounding: within 1e-5 of each tensor's largest value
  * (with eps raised so that AdamW does not amplify rounding noise: config_for). */
 #include <check.h>
@@ -37,7 +38,7 @@ static usp_model_config small_model(usp_model_family family)
 
 typedef struct options {
     const char *name;
-    int zero, recompute, selective, tiled_mlp, tiled_loss;
+    int zero, recompute, selective, tiled_mlp, tiled_loss, micro;
     usp_dtype storage;
 } options;
 
@@ -55,7 +56,7 @@ static usp_train_config config_for(usp_model_family family, int world, int ulyss
     c.eps = 1e-4;
     c.eval_samples = 2; /* the evaluation's argmax: a collective with ZeRO 3 and the tiled loss */
     c.zero_stage = o->zero, c.recompute_layers = o->recompute, c.tiled_mlp = o->tiled_mlp;
-    c.selective_recompute = o->selective;
+    c.selective_recompute = o->selective, c.micro_batches = o->micro;
     c.tiled_loss = o->tiled_loss, c.tile_rows = 7, c.storage = o->storage; /* 7 divides no row count here */
     return c;
 }
@@ -75,6 +76,8 @@ static void train(const usp_train_config *config, double *loss, float *weights)
 static const options variants[] = {
     {.name = "recompute", .recompute = 1},  {.name = "tiled mlp", .tiled_mlp = 1}, {.name = "tiled loss", .tiled_loss = 1},
     {.name = "selective", .selective = 1},  {.name = "selective tiled", .selective = 1, .tiled_mlp = 1},
+    {.name = "micro 2", .micro = 2},        {.name = "micro 2 zero 2", .micro = 2, .zero = 2},
+    {.name = "micro 2 zero 3", .micro = 2, .zero = 3},
     {.name = "zero 1", .zero = 1},          {.name = "zero 2", .zero = 2},         {.name = "zero 3", .zero = 3},
     {.name = "all", .zero = 3, .recompute = 1, .tiled_mlp = 1, .tiled_loss = 1},
 };
@@ -94,6 +97,8 @@ START_TEST(every_option_trains_like_the_plain_step)
     train(&base, &ref_loss, ref);
     for (int v = 0; v < N_VARIANTS; v++) {
         usp_train_config c = config_for(family, 4, ulysses, ring, &variants[v]);
+        if (variants[v].micro > 1 && c.batch / c.shape.dp % variants[v].micro != 0)
+            continue; /* GPT-2 here: one sequence a replica, nothing to split */
         memset(got, 0, (size_t)table.total * sizeof *got);
         train(&c, &loss, got);
         int which;
@@ -208,6 +213,24 @@ START_TEST(each_option_saves_what_its_closed_form_says)
     const size_t q_bytes = 4 * n * (size_t)c.model.d_model;
     ck_assert_uint_ge(at_peak(w0, "activations") - at_peak(w, "activations"), (size_t)(c.model.n_layer - 1) * q_bytes);
     sim_world_destroy(w);
+
+    /* two micro-batches of one sequence hold the activations of a step of one sequence, not of two */
+    const options micro = {.name = "micro 2", .micro = 2};
+    c = config_for(USP_FAMILY_LLAMA, 4, 4, 1, &micro);
+    w = run_step(&c, usp_backend_meta_create);
+    c = config_for(USP_FAMILY_LLAMA, 4, 4, 1, &plain);
+    c.batch = 1;
+    sim_world *one = run_step(&c, usp_backend_meta_create);
+    ck_assert_uint_eq(at_peak(w, "activations"), at_peak(one, "activations"));
+    ck_assert_uint_lt(at_peak(w, "activations"), at_peak(w0, "activations"));
+    sim_world_destroy(one);
+    sim_world_destroy(w);
+    /* and a count that does not divide a replica's sequences is refused, naming both */
+    c = config_for(USP_FAMILY_LLAMA, 4, 4, 1, &plain);
+    c.micro_batches = 3;
+    int64_t padded;
+    ck_assert_int_eq(usp_train_check(&c, &padded), USP_ERR_CONFIG);
+    ck_assert_ptr_nonnull(strstr(usp_error_message(), "--micro-batches 3 does not divide the 2 sequences"));
     sim_world_destroy(w0);
     usp_param_table_free(&t);
 }

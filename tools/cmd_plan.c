@@ -212,6 +212,7 @@ static usp_status print_report_json(const plan_options *o, const usp_train_confi
         json_object_set_new(j, "offload", json_string(c->offload_optimizer ? "optimizer" : "none"));
         json_object_set_new(j, "loss", json_string(c->eager_loss ? "eager" : "fused"));
         json_object_set_new(j, "forward_only", json_boolean(c->forward_only));
+        json_object_set_new(j, "micro_batches", json_integer(c->micro_batches > 1 ? c->micro_batches : 1));
         json_object_set_new(j, "ring_merge", json_string(c->eager_ring_merge ? "eager" : "fused"));
         json_object_set_new(j, "would_fit_with", p->fit.found ? json_string(p->fit.options) : json_null());
         if (p->fit.found && p->fit.other_split) /* another split of the same GPUs */
@@ -279,6 +280,9 @@ static void print_report_text(const plan_options *o, const usp_train_config *c, 
            c->tiled_mlp ? ", tiled MLP" : "",
            c->tiled_loss ? ", tiled loss" : c->eager_loss ? ", eager loss (PyTorch's [tokens, vocab] copies)" : "",
            c->offload_optimizer ? ", optimizer on the host (its update priced at the node's DRAM bandwidth)" : "");
+    if (c->micro_batches > 1)
+        printf("gradient accumulation: %lld micro-batches a step, %lld sequences a replica each\n",
+               (long long)c->micro_batches, (long long)(c->batch / c->shape.dp / c->micro_batches));
     if (o->sweep) {
         print_sweep(p->sweep, p->n_sweep);
         printf("\nthe fastest, U %d x R %d:\n", best->shape.ulysses, best->shape.ring);

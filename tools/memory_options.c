@@ -21,7 +21,7 @@ usp_status memory_options_apply(const memory_options *o, usp_train_config *c)
     USP_CHECK(either("--loss", o->loss, "fused", "eager", &c->eager_loss));
     USP_CHECK(either("--ring-merge", o->ring_merge, "fused", "eager", &c->eager_ring_merge));
     c->zero_stage = o->zero, c->recompute_layers = o->recompute;
-    c->selective_recompute = o->selective_recompute;
+    c->selective_recompute = o->selective_recompute, c->micro_batches = o->micro_batches;
     c->tiled_mlp = o->tiled_mlp, c->tiled_loss = o->tiled_loss, c->tile_rows = o->tile_rows;
     return USP_OK;
 }

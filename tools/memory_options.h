@@ -8,12 +8,12 @@
 #include "tools/cli.h"
 
 typedef struct memory_options {
-    int zero, recompute, selective_recompute, tiled_mlp, tiled_loss, tile_rows;
+    int zero, recompute, selective_recompute, tiled_mlp, tiled_loss, tile_rows, micro_batches;
     const char *dtype, *offload, *loss, *ring_merge;
 } memory_options;
 
 #define MEMORY_OPTIONS_DEFAULTS                                                                                    \
-    {.dtype = "fp32", .offload = "none", .loss = "fused", .ring_merge = "fused", .tile_rows = 1024}
+    {.dtype = "fp32", .offload = "none", .loss = "fused", .ring_merge = "fused", .tile_rows = 1024, .micro_batches = 1}
 
 /* The options' table entries, to put in a command's cli_option array. */
 #define MEMORY_OPTIONS(o)                                                                                          \
@@ -27,6 +27,9 @@ typedef struct memory_options {
     {"--selective-recompute", CLI_FLAG, &(o).selective_recompute, NULL,                                            \
      "keep the matmuls' and attention's outputs; backward recomputes the norms and the MLP activation "            \
      "(element-wise: no matmul done twice)", 0, -1},                                                               \
+    {"--micro-batches", CLI_INT, &(o).micro_batches, "M",                                                        \
+     "gradient accumulation: run a replica's sequences of a step in M passes, one optimizer step (default 1)", \
+     1, 1 << 20},                                                                                                  \
     {"--tiled-mlp", CLI_FLAG, &(o).tiled_mlp, NULL,                                                                \
      "run the MLP --tile-rows rows at a time, keeping none of its hidden for backward", 0, -1},                    \
     {"--tiled-loss", CLI_FLAG, &(o).tiled_loss, NULL,                                                              \
