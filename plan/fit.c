@@ -3,7 +3,9 @@
  * the answer is what the code would allocate with those options, not an
  * estimate. The ladder adds options cumulatively, cheapest in step time
  * first: bf16 storage and the tiled loss cost nothing, the selective
- * recompute element-wise work, ZeRO 1-2 an all-gather of the weights, the
+ * recompute element-wise work, micro-batches of one sequence (when a replica
+ * runs several a step) a pass's fixed costs again, ZeRO 1-2 an all-gather of
+ * the weights, the
  * tiled MLP a recomputed MLP hidden, layer recomputation a third more
  * compute, ZeRO 3 gathering the weights twice. */
 #include "plan/fit.h"
@@ -29,6 +31,9 @@ static int wants_tiled_mlp(const usp_train_config *c) { return !c->tiled_mlp; }
 static void use_tiled_mlp(usp_train_config *c) { c->tiled_mlp = 1; }
 static int wants_selective(const usp_train_config *c) { return !c->selective_recompute && !c->recompute_layers; }
 static void use_selective(usp_train_config *c) { c->selective_recompute = 1; }
+static int64_t per_replica(const usp_train_config *c) { return c->batch / c->shape.dp; }
+static int wants_micro(const usp_train_config *c) { return per_replica(c) > (c->micro_batches > 1 ? c->micro_batches : 1); }
+static void use_micro(usp_train_config *c) { c->micro_batches = per_replica(c); }
 static int wants_recompute(const usp_train_config *c) { return !c->recompute_layers; }
 static void use_recompute(usp_train_config *c) { c->recompute_layers = 1, c->selective_recompute = 0; }
 static int wants_zero3(const usp_train_config *c) { return c->zero_stage < 3; }
@@ -37,6 +42,7 @@ static void use_zero3(usp_train_config *c) { c->zero_stage = 3; }
 static const rung ladder[] = {
     {"--dtype bf16", wants_bf16, use_bf16},       {"--tiled-loss", wants_tiled_loss, use_tiled_loss},
     {"--selective-recompute", wants_selective, use_selective},
+    {"--micro-batches %lld", wants_micro, use_micro}, /* a pass a sequence */
     {"--zero 1", wants_zero1, use_zero1},         {"--zero 2", wants_zero2, use_zero2},
     {"--tiled-mlp", wants_tiled_mlp, use_tiled_mlp}, {"--recompute", wants_recompute, use_recompute},
     {"--zero 3", wants_zero3, use_zero3},
@@ -72,7 +78,9 @@ static usp_status climb(usp_train_config c, const sim_cost_model *cost, plan_fit
         if (!ladder[i].needed(&c))
             continue;
         ladder[i].apply(&c);
-        add_flag(out->options, sizeof out->options, ladder[i].flag);
+        char flag[64];
+        snprintf(flag, sizeof flag, ladder[i].flag, (long long)c.micro_batches); /* only the micro rung formats */
+        add_flag(out->options, sizeof out->options, flag);
         plan_result r;
         USP_CHECK(plan_run(&c, cost, NULL, &r));
         out->tries++;

@@ -13,6 +13,10 @@
  * leave a node through several NICs; pairwise transfers use each GPU's own NIC
  * (so an all-to-all over N nodes runs at about one NIC per GPU: busbw about
  * N/(N-1) x the NIC's bandwidth, nccl-tests issue 130).
+ * On PCIe, a member that sends by P2P through a CPU's root complex to f > 1
+ * peers sends those flows through its fan-out link too, at the topology's
+ * p2p_fanout / f (sim/topology.h: a root complex forwards one stream a GPU
+ * at link rate and collapses under many).
  *
  * Latency follows NCCL's tuning model: a base latency per call plus the hops a
  * byte makes, each at its route's latency. A ring all-reduce moves data

@@ -220,6 +220,14 @@ START_TEST(a_step_that_does_not_fit_gets_the_options_that_make_it_fit)
     h100 = cluster("dgx-h100", 1);
     ck_assert_int_eq(plan_would_fit(&c, &h100, &fit), USP_OK);
     ck_assert_msg(fit.found && fit.peak_bytes <= 80e9, "%s: %zu bytes", fit.options, fit.peak_bytes);
+
+    /* 8 sequences a replica: the ladder runs them one a pass (gradient accumulation) before ZeRO, and
+     * that plan holds one sequence's activations: under the 8-sequence step's, and it fits */
+    c = config_of("llama-7b", 8, 8, 1, 65536, 8);
+    c.storage = USP_BF16, c.zero_stage = 1;
+    ck_assert_int_eq(plan_would_fit(&c, &h100, &fit), USP_OK);
+    ck_assert_str_eq(fit.options, "--tiled-loss --selective-recompute --micro-batches 8");
+    ck_assert_msg(fit.found && fit.peak_bytes <= 80e9, "%s: %zu bytes", fit.options, fit.peak_bytes);
 }
 END_TEST
 

@@ -378,11 +378,11 @@ int cmd_plan(int argc, char **argv)
                        "peak against the GPU's capacity, the modelled time per step split into compute,\n"
                        "communication and exposed communication, tokens/s and MFU; --sweep ranks the U x R splits.\n"
                        "The memory is what the code allocates with the memory options given; a step that does not\n"
-                       "fit is planned again with more of them (bf16, tiled loss, selective recompute, ZeRO 1-2,\n"
-                       "tiled MLP, recomputation, ZeRO 3) to say which would make it fit, and when none does, with\n"
-                       "the other U x R x DP splits of the same GPUs before it advises more GPUs. Compute is\n"
-                       "modelled in bf16 on the topology's GPUs, attention at the published rates of\n"
-                       "--attention-kernel (default fa2).\n"
+                       "fit is planned again with more of them (bf16, tiled loss, selective recompute,\n"
+                       "micro-batches, ZeRO 1-2, tiled MLP, recomputation, ZeRO 3) to say which would make it fit,\n"
+                       "and when none does, with the other U x R x DP splits of the same GPUs before it advises\n"
+                       "more GPUs. Compute is modelled in bf16 on the topology's GPUs, attention at the published\n"
+                       "rates of --attention-kernel (default fa2).\n"
                        "See docs/planning.md.",
                        options);
         return 0;
