@@ -42,7 +42,7 @@ static void use_zero3(usp_train_config *c) { c->zero_stage = 3; }
 static const rung ladder[] = {
     {"--dtype bf16", wants_bf16, use_bf16},       {"--tiled-loss", wants_tiled_loss, use_tiled_loss},
     {"--selective-recompute", wants_selective, use_selective},
-    {"--micro-batches %lld", wants_micro, use_micro}, /* a pass a sequence */
+    {"--micro-batches", wants_micro, use_micro}, /* a pass a sequence: the flag takes the count */
     {"--zero 1", wants_zero1, use_zero1},         {"--zero 2", wants_zero2, use_zero2},
     {"--tiled-mlp", wants_tiled_mlp, use_tiled_mlp}, {"--recompute", wants_recompute, use_recompute},
     {"--zero 3", wants_zero3, use_zero3},
@@ -79,7 +79,10 @@ static usp_status climb(usp_train_config c, const sim_cost_model *cost, plan_fit
             continue;
         ladder[i].apply(&c);
         char flag[64];
-        snprintf(flag, sizeof flag, ladder[i].flag, (long long)c.micro_batches); /* only the micro rung formats */
+        if (ladder[i].apply == use_micro)
+            snprintf(flag, sizeof flag, "%s %lld", ladder[i].flag, (long long)c.micro_batches);
+        else
+            snprintf(flag, sizeof flag, "%s", ladder[i].flag);
         add_flag(out->options, sizeof out->options, flag);
         plan_result r;
         USP_CHECK(plan_run(&c, cost, NULL, &r));
