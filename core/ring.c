@@ -222,8 +222,9 @@ static usp_status lse_slabs(ring_attention *a, const float *rows, float *out)
 }
 
 /* The scratch of one call: two travelling buffers of K, V, dK, dV ("comm";
- * none when R = 1) and the merge temporaries ("attention workspace"). */
-static usp_status hold_scratch(ring_attention *a)
+ * none when R = 1) and the merge temporaries ("attention workspace"; in the
+ * forward with the eager merge, its fp32 output and temporary too). */
+static usp_status hold_scratch(ring_attention *a, int forward)
 {
     const ring_attention_config *c = &a->c;
     usp_status s = USP_OK;
@@ -236,6 +237,9 @@ static usp_status hold_scratch(ring_attention *a)
     if (s == USP_OK)
         s = usp_buffer_alloc(c->backend, (size_t)c->batch * a->lse_elems * sizeof(float), "attention workspace",
                              (void **)&a->lse_run);
+    for (int i = 0; i < 2 && forward && c->eager_merge && s == USP_OK; i++)
+        s = usp_buffer_alloc(c->backend, a->q_elems * sizeof(float), "attention workspace",
+                             (void **)(i ? &a->eager_tmp : &a->eager_out));
     return s;
 }
 
@@ -371,10 +375,7 @@ usp_status ring_attention_forward(ring_attention *a, const float *q, const float
                                   float *lse)
 {
     USP_CHECK(check_pointers(a, "forward", 5, (const void *const[]){q, k, v, o, lse}));
-    usp_status s = hold_scratch(a);
-    for (int i = 0; i < 2 && a->c.eager_merge && s == USP_OK; i++)
-        s = usp_buffer_alloc(a->c.backend, a->q_elems * sizeof(float), "attention workspace",
-                             (void **)(i ? &a->eager_tmp : &a->eager_out));
+    usp_status s = hold_scratch(a, 1);
     if (s == USP_OK)
         s = forward(a, q, k, v, o, lse);
     release_scratch(a);
@@ -386,7 +387,7 @@ usp_status ring_attention_backward(ring_attention *a, const float *q, const floa
                                    float *dv)
 {
     USP_CHECK(check_pointers(a, "backward", 9, (const void *const[]){q, k, v, o, lse, d_o, dq, dk, dv}));
-    usp_status s = hold_scratch(a);
+    usp_status s = hold_scratch(a, 0);
     if (s == USP_OK)
         s = backward(a, q, k, v, o, lse, d_o, dq, dk, dv);
     release_scratch(a);

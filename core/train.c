@@ -20,7 +20,7 @@ typedef struct trainer {
     usp_mesh mesh;
     usp_model *model;
     usp_data data;
-    usp_shard *shards;        /* [B_local] */
+    usp_shard *shards;        /* [M][B_local]: a step's micro-batches, read at once */
     int64_t B_local, N;       /* sequences a rank's model runs at once (one micro-batch), padded length */
     int64_t M, per_call;      /* micro-batches a step; sequences over all replicas a micro-batch (batch / M) */
     usp_param_table table;
@@ -72,24 +72,25 @@ static usp_status sum_over(trainer *t, usp_comm_t *group, double *values, int n)
     return usp_buffer_download(BE, values, t->scalars, (size_t)n * sizeof *values, ST);
 }
 
-/* Reads this rank's shards of the B_local sequences of DP replica d at `first_sample`. */
-static usp_status read_batch(trainer *t, int64_t first_sample)
+/* Reads this rank's shards of the B_local sequences of DP replica d at `first_sample` into shards[B_local]. */
+static usp_status read_batch(trainer *t, int64_t first_sample, usp_shard *shards)
 {
     int sp = usp_comm_rank(t->mesh.sp);
     for (int64_t b = 0; b < t->B_local; b++)
         USP_CHECK(usp_data_read_shard(&t->data, usp_model_layout(t->model), sp,
-                                      first_sample + t->mesh.d * t->B_local + b, t->c->seq_len, &t->shards[b]));
+                                      first_sample + t->mesh.d * t->B_local + b, t->c->seq_len, &shards[b]));
     return USP_OK;
 }
 
-static double count_targets(const trainer *t)
+/* Valid targets of shards[rows]. */
+static double count_targets(const usp_shard *shards, int64_t rows)
 {
     double n = 0;
-    for (int64_t b = 0; b < t->B_local && !t->shards[b].targets; b++) /* meta: no tokens, every row counts */
-        n += (double)t->shards[b].count;
-    for (int64_t b = 0; b < t->B_local && t->shards[b].targets; b++)
-        for (int64_t i = 0; i < t->shards[b].count; i++)
-            n += t->shards[b].targets[i] >= 0;
+    for (int64_t b = 0; b < rows && !shards[b].targets; b++) /* meta: no tokens, every row counts */
+        n += (double)shards[b].count;
+    for (int64_t b = 0; b < rows && shards[b].targets; b++)
+        for (int64_t i = 0; i < shards[b].count; i++)
+            n += shards[b].targets[i] >= 0;
     return n;
 }
 
@@ -136,7 +137,7 @@ static usp_status world_targets(trainer *t, double *count)
  * valid targets. With `digits`, passkey answers predicted right per sample. */
 static usp_status eval_forward(trainer *t, double *loss, double *digits)
 {
-    double count = count_targets(t), sum;
+    double count = count_targets(t->shards, t->B_local), sum;
     USP_CHECK(world_targets(t, &count));
     USP_CHECK(usp_model_forward(t->model, t->shards));
     if (digits)
@@ -148,27 +149,24 @@ static usp_status eval_forward(trainer *t, double *loss, double *digits)
 }
 
 /* A step's forward (and, unless forward-only, backward) over its M micro-batches: gradient
- * accumulation. The valid targets of the whole step are counted first (one all-reduce), so that
- * every micro-batch's loss is scaled by that count and the gradients the store accumulates are
- * the whole batch's; with M = 1 this is one read, one forward and one backward. *loss = the
+ * accumulation. The step's micro-batches are read at once and their valid targets counted (one
+ * all-reduce), so that every micro-batch's loss is scaled by the whole step's count and the
+ * gradients the store accumulates are the whole batch's; with M = 1 this is one read, one forward
+ * and one backward. *loss = the
  * step's mean loss; *fwd, *recompute: the forward and recomputed FLOPs of all its micro-batches. */
 static usp_status step_passes(trainer *t, int64_t first_sample, double *loss, double *fwd, double *recompute)
 {
     const int with_grad = !t->c->forward_only;
-    double count = 0, sum = 0;
-    for (int64_t m = 0; m < t->M; m++) {
-        USP_CHECK(read_batch(t, first_sample + m * t->per_call));
-        count += count_targets(t);
-    }
+    for (int64_t m = 0; m < t->M; m++)
+        USP_CHECK(read_batch(t, first_sample + m * t->per_call, t->shards + m * t->B_local));
+    double count = count_targets(t->shards, t->M * t->B_local), sum = 0;
     USP_CHECK(world_targets(t, &count));
     const float grad_scale = (float)(1.0 / (count > 1 ? count : 1));
     *fwd = *recompute = 0;
     for (int64_t m = 0; m < t->M; m++) {
-        if (t->M > 1) /* M = 1: the batch counted above is the one loaded */
-            USP_CHECK(read_batch(t, first_sample + m * t->per_call));
         usp_param_store_accumulate(t->store, m > 0);
         double part, f, r;
-        USP_CHECK(usp_model_forward(t->model, t->shards));
+        USP_CHECK(usp_model_forward(t->model, t->shards + m * t->B_local));
         USP_CHECK(usp_model_loss(t->model, grad_scale, with_grad, &part));
         USP_CHECK(sum_over(t, t->ctx->world, &part, 1)); /* each pass's, as a run of one pass always did */
         if (with_grad)
@@ -271,7 +269,7 @@ static usp_status evaluate(trainer *t, double *loss_out, double *accuracy)
     usp_status s = USP_OK;
     for (int64_t i = 0; i < batches && s == USP_OK; i++) {
         double loss = 0;
-        s = read_batch(t, EVAL_SAMPLE_BASE + i * t->per_call);
+        s = read_batch(t, EVAL_SAMPLE_BASE + i * t->per_call, t->shards);
         if (s == USP_OK)
             s = eval_forward(t, &loss, t->data.kind == USP_DATA_PASSKEY ? digits : NULL);
         if (s == USP_OK && t->data.kind == USP_DATA_PASSKEY)
@@ -458,15 +456,15 @@ static usp_status setup(trainer *t)
                           .eager_loss = c->eager_loss, .eager_ring_merge = c->eager_ring_merge};
     USP_CHECK(usp_model_create(&ms, &t->model));
     USP_CHECK(usp_buffer_alloc(BE, (size_t)(t->ctx->world_size + c->batch + 64) * sizeof(double), "comm", (void **)&t->scalars));
-    USP_CHECK(usp_calloc((void **)&t->shards, (size_t)t->B_local, sizeof *t->shards, "shards"));
-    for (int64_t b = 0; b < t->B_local; b++)
+    USP_CHECK(usp_calloc((void **)&t->shards, (size_t)(t->M * t->B_local), sizeof *t->shards, "shards"));
+    for (int64_t b = 0; b < t->M * t->B_local; b++)
         USP_CHECK(usp_shard_alloc(&t->shards[b], usp_model_layout(t->model)->per_rank, !t->numerics));
     return load_weights(t);
 }
 
 static void teardown(trainer *t)
 {
-    for (int64_t b = 0; t->shards && b < t->B_local; b++)
+    for (int64_t b = 0; t->shards && b < t->M * t->B_local; b++)
         usp_shard_free(&t->shards[b]);
     free(t->shards);
     usp_buffer_free(BE, t->scalars);
