@@ -150,10 +150,13 @@ static usp_status field(const json_t *obj, at a, const char *key, json_type type
     return USP_OK;
 }
 
+/* Every reader below writes its output on every path (0, "" or -1 when it fails), so that a caller's
+ * variable is defined whatever the compiler can prove about usp_error's return value. */
 static usp_status read_int(const json_t *obj, at a, const char *key, long long lo, long long hi, long long *out)
 {
     json_t *v;
     char what[96];
+    *out = 0;
     snprintf(what, sizeof what, "a whole number from %lld to %lld", lo, hi);
     USP_CHECK(field(obj, a, key, JSON_INTEGER, 0, what, &v));
     long long x = json_integer_value(v);
@@ -196,6 +199,7 @@ static usp_status read_time(const json_t *obj, at a, const char *key, double *ou
 static usp_status read_string(const json_t *obj, at a, const char *key, const char **out)
 {
     json_t *v;
+    *out = "";
     USP_CHECK(field(obj, a, key, JSON_STRING, 0, "a string", &v));
     *out = json_string_value(v);
     return USP_OK;
@@ -204,6 +208,7 @@ static usp_status read_string(const json_t *obj, at a, const char *key, const ch
 static usp_status read_copy(const json_t *obj, at a, const char *key, char **out)
 {
     const char *s;
+    *out = NULL;
     USP_CHECK(read_string(obj, a, key, &s));
     *out = strdup(s);
     return *out ? USP_OK : usp_error(USP_ERR_RUNTIME, "%s: out of memory reading field '%s%s'", a.where, a.prefix, key);
@@ -213,6 +218,7 @@ static usp_status read_copy(const json_t *obj, at a, const char *key, char **out
 static usp_status read_name(const json_t *obj, at a, const char *key, const char *(*name_of)(int), int n, int *out)
 {
     const char *s;
+    *out = -1;
     USP_CHECK(read_string(obj, a, key, &s));
     char known[256] = "";
     for (int i = 0; i < n; i++) {

@@ -57,7 +57,8 @@ static const usp_comm_i recorder_iface = {
 /* World rank 2 of 4 behind a decorator with the faults in `specs`. */
 static usp_comm_t *decorated_rank(const char *const *specs, int n_specs, usp_comm_decorator **d, recorder **inner)
 {
-    usp_fault faults[4];
+    usp_fault faults[4] = {0};
+    ck_assert_int_le(n_specs, 4);
     for (int i = 0; i < n_specs; i++)
         ck_assert_int_eq(usp_fault_parse(specs[i], &faults[i]), USP_OK);
     ck_assert_int_eq(usp_comm_decorator_create(faults, n_specs, 4, d), USP_OK);
@@ -215,6 +216,57 @@ START_TEST(a_fault_that_changed_nothing_fails_the_check)
 }
 END_TEST
 
+/* A swap that holds back a collective and issues the next one first, when the two are alike
+ * (same op, count, dtype and group), leaves every check the same order to see: it must say so. */
+START_TEST(a_swap_of_two_alike_collectives_fails_the_check)
+{
+    const char *spec = "swap:rank=2,op=all_to_all";
+    usp_comm_decorator *d;
+    recorder *inner;
+    usp_comm_t *c = decorated_rank(&spec, 1, &d, &inner);
+    ck_assert_int_eq(usp_comm_all_to_all(c, NULL, NULL, 8, USP_F32, NULL), USP_OK);
+    ck_assert_int_eq(inner->n, 0); /* held back */
+    ck_assert_int_eq(usp_comm_all_to_all(c, NULL, NULL, 8, USP_F32, NULL), USP_OK);
+    ck_assert_int_eq(inner->n, 2);
+    ck_assert_int_eq(usp_comm_decorator_check_fired(d), USP_ERR_CONFIG);
+    ck_assert_msg(strstr(usp_error_message(), "swap:rank=2,op=all_to_all,call=1 fired but changed nothing") &&
+                      strstr(usp_error_message(), "two alike collectives"),
+                  "%s", usp_error_message());
+    usp_comm_destroy(c);
+    usp_comm_decorator_destroy(d);
+
+    /* Another count after it: the order is one a check can see. */
+    c = decorated_rank(&spec, 1, &d, &inner);
+    ck_assert_int_eq(usp_comm_all_to_all(c, NULL, NULL, 8, USP_F32, NULL), USP_OK);
+    ck_assert_int_eq(usp_comm_all_to_all(c, NULL, NULL, 16, USP_F32, NULL), USP_OK);
+    ck_assert_uint_eq(inner->log[0].count, 16);
+    ck_assert_uint_eq(inner->log[1].count, 8);
+    ck_assert_int_eq(usp_comm_decorator_check_fired(d), USP_OK);
+    usp_comm_destroy(c);
+    usp_comm_decorator_destroy(d);
+}
+END_TEST
+
+/* Under mpi or nccl a process runs one rank of W; a fault on another rank is that process's to judge. */
+START_TEST(a_fault_on_a_rank_of_another_process_is_not_judged_here)
+{
+    const char *specs[] = {"swap:rank=1,call=3", "skip:rank=2,call=9"};
+    usp_comm_decorator *d;
+    recorder *inner;
+    usp_comm_t *c = decorated_rank(specs, 1, &d, &inner); /* this process runs world rank 2 of 4 */
+    ck_assert_int_eq(usp_comm_barrier(c, NULL), USP_OK);
+    ck_assert_int_eq(usp_comm_decorator_check_fired(d), USP_OK);
+    usp_comm_destroy(c);
+    usp_comm_decorator_destroy(d);
+    c = decorated_rank(specs, 2, &d, &inner); /* its own fault that never fired is still named */
+    ck_assert_int_eq(usp_comm_decorator_check_fired(d), USP_ERR_CONFIG);
+    ck_assert_msg(strstr(usp_error_message(), "skip:rank=2,op=any,call=9 never fired: rank 2 made 0"), "%s",
+                  usp_error_message());
+    usp_comm_destroy(c);
+    usp_comm_decorator_destroy(d);
+}
+END_TEST
+
 /* --- reports from records ------------------------------------------------ */
 
 static usp_comm_fingerprint call_of(usp_comm_kind op, const char *group, int line)
@@ -313,6 +365,8 @@ int main(void)
     tcase_add_test(t, the_wait_graph_keeps_every_injected_fault);
     tcase_add_test(t, faults_that_cannot_apply_are_refused_when_parsed);
     tcase_add_test(t, a_fault_that_changed_nothing_fails_the_check);
+    tcase_add_test(t, a_swap_of_two_alike_collectives_fails_the_check);
+    tcase_add_test(t, a_fault_on_a_rank_of_another_process_is_not_judged_here);
     suite_add_tcase(s, t);
     return check_main_run(s);
 }

@@ -6,6 +6,7 @@
 /* A two-way option: *second = 1 when `value` is `b`, 0 when it is `a`; anything else names the option. */
 static usp_status either(const char *option, const char *value, const char *a, const char *b, int *second)
 {
+    *second = 0; /* written on every path: the caller's flag is defined even where it cannot see the check */
     if (strcmp(value, a) != 0 && strcmp(value, b) != 0)
         return usp_error(USP_ERR_CONFIG, "%s %s: expected %s or %s", option, value, a, b);
     *second = strcmp(value, b) == 0;

@@ -332,6 +332,7 @@ static usp_status rope_table(cuda_ctx *c, int64_t D, float theta, const double *
 {
     const int64_t half = D / 2;
     cuda_rope_table *victim = &c->rope[0];
+    *out = NULL;
     for (int i = 0; i < CUDA_ROPE_TABLES; i++) {
         cuda_rope_table *t = &c->rope[i];
         int same = t->device && t->half == half &&
