@@ -313,8 +313,8 @@ usp_status usp_checkpoint_read_state(const char *dir, usp_checkpoint_state *out)
     USP_CHECK(ckpt_check_complete(dir, &out->is_usp, &manifest_step));
     if (!out->is_usp)
         return USP_OK; /* a Hugging Face directory: step 0, no seed */
-    char path[1024];
-    snprintf(path, sizeof path, "%s/optimizer.safetensors", dir);
+    char path[PATH_MAX];
+    USP_CHECK(ckpt_path(path, dir, "/", "optimizer.safetensors"));
     usp_safetensors st;
     USP_CHECK(usp_safetensors_open(path, &st));
     usp_status s = ckpt_optimizer_fields(&st, &out->step, &out->has_seed, &out->seed);

@@ -10,6 +10,7 @@ typedef struct wrapped wrapped;
 /* What the decorator knows of one rank. */
 typedef struct rank_state {
     int id;                           /* world rank */
+    int hosted;                       /* wrapped here: this process runs the rank and sees its calls */
     uint64_t calls_any, calls_of_kind[USP_OP_COUNT];
     int crashed;
     uint64_t crash_call;
@@ -19,6 +20,7 @@ typedef struct rank_state {
     int has_deferred;                 /* a swapped collective waits for the next one */
     usp_comm_op deferred;
     wrapped *deferred_on;
+    usp_fault *deferred_by;           /* the swap that holds it back */
     size_t *deferred_arrays;          /* copies of a deferred all_to_all_v's counts and offsets */
     size_t *wrong_counts;             /* a size fault's send counts (its own: a swap may hold deferred_arrays) */
     wrapped **open;                   /* the rank's wrapped handles: where a group fault looks for another group */
@@ -77,6 +79,7 @@ usp_status usp_comm_decorator_wrap(usp_comm_decorator *d, usp_comm_t *inner, usp
         return usp_error(USP_ERR_RUNTIME, "wrapping group %s: world rank %d is not one of the decorator's %d ranks",
                          inner->name, id, d->n_ranks);
     rank_state *r = &d->ranks[id];
+    r->hosted = 1;
     if (r->n_open == r->cap_open) {
         int cap = r->cap_open ? 2 * r->cap_open : 8;
         wrapped **grown = realloc(r->open, (size_t)cap * sizeof *grown);
@@ -190,10 +193,11 @@ static const char *make_count_wrong(usp_comm_op *op, rank_state *r, int local, i
 }
 
 /* Keeps a swapped collective for later; its all_to_all_v arrays are copied. */
-static usp_status defer(rank_state *r, wrapped *on, const usp_comm_op *op)
+static usp_status defer(rank_state *r, wrapped *on, const usp_comm_op *op, usp_fault *by)
 {
     r->deferred = *op;
     r->deferred_on = on;
+    r->deferred_by = by;
     r->has_deferred = 1;
     if (op->kind == USP_OP_ALL_TO_ALL_V) {
         size_t n = (size_t)on->inner->size;
@@ -208,6 +212,20 @@ static usp_status defer(rank_state *r, wrapped *on, const usp_comm_op *op)
         r->deferred.recv_counts = a + 2 * n, r->deferred.recv_offsets = a + 3 * n;
     }
     return USP_OK;
+}
+
+/* Two calls every member must agree on in the same way (op, dtype, counts, reduce op, root, group):
+ * issued in either order, they match the same peers' calls. */
+static int alike(const wrapped *a_on, const usp_comm_op *a, const wrapped *b_on, const usp_comm_op *b)
+{
+    usp_comm_fingerprint fa = usp_comm_fingerprint_of(a, a_on->inner->name, 0);
+    usp_comm_fingerprint fb = usp_comm_fingerprint_of(b, b_on->inner->name, 0);
+    if (a_on->inner != b_on->inner || usp_comm_fingerprint_hash(&fa) != usp_comm_fingerprint_hash(&fb))
+        return 0;
+    if (a->kind != USP_OP_ALL_TO_ALL_V) /* the hash leaves its per-peer counts out */
+        return 1;
+    size_t n = (size_t)a_on->inner->size * sizeof *a->send_counts;
+    return memcmp(a->send_counts, b->send_counts, n) == 0 && memcmp(a->recv_counts, b->recv_counts, n) == 0;
 }
 
 static usp_status wrapped_issue(void *ctx, usp_comm_op *op)
@@ -256,13 +274,16 @@ static usp_status wrapped_issue(void *ctx, usp_comm_op *op)
         case USP_FAULT_SWAP:
             if (is_collective(op->kind) && !r->has_deferred) {
                 op->not_issued = 1;
-                return defer(r, on, op);
+                return defer(r, on, op, f);
             }
             f->no_effect = is_collective(op->kind) ? "another swap already holds a collective back"
                                                    : "the call is point-to-point, and swap reorders collectives";
             break;
         }
     }
+    if (r->has_deferred && is_collective(op->kind) && alike(r->deferred_on, &r->deferred, on, op))
+        r->deferred_by->no_effect = "it exchanged two alike collectives: the same op, count, dtype and group, so "
+                                    "every rank's calls still match; only their buffers were exchanged";
     usp_status s = forward(on, op);
     if (s == USP_OK && r->has_deferred && is_collective(op->kind)) {
         r->has_deferred = 0;
@@ -309,13 +330,13 @@ usp_status usp_comm_decorator_check_fired(const usp_comm_decorator *d)
         const char *op = f->op < 0 ? "any" : usp_comm_kind_name((usp_comm_kind)f->op);
         if (f->fired && f->no_effect) /* the run passed, but not because the program survived the fault */
             return usp_error(USP_ERR_CONFIG,
-                             "--inject %s:rank=%d,op=%s,call=%llu%s%s fired but changed nothing (%s), so nothing was "
-                             "injected; pick an op or call the fault applies to",
+                             "--inject %s:rank=%d,op=%s,call=%llu%s%s fired but changed nothing (%s), so no check had "
+                             "a fault to find; pick an op or call the fault applies to",
                              usp_fault_kind_name(f->kind), f->rank, op, (unsigned long long)f->call,
                              f->group[0] ? ",group=" : "", f->group, f->no_effect);
-        if (f->fired)
-            continue;
         const rank_state *r = &d->ranks[f->rank];
+        if (f->fired || !r->hosted) /* another process runs that rank: only it knows whether the fault fired */
+            continue;
         uint64_t made = f->op < 0 ? r->calls_any : r->calls_of_kind[f->op];
         return usp_error(USP_ERR_CONFIG,
                          "--inject %s:rank=%d,op=%s,call=%llu never fired: rank %d made %llu %s call%s (%llu counted "

@@ -52,8 +52,10 @@ int usp_comm_decorator_current_call(const usp_comm_decorator *d, int rank, usp_c
  * all_to_all #1 on ulysses[0] (core/selftest.c:88)\n" ("" when none did). */
 const char *usp_comm_decorator_injected(const usp_comm_decorator *d);
 
-/* USP_OK when every fault fired; else USP_ERR_CONFIG naming the first that did
- * not (a test that expects a failure would pass without it). */
+/* USP_OK when every fault on a rank of this process fired and changed its call;
+ * else USP_ERR_CONFIG naming the first that did not (a test that expects a
+ * failure would pass without it). A fault on a rank another process runs (mpi,
+ * nccl) is that process's to judge. */
 usp_status usp_comm_decorator_check_fired(const usp_comm_decorator *d);
 
 /* Frees the decorator and the wrapped handles still open, but not their inner

@@ -123,6 +123,16 @@ int64_t usp_model_config_param_count(const usp_model_config *c)
     return ok ? total : -1;
 }
 
+usp_status usp_model_check_kv_heads(const char *source, const char *kv_name, int64_t kv_heads,
+                                    const char *heads_name, int64_t heads)
+{
+    if (kv_heads >= 1 && heads % kv_heads == 0)
+        return USP_OK;
+    return usp_error(USP_ERR_CONFIG, "%s%s%s %lld does not divide %s %lld; each key/value head serves a whole group "
+                     "of query heads (use a divisor of %lld)", source ? source : "", source ? ": " : "", kv_name,
+                     (long long)kv_heads, heads_name, (long long)heads, (long long)heads);
+}
+
 static usp_status check_named(const usp_model_config *c, const char *const names[F_COUNT], const char *source)
 {
     const struct {
@@ -146,12 +156,7 @@ static usp_status check_named(const usp_model_config *c, const char *const names
         return usp_error(USP_ERR_CONFIG, "%s: %s is %lld but %s / %s is %lld / %lld; Hugging Face's GPT-2 has no "
                          "head width of its own", source, names[F_HEAD_DIM], (long long)c->head_dim,
                          names[F_D_MODEL], names[F_N_HEAD], (long long)c->d_model, (long long)c->n_head);
-    if (c->n_head % c->n_kv_head != 0)
-        return usp_error(USP_ERR_CONFIG,
-                         "%s: %s %lld does not divide %s %lld; each key/value head serves a whole group of query "
-                         "heads (use a divisor of %lld)",
-                         source, names[F_N_KV_HEAD], (long long)c->n_kv_head, names[F_N_HEAD], (long long)c->n_head,
-                         (long long)c->n_head);
+    USP_CHECK(usp_model_check_kv_heads(source, names[F_N_KV_HEAD], c->n_kv_head, names[F_N_HEAD], c->n_head));
     if ((unsigned)c->family > USP_FAMILY_LLAMA || (unsigned)c->norm > USP_NORM_RMSNORM ||
         (unsigned)c->positions > USP_POS_ROPE || (unsigned)c->mlp > USP_MLP_SWIGLU ||
         (unsigned)c->rope_scaling.kind > USP_ROPE_SCALING_LLAMA3 || (c->tied_embeddings & ~1) || (c->bias & ~1))

@@ -68,6 +68,12 @@ usp_status usp_model_config_write_hf_json(const usp_model_config *c, const char 
 /* USP_OK when every field is in range and consistent; else USP_ERR_CONFIG naming the field. */
 usp_status usp_model_config_check(const usp_model_config *c);
 
+/* USP_OK when kv_heads divides heads (grouped-query attention: each key/value head serves a whole
+ * group of query heads); else USP_ERR_CONFIG, "[source: ]KV_NAME K does not divide HEADS_NAME H; ...",
+ * the names being config fields or command-line options (source may be NULL). */
+usp_status usp_model_check_kv_heads(const char *source, const char *kv_name, int64_t kv_heads,
+                                    const char *heads_name, int64_t heads);
+
 /* Number of parameters (tied embeddings counted once); -1 if the count overflows int64_t. */
 int64_t usp_model_config_param_count(const usp_model_config *c);
 

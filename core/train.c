@@ -374,6 +374,11 @@ static usp_status check_optimizer(const usp_train_config *c)
         {"beta2", "in [0, 1) (default 0.95)", c->beta2, 0, 1, 0},
         {"eps", "above 0 (default 1e-8)", c->eps, 0x1p-1074 /* the least double above 0 */, INFINITY, 0},
     };
+    if (!c->eval_only && c->warmup > c->steps) /* lr(t) = lr t / warmup up to the peak: never reached */
+        return usp_error(USP_ERR_CONFIG, "--warmup %lld is more than the %lld --steps: the learning rate would still "
+                         "be rising when the run ends, at %.3g%% of --lr %g; give --warmup %lld or fewer (the default "
+                         "is 10%% of --steps)", (long long)c->warmup, (long long)c->steps,
+                         100.0 * (double)c->steps / (double)c->warmup, c->lr, (long long)c->steps);
     for (size_t i = 0; i < sizeof fields / sizeof fields[0]; i++) {
         double v = fields[i].value;
         int in_range = v >= fields[i].low && (fields[i].high_included ? v <= fields[i].high : v < fields[i].high);

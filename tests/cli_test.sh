@@ -511,5 +511,42 @@ expect 2 "$cmp_dir/text.json: not JSON" -- plan --compare "$cmp_dir/text.json"
 expect 2 "$cmp_dir/plan.json: a usp trace without the run's options" -- plan --compare "$cmp_dir/plan.json"
 expect 2 "$cmp_dir/missing.json: cannot read it" -- plan --compare "$cmp_dir/missing.json"
 
+# Inputs that once passed silently or lost work: each is refused (exit 2) naming the value and what would work,
+# or does what it says.
+expect 2 "--inject swap:rank=2,op=any,call=3 fired but changed nothing (it exchanged two alike collectives" -- \
+    train --steps 2 --seq 64 --batch 2 --eval-samples 0 --inject swap:rank=2,call=3
+expect 2 "--warmup 100 is more than the 2 --steps: the learning rate would still be rising when the run ends, at 2% of --lr 0.01; give --warmup 2 or fewer" -- \
+    train --warmup 100 --steps 2
+expect 0 "done: loss" -- train --warmup 2 --steps 2 --seq 64 --batch 2 --eval-samples 0
+expect 2 "--kv-heads 3 does not divide --heads 8; each key/value head serves a whole group of query heads (use a divisor of 8)" -- \
+    selftest --heads 8 --kv-heads 3
+expect 2 "--kv-heads 16 does not divide --heads 8" -- selftest --heads 8 --kv-heads 16
+expect 0 "checks passed" -- selftest --heads 8 --kv-heads 4
+"$usp" train --steps 1 --seq 64 --batch 2 --eval-samples 0 --save "$work/short_ckpt" >/dev/null 2>&1
+expect 2 "usp eval --eval-samples 0: evaluating no sample measures nothing; give --eval-samples 1 or more" -- \
+    eval --resume "$work/short_ckpt" --eval-samples 0
+rm -rf "$work/short_ckpt"
+# A checkpoint under the longest path a save takes (PATH_MAX 4096 less the 58 characters its temporary
+# names add: 4037) saves and loads back; one character more is refused before step 1, leaving nothing.
+# (Loading once read the path into 1024 bytes: a save of over 1000 characters could not be resumed.)
+path_of_length() { # N: a path of exactly N characters under $work/long, its directories made
+    local p=$work/long
+    while ((${#p} + 201 < $1 - 20)); do p=$p/$(printf 'd%.0s' {1..200}); done
+    mkdir -p "$p"
+    local rest=$(($1 - ${#p} - 1))
+    printf '%s/%s' "$p" "$(printf 'c%.0s' $(seq "$rest"))"
+}
+long=$(path_of_length 4037)
+expect 0 "done: loss" -- train --steps 2 --seq 64 --batch 2 --eval-samples 0 --save "$long"
+expect 0 "eval: loss" -- eval --resume "$long" --eval-samples 2
+expect 0 "done: loss" -- train --steps 3 --seq 64 --batch 2 --eval-samples 0 --resume "$long"
+rm -rf "$work/long"
+too_long=$(path_of_length 4038)
+expect 2 "the path is 4038 characters; with the 58 that usp adds to write it, it is over the 4096 of PATH_MAX" -- \
+    train --steps 1 --seq 64 --batch 2 --eval-samples 0 --save "$too_long"
+if [[ ! -e $too_long && -z $(find "$work/long" -type f) ]]; then passed=$((passed + 1)); else
+    failed=$((failed + 1)); echo "FAIL: a refused --save left files"; fi
+rm -rf "$work/long"
+
 echo "cli: $passed passed, $failed failed"
 [[ $failed -eq 0 ]]

@@ -100,6 +100,13 @@ for case in "3 --check-collectives --inject skip:rank=1,op=all_to_all" "3 --time
     [[ $rc -eq $want && $out == "usp: launching 2 processes: "* ]] && ok ||
         fail "self-launched ${extra[*]}: exit $rc, expected $want" "$out"
 done
+# A swap of two alike collectives (Ulysses' Q and K all-to-alls): only rank 2's process saw it, and it says
+# so (exit 2); the others do not claim it never fired (each process counts only its own calls).
+out=$(timeout 60 "$usp" train --backend mpi --world 4 --steps 2 --seq 64 --batch 2 --eval-samples 0 \
+    --inject swap:rank=2,call=3 2>&1)
+rc=$?
+[[ $rc -eq 2 && $out == *"rank 2: --inject swap:rank=2,op=any,call=3 fired but changed nothing (it exchanged two alike"* &&
+    $out != *"never fired"* ]] && ok || fail "mpi --inject swap of two alike calls: exit $rc" "$out"
 # The recursion guard: a process that carries usp's marker yet sees no launcher refuses to launch.
 out=$(USP_SELF_LAUNCHED=1 timeout 60 "$usp" train --backend mpi --world 2 --steps 1 2>&1)
 rc=$?

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "core/comm.h"
+#include "core/model_config.h"
 #include "core/runtime.h"
 #include "core/selftest.h"
 #include "tools/cli.h"
@@ -106,6 +107,7 @@ static usp_status run_selftest(const selftest_options *o, int *exit_code)
     if (o->tokens > 0) c->tokens_per_rank = o->tokens;
     if (c->heads % shape.ulysses != 0)
         return usp_error(USP_ERR_CONFIG, "--heads %d does not divide by --ulysses %d", c->heads, shape.ulysses);
+    USP_CHECK(usp_model_check_kv_heads(NULL, "--kv-heads", c->kv_heads, "--heads", c->heads)); /* as train refuses */
     /* Every element is real and checked: the host holds about 10 buffers of a layer's Q over all ranks
      * (4.8 GB and half a minute at --world 512 with the default 512 heads), so refuse before allocating. */
     double q_bytes = (double)shape.world * c->tokens_per_rank * c->heads * c->head_dim * sizeof(float);

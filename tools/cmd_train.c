@@ -124,6 +124,9 @@ static usp_status build_config(const char *command, const train_options *o, usp_
     USP_CHECK(memory_options_apply(&o->memory, c));
     if (c->eval_only && !o->resume)
         return usp_error(USP_ERR_CONFIG, "usp eval needs --resume DIR (a checkpoint to evaluate)");
+    if (c->eval_only && o->eval_samples < 1)
+        return usp_error(USP_ERR_CONFIG, "usp eval --eval-samples %d: evaluating no sample measures nothing; give "
+                         "--eval-samples 1 or more (default 64)", o->eval_samples);
     int real = strcmp(o->backend, "sim") != 0;
     if (real && o->attention_kernel)
         return usp_error(USP_ERR_CONFIG, "--attention-kernel %s with --backend %s: the kernel's rates are the "
