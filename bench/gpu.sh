@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The cuda backend on one GPU, in one script (under 8 minutes on an H100/H200):
 #   bench/gpu.sh [BUILD_DIR]   (default build/gpu; needs nvcc, cuBLAS and a GPU)
+#   bench/gpu.sh --build-only [BUILD_DIR]   step 1 alone, no GPU needed (CI runs it wherever nvcc is)
 # 1. builds usp with the cuda backend (Release, sm_90 unless CMAKE_CUDA_ARCHITECTURES is set);
 # 2. the op-conformance table on cuda: every slot against the cpu backend, fp32 within the
 #    table's tolerances, bf16 cases within their stated bounds (tests/conformance_bf16.c);
@@ -19,16 +20,25 @@
 # that fails.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+build_only=0
+if [[ ${1:-} == --build-only ]]; then
+    build_only=1
+    shift
+fi
 build=${1:-build/gpu}
 t0=$SECONDS
 command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
 echo "== 1. build ($build)"
 gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
+gpus=${gpus:-0}
 mpi=OFF
 (( gpus > 1 )) && mpi=ON # several GPUs are launched under mpirun
 cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DUSP_WITH_CUDA=ON -DUSP_WITH_MPI=$mpi >/dev/null
 cmake --build "$build" -j"$(nproc)" --target usp test_backend_conformance bench_gpu >/dev/null
 echo "built in $((SECONDS - t0)) s"
+if ((build_only)); then
+    exit 0
+fi
 echo "== 2. conformance table on cuda"
 CK_FORK=no "$build/tests/test_backend_conformance" --backend cuda
 echo "== 3. usp train --backend nccl --gpus 1 (the default passkey task)"

@@ -305,7 +305,7 @@ int cmd_train(int argc, char **argv)
     const char *command = argv[1];
     int eval = strcmp(command, "eval") == 0;
     train_options o = {.backend = "sim", .data = "passkey", .attention = "sp", .world = 0,
-                       .ring = 1, .seq = 64, .batch = 16, .steps = 2000, .warmup = -1, .log_every = 250,
+                       .ring = 1, .seq = 64, .batch = 16, .steps = 4000, .warmup = -1, .log_every = 250,
                        .eval_samples = 64, .seed = -1, .lr = 1e-2, .memory = MEMORY_OPTIONS_DEFAULTS};
     const cli_option options[] = {
         {"--backend", CLI_STRING, &o.backend, "sim|mpi|nccl",
@@ -332,7 +332,7 @@ int cmd_train(int argc, char **argv)
         {"--seq", CLI_INT, &o.seq, "N", "sequence length (default 64: 16 tokens per rank by default)", 2, 1 << 30},
         {"--pad", CLI_FLAG, &o.pad, NULL, "pad a length that does not divide (padding is masked out of the loss)", 0, -1},
         {"--batch", CLI_INT, &o.batch, "B", "global batch: sequences per step over all DP replicas (default 16)", 1, 1 << 20},
-        {"--steps", CLI_INT, &o.steps, "S", "training steps: the length of the LR schedule (default 2000)", 0, 1 << 30},
+        {"--steps", CLI_INT, &o.steps, "S", "training steps: the length of the LR schedule (default 4000)", 0, 1 << 30},
         {"--until", CLI_INT, &o.until, "K", "stop after step K of the schedule (to --save and --resume later)", 0, 1 << 30},
         {"--lr", CLI_DOUBLE, &o.lr, "X", "peak learning rate (default 1e-2; warmup then cosine to 10%)", 0, -1},
         {"--warmup", CLI_INT, &o.warmup, "S", "warmup steps (default 10% of --steps)", 0, 1 << 30},
@@ -371,7 +371,7 @@ int cmd_train(int argc, char **argv)
                               "data, the fraction of samples whose key is retrieved, with the same mesh options as train."
                             : "Trains a transformer with sequence parallelism on the simulated cluster. Defaults: 4 ranks,\n"
                               "Ulysses 4, the tiny model on the passkey task (a key near the start, asked for at the\n"
-                              "end: only attention across shards can answer), 2000 steps (well under a minute on 2 cores).\n"
+                              "end: only attention across shards can answer), 4000 steps (about 1.5 minutes on 2 cores).\n"
                               "Prints a progress line every --log-every steps and a summary with the passkey accuracy\n"
                               "on held-out samples.",
                        options);
