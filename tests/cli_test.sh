@@ -134,6 +134,18 @@ check() { # check DESCRIPTION CONDITION...: counts a check that passes when the 
     shift
     if "$@"; then passed=$((passed + 1)); else failed=$((failed + 1)); echo "FAIL: $what"; fi
 }
+# eval has its own options: a training option is refused by name, nothing is written, and its summary counts
+# samples, not steps
+"$usp" train --steps 2 --seq 64 --batch 2 --eval-samples 0 --save "$work/eval_ckpt" >/dev/null 2>&1
+for opt in "--steps 3" "--save $work/evalcopy" "--lr 5" "--until 2" "--warmup 1" "--log-every 1"; do
+    expect 2 "${opt%% *} is an option of usp train: usp eval runs no training step and writes nothing" -- \
+        eval --resume "$work/eval_ckpt" --seq 64 --batch 2 --eval-samples 4 $opt
+done
+check "a refused eval --save writes nothing" test ! -e "$work/evalcopy"
+out=$("$usp" eval --help 2>&1)
+check "usp eval --help lists eval's options, not train's" \
+    bash -c '[[ $1 == *"--eval-samples"* && $1 != *"--steps"* && $1 != *"--save"* && $1 != *"--lr"* ]]' _ "$out"
+expect 0 "on 4 held-out samples of the checkpoint at step" -- eval --resume "$work/eval_ckpt" --seq 64 --batch 2 --eval-samples 4
 expect 0 "viz        draw the schedule" -- --help
 expect 0 "--picture WHAT" -- viz --help
 expect 2 "nothing to write" -- viz --ulysses 4
@@ -510,6 +522,13 @@ expect 2 "$cmp_dir/text.json: not JSON" -- plan --compare "$cmp_dir/text.json"
 "$usp" plan --trace "$cmp_dir/plan.json" >/dev/null 2>&1
 expect 2 "$cmp_dir/plan.json: a usp trace without the run's options" -- plan --compare "$cmp_dir/plan.json"
 expect 2 "$cmp_dir/missing.json: cannot read it" -- plan --compare "$cmp_dir/missing.json"
+
+# usp train (sim) in one of several launched processes: refused before anything runs (mpi_test.sh: under
+# mpirun itself); a Slurm batch script's SLURM_NTASKS, without srun, is no launcher.
+OMPI_COMM_WORLD_SIZE=4 expect 2 "--backend sim under a launcher of 4 processes (OMPI_COMM_WORLD_SIZE=4): each process would simulate every rank on its own; add --backend mpi" -- \
+    train --steps 1 --seq 64 --batch 2 --eval-samples 0
+SLURM_STEP_NUM_TASKS=8 expect 2 "add --backend mpi" -- eval --resume "$work/eval_ckpt" --eval-samples 2
+SLURM_NTASKS=8 expect 0 "done: loss" -- train --steps 1 --seq 64 --batch 2 --eval-samples 0
 
 # Inputs that once passed silently or lost work: each is refused (exit 2) naming the value and what would work,
 # or does what it says.

@@ -107,6 +107,14 @@ out=$(timeout 60 "$usp" train --backend mpi --world 4 --steps 2 --seq 64 --batch
 rc=$?
 [[ $rc -eq 2 && $out == *"rank 2: --inject swap:rank=2,op=any,call=3 fired but changed nothing (it exchanged two alike"* &&
     $out != *"never fired"* ]] && ok || fail "mpi --inject swap of two alike calls: exit $rc" "$out"
+# Forgetting --backend mpi under mpirun: each process would simulate every rank; refused, naming the fix.
+out=$(timeout 60 mpirun --oversubscribe -np 2 "$usp" train --ulysses 2 --steps 1 --seq 64 --batch 2 2>&1)
+rc=$?
+[[ $rc -eq 2 && $out == *"--backend sim under a launcher of 2 processes (OMPI_COMM_WORLD_SIZE=2)"* &&
+    $out == *"add --backend mpi"* && $out != *"done: loss"* ]] && ok || fail "sim under mpirun -np 2: exit $rc" "$out"
+out=$(timeout 60 mpirun --oversubscribe -np 1 "$usp" train --ulysses 2 --world 2 --steps 1 --seq 64 --batch 2 2>&1)
+rc=$?
+[[ $rc -eq 0 && $out == *"done: loss"* ]] && ok || fail "sim under mpirun -np 1 (one process simulates all): exit $rc" "$out"
 # The recursion guard: a process that carries usp's marker yet sees no launcher refuses to launch.
 out=$(USP_SELF_LAUNCHED=1 timeout 60 "$usp" train --backend mpi --world 2 --steps 1 2>&1)
 rc=$?

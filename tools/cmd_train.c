@@ -300,6 +300,40 @@ static usp_status run(const char *command, const train_options *o, char **argv, 
     return USP_OK;
 }
 
+/* Options of training that `usp eval` has no use for: it runs no step, keeps no schedule and writes nothing. */
+static const char *const training_only[] = {"--steps", "--until", "--lr", "--warmup", "--save", "--log-every", NULL};
+
+static int is_training_only(const char *name)
+{
+    for (int i = 0; training_only[i]; i++)
+        if (strcmp(name, training_only[i]) == 0)
+            return 1;
+    return 0;
+}
+
+/* usp eval's table: train's, less the training-only options; a training option given to eval is refused
+ * by name, with what eval does instead. */
+static usp_status eval_options(int argc, char **argv, const cli_option *all, cli_option *out)
+{
+    for (int i = 2; i < argc; i++) {
+        const char *eq = strchr(argv[i], '=');
+        char name[32];
+        snprintf(name, sizeof name, "%.*s", eq ? (int)(eq - argv[i]) : (int)strlen(argv[i]), argv[i]);
+        if (is_training_only(name))
+            return usp_error(USP_ERR_CONFIG, "%s is an option of usp train: usp eval runs no training step and "
+                             "writes nothing, it evaluates --resume DIR on --eval-samples held-out samples (its "
+                             "options: usp eval --help)", name);
+        if (strcmp(argv[i], "--") == 0)
+            break;
+    }
+    int n = 0;
+    for (const cli_option *o = all; o->name; o++)
+        if (!is_training_only(o->name))
+            out[n++] = *o;
+    out[n] = (cli_option){0};
+    return USP_OK;
+}
+
 int cmd_train(int argc, char **argv)
 {
     const char *command = argv[1];
@@ -361,8 +395,16 @@ int cmd_train(int argc, char **argv)
         MEMORY_OPTIONS(o.memory),
         {0},
     };
+    cli_option eval_table[sizeof options / sizeof *options];
+    const cli_option *table = options;
+    if (eval) {
+        usp_status s = eval_options(argc, argv, options, eval_table);
+        if (s != USP_OK)
+            return cli_fail(command, s);
+        table = eval_table;
+    }
     int help;
-    usp_status s = cli_parse(command, argc, argv, 2, options, &help);
+    usp_status s = cli_parse(command, argc, argv, 2, table, &help);
     if (s != USP_OK)
         return cli_fail(command, s);
     if (help) {
@@ -374,7 +416,7 @@ int cmd_train(int argc, char **argv)
                               "end: only attention across shards can answer), 4000 steps (about 1.5 minutes on 2 cores).\n"
                               "Prints a progress line every --log-every steps and a summary with the passkey accuracy\n"
                               "on held-out samples.",
-                       options);
+                       table);
         return 0;
     }
     if (o.gpus && strcmp(o.backend, "nccl") != 0)
@@ -387,6 +429,9 @@ int cmd_train(int argc, char **argv)
         o.world = o.gpus;
     if (o.world == 0)
         o.world = runtime_registry_default_world(o.backend);
+    s = runtime_registry_check_launcher(o.backend, command);
+    if (s != USP_OK)
+        return cli_fail(command, s);
     int code = 0;
     s = run(command, &o, argv, &code);
     return s != USP_OK ? cli_fail(command, s) : code;

@@ -4,6 +4,7 @@
 #include "tools/runtime_registry.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "sim/sim_runtime.h"
@@ -84,6 +85,32 @@ usp_status runtime_registry_launch(const char *name, const usp_runtime_options *
     USP_CHECK(runtime_registry_check(name));
     const runtime_entry *e = find(name);
     return e->launch ? e->launch(o, argv) : USP_OK;
+}
+
+/* The processes a launcher started, from the variables it sets in each one (Open MPI's mpirun, a PMI
+ * launcher, srun's job step; not SLURM_NTASKS, which a batch script has without srun); 0 when none. */
+static int launched_processes(const char **var)
+{
+    static const char *const vars[] = {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "SLURM_STEP_NUM_TASKS"};
+    for (size_t i = 0; i < sizeof vars / sizeof *vars; i++) {
+        const char *v = getenv(vars[i]);
+        if (v && atoi(v) > 0) {
+            *var = vars[i];
+            return atoi(v);
+        }
+    }
+    return 0;
+}
+
+usp_status runtime_registry_check_launcher(const char *name, const char *command)
+{
+    const char *var = NULL;
+    int n = launched_processes(&var);
+    if (strcmp(name, "sim") != 0 || n <= 1)
+        return USP_OK;
+    return usp_error(USP_ERR_CONFIG, "--backend sim under a launcher of %d processes (%s=%d): each process would "
+                     "simulate every rank on its own; add --backend mpi to run one rank a process, or run usp %s "
+                     "without the launcher to simulate them in one", n, var, n, command);
 }
 
 int runtime_registry_default_world(const char *name)

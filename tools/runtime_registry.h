@@ -23,6 +23,11 @@ usp_status runtime_registry_launch(const char *name, const usp_runtime_options *
 /* "sim (in this build), nccl (needs ...), mpi (in this build)": what --backend can name, into buf. */
 void runtime_registry_describe(char *buf, size_t size);
 
+/* USP_ERR_CONFIG when a launcher (mpirun, srun) started this process as one of several and `name` runs
+ * every rank in one process (sim): each process would run a whole simulation of its own, its output
+ * printed once per process. The message names --backend mpi. */
+usp_status runtime_registry_check_launcher(const char *name, const char *command);
+
 /* The world size when --world is not given: the launcher's process count for
  * a runtime that a launcher starts (mpi), else 4. */
 int runtime_registry_default_world(const char *name);

@@ -60,10 +60,15 @@ void train_report_summary(const train_report *report, const usp_train_config *c,
     fprintf(out, "%s: loss %.4f", c->eval_only ? "eval" : "done", r->loss);
     if (r->passkey_accuracy >= 0)
         fprintf(out, ", passkey accuracy %.1f%%", 100 * r->passkey_accuracy);
-    fprintf(out, "; %lld steps, %.0f tokens/s on this CPU (wall %.1f s); ", (long long)r->steps_done, r->tokens_per_s,
-            r->wall_s);
+    if (c->eval_only) /* no step ran: the figures are of the held-out samples, of the checkpoint's step */
+        fprintf(out, " on %lld held-out samples of the checkpoint at step %lld (wall %.1f s); ",
+                (long long)c->eval_samples, (long long)r->steps_done, r->wall_s);
+    else
+        fprintf(out, "; %lld steps, %.0f tokens/s on this CPU (wall %.1f s); ", (long long)r->steps_done,
+                r->tokens_per_s, r->wall_s);
+    const char *what = c->eval_only ? "the evaluation" : "the same steps";
     if (cluster.modelled)
-        fprintf(out, "the same steps would take %.4f s on the modelled %s (%d node%s)\n", r->sim_time_s, cluster.name,
+        fprintf(out, "%s would take %.4f s on the modelled %s (%d node%s)\n", what, r->sim_time_s, cluster.name,
                 cluster.nodes, cluster.nodes > 1 ? "s" : "");
     else
         fprintf(out, "%.4f s on %s (%d node%s)\n", r->sim_time_s, cluster.name, cluster.nodes,
