@@ -449,7 +449,7 @@ limit=20 expect 0 "done" -- train --meta --world 64 --ulysses 4 --ring 16 --seq 
 # 466 MB at W = 4096, with "rank 0:" in front)
 limit=5 expect 2 "usp plan: --seq 64 does not divide for --ulysses 4096" -- plan --world 4096
 limit=5 expect 2 "usp plan: --ulysses 4096 is larger than the 4 heads" -- plan --world 4096 --seq 4096
-limit=5 expect 2 "usp train: --ulysses 64 is larger than the 4 heads" -- train --meta --world 4096 --ring 64 --seq 4096 --steps 1
+limit=5 expect 2 "usp train: --world 4096 with --ring 64 makes --ulysses 64 by default (W / R), and for model tiny: --ulysses 64 is larger than the 4 heads" -- train --meta --world 4096 --ring 64 --seq 4096 --steps 1
 # selftest and plan check --trace and --dot before the run, as train does (before: after the run, exit 1)
 expect 2 "--trace $work/missing/t.json: the directory $work/missing does not exist" -- selftest --trace "$work/missing/t.json"
 expect 2 "--dot $work/missing/t.dot: the directory $work/missing does not exist" -- selftest --dot "$work/missing/t.dot"
@@ -529,6 +529,16 @@ OMPI_COMM_WORLD_SIZE=4 expect 2 "--backend sim under a launcher of 4 processes (
     train --steps 1 --seq 64 --batch 2 --eval-samples 0
 SLURM_STEP_NUM_TASKS=8 expect 2 "add --backend mpi" -- eval --resume "$work/eval_ckpt" --eval-samples 2
 SLURM_NTASKS=8 expect 0 "done: loss" -- train --steps 1 --seq 64 --batch 2 --eval-samples 0
+
+# Messages that name what the user typed: --resume of a name that is no directory; the model fields by name;
+# the Ulysses degree that --world made by default, with a mesh that works
+expect 2 "--resume nodir: no such directory; --resume takes the directory that a --save wrote" -- train --resume nodir
+expect 2 "--resume tiny: no such directory; --resume takes the directory that a --save wrote, or a Hugging Face checkpoint directory (--model tiny names the preset" -- \
+    train --resume tiny
+expect 2 "(family gpt2 vs llama: the first from --model" -- train --model gpt2-124m --resume "$work/eval_ckpt"
+expect 2 "--world 8 with --ring 1 makes --ulysses 8 by default (W / R), and for model tiny: --ulysses 8 is larger than the 4 heads" -- \
+    train --world 8 --steps 1
+expect 0 "done: loss" -- train --world 8 --ulysses 4 --ring 2 --steps 1 --seq 64 --batch 2 --eval-samples 0
 
 # Inputs that once passed silently or lost work: each is refused (exit 2) naming the value and what would work,
 # or does what it says.

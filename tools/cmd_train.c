@@ -9,8 +9,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "core/checkpoint.h"
+#include "core/ulysses.h"
 #include "core/runtime.h"
 #include "core/train.h"
 #include "plan/plan.h"
@@ -47,20 +49,50 @@ static usp_status load_model(const char *option, const char *spec, usp_model_con
 /* The first field in which two models differ ("d_model 64 vs 128"), or 0 when they are the same model. */
 static int model_difference(const usp_model_config *a, const usp_model_config *b, char *out, size_t size)
 {
-    const struct { const char *name; int64_t a, b; } fields[] = {
-        {"family", a->family, b->family}, {"vocab", a->vocab, b->vocab}, {"n_layer", a->n_layer, b->n_layer},
-        {"n_head", a->n_head, b->n_head}, {"n_kv_head", a->n_kv_head, b->n_kv_head},
-        {"d_model", a->d_model, b->d_model}, {"head_dim", usp_model_config_head_dim(a), usp_model_config_head_dim(b)},
-        {"d_ff", a->d_ff, b->d_ff}, {"max_seq", a->max_seq, b->max_seq},
-        {"norm", a->norm, b->norm}, {"positions", a->positions, b->positions}, {"mlp", a->mlp, b->mlp},
-        {"tied_embeddings", a->tied_embeddings, b->tied_embeddings}, {"bias", a->bias, b->bias},
+    /* the enum fields by name, as config.json says them (a number would mean nothing to a user) */
+    static const char *const family[] = {"gpt2", "llama", NULL}, *const norm[] = {"layernorm", "rmsnorm", NULL},
+                             *const positions[] = {"learned", "rope", NULL},
+                             *const mlp[] = {"gelu_tanh", "swiglu", NULL}, *const yes_no[] = {"no", "yes", NULL};
+    const struct { const char *name; int64_t a, b; const char *const *names; } fields[] = {
+        {"family", a->family, b->family, family}, {"vocab", a->vocab, b->vocab, NULL},
+        {"n_layer", a->n_layer, b->n_layer, NULL}, {"n_head", a->n_head, b->n_head, NULL},
+        {"n_kv_head", a->n_kv_head, b->n_kv_head, NULL}, {"d_model", a->d_model, b->d_model, NULL},
+        {"head_dim", usp_model_config_head_dim(a), usp_model_config_head_dim(b), NULL},
+        {"d_ff", a->d_ff, b->d_ff, NULL}, {"max_seq", a->max_seq, b->max_seq, NULL},
+        {"norm", a->norm, b->norm, norm}, {"positions", a->positions, b->positions, positions},
+        {"mlp", a->mlp, b->mlp, mlp}, {"tied_embeddings", a->tied_embeddings, b->tied_embeddings, yes_no},
+        {"bias", a->bias, b->bias, yes_no},
     };
-    for (size_t i = 0; i < sizeof fields / sizeof fields[0]; i++)
-        if (fields[i].a != fields[i].b) {
-            snprintf(out, size, "%s %lld vs %lld", fields[i].name, (long long)fields[i].a, (long long)fields[i].b);
-            return 1;
-        }
+    for (size_t i = 0; i < sizeof fields / sizeof fields[0]; i++) {
+        int64_t x = fields[i].a, y = fields[i].b;
+        if (x == y)
+            continue;
+        const char *const *names = fields[i].names;
+        if (names && x >= 0 && x <= 1 && y >= 0 && y <= 1) /* every named field has two values */
+            snprintf(out, size, "%s %s vs %s", fields[i].name, names[x], names[y]);
+        else
+            snprintf(out, size, "%s %lld vs %lld", fields[i].name, (long long)x, (long long)y);
+        return 1;
+    }
     return 0;
+}
+
+/* The Ulysses degree the user did not type (W / R) must split the model's heads; if it does not, the
+ * message says where the number came from and a mesh of the same world that does. */
+static usp_status default_ulysses_check(const train_options *o, const usp_model_config *m, int ulysses)
+{
+    if (ulysses_heads_check(m->n_head, m->n_kv_head, ulysses) == USP_OK)
+        return USP_OK;
+    char why[USP_ERROR_MESSAGE_MAX];
+    snprintf(why, sizeof why, "%s", usp_error_message());
+    int u = ulysses;
+    while (u > 1 &&
+           (ulysses % u != 0 || m->n_head % u != 0 || ulysses_heads_check(m->n_head, m->n_kv_head, u) != USP_OK))
+        u--;
+    usp_error_clear();
+    return usp_error(USP_ERR_CONFIG, "--world %d with --ring %d makes --ulysses %d by default (W / R), and for model "
+                     "%s: %s; e.g. --world %d --ulysses %d --ring %d", o->world, o->ring, ulysses,
+                     m->name, why, o->world, u, o->ring * (ulysses / u));
 }
 
 /* --resume DIR continues the run that saved DIR: the model is DIR's config.json and the seed (the data
@@ -70,6 +102,18 @@ static usp_status resume_model_and_seed(const char *command, const train_options
                                         uint64_t *seed)
 {
     int eval = strcmp(command, "eval") == 0;
+    struct stat st;
+    int exists = stat(o->resume, &st) == 0;
+    if (!exists || !S_ISDIR(st.st_mode)) { /* a model name is not a checkpoint */
+        usp_model_config preset;
+        int is_preset = usp_model_config_preset(o->resume, &preset) == USP_OK;
+        usp_error_clear();
+        return usp_error(USP_ERR_CONFIG, "--resume %s: %s; --resume takes the directory that a --save wrote, or a "
+                         "Hugging Face checkpoint directory%s%s%s", o->resume,
+                         exists ? "not a directory" : "no such directory",
+                         is_preset ? " (--model " : "", is_preset ? o->resume : "",
+                         is_preset ? " names the preset, with fresh weights)" : "");
+    }
     usp_checkpoint_state saved;
     USP_CHECK(usp_checkpoint_read_state(o->resume, &saved));
     USP_CHECK(load_model("--resume", o->resume, model));
@@ -115,6 +159,8 @@ static usp_status build_config(const char *command, const train_options *o, usp_
         USP_CHECK(load_model("--model", o->model ? o->model : "tiny", &c->model));
     int ulysses = o->ulysses > 0 ? o->ulysses : o->world / o->ring;
     USP_CHECK(usp_mesh_shape_make(o->world, ulysses > 0 ? ulysses : 1, o->ring, &c->shape));
+    if (o->ulysses == 0 && strcmp(o->attention, "local") != 0)
+        USP_CHECK(default_ulysses_check(o, &c->model, c->shape.ulysses));
     c->data = o->data, c->seq_len = o->seq, c->pad = o->pad, c->batch = o->batch, c->steps = o->steps;
     c->until = o->until, c->lr = o->lr, c->seed = seed, c->attention_local = !strcmp(o->attention, "local");
     c->save_dir = o->save, c->resume_dir = o->resume, c->log_every = o->log_every;
