@@ -519,13 +519,15 @@ static usp_status run(trainer *t)
     free(peaks);
     if (s == USP_OK && c->record_tensors && c->on_record && t->numerics)
         s = record_last_weights(t);
-    double wall = wall_now() - start, accuracy = -1;
+    double wall = wall_now() - start, accuracy = -1, steps_clock = clock_now(t);
     if (s == USP_OK && c->save_dir)
         s = save(t);
-    if (s == USP_OK && (c->eval_samples > 0 || c->eval_only))
+    int evaluated = c->eval_samples > 0 || c->eval_only;
+    if (s == USP_OK && evaluated)
         s = evaluate(t, &loss, &accuracy);
     if (s == USP_OK && t->ctx->rank == 0 && t->result)
-        *t->result = (usp_train_result){.loss = loss, .passkey_accuracy = accuracy, .wall_s = wall,
+        *t->result = (usp_train_result){.loss = loss, .loss_held_out = evaluated, .passkey_accuracy = accuracy,
+                                        .wall_s = wall, .steps_time_s = steps_clock,
                                         .first_loss = t->result->first_loss,
                                         .tokens_per_s = wall > 0 ? tokens / wall : 0, .steps_done = t->step,
                                         .sim_time_s = clock_now(t),

@@ -102,9 +102,12 @@ typedef struct usp_train_config {
 
 /* What rank 0 reports back to the command. */
 typedef struct usp_train_result {
-    double loss;               /* last step's loss (eval: the mean loss); NaN on the meta backend */
+    double loss;               /* the held-out mean when evaluated (loss_held_out), else the last step's;
+                                  NaN on the meta backend */
+    int loss_held_out;
     double passkey_accuracy;   /* -1 when not evaluated */
     double tokens_per_s, wall_s, sim_time_s;
+    double steps_time_s;       /* rank 0's clock when the steps ended: sim_time_s less saving and evaluating */
     int64_t steps_done;
     int64_t seq_len_padded;
     double first_loss;         /* the loss of the first step run */

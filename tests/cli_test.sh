@@ -540,6 +540,18 @@ expect 2 "--world 8 with --ring 1 makes --ulysses 8 by default (W / R), and for 
     train --world 8 --steps 1
 expect 0 "done: loss" -- train --world 8 --ulysses 4 --ring 2 --steps 1 --seq 64 --batch 2 --eval-samples 0
 
+# The summary says which loss it is, what ran the numerics and what the modelled time covers
+expect 0 "done: loss" -- train --steps 2 --seq 64 --batch 2 --eval-samples 2
+expect 0 "(held-out), passkey accuracy" -- train --steps 2 --seq 64 --batch 2 --eval-samples 2
+expect 0 "(step 2); 2 steps, " -- train --steps 2 --seq 64 --batch 2 --eval-samples 0
+out=$("$usp" train --meta --model llama-1b --seq 4096 --world 8 --steps 2 --eval-samples 2 2>&1)
+check "train --meta: no loss and no tokens/s of a CPU that ran no numerics; the steps' time apart from the evaluation's" \
+    bash -c '[[ $1 == *"done: no loss (shapes only); 2 steps on shapes only"* && $1 != *"tokens/s on this CPU"* &&
+                $1 == *"the steps would take "*", the held-out evaluation "*" s more"* ]]' _ "$out"
+out=$("$usp" train --steps 2 --seq 64 --batch 2 --eval-samples 2 --json 2>&1 | tail -n 1)
+check "the JSON summary has steps_time_s and loss_held_out" \
+    bash -c '[[ $1 == *"\"steps_time_s\":"* && $1 == *"\"loss_held_out\":true"* ]]' _ "$out"
+
 # Inputs that once passed silently or lost work: each is refused (exit 2) naming the value and what would work,
 # or does what it says.
 expect 2 "--inject swap:rank=2,op=any,call=3 fired but changed nothing (it exchanged two alike collectives" -- \

@@ -325,6 +325,7 @@ static usp_status run(const char *command, const train_options *o, char **argv, 
     train_report report = {.out = stdout, .json = o->json};
     report.out = prints ? stdout : NULL;
     report.measured = !usp_runtime_cluster_of(rt).modelled;
+    report.device = o->meta ? NULL : strcmp(o->backend, "nccl") == 0 ? "the GPUs" : "this CPU";
     c.on_record = train_report_record, c.record_ctx = &report;
     usp_train_result result = {.passkey_accuracy = -1};
     usp_status s = usp_calloc((void **)&result.peak_bytes, (size_t)c.shape.world, sizeof *result.peak_bytes,

@@ -48,6 +48,8 @@ void train_report_summary(const train_report *report, const usp_train_config *c,
                               isfinite(r->loss) ? json_real(r->loss) : json_null(), "tokens_per_s",
                               r->tokens_per_s, "wall_s", r->wall_s, "sim_time_s", r->sim_time_s, "steps",
                               (json_int_t)r->steps_done);
+        json_object_set_new(j, "steps_time_s", json_real(r->steps_time_s));
+        json_object_set_new(j, "loss_held_out", json_boolean(r->loss_held_out));
         json_t *peaks = json_array();
         for (int i = 0; i < c->shape.world; i++)
             json_array_append_new(peaks, json_integer((json_int_t)r->peak_bytes[i]));
@@ -57,22 +59,36 @@ void train_report_summary(const train_report *report, const usp_train_config *c,
         print_json(out, j);
         return;
     }
-    fprintf(out, "%s: loss %.4f", c->eval_only ? "eval" : "done", r->loss);
+    if (!isfinite(r->loss)) /* the meta backend: no numerics */
+        fprintf(out, "%s: no loss (shapes only)", c->eval_only ? "eval" : "done");
+    else
+        fprintf(out, "%s: loss %.4f", c->eval_only ? "eval" : "done", r->loss);
+    if (isfinite(r->loss) && !c->eval_only) /* which loss: the held-out mean, or the last step's own batch */
+        r->loss_held_out ? fprintf(out, " (held-out)") : fprintf(out, " (step %lld)", (long long)r->steps_done);
     if (r->passkey_accuracy >= 0)
         fprintf(out, ", passkey accuracy %.1f%%", 100 * r->passkey_accuracy);
-    if (c->eval_only) /* no step ran: the figures are of the held-out samples, of the checkpoint's step */
+    double steps_s = r->steps_time_s, eval_s = r->sim_time_s - r->steps_time_s;
+    if (c->eval_only) { /* no step ran: the figures are of the held-out samples, of the checkpoint's step */
         fprintf(out, " on %lld held-out samples of the checkpoint at step %lld (wall %.1f s); ",
                 (long long)c->eval_samples, (long long)r->steps_done, r->wall_s);
-    else
-        fprintf(out, "; %lld steps, %.0f tokens/s on this CPU (wall %.1f s); ", (long long)r->steps_done,
-                r->tokens_per_s, r->wall_s);
-    const char *what = c->eval_only ? "the evaluation" : "the same steps";
+        steps_s = r->sim_time_s, eval_s = 0;
+    } else if (report->device) {
+        fprintf(out, "; %lld steps, %.0f tokens/s on %s (wall %.1f s); ", (long long)r->steps_done,
+                r->tokens_per_s, report->device, r->wall_s);
+    } else {
+        fprintf(out, "; %lld steps on shapes only (wall %.1f s); ", (long long)r->steps_done, r->wall_s);
+    }
+    const char *what = c->eval_only ? "the evaluation" : "the steps";
     if (cluster.modelled)
-        fprintf(out, "%s would take %.4f s on the modelled %s (%d node%s)\n", what, r->sim_time_s, cluster.name,
+        fprintf(out, "%s would take %.4f s on the modelled %s (%d node%s)", what, steps_s, cluster.name,
                 cluster.nodes, cluster.nodes > 1 ? "s" : "");
     else
-        fprintf(out, "%.4f s on %s (%d node%s)\n", r->sim_time_s, cluster.name, cluster.nodes,
+        fprintf(out, "%s took %.4f s on %s (%d node%s)", what, steps_s, cluster.name, cluster.nodes,
                 cluster.nodes > 1 ? "s" : "");
+    if (eval_s > 0)
+        fprintf(out, ", %s %.4f s more", c->save_dir ? "saving and the held-out evaluation" : "the held-out evaluation",
+                eval_s);
+    fprintf(out, "\n");
     fprintf(out, "peak memory per rank (MiB):");
     for (int i = 0; i < c->shape.world; i++)
         fprintf(out, " %.1f", (double)r->peak_bytes[i] / (1 << 20));

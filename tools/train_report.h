@@ -13,6 +13,7 @@ typedef struct train_report {
     FILE *out;
     int json;     /* one JSON object per line instead of text */
     int measured; /* times are the machine's own (a real backend), not the simulator's model */
+    const char *device; /* what ran the numerics, for the tokens/s: "this CPU", "the GPUs"; NULL on shapes only */
 } train_report;
 
 /* usp_train_config.on_record (ctx: a train_report): a STEP record as a progress
