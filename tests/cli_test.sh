@@ -552,6 +552,18 @@ out=$("$usp" train --steps 2 --seq 64 --batch 2 --eval-samples 2 --json 2>&1 | t
 check "the JSON summary has steps_time_s and loss_held_out" \
     bash -c '[[ $1 == *"\"steps_time_s\":"* && $1 == *"\"loss_held_out\":true"* ]]' _ "$out"
 
+# Conveniences: --version says which commit was built, how and with which backends; a mistyped option gets the
+# one it most likely meant; a save and a resume say so
+out=$("$usp" --version 2>&1)
+check "usp --version names the commit, the build type, the compiler and the backends" \
+    bash -c '[[ $1 =~ ^usp\ [0-9.]+\ \(commit\ [^,]+,\ [A-Za-z]+\ build,\ (gcc|clang)\ [^$'"'"'\n'"'"']+\)$'"'"'\n'"'"'backends:\ sim\ \(in\ this\ build\) ]]' _ "$out"
+expect 2 "unknown option --step for \`usp train\`; did you mean --steps? see usp train --help" -- train --step 3
+expect 2 "unknown option --frobnicate for \`usp train\`; see usp train --help" -- train --frobnicate
+"$usp" train --steps 4 --until 2 --seq 64 --batch 2 --eval-samples 0 --save "$work/said" >"$work/said.txt" 2>&1
+check "a save says where and at which step" grep -qx "usp train: saved to $work/said (step 2)" "$work/said.txt"
+expect 0 "usp train: resumed from $work/said at step 2 of 4" -- train --steps 4 --seq 64 --batch 2 --eval-samples 0 \
+    --resume "$work/said"
+
 # Inputs that once passed silently or lost work: each is refused (exit 2) naming the value and what would work,
 # or does what it says.
 expect 2 "--inject swap:rank=2,op=any,call=3 fired but changed nothing (it exchanged two alike collectives" -- \

@@ -54,6 +54,40 @@ static usp_status set_value(const char *command, const cli_option *o, const char
     return USP_OK;
 }
 
+/* Edits (insert, delete, replace one character) between a[0..n) and b: Levenshtein's distance, one row. */
+static size_t edit_distance(const char *a, size_t n, const char *b)
+{
+    size_t m = strlen(b), row[64];
+    if (n >= 63 || m >= 63)
+        return (size_t)-1;
+    for (size_t j = 0; j <= m; j++)
+        row[j] = j;
+    for (size_t i = 1; i <= n; i++) {
+        size_t diagonal = row[0];
+        row[0] = i;
+        for (size_t j = 1; j <= m; j++) {
+            size_t above = row[j], best = diagonal + (a[i - 1] != b[j - 1]);
+            best = above + 1 < best ? above + 1 : best;
+            best = row[j - 1] + 1 < best ? row[j - 1] + 1 : best;
+            diagonal = above, row[j] = best;
+        }
+    }
+    return row[m];
+}
+
+/* The option a mistyped name most likely meant (two edits at most), or NULL. */
+static const char *closest_option(const char *name, size_t len, const cli_option *options)
+{
+    const char *best = NULL;
+    size_t best_d = 3;
+    for (const cli_option *o = options; o->name; o++) {
+        size_t d = edit_distance(name, len, o->name);
+        if (d < best_d)
+            best = o->name, best_d = d;
+    }
+    return best;
+}
+
 usp_status cli_parse(const char *command, int argc, char **argv, int first, const cli_option *options,
                      int *help)
 {
@@ -69,9 +103,11 @@ usp_status cli_parse(const char *command, int argc, char **argv, int first, cons
         const cli_option *o = options;
         while (o->name && (strlen(o->name) != name_len || strncmp(o->name, arg, name_len) != 0))
             o++;
-        if (!o->name)
-            return usp_error(USP_ERR_CONFIG, "unknown option %s for `usp %s`; see usp %s --help", arg, command,
-                             command);
+        if (!o->name) {
+            const char *meant = closest_option(arg, name_len, options);
+            return usp_error(USP_ERR_CONFIG, "unknown option %s for `usp %s`; %s%s%ssee usp %s --help", arg, command,
+                             meant ? "did you mean " : "", meant ? meant : "", meant ? "? " : "", command);
+        }
         if (o->kind == CLI_FLAG) {
             if (eq)
                 return usp_error(USP_ERR_CONFIG, "%s takes no value", o->name);

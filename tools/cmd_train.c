@@ -322,6 +322,11 @@ static usp_status run(const char *command, const train_options *o, char **argv, 
         printf("usp %s: model %s, world %d = dp %d x ring %d x ulysses %d, attention %s, seq %d, batch %d, data %s\n",
                command, c.model.name, c.shape.world, c.shape.dp, c.shape.ring, c.shape.ulysses, o->attention, o->seq,
                o->batch, o->data);
+    usp_checkpoint_state resumed; /* read and checked by build_config: says where the run starts */
+    if (!o->json && prints && o->resume && !c.eval_only && usp_checkpoint_read_state(o->resume, &resumed) == USP_OK)
+        printf(resumed.is_usp ? "usp %s: resumed from %s at step %lld of %d\n"
+                              : "usp %s: resumed from %s: Hugging Face weights, a fresh optimizer, step %lld of %d\n",
+               command, o->resume, (long long)resumed.step, o->steps);
     train_report report = {.out = stdout, .json = o->json};
     report.out = prints ? stdout : NULL;
     report.measured = !usp_runtime_cluster_of(rt).modelled;
@@ -336,6 +341,8 @@ static usp_status run(const char *command, const train_options *o, char **argv, 
     if (s == USP_OK) {
         if (prints)
             train_report_summary(&report, &c, &result, usp_runtime_cluster_of(rt));
+        if (prints && !o->json && o->save)
+            printf("usp %s: saved to %s (step %lld)\n", command, o->save, (long long)result.steps_done);
     } else if (*usp_runtime_report(rt))
         fprintf(stderr, "usp %s: %s", command, usp_runtime_report(rt));
     else

@@ -8,8 +8,13 @@
 
 #include "tools/commands.h"
 #include "tools/runtime_registry.h"
+#include "usp_version.h" /* USP_COMMIT, written at build time (tools/version.cmake) */
 
-#define USP_VERSION "0.1.0"
+#ifdef __clang__
+#define USP_COMPILER "clang " __clang_version__
+#else
+#define USP_COMPILER "gcc " __VERSION__
+#endif
 
 static void print_help(FILE *out)
 {
@@ -59,8 +64,11 @@ static int run_command(int argc, char **argv)
         print_help(stdout);
         return 0;
     }
-    if (strcmp(cmd, "--version") == 0) {
-        printf("usp %s\n", USP_VERSION);
+    if (strcmp(cmd, "--version") == 0) { /* what a bug report needs: which code, built how, able to run what */
+        char backends[512];
+        runtime_registry_describe(backends, sizeof backends);
+        printf("usp %s (commit %s, %s build, %s)\nbackends: %s\n", USP_VERSION, USP_COMMIT,
+               *USP_BUILD_TYPE ? USP_BUILD_TYPE : "default", USP_COMPILER, backends);
         return 0;
     }
     if (strcmp(cmd, "selftest") == 0)
