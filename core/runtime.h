@@ -42,6 +42,7 @@ typedef struct usp_runtime_cluster {
     const char *name;  /* "dgx-h100", or the file's name */
     int nodes;
     int modelled;      /* 1: times are the simulator's model of it; 0: measured on it */
+    double device_memory_bytes; /* a rank's device memory in the model (GPU capacity); 0: not modelled */
 } usp_runtime_cluster;
 
 /* The runtime's name ("sim"). */

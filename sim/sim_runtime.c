@@ -29,7 +29,8 @@ static const usp_trace_t *sim_runtime_trace(const void *ctx)
 static usp_runtime_cluster sim_runtime_cluster(const void *ctx)
 {
     const sim_topology *t = &((const sim_runtime *)ctx)->config.cost.topology;
-    return (usp_runtime_cluster){.name = t->name, .nodes = t->nodes, .modelled = 1};
+    return (usp_runtime_cluster){.name = t->name, .nodes = t->nodes, .modelled = 1,
+                                 .device_memory_bytes = t->gpu.memory_bytes};
 }
 
 static void sim_runtime_free(void *ctx)

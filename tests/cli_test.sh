@@ -552,6 +552,13 @@ out=$("$usp" train --steps 2 --seq 64 --batch 2 --eval-samples 2 --json 2>&1 | t
 check "the JSON summary has steps_time_s and loss_held_out" \
     bash -c '[[ $1 == *"\"steps_time_s\":"* && $1 == *"\"loss_held_out\":true"* ]]' _ "$out"
 
+# A modelled run whose peak is over the modelled GPU's memory says so (text and JSON "fits")
+expect 0 "does not fit: rank 0's peak, " -- train --meta --model llama-7b --seq 65536 --world 8 --steps 1 --eval-samples 0
+out=$("$usp" train --meta --model llama-7b --seq 65536 --world 8 --steps 1 --eval-samples 0 --json 2>&1 | tail -n 1)
+check "train --meta --json says fits: false" bash -c '[[ $1 == *"\"fits\":false"* ]]' _ "$out"
+out=$("$usp" train --steps 1 --seq 64 --batch 2 --eval-samples 0 2>&1)
+check "a run that fits says nothing of it" bash -c '[[ $1 == *"done: loss"* && $1 != *"does not fit"* ]]' _ "$out"
+
 # Conveniences: --version says which commit was built, how and with which backends; a mistyped option gets the
 # one it most likely meant; a save and a resume say so
 out=$("$usp" --version 2>&1)

@@ -39,6 +39,18 @@ void train_report_record(void *ctx, const usp_train_record *r)
     fflush(out);
 }
 
+/* The largest of the ranks' peaks, in bytes, and whose (*rank, when not NULL). */
+static double largest_peak(const usp_train_config *c, const usp_train_result *r, int *rank)
+{
+    int at = 0;
+    for (int i = 1; i < c->shape.world; i++)
+        if (r->peak_bytes[i] > r->peak_bytes[at])
+            at = i;
+    if (rank)
+        *rank = at;
+    return (double)r->peak_bytes[at];
+}
+
 void train_report_summary(const train_report *report, const usp_train_config *c, const usp_train_result *r,
                           usp_runtime_cluster cluster)
 {
@@ -54,6 +66,8 @@ void train_report_summary(const train_report *report, const usp_train_config *c,
         for (int i = 0; i < c->shape.world; i++)
             json_array_append_new(peaks, json_integer((json_int_t)r->peak_bytes[i]));
         json_object_set_new(j, "peak_bytes", peaks);
+        if (cluster.device_memory_bytes > 0) /* the modelled GPUs: would every rank's peak fit in one? */
+            json_object_set_new(j, "fits", json_boolean(largest_peak(c, r, NULL) <= cluster.device_memory_bytes));
         if (r->passkey_accuracy >= 0)
             json_object_set_new(j, "passkey_accuracy", json_real(r->passkey_accuracy));
         print_json(out, j);
@@ -93,4 +107,10 @@ void train_report_summary(const train_report *report, const usp_train_config *c,
     for (int i = 0; i < c->shape.world; i++)
         fprintf(out, " %.1f", (double)r->peak_bytes[i] / (1 << 20));
     fprintf(out, "\n");
+    int rank;
+    double peak = largest_peak(c, r, &rank);
+    if (cluster.device_memory_bytes > 0 && peak > cluster.device_memory_bytes)
+        fprintf(out, "does not fit: rank %d's peak, %.1f GB, is over the %.0f GB of a GPU of the modelled %s (usp plan with "
+                "the same options says what would make it fit)\n", rank, peak / 1e9,
+                cluster.device_memory_bytes / 1e9, cluster.name);
 }
