@@ -10,8 +10,12 @@ source "$(dirname "$0")/script_lib.sh" "$1"
 mpi=(mpirun --oversubscribe -np 4) # CI has 2 cores; 4 ranks need --oversubscribe
 
 # The summary line of a run (--json's last line), without its times and peaks (the
-# attention workspace is per thread, and the backends run different thread counts).
-summary() { tail -n 1 | sed -E 's/"(tokens_per_s|wall_s|sim_time_s)":[^,]*,//g; s/"peak_bytes":\[[^]]*\],//'; }
+# attention workspace is per thread, and the backends run different thread counts) and
+# the simulator's own fit against its modelled GPU (`fits`: a real backend models none).
+summary() {
+    tail -n 1 | sed -E 's/"(tokens_per_s|wall_s|sim_time_s|steps_time_s)":[^,]*,//g; s/"peak_bytes":\[[^]]*\],//
+        s/"fits":(true|false),//'
+}
 
 # --- the same losses as the simulator, bit for bit -----------------------------
 for mesh in "--ulysses 4" "--ring 4" "--ulysses 2 --ring 2" "--ulysses 2"; do
