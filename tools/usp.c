@@ -10,8 +10,11 @@
 #include "tools/runtime_registry.h"
 #include "usp_version.h" /* USP_COMMIT, written at build time (tools/version.cmake) */
 
-#ifdef __clang__
-#define USP_COMPILER "clang " __clang_version__
+#define USP_STRING(x) #x
+#define USP_NUMBER(x) USP_STRING(x)
+#ifdef __clang__ /* __clang_version__ may carry a trailing space and the vendor's words */
+#define USP_COMPILER "clang " USP_NUMBER(__clang_major__) "." USP_NUMBER(__clang_minor__) "." \
+    USP_NUMBER(__clang_patchlevel__)
 #else
 #define USP_COMPILER "gcc " __VERSION__
 #endif
