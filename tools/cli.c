@@ -81,6 +81,8 @@ static const char *closest_option(const char *name, size_t len, const cli_option
     const char *best = NULL;
     size_t best_d = 3;
     for (const cli_option *o = options; o->name; o++) {
+        if (!o->target) /* refused here: no use suggesting it */
+            continue;
         size_t d = edit_distance(name, len, o->name);
         if (d < best_d)
             best = o->name, best_d = d;
@@ -108,6 +110,8 @@ usp_status cli_parse(const char *command, int argc, char **argv, int first, cons
             return usp_error(USP_ERR_CONFIG, "unknown option %s for `usp %s`; %s%s%ssee usp %s --help", arg, command,
                              meant ? "did you mean " : "", meant ? meant : "", meant ? "? " : "", command);
         }
+        if (!o->target)
+            return usp_error(USP_ERR_CONFIG, "%s %s", o->name, o->help);
         if (o->kind == CLI_FLAG) {
             if (eq)
                 return usp_error(USP_ERR_CONFIG, "%s takes no value", o->name);
@@ -127,6 +131,8 @@ void cli_print_help(FILE *out, const char *usage, const char *about, const cli_o
 {
     fprintf(out, "usage: %s\n\n%s\n\noptions:\n", usage, about);
     for (const cli_option *o = options; o->name; o++) {
+        if (!o->target)
+            continue;
         char left[64];
         snprintf(left, sizeof left, "%s%s%s", o->name, o->metavar ? " " : "", o->metavar ? o->metavar : "");
         fprintf(out, "  %-22s %s\n", left, o->help);

@@ -20,18 +20,19 @@ typedef struct cli_list {
 typedef struct cli_option {
     const char *name;    /* "--world" */
     cli_kind kind;
-    void *target;        /* int *, double *, const char **, int * (flag), cli_list * */
+    void *target;        /* int *, double *, const char **, int * (flag), cli_list *; NULL: refused here */
     const char *metavar; /* "N" */
-    const char *help;
+    const char *help;    /* a refused option's: why, read after its name ("--steps is ...") */
     long long min, max;  /* CLI_INT bounds (ignored when min > max) */
 } cli_option;
 
 /* Parses argv[first..argc) against `options` (terminated by a zero entry).
- * Sets *help when --help or -h is given. */
+ * Sets *help when --help or -h is given. An option whose target is NULL is
+ * known but refused: USP_ERR_CONFIG "NAME HELP" (e.g. a train option given to eval). */
 usp_status cli_parse(const char *command, int argc, char **argv, int first, const cli_option *options,
                      int *help);
 
-/* Prints "usage" and a line per option. */
+/* Prints "usage" and a line per option (the refused ones left out). */
 void cli_print_help(FILE *out, const char *usage, const char *about, const cli_option *options);
 
 /* Prints "usp COMMAND: message" to stderr and returns the status as an exit code. */

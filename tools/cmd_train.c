@@ -97,9 +97,10 @@ static usp_status default_ulysses_check(const train_options *o, const usp_model_
 
 /* --resume DIR continues the run that saved DIR: the model is DIR's config.json and the seed (the data
  * stream) the saved one, so an option given beside it that says otherwise is refused rather than ignored.
- * usp eval honours an explicit --seed (it draws held-out samples and continues no stream). */
+ * usp eval honours an explicit --seed (it draws held-out samples and continues no stream). *saved: the
+ * checkpoint's state, where the run starts. */
 static usp_status resume_model_and_seed(const char *command, const train_options *o, usp_model_config *model,
-                                        uint64_t *seed)
+                                        uint64_t *seed, usp_checkpoint_state *saved_out)
 {
     int eval = strcmp(command, "eval") == 0;
     struct stat st;
@@ -116,6 +117,7 @@ static usp_status resume_model_and_seed(const char *command, const train_options
     }
     usp_checkpoint_state saved;
     USP_CHECK(usp_checkpoint_read_state(o->resume, &saved));
+    *saved_out = saved;
     USP_CHECK(load_model("--resume", o->resume, model));
     if (o->model) {
         usp_model_config given;
@@ -145,8 +147,11 @@ static usp_status resume_model_and_seed(const char *command, const train_options
     return USP_OK;
 }
 
-static usp_status build_config(const char *command, const train_options *o, usp_train_config *c)
+/* The run's config from the options, checked; *resumed: the state of --resume's checkpoint (zero without). */
+static usp_status build_config(const char *command, const train_options *o, usp_train_config *c,
+                               usp_checkpoint_state *resumed)
 {
+    *resumed = (usp_checkpoint_state){0};
     usp_train_defaults(c);
     USP_CHECK(runtime_registry_check(o->backend));
     if (strcmp(o->attention, "sp") != 0 && strcmp(o->attention, "local") != 0)
@@ -154,7 +159,7 @@ static usp_status build_config(const char *command, const train_options *o, usp_
                          "rank attends to its own shard only)", o->attention);
     uint64_t seed = o->seed >= 0 ? (uint64_t)o->seed : c->seed; /* c->seed: the default */
     if (o->resume)
-        USP_CHECK(resume_model_and_seed(command, o, &c->model, &seed));
+        USP_CHECK(resume_model_and_seed(command, o, &c->model, &seed, resumed));
     else
         USP_CHECK(load_model("--model", o->model ? o->model : "tiny", &c->model));
     int ulysses = o->ulysses > 0 ? o->ulysses : o->world / o->ring;
@@ -305,7 +310,8 @@ static usp_status write_outputs(const usp_runtime_t *rt, usp_status run, const c
 static usp_status run(const char *command, const train_options *o, char **argv, int *exit_code)
 {
     usp_train_config c;
-    USP_CHECK(build_config(command, o, &c));
+    usp_checkpoint_state resumed;
+    USP_CHECK(build_config(command, o, &c, &resumed));
     usp_runtime_options ro = {.world_size = c.shape.world, .shapes_only = o->meta, .cluster = o->topology,
                               .nodes = o->nodes, .attention_kernel = o->attention_kernel,
                               .inject = o->inject.items, .n_inject = o->inject.n,
@@ -322,8 +328,7 @@ static usp_status run(const char *command, const train_options *o, char **argv, 
         printf("usp %s: model %s, world %d = dp %d x ring %d x ulysses %d, attention %s, seq %d, batch %d, data %s\n",
                command, c.model.name, c.shape.world, c.shape.dp, c.shape.ring, c.shape.ulysses, o->attention, o->seq,
                o->batch, o->data);
-    usp_checkpoint_state resumed; /* read and checked by build_config: says where the run starts */
-    if (!o->json && prints && o->resume && !c.eval_only && usp_checkpoint_read_state(o->resume, &resumed) == USP_OK)
+    if (!o->json && prints && o->resume && !c.eval_only)
         printf(resumed.is_usp ? "usp %s: resumed from %s at step %lld of %d\n"
                               : "usp %s: resumed from %s: Hugging Face weights, a fresh optimizer, step %lld of %d\n",
                command, o->resume, (long long)resumed.step, o->steps);
@@ -365,27 +370,19 @@ static int is_training_only(const char *name)
     return 0;
 }
 
-/* usp eval's table: train's, less the training-only options; a training option given to eval is refused
- * by name, with what eval does instead. */
-static usp_status eval_options(int argc, char **argv, const cli_option *all, cli_option *out)
+/* usp eval's table: train's, with the training-only options refused (cli.h: a NULL target), each by name
+ * with what eval does instead. */
+static void eval_options(const cli_option *all, cli_option *out)
 {
-    for (int i = 2; i < argc; i++) {
-        const char *eq = strchr(argv[i], '=');
-        char name[32];
-        snprintf(name, sizeof name, "%.*s", eq ? (int)(eq - argv[i]) : (int)strlen(argv[i]), argv[i]);
-        if (is_training_only(name))
-            return usp_error(USP_ERR_CONFIG, "%s is an option of usp train: usp eval runs no training step and "
-                             "writes nothing, it evaluates --resume DIR on --eval-samples held-out samples (its "
-                             "options: usp eval --help)", name);
-        if (strcmp(argv[i], "--") == 0)
-            break;
-    }
     int n = 0;
-    for (const cli_option *o = all; o->name; o++)
-        if (!is_training_only(o->name))
-            out[n++] = *o;
+    for (const cli_option *o = all; o->name; o++, n++) {
+        out[n] = *o;
+        if (is_training_only(o->name))
+            out[n].target = NULL, out[n].help = "is an option of usp train: usp eval runs no training step and "
+                                                "writes nothing, it evaluates --resume DIR on --eval-samples "
+                                                "held-out samples (its options: usp eval --help)";
+    }
     out[n] = (cli_option){0};
-    return USP_OK;
 }
 
 int cmd_train(int argc, char **argv)
@@ -452,9 +449,7 @@ int cmd_train(int argc, char **argv)
     cli_option eval_table[sizeof options / sizeof *options];
     const cli_option *table = options;
     if (eval) {
-        usp_status s = eval_options(argc, argv, options, eval_table);
-        if (s != USP_OK)
-            return cli_fail(command, s);
+        eval_options(options, eval_table);
         table = eval_table;
     }
     int help;

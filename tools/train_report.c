@@ -77,8 +77,10 @@ void train_report_summary(const train_report *report, const usp_train_config *c,
         fprintf(out, "%s: no loss (shapes only)", c->eval_only ? "eval" : "done");
     else
         fprintf(out, "%s: loss %.4f", c->eval_only ? "eval" : "done", r->loss);
-    if (isfinite(r->loss) && !c->eval_only) /* which loss: the held-out mean, or the last step's own batch */
-        r->loss_held_out ? fprintf(out, " (held-out)") : fprintf(out, " (step %lld)", (long long)r->steps_done);
+    if (isfinite(r->loss) && !c->eval_only && r->loss_held_out) /* which loss: the held-out mean, */
+        fprintf(out, " (held-out)");
+    else if (isfinite(r->loss) && !c->eval_only) /* or the last step's own batch */
+        fprintf(out, " (step %lld)", (long long)r->steps_done);
     if (r->passkey_accuracy >= 0)
         fprintf(out, ", passkey accuracy %.1f%%", 100 * r->passkey_accuracy);
     double steps_s = r->steps_time_s, eval_s = r->sim_time_s - r->steps_time_s;
