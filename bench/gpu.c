@@ -22,8 +22,8 @@
 #include <time.h>
 
 #include "backends/cuda/cuda_backend.h"
-#include "core/runtime_single.h"
-#include "core/train.h"
+#include "core/runtime/runtime_single.h"
+#include "core/train/train.h"
 
 #define H100_BF16_PEAK 989.4e12 /* dense, SXM: NVIDIA H100 Tensor Core GPU datasheet (H200: the same) */
 

@@ -12,7 +12,7 @@
  * category held at the rank's peak (usp_backend_peak_breakdown). Per world size:
  * - peak: the most backend memory a rank held during one training step;
  * - the "activations" category at that peak: the saved forward activations
- *   (core/model.c) and the head-sharded Ulysses buffers (core/ulysses.c);
+ *   (core/model/model.c) and the head-sharded Ulysses buffers (core/parallel/ulysses.c);
  * - the per-token memory at the peak = peak - parameter state, the parameter
  *   state being 16 P bytes (weights, their gradients, AdamW's m and v; the same
  *   on every rank, weights being replicated on SP ranks). It adds to the
@@ -21,7 +21,7 @@
  * Each with its ratio to W = 1; 1/W is the ideal. Figures are the largest over
  * the ranks (they differ by a few bytes at most; the JSON has the smallest peak).
  *
- * 2. The memory options of usp_train_config (core/train.h, docs/planning.md
+ * 2. The memory options of usp_train_config (core/train/train.h, docs/planning.md
  * "Memory options") at W = 4 (U 4), N = 16384, batch 1: none, each alone, then
  * all together (ZeRO 3 + recompute + tiled MLP + tiled loss), tile rows 1024.
  * What each should save on a rank of the tiny model (C 64, F 172, V 256, L 2,
@@ -67,7 +67,7 @@
 #include <time.h>
 
 #include "backends/meta/meta_backend.h"
-#include "core/train.h"
+#include "core/train/train.h"
 #include "sim/world.h"
 
 #define MIB (1024.0 * 1024.0)

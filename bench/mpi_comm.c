@@ -21,8 +21,8 @@
 
 #include "backends/mpi/mpi_runtime.h"
 #include "bench/cpu_vectors.h"
-#include "core/comm.h"
-#include "core/rank.h"
+#include "core/comm/comm.h"
+#include "core/runtime/rank.h"
 #include "sim/sim_runtime.h"
 
 #define WORLD 4

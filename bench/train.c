@@ -1,4 +1,4 @@
-/* Benchmark of a whole training step (core/train.c) on the simulator.
+/* Benchmark of a whole training step (core/train/train.c) on the simulator.
  *
  * For each configuration (model, sequence length N, batch B, world W = Ulysses U)
  * it prints wall seconds per step, tokens/s and model FLOP/s beside OpenBLAS
@@ -40,7 +40,7 @@
 
 #include "backends/cpu/cpu_attention.h"
 #include "bench/cpu_vectors.h"
-#include "core/train.h"
+#include "core/train/train.h"
 #include "sim/world.h"
 
 #define MIB (1024.0 * 1024.0)
@@ -89,7 +89,7 @@ static void usage(FILE *f)
     fprintf(f,
             "usage: train [--json] [--quick] [--only ID] [--timed K] [--help]\n"
             "\n"
-            "One training step (core/train.c: forward, loss, backward, gradient all-reduce,\n"
+            "One training step (core/train/train.c: forward, loss, backward, gradient all-reduce,\n"
             "AdamW) on the simulated cluster (sim, cpu backend, passkey data), for\n"
             "  tiny at N = 4096 and 16384 (batch 1), and gpt2-124m at batch 4, N = 1024,\n"
             "each on one rank (W = 1) and on W = 4 ranks with Ulysses U = 4.\n"

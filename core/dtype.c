@@ -1,9 +1,9 @@
 /* Sizes and names of element types, and bfloat16 conversions. */
-#include "dtype.h"
+#include "core/dtype.h"
 
 #include <string.h>
 
-#include "status.h"
+#include "core/base/status.h"
 
 size_t usp_dtype_size(usp_dtype dtype)
 {

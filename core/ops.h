@@ -34,7 +34,7 @@
  * - Streams and events order work across queues: usp_event_record marks the
  *   point a stream has reached, usp_stream_wait_event makes later work on
  *   another stream wait for it (cudaEventRecord / cudaStreamWaitEvent). This
- *   is how communication on its own stream overlaps compute (core/ring.c).
+ *   is how communication on its own stream overlaps compute (core/parallel/ring.c).
  *   On backends that complete every op before returning (cpu, meta) the
  *   stream and event calls give NULL handles and do nothing. */
 #ifndef USP_OPS_H
@@ -44,7 +44,7 @@
 #include <stdint.h>
 
 #include "core/dtype.h"
-#include "core/status.h"
+#include "core/base/status.h"
 
 #ifdef __cplusplus /* the CUDA kernels are C++ */
 extern "C" {
@@ -52,7 +52,7 @@ extern "C" {
 
 typedef struct usp_backend usp_backend_t;
 typedef struct usp_stream usp_stream_t; /* a backend queue; NULL is the default one */
-struct usp_trace;                       /* core/trace.h */
+struct usp_trace;                       /* core/trace/trace.h */
 
 /* What an op costs, for the virtual clock. */
 typedef struct usp_op_cost {

@@ -15,7 +15,7 @@
 #include <stdlib.h>
 
 #include "core/ops_internal.h"
-#include "core/trace.h"
+#include "core/trace/trace.h"
 
 #define OPEN_MAX 4 /* ops inside ops: none today; a few levels are kept rather than mismatched */
 

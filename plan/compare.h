@@ -15,7 +15,7 @@
 
 #include <stdio.h>
 
-#include "core/mesh.h"
+#include "core/parallel/mesh.h"
 #include "plan/trace_phases.h"
 
 typedef struct plan_compare_options {

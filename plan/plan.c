@@ -6,7 +6,7 @@
 #include <stdlib.h>
 
 #include "backends/meta/meta_backend.h"
-#include "core/strbuf.h"
+#include "core/base/strbuf.h"
 #include "sim/world.h"
 #include "viz/chrome_trace.h"
 

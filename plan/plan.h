@@ -4,7 +4,7 @@
  * FLOPs, tokens/s and MFU. Definitions: docs/planning.md.
  *
  * The plan is not a formula: its memory is what the training code
- * (core/train.c) allocates and its time what the simulator's cost model
+ * (core/train/train.c) allocates and its time what the simulator's cost model
  * charges for the ops and collectives the code issues, with the memory
  * options the code has (bf16 storage, ZeRO 0-3, layer recomputation, tiled
  * MLP and loss). plan/sweep.h ranks the U x R splits; plan/fit.h finds the
@@ -15,7 +15,7 @@
 
 #include <stddef.h>
 
-#include "core/train.h"
+#include "core/train/train.h"
 #include "sim/cost_model.h"
 
 #define PLAN_CATEGORIES_MAX 16

@@ -16,7 +16,7 @@
 #include <jansson.h>
 #include <stdint.h>
 
-#include "core/status.h"
+#include "core/base/status.h"
 
 typedef enum plan_phase {
     PLAN_PHASE_ATTENTION,      /* attention_forward, attention_backward, attention_merge */

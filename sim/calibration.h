@@ -33,8 +33,8 @@
 
 #include <jansson.h>
 
-#include "core/comm_kind.h"
-#include "core/status.h"
+#include "core/trace/comm_kind.h"
+#include "core/base/status.h"
 #include "sim/topology.h"
 
 /* nccl-tests' bus-bandwidth factor of `kind` over n ranks: all_to_all (n-1)/n,

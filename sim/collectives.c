@@ -16,7 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/reduce.h"
+#include "core/comm/reduce.h"
 #include "sim/sim_internal.h"
 
 #define PARALLEL_BYTES ((size_t)1 << 20) /* below this, threads cost more than they give */

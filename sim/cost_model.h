@@ -40,7 +40,7 @@
 
 #include <stdint.h>
 
-#include "core/comm.h"
+#include "core/comm/comm.h"
 #include "core/ops.h"
 #include "sim/topology.h"
 

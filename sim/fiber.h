@@ -11,7 +11,7 @@
 
 #include <stddef.h>
 
-#include "core/status.h"
+#include "core/base/status.h"
 
 typedef struct sim_fiber sim_fiber;
 typedef void (*sim_fiber_fn)(void *arg);

@@ -17,7 +17,7 @@
 #ifndef USP_SIM_FLOW_MODEL_H
 #define USP_SIM_FLOW_MODEL_H
 
-#include "core/status.h"
+#include "core/base/status.h"
 
 /* A set of flows over links 0..n_links-1. Flow f crosses
  * links[path_start[f] .. path_start[f + 1]); a link appears at most once per path. */

@@ -31,7 +31,7 @@
  *   Ada (L20, L40S): 70%, an estimate (power-capped PCIe cards).
  * - memory: streaming kernels reach about 85% of the HBM datasheet bandwidth. */
 #include "sim/gpu_model.h"
-#include "core/strbuf.h"
+#include "core/base/strbuf.h"
 #include "sim/json_fields.h"
 
 #include <stdio.h>

@@ -26,7 +26,7 @@
 
 #include "core/dtype.h"
 #include "core/ops.h"
-#include "core/status.h"
+#include "core/base/status.h"
 
 #define SIM_GPU_NAME_MAX 48
 

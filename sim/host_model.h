@@ -12,7 +12,7 @@
 #define USP_SIM_HOST_MODEL_H
 
 #include "core/ops.h"
-#include "core/status.h"
+#include "core/base/status.h"
 
 #include <jansson.h>
 

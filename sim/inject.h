@@ -1,10 +1,10 @@
-/* The simulator's former names of the fault spec (core/comm_fault.h), kept so
+/* The simulator's former names of the fault spec (core/safety/comm_fault.h), kept so
  * that code written against them (tests, tutorials, tools) builds unchanged:
  * faults are applied by the communicator decorator now, not by the simulator. */
 #ifndef USP_SIM_INJECT_H
 #define USP_SIM_INJECT_H
 
-#include "core/comm_fault.h"
+#include "core/safety/comm_fault.h"
 
 typedef usp_fault sim_fault;
 typedef usp_fault_kind sim_fault_kind;

@@ -9,7 +9,7 @@
 
 #include <jansson.h>
 
-#include "core/status.h"
+#include "core/base/status.h"
 
 /* Messages read "<where>: field '<prefix><key>' ...", e.g. "topology file x.json: field 'gpu.hbm_tbs' ...". */
 typedef struct sim_json_at {

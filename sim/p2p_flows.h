@@ -32,7 +32,7 @@
 
 #include <stdint.h>
 
-#include "core/status.h"
+#include "core/base/status.h"
 #include "sim/topology.h"
 
 typedef struct sim_p2p_flows sim_p2p_flows;

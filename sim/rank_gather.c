@@ -1,4 +1,4 @@
-/* usp_rank_gather in the simulator (core/rank.h): the figures every rank
+/* usp_rank_gather in the simulator (core/runtime/rank.h): the figures every rank
  * reports, collected for rank 0 outside the modelled program.
  *
  * Ranks reach their k-th gather at different moments of the run, rank 0 not

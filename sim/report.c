@@ -1,6 +1,6 @@
 /* The simulator's side of the reports of a stalled run (deadlocks, collective
  * mismatches, crashed ranks): every rank's state as one record, handed to the
- * backend-neutral reports and wait-for graph (core/comm_report.h), so a real
+ * backend-neutral reports and wait-for graph (core/safety/comm_report.h), so a real
  * backend that fills the same records prints the same report. */
 #include <stdlib.h>
 #include <string.h>

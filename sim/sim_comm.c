@@ -12,7 +12,7 @@
  * sharing the links they cross (sim/p2p_flows.h); its sender and receiver
  * resume when the scheduler has moved the flows past its end. Faults are
  * injected before a call gets here, by the decorator that wraps every handle
- * (core/comm_decorator.h). */
+ * (core/safety/comm_decorator.h). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

@@ -3,10 +3,10 @@
 #ifndef USP_SIM_INTERNAL_H
 #define USP_SIM_INTERNAL_H
 
-#include "core/comm_decorator.h"
-#include "core/comm_impl.h"
-#include "core/comm_report.h"
-#include "core/strbuf.h"
+#include "core/safety/comm_decorator.h"
+#include "core/comm/comm_impl.h"
+#include "core/safety/comm_report.h"
+#include "core/base/strbuf.h"
 #include "sim/fiber.h"
 #include "sim/p2p_flows.h"
 #include "sim/world.h"
@@ -69,7 +69,7 @@ typedef struct sim_rank {
 
 struct sim_world {
     sim_config config;
-    usp_comm_decorator *decorator; /* counts, fingerprints and faults every rank's calls (core/comm_decorator.h) */
+    usp_comm_decorator *decorator; /* counts, fingerprints and faults every rank's calls (core/safety/comm_decorator.h) */
     sim_rank *ranks;
     int n;
     sim_group **groups;
@@ -108,7 +108,7 @@ usp_status sim_transfers_advance(struct sim_world *w, double t, void (*woke)(voi
 usp_status sim_move_collective(struct sim_world *w, sim_group *g);
 usp_status sim_move_p2p(struct sim_world *w, const sim_rank *sender, const sim_rank *receiver);
 
-/* report.c: fills the backend-neutral reports (core/comm_report.h) from the simulator's state */
+/* report.c: fills the backend-neutral reports (core/safety/comm_report.h) from the simulator's state */
 void sim_abort(struct sim_world *w, usp_status status);
 usp_status sim_report_stall(struct sim_world *w);
 void sim_report_mismatch(struct sim_world *w, const sim_group *g, const sim_rank *a, const sim_rank *b,

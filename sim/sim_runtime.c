@@ -5,7 +5,7 @@
 #include <stdlib.h>
 
 #include "backends/meta/meta_backend.h"
-#include "core/runtime_impl.h"
+#include "core/runtime/runtime_impl.h"
 #include "sim/world.h"
 
 typedef struct sim_runtime {

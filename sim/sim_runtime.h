@@ -1,10 +1,10 @@
-/* The simulator as a runtime (core/runtime.h): every rank a fiber of this
+/* The simulator as a runtime (core/runtime/runtime.h): every rank a fiber of this
  * process on a modelled cluster (sim/world.h). The registry of the `usp`
  * command names it "sim". */
 #ifndef USP_SIM_RUNTIME_H
 #define USP_SIM_RUNTIME_H
 
-#include "core/runtime.h"
+#include "core/runtime/runtime.h"
 #include "sim/topology.h"
 
 typedef struct sim_world sim_world;

@@ -35,7 +35,7 @@
  *   default on AMD hosts; NCCL_P2P_LEVEL=SYS elsewhere). The layout is an
  *   assumption: the USP paper says only "8xL20 PCIe". */
 #include "sim/topology.h"
-#include "core/strbuf.h"
+#include "core/base/strbuf.h"
 #include "sim/host_model.h"
 #include "sim/json_fields.h"
 

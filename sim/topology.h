@@ -42,7 +42,7 @@
 #ifndef USP_SIM_TOPOLOGY_H
 #define USP_SIM_TOPOLOGY_H
 
-#include "core/status.h"
+#include "core/base/status.h"
 #include "sim/gpu_model.h"
 #include "sim/host_model.h"
 

@@ -1,5 +1,5 @@
 /* Virtual streams: the simulator's ranks run their streams side by side in
- * virtual time, so that the code's overlap (core/ring.c sends the next K/V
+ * virtual time, so that the code's overlap (core/parallel/ring.c sends the next K/V
  * block on a stream of its own while the attention of the current one runs)
  * is modelled as on a GPU.
  *

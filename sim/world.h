@@ -14,9 +14,9 @@
 #ifndef USP_SIM_WORLD_H
 #define USP_SIM_WORLD_H
 
-#include "core/comm_report.h"
-#include "core/rank.h"
-#include "core/trace.h"
+#include "core/safety/comm_report.h"
+#include "core/runtime/rank.h"
+#include "core/trace/trace.h"
 #include "sim/cost_model.h"
 #include "sim/inject.h"
 
@@ -55,7 +55,7 @@ int sim_world_size(const sim_world *w);
 /* The run's trace (NULL when tracing is off). */
 const usp_trace_t *sim_world_trace(const sim_world *w);
 
-/* The wait-for graph of the run's report (core/comm_report.h: who waited for
+/* The wait-for graph of the run's report (core/safety/comm_report.h: who waited for
  * whom when the run stalled, mismatched or lost a rank, snapshotted as the
  * report was made; viz draws it). Kind USP_REPORT_NONE and no ranks when there
  * was none; free it with usp_wait_graph_free. */

@@ -47,11 +47,11 @@ expect 0 '"summary":true' -- selftest --world 8 --ulysses 2 --ring 2 --json
 
 # every injection kind: exit 3 (4 for crash) within 5 s, with rank, op, group, seq, call site
 limit=5
-expect 3 "rank 2: skip at its call 1, all_to_all #1 on ulysses[0] (core/selftest.c:" -- selftest --world 8 --ulysses 4 --inject skip:rank=2
-expect 3 "rank 2: swap at its call 1, all_to_all #1 on ulysses[0] (core/selftest.c:" -- selftest --world 8 --ulysses 4 --inject swap:rank=2
-expect 3 "rank 2 calls all_to_all(count=2047, f32) as its call #1 (collective #1) on ulysses[0] at core/selftest.c:" -- selftest --world 8 --ulysses 4 --inject size:rank=2
-expect 3 "rank 2 waits in all_to_all #5 on world (core/selftest.c:" -- selftest --world 8 --ulysses 4 --inject group:rank=2
-expect 4 "rank 2 crashed (injected) at its call 1: all_to_all #1 on ulysses[0] (core/selftest.c:" -- selftest --world 8 --ulysses 4 --inject crash:rank=2
+expect 3 "rank 2: skip at its call 1, all_to_all #1 on ulysses[0] (core/train/selftest.c:" -- selftest --world 8 --ulysses 4 --inject skip:rank=2
+expect 3 "rank 2: swap at its call 1, all_to_all #1 on ulysses[0] (core/train/selftest.c:" -- selftest --world 8 --ulysses 4 --inject swap:rank=2
+expect 3 "rank 2 calls all_to_all(count=2047, f32) as its call #1 (collective #1) on ulysses[0] at core/train/selftest.c:" -- selftest --world 8 --ulysses 4 --inject size:rank=2
+expect 3 "rank 2 waits in all_to_all #5 on world (core/train/selftest.c:" -- selftest --world 8 --ulysses 4 --inject group:rank=2
+expect 4 "rank 2 crashed (injected) at its call 1: all_to_all #1 on ulysses[0] (core/train/selftest.c:" -- selftest --world 8 --ulysses 4 --inject crash:rank=2
 expect 3 "deadlock" -- selftest --world 8 --ulysses 2 --ring 2 --inject skip:rank=1,op=sendrecv,call=2
 unset limit
 
@@ -210,7 +210,7 @@ expect 0 "traffic map in $tr/pcie.dot" -- "${short[@]}" --world 8 --ulysses 4 --
 check "a PCIe box colours the arrows across CPU sockets apart" grep -q 'blue PCIe, purple PCIe across CPU sockets' "$tr/pcie.dot"
 expect 3 "wait-for picture in $tr/dl.dot" -- "${short[@]}" --inject group:rank=2 --dot "$tr/dl.dot" --trace "$tr/dl.json"
 check "train's wait-for picture highlights the cycle" grep -q 'rank 2 (in the cycle)' "$tr/dl.dot"
-check "train's wait-for picture names the training code" grep -q 'at core/train.c:' "$tr/dl.dot"
+check "train's wait-for picture names the training code" grep -q 'at core/train/train.c:' "$tr/dl.dot"
 check "a failed training run still writes its whole trace" grep -q '\]\,"displayTimeUnit"' "$tr/dl.json"
 expect 4 "crashed" -- "${short[@]}" --inject crash:rank=1 --dot "$tr/crash.dot"
 check "train's wait-for picture names the crashed rank" grep -q 'rank 1: CRASHED (others wait for it)' "$tr/crash.dot"
@@ -480,8 +480,8 @@ expect 0 "usp train --backend mpi --timeout S --dump-dir DIR" -- postmortem --he
 expect 2 "expected the directory of flight records first" -- postmortem
 expect 2 "$work/nothing: cannot read this directory" -- postmortem "$work/nothing"
 mkdir "$work/pm" && expect 2 "$work/pm: no flight records in it (files rank-<R>.usp-flight.json" -- postmortem "$work/pm"
-expect 3 "wait chain: rank 0 waits in all_to_all #8 on ulysses[0] (core/ulysses.c:174) for rank 2; rank 2 waits in all_reduce #6 on world (core/train.c:71) for rank 0; a cycle" -- postmortem "$records"
-expect 3 "  rank 2: blocked in all_reduce #6 on world (core/train.c:71) all_reduce(count=1, f64, sum), waiting for rank 0, 1, 3" -- postmortem "$records"
+expect 3 "wait chain: rank 0 waits in all_to_all #8 on ulysses[0] (core/parallel/ulysses.c:174) for rank 2; rank 2 waits in all_reduce #6 on world (core/train/train.c:71) for rank 0; a cycle" -- postmortem "$records"
+expect 3 "  rank 2: blocked in all_reduce #6 on world (core/train/train.c:71) all_reduce(count=1, f64, sum), waiting for rank 0, 1, 3" -- postmortem "$records"
 expect 3 "wait-for picture in $work/pm.dot" -- postmortem "$records" --dot "$work/pm.dot"
 if grep -q "usp postmortem of the flight records in" "$work/pm.dot" 2>/dev/null; then passed=$((passed + 1)); else
     failed=$((failed + 1)); echo "FAIL: postmortem --dot wrote no wait-for picture"; fi

@@ -201,7 +201,7 @@ static usp_status check_point_to_point(const usp_rank_ctx *ctx, usp_comm_t *g)
 
 /* An all_reduce of 100003 f32 (past any small-message path of a backend): every
  * element must be the members' values summed in rank order, bit for bit, the
- * order the communicator promises (core/comm.h). */
+ * order the communicator promises (core/comm/comm.h). */
 static usp_status check_large_all_reduce(const usp_rank_ctx *ctx, usp_comm_t *g)
 {
     const size_t count = 100003;

@@ -2,8 +2,8 @@
 #ifndef USP_TESTS_COMM_CHECKS_H
 #define USP_TESTS_COMM_CHECKS_H
 
-#include "core/comm.h"
-#include "core/rank.h"
+#include "core/comm/comm.h"
+#include "core/runtime/rank.h"
 
 /* All kinds of call on `g`, each result against its closed form. */
 usp_status comm_checks_everything(const usp_rank_ctx *ctx, usp_comm_t *g);

@@ -23,7 +23,7 @@
 
 #include "tests/conformance.h"
 
-#include "core/trace.h"
+#include "core/trace/trace.h"
 
 /* ---- memory: alloc, free, the three copy kinds, zero ---------------------- */
 

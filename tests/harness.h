@@ -5,9 +5,9 @@
 
 #include <stddef.h>
 
-#include "core/model_params.h"
-#include "core/rank.h"
-#include "core/train.h"
+#include "core/model/model_params.h"
+#include "core/runtime/rank.h"
+#include "core/train/train.h"
 #include "sim/world.h"
 
 /* The backend the harness gives every rank: the environment's USP_TEST_BACKEND (cpu, the

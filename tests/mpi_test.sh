@@ -63,7 +63,7 @@ rc=$?
 [[ $rc -eq 2 && $out == *"--world 4: the launcher started 2 processes"* ]] && ok ||
     fail "--world 4 under mpirun -np 2: exit $rc" "$out"
 
-# --- usp starting its own processes (no launcher in front; backends/mpi/mpi_self_launch.c) ---
+# --- usp starting its own processes (no launcher in front; backends/launch/mpi_self_launch.c) ---
 unset OMPI_COMM_WORLD_SIZE PMIX_SIZE PMI_SIZE SLURM_NTASKS # what tells usp a launcher started it
 # The same losses as an explicit mpirun -np 2, and one launch line: a launched process does not launch again.
 args=(train --backend mpi --world 2 --steps 4 --log-every 1 --json)

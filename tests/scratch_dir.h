@@ -12,7 +12,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "core/status.h"
+#include "core/base/status.h"
 
 static char tmpdir[64];
 

@@ -13,7 +13,7 @@
 #include "backends/cpu/cpu_backend.h"
 #include "backends/meta/meta_backend.h"
 #include "core/ops.h"
-#include "core/train.h"
+#include "core/train/train.h"
 #include "sim/world.h"
 #include "tests/check_main.h"
 #include "tests/harness.h"

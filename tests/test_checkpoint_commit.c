@@ -14,8 +14,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "core/atomic_file.h"
-#include "core/checkpoint.h"
+#include "core/base/atomic_file.h"
+#include "core/checkpoint/checkpoint.h"
 #include "tests/check_main.h"
 
 static char tmpdir[] = "/tmp/usp_commit_XXXXXX";

@@ -12,7 +12,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "core/safetensors.h"
+#include "core/checkpoint/safetensors.h"
 #include "tests/check_main.h"
 #include "tests/scratch_dir.h"
 

@@ -9,8 +9,8 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "core/checkpoint.h"
-#include "core/safetensors.h"
+#include "core/checkpoint/checkpoint.h"
+#include "core/checkpoint/safetensors.h"
 #include "tests/check_main.h"
 
 static char tmpdir[] = "/tmp/usp_layout_XXXXXX";

@@ -1,4 +1,4 @@
-/* Checkpoints that stream (issue 11, item 4; core/checkpoint.h): a save from
+/* Checkpoints that stream (issue 11, item 4; core/checkpoint/checkpoint.h): a save from
  * a parameter store on 1, 3 or 4 simulated ranks, at every ZeRO stage, writes
  * the bytes the whole-array save of the previous code wrote (hashes taken from
  * it); a load into any world and stage gives back the saved arrays bitwise;
@@ -16,8 +16,8 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "core/checkpoint.h"
-#include "core/safetensors.h"
+#include "core/checkpoint/checkpoint.h"
+#include "core/checkpoint/safetensors.h"
 #include "tests/check_main.h"
 #include "tests/harness.h"
 

@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/comm.h"
+#include "core/comm/comm.h"
 #include "tests/comm_checks.h"
 #include "tests/harness.h"
 #include "tests/check_main.h"

@@ -8,8 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/comm_decorator.h"
-#include "core/comm_report.h"
+#include "core/safety/comm_decorator.h"
+#include "core/safety/comm_report.h"
 #include "tests/check_main.h"
 
 /* --- a backend that records the calls that reach it --------------------- */
@@ -336,7 +336,7 @@ START_TEST(the_wait_graph_keeps_every_injected_fault)
     usp_strbuf faults = {0};
     for (int i = 0; i < 16; i++)
         usp_strbuf_printf(&faults, "  rank %d: skip at its call %d, all_to_all #%d on a_group_with_a_long_name[%d] "
-                          "(core/selftest.c:75)\n", i % 2, i + 1, i + 1, i);
+                          "(core/train/selftest.c:75)\n", i % 2, i + 1, i + 1, i);
     ck_assert_uint_gt(faults.len, 1024);
     usp_report_snapshot snap = {0};
     usp_strbuf text = {0};
@@ -344,7 +344,7 @@ START_TEST(the_wait_graph_keeps_every_injected_fault)
     usp_wait_graph g;
     ck_assert_int_eq(usp_report_wait_graph(&snap, usp_strbuf_text(&text), &g), USP_OK);
     ck_assert_msg(strstr(g.injected, "rank 1: skip at its call 16, all_to_all #16 on a_group_with_a_long_name[15] "
-                                     "(core/selftest.c:75)") != NULL, "%s", g.injected);
+                                     "(core/train/selftest.c:75)") != NULL, "%s", g.injected);
     ck_assert_uint_eq(strlen(g.injected), faults.len - 16 * 2 - 1); /* the indents and the last newline go */
     ck_assert_str_eq(g.title, "deadlock: no rank can run and some are blocked");
     usp_wait_graph_free(&g);

@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/data.h"
+#include "core/data/data.h"
 #include "tests/check_main.h"
 
 static char dir[] = "/tmp/usp_data_XXXXXX";

@@ -7,8 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/comm.h"
-#include "core/selftest.h"
+#include "core/comm/comm.h"
+#include "core/train/selftest.h"
 #include "tests/harness.h"
 #include "tests/check_main.h"
 
@@ -103,16 +103,16 @@ typedef struct fault_case {
 } fault_case;
 
 static const fault_case fault_cases[] = {
-    {"skip:rank=2", 8, 4, 1, USP_ERR_COLLECTIVE, {"rank 2", "all_to_all", "ulysses[0]", "core/selftest.c:"}},
-    {"swap:rank=2", 8, 4, 1, USP_ERR_COLLECTIVE, {"rank 2: swap at its call 1", "all_to_all #1", "ulysses[0]", "core/selftest.c:"}},
-    {"size:rank=2", 8, 4, 1, USP_ERR_COLLECTIVE, {"rank 2 calls all_to_all(count=", "different counts", "#1", "core/selftest.c:"}},
-    {"group:rank=2", 8, 4, 1, USP_ERR_COLLECTIVE, {"rank 2 waits in all_to_all #5 on world", "ulysses[0]", "a cycle", "core/selftest.c:"}},
-    {"crash:rank=2", 8, 4, 1, USP_ERR_RANK_FAILED, {"rank 2 crashed (injected) at its call 1", "all_to_all #1", "ulysses[0]", "core/selftest.c:"}},
-    {"skip:rank=1,op=sendrecv,call=2", 8, 2, 2, USP_ERR_COLLECTIVE, {"rank 1", "sendrecv", "ring[", "core/selftest.c:"}},
-    {"group:rank=3,op=all_reduce,group=dp", 8, 2, 2, USP_ERR_COLLECTIVE, {"rank 3", "all_reduce", "dp[", "core/selftest.c:"}},
-    {"crash:rank=5,op=all_reduce,call=3", 8, 4, 1, USP_ERR_RANK_FAILED, {"rank 5 crashed", "all_reduce #", "dp[1]", "core/selftest.c:"}},
-    {"swap:rank=0,op=all_reduce,call=1", 4, 4, 1, USP_ERR_COLLECTIVE, {"rank 0", "all_reduce", "sp[0]", "core/selftest.c:"}},
-    {"crash:rank=3,op=barrier", 4, 4, 1, USP_ERR_RANK_FAILED, {"rank 3 crashed", "barrier #", "world", "core/selftest.c:"}},
+    {"skip:rank=2", 8, 4, 1, USP_ERR_COLLECTIVE, {"rank 2", "all_to_all", "ulysses[0]", "core/train/selftest.c:"}},
+    {"swap:rank=2", 8, 4, 1, USP_ERR_COLLECTIVE, {"rank 2: swap at its call 1", "all_to_all #1", "ulysses[0]", "core/train/selftest.c:"}},
+    {"size:rank=2", 8, 4, 1, USP_ERR_COLLECTIVE, {"rank 2 calls all_to_all(count=", "different counts", "#1", "core/train/selftest.c:"}},
+    {"group:rank=2", 8, 4, 1, USP_ERR_COLLECTIVE, {"rank 2 waits in all_to_all #5 on world", "ulysses[0]", "a cycle", "core/train/selftest.c:"}},
+    {"crash:rank=2", 8, 4, 1, USP_ERR_RANK_FAILED, {"rank 2 crashed (injected) at its call 1", "all_to_all #1", "ulysses[0]", "core/train/selftest.c:"}},
+    {"skip:rank=1,op=sendrecv,call=2", 8, 2, 2, USP_ERR_COLLECTIVE, {"rank 1", "sendrecv", "ring[", "core/train/selftest.c:"}},
+    {"group:rank=3,op=all_reduce,group=dp", 8, 2, 2, USP_ERR_COLLECTIVE, {"rank 3", "all_reduce", "dp[", "core/train/selftest.c:"}},
+    {"crash:rank=5,op=all_reduce,call=3", 8, 4, 1, USP_ERR_RANK_FAILED, {"rank 5 crashed", "all_reduce #", "dp[1]", "core/train/selftest.c:"}},
+    {"swap:rank=0,op=all_reduce,call=1", 4, 4, 1, USP_ERR_COLLECTIVE, {"rank 0", "all_reduce", "sp[0]", "core/train/selftest.c:"}},
+    {"crash:rank=3,op=barrier", 4, 4, 1, USP_ERR_RANK_FAILED, {"rank 3 crashed", "barrier #", "world", "core/train/selftest.c:"}},
 };
 #define N_FAULT_CASES (int)(sizeof fault_cases / sizeof fault_cases[0])
 
@@ -199,7 +199,7 @@ START_TEST(two_runs_write_byte_identical_traces)
         ck_assert_ptr_nonnull(a);
         ck_assert_ptr_nonnull(b);
         ck_assert_msg(strlen(a) > 1000, "the trace is too short to mean anything");
-        ck_assert_msg(strstr(a, "op=all_to_all") && strstr(a, "site=core/selftest.c:"), "trace lacks events");
+        ck_assert_msg(strstr(a, "op=all_to_all") && strstr(a, "site=core/train/selftest.c:"), "trace lacks events");
         ck_assert_str_eq(a, b);
         free(a), free(b);
         remove("trace_a.txt"), remove("trace_b.txt");

@@ -10,8 +10,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "core/flight_recorder.h"
-#include "core/postmortem.h"
+#include "core/safety/flight_recorder.h"
+#include "core/safety/postmortem.h"
 #include "tests/check_main.h"
 
 static char tmpdir[] = "/tmp/usp_flight_XXXXXX";

@@ -12,8 +12,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/model.h"
-#include "core/model_params.h"
+#include "core/model/model.h"
+#include "core/model/model_params.h"
 #include "tests/harness.h"
 #include "tests/check_main.h"
 

@@ -12,7 +12,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "core/model_config.h"
+#include "core/model/model_config.h"
 #include "tests/check_main.h"
 #include "tests/scratch_dir.h"
 

@@ -1,4 +1,4 @@
-/* The memory options (core/model.h, core/param_store.h): each trains as the
+/* The memory options (core/model/model.h, core/model/param_store.h): each trains as the
  * plain step does, each lowers the peak by what its closed form says, and the
  * meta backend (the planner) counts the same bytes as the numeric run.
  *
@@ -17,11 +17,11 @@
 #include <string.h>
 
 #include "backends/meta/meta_backend.h"
-#include "core/comm_kind.h"
+#include "core/trace/comm_kind.h"
 #include "core/dtype.h"
-#include "core/model_params.h"
-#include "core/trace.h"
-#include "core/train.h"
+#include "core/model/model_params.h"
+#include "core/trace/trace.h"
+#include "core/train/train.h"
 #include "tests/harness.h"
 #include "tests/check_main.h"
 

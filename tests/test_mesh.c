@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/mesh.h"
+#include "core/parallel/mesh.h"
 #include "tests/harness.h"
 #include "tests/check_main.h"
 

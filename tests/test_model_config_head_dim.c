@@ -10,8 +10,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "core/model_config.h"
-#include "core/status.h"
+#include "core/model/model_config.h"
+#include "core/base/status.h"
 #include "tests/check_main.h"
 
 static char tmpdir[64];

@@ -13,9 +13,9 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "core/checkpoint.h"
-#include "core/safetensors.h"
-#include "core/train.h"
+#include "core/checkpoint/checkpoint.h"
+#include "core/checkpoint/safetensors.h"
+#include "core/train/train.h"
 #include "tests/check_main.h"
 #include "tests/harness.h"
 

@@ -22,8 +22,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "core/atomic_file.h"
-#include "core/status.h"
+#include "core/base/atomic_file.h"
+#include "core/base/status.h"
 #include "tests/check_main.h"
 
 /* The files of the tests live in one scratch directory, which main() makes and removes. */

@@ -14,7 +14,7 @@
 #include <unistd.h>
 
 #include "backends/meta/meta_backend.h"
-#include "core/train.h"
+#include "core/train/train.h"
 #include "plan/fit.h"
 #include "plan/plan.h"
 #include "plan/sweep.h"

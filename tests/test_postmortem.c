@@ -13,9 +13,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "core/comm_impl.h"
-#include "core/flight_recorder.h"
-#include "core/postmortem.h"
+#include "core/comm/comm_impl.h"
+#include "core/safety/flight_recorder.h"
+#include "core/safety/postmortem.h"
 #include "tests/check_main.h"
 #include "tests/harness.h"
 
@@ -243,11 +243,11 @@ START_TEST(skipped_all_to_all_gives_the_simulators_deadlock_report)
     ck_assert_int_eq(run_recorded("skip:rank=2,op=all_to_all", dir, sim), USP_ERR_COLLECTIVE);
     ck_assert_int_eq(postmortem_of(dir, post, &world), USP_ERR_COLLECTIVE);
     ck_assert_int_eq(world, WORLD);
-    ck_assert_msg(strstr(post, "wait chain: rank 0 waits in all_to_all #8 on ulysses[0] (core/ulysses.c:") &&
-                      strstr(post, "for rank 2; rank 2 waits in all_reduce #6 on world (core/train.c:") &&
+    ck_assert_msg(strstr(post, "wait chain: rank 0 waits in all_to_all #8 on ulysses[0] (core/parallel/ulysses.c:") &&
+                      strstr(post, "for rank 2; rank 2 waits in all_reduce #6 on world (core/train/train.c:") &&
                       strstr(post, "for rank 0; a cycle"), "%s", post);
     ck_assert_msg(strstr(post, "  rank 2: skip at its call 2, all_to_all #1 on ulysses[0]"), "%s", post);
-    ck_assert_msg(strstr(post, "rank 2: blocked in all_reduce #6 on world (core/train.c:") &&
+    ck_assert_msg(strstr(post, "rank 2: blocked in all_reduce #6 on world (core/train/train.c:") &&
                       strstr(post, "all_reduce(count=1, f64, sum), waiting for rank 0, 1, 3 [t="), "%s", post);
     assert_same_report(sim, post);
 }
@@ -285,7 +285,7 @@ START_TEST(a_crash_gives_the_simulators_rank_failure_report)
     snprintf(path, sizeof path, "%s/" USP_FLIGHT_FILE_FORMAT, dir, 1);
     ck_assert_int_eq(unlink(path), 0);
     ck_assert_int_eq(postmortem_of(dir, post, &world), USP_ERR_RANK_FAILED);
-    ck_assert_msg(strstr(post, "wait chain: rank 0 waits in all_to_all #1 on ulysses[0] (core/ulysses.c:") &&
+    ck_assert_msg(strstr(post, "wait chain: rank 0 waits in all_to_all #1 on ulysses[0] (core/parallel/ulysses.c:") &&
                       strstr(post, "for rank 1; rank 1 never came (no flight record: killed, or never started)"),
                   "%s", post);
 }

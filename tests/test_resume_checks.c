@@ -14,8 +14,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "core/checkpoint.h"
-#include "core/safetensors.h"
+#include "core/checkpoint/checkpoint.h"
+#include "core/checkpoint/safetensors.h"
 #include "tests/check_main.h"
 
 static char tmpdir[] = "/tmp/usp_resume_checks_XXXXXX";

@@ -1,4 +1,4 @@
-/* Tests of ring attention (core/ring.c) on simulated rings of 1, 2 and 4 ranks.
+/* Tests of ring attention (core/parallel/ring.c) on simulated rings of 1, 2 and 4 ranks.
  *
  * The reference is the single-rank flash attention of the CPU backend over the
  * whole sequence. Global Q, K, V, dO come from a fixed-seed LCG on the host;
@@ -17,7 +17,7 @@
 #include <string.h>
 
 #include "backends/cpu/cpu_backend.h"
-#include "core/ring.h"
+#include "core/parallel/ring.h"
 #include "tests/harness.h"
 #include "tests/check_main.h"
 

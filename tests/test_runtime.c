@@ -1,4 +1,4 @@
-/* The runtime seam (core/runtime.h): the registry, the simulator as a
+/* The runtime seam (core/runtime/runtime.h): the registry, the simulator as a
  * runtime, and usp_rank_gather, the channel that brings every rank's figures
  * to rank 0 without changing them. */
 #include <check.h>
@@ -10,9 +10,9 @@
 #ifdef USP_HAVE_CUDA
 #include "backends/cuda/cuda_backend.h"
 #endif
-#include "core/runtime.h"
-#include "core/runtime_single.h"
-#include "core/train.h"
+#include "core/runtime/runtime.h"
+#include "core/runtime/runtime_single.h"
+#include "core/train/train.h"
 #include "sim/sim_runtime.h"
 #include "sim/world.h"
 #include "tests/check_main.h"
@@ -177,7 +177,7 @@ static usp_status make_cpu(void *arg, usp_backend_t **out)
     return usp_backend_cpu_create(out);
 }
 
-/* The one-rank runtime (the cuda backend's on one GPU, core/runtime_single.h)
+/* The one-rank runtime (the cuda backend's on one GPU, core/runtime/runtime_single.h)
  * trains as the simulator's world of one does, bit for bit, on the same
  * backend: its one-rank communicator copies where the simulator's does. */
 START_TEST(the_one_rank_runtime_trains_as_the_simulator_does)

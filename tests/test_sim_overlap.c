@@ -24,7 +24,7 @@ static void expect_close(double got, double want, const char *what)
 }
 
 /* What each rank does: `zero_bytes` of zeroing on the default stream (the compute C) while a sendrecv of
- * `count` f32 with the other rank runs on a stream of its own (the transfer T), as core/ring.c does. */
+ * `count` f32 with the other rank runs on a stream of its own (the transfer T), as core/parallel/ring.c does. */
 typedef struct overlap_case {
     size_t zero_bytes, count;
 } overlap_case;

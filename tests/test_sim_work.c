@@ -11,7 +11,7 @@
 #include <stdint.h>
 
 #include "backends/meta/meta_backend.h"
-#include "core/comm.h"
+#include "core/comm/comm.h"
 #include "sim/world.h"
 #include "tests/check_main.h"
 

@@ -19,7 +19,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "core/comm_impl.h"
+#include "core/comm/comm_impl.h"
 #include "sim/cost_model.h"
 #include "sim/flow_model.h"
 #include "sim/world.h"

@@ -18,7 +18,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "core/comm_impl.h"
+#include "core/comm/comm_impl.h"
 #include "sim/cost_model.h"
 #include "tests/check_main.h"
 

@@ -11,7 +11,7 @@
 #include <string.h>
 
 #include "check_main.h"
-#include "core/trace_pack.h"
+#include "core/trace/trace_pack.h"
 #include "plan/compare.h"
 #include "plan/trace_phases.h"
 
@@ -137,7 +137,7 @@ START_TEST(a_packed_trace_unpacks_to_the_same_events)
     ck_assert_int_eq(usp_trace_create(&a), USP_OK);
     ck_assert_int_eq(usp_trace_create(&b), USP_OK);
     usp_trace_event e = {.rank = 1, .group = usp_trace_intern_group(a, "ulysses[0]"), .kind = 3, .seq = 7,
-                         .file = "core/ulysses.c", .line = 174, .t_post = 0.1, .t_start = 0.2, .t_end = 1.0 / 3};
+                         .file = "core/parallel/ulysses.c", .line = 174, .t_post = 0.1, .t_start = 0.2, .t_end = 1.0 / 3};
     usp_trace_peer peers[] = {{0, 4096}, {2, 8192}};
     ck_assert_int_eq(usp_trace_record(a, &e, peers, 2), USP_OK);
     ck_assert_int_eq(usp_trace_record_compute(a, 1, "gemm", 0.5, 0.75, 1e9, 3e6), USP_OK);
@@ -150,7 +150,7 @@ START_TEST(a_packed_trace_unpacks_to_the_same_events)
     const usp_trace_event *x = usp_trace_at(b, 0);
     ck_assert_int_eq(x->rank, 1);
     ck_assert_str_eq(usp_trace_group_name(b, x->group), "ulysses[0]");
-    ck_assert_str_eq(x->file, "core/ulysses.c");
+    ck_assert_str_eq(x->file, "core/parallel/ulysses.c");
     ck_assert(x->kind == 3 && x->seq == 7 && x->line == 174 && x->t_end == 1.0 / 3 && x->bytes_sent == 12288);
     ck_assert_int_eq(x->n_peers, 2);
     ck_assert(usp_trace_peers(b, x)[1].peer == 2 && usp_trace_peers(b, x)[1].bytes == 8192);

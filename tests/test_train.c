@@ -10,8 +10,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/model_params.h"
-#include "core/train.h"
+#include "core/model/model_params.h"
+#include "core/train/train.h"
 #include "tests/harness.h"
 #include "tests/check_main.h"
 

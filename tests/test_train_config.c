@@ -6,7 +6,7 @@
 #include <math.h>
 #include <string.h>
 
-#include "core/train.h"
+#include "core/train/train.h"
 #include "tests/check_main.h"
 
 /* A config usp_train_check accepts: defaults, the tiny model on one rank. */

@@ -15,8 +15,8 @@
 #include <string.h>
 
 #include "backends/cpu/cpu_backend.h"
-#include "core/mesh.h"
-#include "core/ulysses.h"
+#include "core/parallel/mesh.h"
+#include "core/parallel/ulysses.h"
 #include "tests/harness.h"
 #include "tests/check_main.h"
 

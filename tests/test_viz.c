@@ -5,7 +5,7 @@
  * Golden DOT files (tests/golden/) pin four fixed configurations byte for
  * byte and are parsed back with Graphviz's own parser; rendering is checked
  * by the headers of the files it writes; numbers in the pictures are checked
- * against the closed forms of the traffic (core/ulysses.h, core/ring.h).
+ * against the closed forms of the traffic (core/parallel/ulysses.h, core/parallel/ring.h).
  *
  * Set USP_UPDATE_GOLDEN=1 to rewrite the golden files after an intended change
  * (then read the diff). The deadlock below comes first in this file because
@@ -15,8 +15,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/comm.h"
-#include "core/selftest.h"
+#include "core/comm/comm.h"
+#include "core/train/selftest.h"
 #include "tests/check_main.h"
 #include "tests/harness.h"
 #include "tests/viz_testing.h"
@@ -109,7 +109,7 @@ START_TEST(ring_r4_causal_diagram_is_golden)
     usp_strbuf dot = {0};
     ck_assert_int_eq(viz_dot_ring(usp_runtime_trace(w), &c, &dot), USP_OK);
     check_golden("ring_r4_causal.dot", usp_strbuf_text(&dot));
-    /* zigzag: every rank computes 2R+1 = 9 of the 4R = 16 products (core/ring.c) */
+    /* zigzag: every rank computes 2R+1 = 9 of the 4R = 16 products (core/parallel/ring.c) */
     ck_assert_int_eq(viz_test_count(usp_strbuf_text(&dot), "computes 9 of 16 products"), 4);
     /* a K/V block: T=4 tokens x 8 heads x 4 x 4 B = 512 B, K and V packed: 1 KiB per sendrecv */
     ck_assert_int_eq(viz_test_count(usp_strbuf_text(&dot), "label=\"1 KiB\""), 12);

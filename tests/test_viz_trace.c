@@ -16,8 +16,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/model_config.h"
-#include "core/train.h"
+#include "core/model/model_config.h"
+#include "core/train/train.h"
 #include "tests/check_main.h"
 #include "tests/viz_testing.h"
 #include "viz/chrome_trace.h"

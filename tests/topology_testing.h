@@ -10,7 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "core/comm_impl.h"
+#include "core/comm/comm_impl.h"
 #include "sim/cost_model.h"
 
 /* The closed forms hold to rounding: 1e-9 relative (double arithmetic in a fixed order). */

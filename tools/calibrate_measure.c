@@ -7,7 +7,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "core/comm.h"
+#include "core/comm/comm.h"
 #include "core/ops.h"
 
 #define HOST_NAME_BYTES 64

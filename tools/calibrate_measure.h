@@ -1,7 +1,7 @@
 /* What every rank of `usp calibrate` measures (tools/cmd_calibrate.c prints
  * and fits it): all_to_all, all_reduce and sendrecv over message sizes on each
  * level of the machine, and its backend's GEMM, flash attention (forward and
- * backward) and device copies, all through usp's own interfaces (core/comm.h,
+ * backward) and device copies, all through usp's own interfaces (core/comm/comm.h,
  * core/ops.h) on the runtime --backend names, so the figures are what a
  * training step pays, the communicator's decorator and fingerprints included.
  *
@@ -21,7 +21,7 @@
 
 #include <stddef.h>
 
-#include "core/rank.h"
+#include "core/runtime/rank.h"
 
 #define CALIBRATE_SIZES_MAX 16
 
@@ -58,7 +58,7 @@ typedef struct calibrate_run {
     char backend[16];
 } calibrate_run;
 
-/* The rank main function (core/rank.h) of `usp calibrate`; arg is a calibrate_run. */
+/* The rank main function (core/runtime/rank.h) of `usp calibrate`; arg is a calibrate_run. */
 usp_status calibrate_rank(const usp_rank_ctx *ctx, void *arg);
 
 #endif

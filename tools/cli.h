@@ -5,7 +5,7 @@
 
 #include <stdio.h>
 
-#include "core/status.h"
+#include "core/base/status.h"
 
 typedef enum cli_kind { CLI_INT, CLI_DOUBLE, CLI_STRING, CLI_FLAG, CLI_LIST } cli_kind;
 

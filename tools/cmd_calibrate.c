@@ -17,8 +17,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "core/atomic_file.h"
-#include "core/runtime.h"
+#include "core/base/atomic_file.h"
+#include "core/runtime/runtime.h"
 #include "sim/calibration.h"
 #include "sim/cost_model.h"
 #include "tools/calibrate_measure.h"

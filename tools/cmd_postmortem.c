@@ -1,13 +1,13 @@
 /* `usp postmortem DIR`: the report of a run that hung or lost a rank under a
  * real backend, from the flight records its ranks dumped into DIR
- * (core/postmortem.h). The report is the one the simulator prints, on stdout
+ * (core/safety/postmortem.h). The report is the one the simulator prints, on stdout
  * here (it is what the command is for), and --dot draws the same wait-for
  * picture as `usp train --dot`. */
 #include <stdio.h>
 #include <string.h>
 
-#include "core/flight_recorder.h"
-#include "core/postmortem.h"
+#include "core/safety/flight_recorder.h"
+#include "core/safety/postmortem.h"
 #include "tools/cli.h"
 #include "tools/commands.h"
 #include "viz/render.h"

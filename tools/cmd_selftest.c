@@ -1,4 +1,4 @@
-/* `usp selftest`: run the selftest schedule (core/selftest.h) on a runtime
+/* `usp selftest`: run the selftest schedule (core/train/selftest.h) on a runtime
  * (the simulator: --inject and --dot are its) and print what ran, what moved
  * and what was checked; or the deadlock / mismatch / crash report, with exit
  * code 3 or 4. */
@@ -6,10 +6,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/comm.h"
-#include "core/model_config.h"
-#include "core/runtime.h"
-#include "core/selftest.h"
+#include "core/comm/comm.h"
+#include "core/model/model_config.h"
+#include "core/runtime/runtime.h"
+#include "core/train/selftest.h"
 #include "tools/cli.h"
 #include "tools/commands.h"
 #include "tools/output_path.h"

@@ -11,10 +11,10 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "core/checkpoint.h"
-#include "core/ulysses.h"
-#include "core/runtime.h"
-#include "core/train.h"
+#include "core/checkpoint/checkpoint.h"
+#include "core/parallel/ulysses.h"
+#include "core/runtime/runtime.h"
+#include "core/train/train.h"
 #include "plan/plan.h"
 #include "tools/cli.h"
 #include "tools/commands.h"

@@ -1,10 +1,10 @@
 /* The memory options shared by `usp train` and `usp plan`: ZeRO stage, layer
- * recomputation, tiled MLP and loss, storage dtype (see core/model.h,
- * core/param_store.h and docs/planning.md). */
+ * recomputation, tiled MLP and loss, storage dtype (see core/model/model.h,
+ * core/model/param_store.h and docs/planning.md). */
 #ifndef USP_TOOLS_MEMORY_OPTIONS_H
 #define USP_TOOLS_MEMORY_OPTIONS_H
 
-#include "core/train.h"
+#include "core/train/train.h"
 #include "tools/cli.h"
 
 typedef struct memory_options {

@@ -9,7 +9,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "core/atomic_file.h"
+#include "core/base/atomic_file.h"
 
 usp_status output_path_check(const char *option, const char *path, int is_dir)
 {

@@ -4,7 +4,7 @@
 #ifndef USP_TOOLS_OUTPUT_PATH_H
 #define USP_TOOLS_OUTPUT_PATH_H
 
-#include "core/status.h"
+#include "core/base/status.h"
 
 /* Refuses (USP_ERR_CONFIG naming `option` and `path`) an output the command could not write at its end;
  * `is_dir`: the path names a directory the run creates or fills. Creates nothing. */

@@ -1,9 +1,9 @@
-/* The runtimes this build has, by the name --backend gives (core/runtime.h):
+/* The runtimes this build has, by the name --backend gives (core/runtime/runtime.h):
  * commands make their runtime here, never by building one by hand. */
 #ifndef USP_TOOLS_RUNTIME_REGISTRY_H
 #define USP_TOOLS_RUNTIME_REGISTRY_H
 
-#include "core/runtime.h"
+#include "core/runtime/runtime.h"
 
 /* USP_OK when this build has the runtime `name`; else a USP_ERR_CONFIG naming
  * --backend, the value, and what this build has (or what it would need). */
@@ -14,7 +14,7 @@ usp_status runtime_registry_create(const char *name, const usp_runtime_options *
 
 /* When the runtime `name` runs a process per rank and no launcher started
  * this one, starts them: this command line (`argv`) again under mpirun
- * (backends/mpi/mpi_self_launch.h), and does not return. USP_OK when there
+ * (backends/launch/mpi_self_launch.h), and does not return. USP_OK when there
  * is nothing to start (sim, one rank, under a launcher); USP_ERR_CONFIG when
  * they cannot be started (no GPU or too few, no mpirun, root without Open
  * MPI's consent, the recursion guard). */

@@ -1,4 +1,4 @@
-/* What `usp train` and `usp eval` print: the trainer's records (core/train.h)
+/* What `usp train` and `usp eval` print: the trainer's records (core/train/train.h)
  * as progress lines or --json objects, and the summary of the run. Core
  * prints nothing; this is the one place that decides how a run reads. */
 #ifndef USP_TOOLS_TRAIN_REPORT_H
@@ -6,8 +6,8 @@
 
 #include <stdio.h>
 
-#include "core/runtime.h"
-#include "core/train.h"
+#include "core/runtime/runtime.h"
+#include "core/train/train.h"
 
 typedef struct train_report {
     FILE *out;

@@ -3,8 +3,8 @@
 
 #include <stdlib.h>
 
-#include "core/layout.h"
-#include "core/ulysses.h"
+#include "core/parallel/layout.h"
+#include "core/parallel/ulysses.h"
 
 usp_status viz_attention_check(const viz_attention_config *c)
 {

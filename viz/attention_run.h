@@ -1,5 +1,5 @@
 /* One attention layer on a runtime (the simulator), for the schedule diagrams: the real
- * Ulysses / Ring / hybrid code (core/ulysses.h) on tiny real data, so the
+ * Ulysses / Ring / hybrid code (core/parallel/ulysses.h) on tiny real data, so the
  * trace holds exactly the communication that configuration does. Shapes are
  * what matter; the numbers are small so a W = 64 picture takes a moment. */
 #ifndef USP_VIZ_ATTENTION_RUN_H
@@ -7,11 +7,11 @@
 
 #include <stdint.h>
 
-#include "core/mesh.h"
-#include "core/runtime.h"
+#include "core/parallel/mesh.h"
+#include "core/runtime/runtime.h"
 
 typedef struct viz_attention_config {
-    usp_mesh_shape shape;  /* W = DP x R x U (core/mesh.h) */
+    usp_mesh_shape shape;  /* W = DP x R x U (core/parallel/mesh.h) */
     int64_t seq_len;       /* N, the whole sequence */
     int64_t batch;
     int64_t n_heads, n_kv_heads, head_dim;

@@ -17,8 +17,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/atomic_file.h"
-#include "core/comm.h"
+#include "core/base/atomic_file.h"
+#include "core/comm/comm.h"
 #include "viz/trace_query.h"
 
 enum { TID_COMPUTE = 0, TID_COMM = 1, TID_STEPS = 2 };

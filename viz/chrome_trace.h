@@ -16,8 +16,8 @@
 #ifndef USP_VIZ_CHROME_TRACE_H
 #define USP_VIZ_CHROME_TRACE_H
 
-#include "core/status.h"
-#include "core/trace.h"
+#include "core/base/status.h"
+#include "core/trace/trace.h"
 
 /* The key of the run's options in otherData. */
 #define VIZ_TRACE_RUN_KEY "usp_run"

@@ -9,7 +9,7 @@
 
 #include <stdint.h>
 
-#include "core/strbuf.h"
+#include "core/base/strbuf.h"
 
 /* Above this many ranks in one picture's main group, a diagram draws one node
  * per rank instead of one per slice or block, and says so in its title. */

@@ -12,7 +12,7 @@
 #include <string.h>
 #include <strings.h>
 
-#include "core/atomic_file.h"
+#include "core/base/atomic_file.h"
 
 #ifdef USP_HAVE_GVC
 #include <gvc.h>

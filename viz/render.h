@@ -1,13 +1,13 @@
 /* Diagram files: DOT text always, SVG, PNG and PDF rendered in-process by
  * Graphviz's library (libgvc) when the build has it: no `dot` program is run.
  * The file's extension chooses the format, and every file is written whole
- * or not at all (core/atomic_file.h). */
+ * or not at all (core/base/atomic_file.h). */
 #ifndef USP_VIZ_RENDER_H
 #define USP_VIZ_RENDER_H
 
 #include <stddef.h>
 
-#include "core/status.h"
+#include "core/base/status.h"
 
 typedef enum viz_format { VIZ_FORMAT_DOT, VIZ_FORMAT_SVG, VIZ_FORMAT_PNG, VIZ_FORMAT_PDF } viz_format;
 

@@ -3,14 +3,14 @@
  * Ring rank i keeps its queries and, at step s = 0..R-1, holds the K/V block
  * of ring rank (i - s) mod R: its own at step 0, then each sendrecv passes
  * every block one rank on. A step's work is one product per (query run, key
- * run) pair (core/ring.c); under a causal mask a product whose keys all come
+ * run) pair (core/parallel/ring.c); under a causal mask a product whose keys all come
  * after its queries is skipped, one whose keys straddle its queries is
  * computed under the mask, the rest in full. With the zigzag layout (chunks
  * i and 2R-1-i on rank i) every rank computes 2R+1 of the 4R products. */
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "core/comm.h"
+#include "core/comm/comm.h"
 #include "viz/dot.h"
 #include "viz/layout_text.h"
 #include "viz/schedule.h"

@@ -2,7 +2,7 @@
 #ifndef USP_VIZ_RUN_PICTURE_H
 #define USP_VIZ_RUN_PICTURE_H
 
-#include "core/runtime.h"
+#include "core/runtime/runtime.h"
 
 /* Writes to `path` the wait-for graph when the run ended in a report
  * (deadlock, mismatch, rank failure), else the traffic map (with `title` and

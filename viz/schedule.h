@@ -11,14 +11,14 @@
  *   hybrid:  both levels: Ulysses groups as boxes (all-to-all inside), the
  *            ring across them.
  *
- * Token ranges come from core/layout.h and head groups from the split
- * core/ulysses.c makes; every byte count comes from the trace. Above
+ * Token ranges come from core/parallel/layout.h and head groups from the split
+ * core/parallel/ulysses.c makes; every byte count comes from the trace. Above
  * VIZ_DETAIL_MAX_RANKS ranks a diagram draws one node per rank and says so. */
 #ifndef USP_VIZ_SCHEDULE_H
 #define USP_VIZ_SCHEDULE_H
 
-#include "core/strbuf.h"
-#include "core/trace.h"
+#include "core/base/strbuf.h"
+#include "core/trace/trace.h"
 #include "viz/attention_run.h"
 
 /* DOT of the Ulysses all-to-all of group ulysses[0] (sequence -> heads, and O back). */

@@ -5,7 +5,7 @@
 
 #include <stdint.h>
 
-#include "core/trace.h"
+#include "core/trace/trace.h"
 
 /* The communication event of world rank `rank` that is its call number `seq`
  * on the group named `group`, or NULL when the trace has none. */

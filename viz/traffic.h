@@ -13,8 +13,8 @@
 #ifndef USP_VIZ_TRAFFIC_H
 #define USP_VIZ_TRAFFIC_H
 
-#include "core/strbuf.h"
-#include "core/trace.h"
+#include "core/base/strbuf.h"
+#include "core/trace/trace.h"
 #include "sim/topology.h"
 
 typedef struct viz_link_style {

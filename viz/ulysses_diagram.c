@@ -10,7 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "core/comm.h"
+#include "core/comm/comm.h"
 #include "viz/dot.h"
 #include "viz/layout_text.h"
 #include "viz/schedule.h"

@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/comm.h"
+#include "core/comm/comm.h"
 #include "viz/dot.h"
 
 #define RED "#cc0000"
@@ -24,7 +24,7 @@ static const char *state_fill(const usp_wait_rank *r)
     }
 }
 
-/* "rank 2\nblocked in all_to_all #1 on ulysses[0]\nall_to_all(count=2048, f32)\nat core/selftest.c:76" */
+/* "rank 2\nblocked in all_to_all #1 on ulysses[0]\nall_to_all(count=2048, f32)\nat core/train/selftest.c:76" */
 static void rank_label(char *buf, size_t size, int id, const usp_wait_rank *r)
 {
     const char *op = r->op >= 0 ? usp_comm_kind_name((usp_comm_kind)r->op) : "";

@@ -1,5 +1,5 @@
 /* The wait-for picture of a deadlock, collective mismatch or rank failure
- * report (core/comm_report.h, from any backend): every rank with its state and
+ * report (core/safety/comm_report.h, from any backend): every rank with its state and
  * call site, an arrow from each waiting rank to each rank it waits for, the report's cycle
  * in red, the missing participant (a rank that exited or crashed while others
  * wait for it) red, and the two ranks of a mismatch joined by an orange line.
@@ -10,8 +10,8 @@
 #ifndef USP_VIZ_WAIT_GRAPH_H
 #define USP_VIZ_WAIT_GRAPH_H
 
-#include "core/comm_report.h"
-#include "core/strbuf.h"
+#include "core/safety/comm_report.h"
+#include "core/base/strbuf.h"
 
 /* DOT of the wait-for graph `g` (kind USP_REPORT_NONE: an error). */
 usp_status viz_dot_wait_graph(const usp_wait_graph *g, usp_strbuf *dot);

@@ -2,7 +2,7 @@
  * accumulation after all-to-all, scaling, the bias and its gradient. Each is a
  * grid-stride loop over 64-bit indices (a launch covers any n with a capped
  * grid); the bias gradient is a column sum in the fixed order of
- * cuda_reduce_plan.h. Arithmetic in fp32 whatever the storage. */
+ * cuda_reduce_geometry.h. Arithmetic in fp32 whatever the storage. */
 #include "backends/cuda/cuda_grid.cuh"
 #include "backends/cuda/cuda_index.h"
 #include "backends/cuda/cuda_reduce.cuh"

@@ -5,7 +5,7 @@
  *
  * Shapes of the kernels: elementwise ops are grid-stride loops; a norm's row is
  * one block (its statistics by cuda_block_reduce's fixed tree); the parameter
- * gradients are column sums in the chunk order of cuda_reduce_plan.h; the
+ * gradients are column sums in the chunk order of cuda_reduce_geometry.h; the
  * embedding gradient sorts the row ids (a stable radix sort), and each run of
  * equal ids is added to its table row by one block, in row order: the cpu
  * backend's order, so fp32 tables get the same bits. No float atomics.

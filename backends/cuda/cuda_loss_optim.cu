@@ -1,7 +1,7 @@
 /* The loss and optimiser kernels of the cuda backend: fused softmax
  * cross-entropy, AdamW, and the sum of squares behind gradient clipping, with
  * the math of backends/cpu/cpu_loss_optim.c. Reductions run in the fixed
- * orders of cuda_reduce.cuh and cuda_reduce_plan.h: the same bits every run. */
+ * orders of cuda_reduce.cuh and cuda_reduce_geometry.h: the same bits every run. */
 #include <math.h>
 
 #include "backends/cuda/cuda_grid.cuh"
@@ -99,7 +99,7 @@ usp_status cuda_adamw_step(float *params, cuda_array grads, float *m, float *v, 
 /* ---- sum of squares ------------------------------------------------------------- */
 
 /* partial[b] = sum over block b's threads (fixed tree) of each thread's elements g, g + G, ...
- * in order, G the fixed grid's thread count (cuda_reduce_plan.h). Products of two floats are
+ * in order, G the fixed grid's thread count (cuda_reduce_geometry.h). Products of two floats are
  * exact in double. */
 static __global__ void sum_squares_partials_kernel(double *partial, cuda_array x, int64_t n)
 {

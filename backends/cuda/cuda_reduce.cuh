@@ -1,12 +1,12 @@
 /* The deterministic reductions the kernels share: a block's sum or max by a
  * fixed tree, and sums over rows per column (dweight, dbias) in the two passes
- * of cuda_reduce_plan.h. No atomics anywhere: every addition happens in an
+ * of cuda_reduce_geometry.h. No atomics anywhere: every addition happens in an
  * order that depends on the shape alone, so results repeat bit for bit. */
 #ifndef USP_CUDA_REDUCE_CUH
 #define USP_CUDA_REDUCE_CUH
 
 #include "backends/cuda/cuda_common.cuh"
-#include "backends/cuda/cuda_reduce_plan.h"
+#include "backends/cuda/cuda_reduce_geometry.h"
 
 /* Threads of the one-row-per-block kernels (norms, cross-entropy): a power of two, as the tree needs. */
 #define CUDA_ROW_THREADS 256
@@ -44,7 +44,7 @@ template <typename T, typename Op> static __device__ T cuda_block_reduce(T v, Op
  * Term: `static constexpr int count` and `__device__ void operator()(int64_t i, int64_t c, double *acc)`
  * adding its count values at (i, c) into acc. A warp reads consecutive columns of a row. */
 template <class Term>
-static __global__ void cuda_column_partials_kernel(double *partial, Term term, int64_t C, cuda_reduce_plan plan)
+static __global__ void cuda_column_partials_kernel(double *partial, Term term, int64_t C, cuda_reduce_geometry plan)
 {
     const int64_t k = blockIdx.y, begin = cuda_reduce_chunk_begin(plan, k), end = cuda_reduce_chunk_end(plan, k);
     for (int64_t c = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; c < C; c += (int64_t)gridDim.x * blockDim.x) {
@@ -71,14 +71,14 @@ static __global__ void cuda_column_finish_kernel(cuda_array dst, const double *p
 }
 
 /* dst[t][c] += sum over rows i < n of term t at (i, c), for each t whose dst[t].data is not NULL;
- * deterministic (cuda_reduce_plan.h). Scratch: the partials, from the stream's memory pool. */
+ * deterministic (cuda_reduce_geometry.h). Scratch: the partials, from the stream's memory pool. */
 template <class Term>
 static usp_status cuda_column_sums(const cuda_array *dst, Term term, int64_t n, int64_t C, const char *kernel,
                                    cudaStream_t stream)
 {
     if (n == 0 || C == 0)
         return USP_OK;
-    const cuda_reduce_plan plan = cuda_reduce_plan_for(n);
+    const cuda_reduce_geometry plan = cuda_reduce_geometry_for(n);
     double *partial = NULL;
     const size_t bytes = cuda_reduce_partials(plan, C, Term::count) * sizeof *partial;
     cudaError_t e = cudaMallocAsync((void **)&partial, bytes, stream);

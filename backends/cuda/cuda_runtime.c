@@ -5,7 +5,7 @@
 #include <stdlib.h>
 
 #include "backends/cuda/cuda_backend.h"
-#include "core/runtime_single.h"
+#include "core/runtime/runtime_single.h"
 
 /* The GPU a process uses: its launcher's local rank, modulo the GPUs it sees. */
 static int local_gpu(int gpus)

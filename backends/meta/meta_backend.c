@@ -44,7 +44,7 @@ static usp_status meta_alloc(void *ctx, size_t bytes, void **out)
 static void meta_free(void *ctx, void *ptr) { (void)ctx, (void)ptr; }
 
 /* Host memory is never written either: code that reads results back checks
- * usp_backend_has_numerics first (core/train.c, core/model.c). */
+ * usp_backend_has_numerics first (core/train/train.c, core/model/model.c). */
 static usp_status meta_copy(void *ctx, void *dst, const void *src, size_t bytes, usp_copy_kind kind,
                             usp_stream_t *stream)
 {

@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/reduce.h"
+#include "core/comm/reduce.h"
 
 #define P2P_TAG 7
 /* Below this many bytes in all, an all_reduce gathers every operand and each

@@ -7,10 +7,10 @@
 
 #include "backends/cpu/cpu_backend.h"
 #include "backends/mpi/mpi_comm.h"
-#include "backends/mpi/mpi_launch.h"
-#include "backends/mpi/mpi_self_launch.h"
-#include "backends/mpi/mpi_trace_gather.h"
-#include "core/runtime_impl.h"
+#include "backends/launch/mpi_launch.h"
+#include "backends/launch/mpi_self_launch.h"
+#include "backends/launch/mpi_trace_gather.h"
+#include "core/runtime/runtime_impl.h"
 
 typedef struct mpi_runtime {
     mpi_launch launch; /* first: the shared slots of mpi_launch.h take the context as one */

@@ -1,4 +1,4 @@
-/* Open MPI as a runtime (core/runtime.h): one process per rank, started by a
+/* Open MPI as a runtime (core/runtime/runtime.h): one process per rank, started by a
  * launcher (mpirun -np W, or srun -n W), each running its rank's main
  * function on the cpu backend with the MPI communicator (mpi_comm.h),
  * wrapped in the decorator (--inject), watched by the watchdog (--timeout,
@@ -13,8 +13,8 @@
 #ifndef USP_MPI_RUNTIME_H
 #define USP_MPI_RUNTIME_H
 
-#include "backends/mpi/mpi_launch.h" /* mpi_launcher_world_size */
-#include "core/runtime.h"
+#include "backends/launch/mpi_launch.h" /* mpi_launcher_world_size */
+#include "core/runtime/runtime.h"
 
 /* Initialises MPI and makes the runtime of this process. A world size that
  * is not the launcher's process count, or --meta, is USP_ERR_CONFIG; so is a

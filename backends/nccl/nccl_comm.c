@@ -10,7 +10,7 @@
 #include <time.h>
 
 #include "backends/cuda/cuda_backend.h"
-#include "backends/nccl/nccl_plan.h"
+#include "backends/nccl/nccl_translate.h"
 
 #if NCCL_VERSION_CODE < NCCL_VERSION(2, 18, 0)
 #error "the nccl communicator needs NCCL 2.18 or later (ncclCommSplit)"
@@ -330,9 +330,9 @@ static usp_status transport(void *handle, usp_comm_op *op, uint64_t entry)
     cudaStream_t st = usp_cuda_stream(h->process->backend, op->stream);
     ncclDataType_t t;
     ncclRedOp_t red = ncclSum;
-    USP_CHECK(nccl_plan_dtype(op->dtype, &t));
+    USP_CHECK(nccl_translate_dtype(op->dtype, &t));
     if (op->kind == USP_OP_ALL_REDUCE || op->kind == USP_OP_REDUCE_SCATTER)
-        USP_CHECK(nccl_plan_reduce(op->reduce, &red));
+        USP_CHECK(nccl_translate_reduce(op->reduce, &red));
     const char *what = "";
     ncclResult_t r = ncclSuccess;
     usp_status s = USP_OK;
@@ -340,7 +340,7 @@ static usp_status transport(void *handle, usp_comm_op *op, uint64_t entry)
     switch (op->kind) {
     case USP_OP_ALL_TO_ALL:
     case USP_OP_ALL_TO_ALL_V:
-        nccl_plan_all_to_all(op, n, h->plan, &n_sends, h->plan + n, &n_recvs);
+        nccl_translate_all_to_all(op, n, h->plan, &n_sends, h->plan + n, &n_recvs);
         s = grouped(h, op, h->plan, n_sends, h->plan + n, n_recvs, t, st);
         break;
     case USP_OP_ALL_GATHER:

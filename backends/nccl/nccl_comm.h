@@ -1,9 +1,9 @@
-/* The communicator over NCCL (core/comm_impl.h): one process per GPU, each
+/* The communicator over NCCL (core/comm/comm_impl.h): one process per GPU, each
  * call one NCCL call (or one NCCL group) enqueued on the CUDA stream the op
  * names (NULL: the cuda backend's default stream, usp_cuda_stream), and the
- * call returns once enqueued: the contract of core/comm.h, nothing stricter.
+ * call returns once enqueued: the contract of core/comm/comm.h, nothing stricter.
  *
- *   all_to_all, all_to_all_v  grouped ncclSend/ncclRecv (nccl_plan.h: per-peer
+ *   all_to_all, all_to_all_v  grouped ncclSend/ncclRecv (nccl_translate.h: per-peer
  *                             counts and offsets, zero counts left out)
  *   all_gather, reduce_scatter, all_reduce, broadcast   NCCL's own, sum and max
  *                             over f32, f64, i64, bf16 (NCCL's order of summation:
@@ -14,7 +14,7 @@
  *   split                     ncclCommSplit (NCCL >= 2.18) beside MPI_Comm_split
  *                             on the same members, which names them in world ranks
  *
- * Every call goes through mpi_launch_issue (backends/mpi/mpi_launch.h), the
+ * Every call goes through mpi_launch_issue (backends/launch/mpi_launch.h), the
  * path of the mpi communicator: --inject's decorator above, the flight
  * recorder and the watchdog, --check-collectives' fingerprint exchange over
  * MPI before the NCCL call. Since a call only enqueues, the host's watch
@@ -32,8 +32,8 @@
 
 #include <mpi.h>
 
-#include "backends/mpi/mpi_launch.h"
-#include "core/comm_impl.h"
+#include "backends/launch/mpi_launch.h"
+#include "core/comm/comm_impl.h"
 
 typedef struct nccl_process nccl_process;
 

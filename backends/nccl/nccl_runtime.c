@@ -6,12 +6,12 @@
 
 #include "backends/cuda/cuda_backend.h"
 #include "backends/cuda/cuda_runtime.h"
-#include "backends/mpi/mpi_launch.h"
-#include "backends/mpi/mpi_self_launch.h"
-#include "backends/mpi/mpi_trace_gather.h"
+#include "backends/launch/mpi_launch.h"
+#include "backends/launch/mpi_self_launch.h"
+#include "backends/launch/mpi_trace_gather.h"
 #include "backends/nccl/nccl_comm.h"
-#include "backends/nccl/nccl_plan.h"
-#include "core/runtime_impl.h"
+#include "backends/nccl/nccl_translate.h"
+#include "core/runtime/runtime_impl.h"
 
 typedef struct nccl_runtime {
     mpi_launch launch; /* first: the shared slots of mpi_launch.h take the context as one */
@@ -82,7 +82,7 @@ usp_status nccl_runtime_create(const usp_runtime_options *o, usp_runtime_t **out
     usp_status s = mpi_launch_start(&rt->launch, o, (mpi_launch_names){.backend = "nccl", .count_option = "--gpus",
                                                                          .note = ""});
     if (s == USP_OK)
-        s = nccl_plan_gpu(rt->launch.local_rank, rt->launch.local_size, gpus, &rt->gpu);
+        s = nccl_translate_gpu(rt->launch.local_rank, rt->launch.local_size, gpus, &rt->gpu);
     if (s != USP_OK) {
         rt->launch.result = s; /* not finalised: every process refuses alike, and exits */
         mpi_launch_free(rt);

@@ -11,7 +11,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include "core/model_config.h"
+#include "core/model/model_config.h"
 #include "tests/fuzz/fuzz_scratch.h"
 
 int LLVMFuzzerInitialize(int *argc, char ***argv);

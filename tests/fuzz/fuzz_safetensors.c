@@ -13,7 +13,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include "core/safetensors.h"
+#include "core/checkpoint/safetensors.h"
 #include "tests/fuzz/fuzz_scratch.h"
 
 int LLVMFuzzerInitialize(int *argc, char ***argv);

@@ -18,7 +18,7 @@ run "$USP" selftest "${mesh[@]}" --inject group:rank=2 --dot deadlock.dot
 claim "exit code 3 (deadlock)" test "$RC" = 3
 claim "the report says deadlock" contains err.txt "deadlock: no rank can run and some are blocked"
 # (call sites are file:line; the line numbers move as the code changes, so they are not checked)
-site='\(core/selftest\.c:[0-9]+\)'
+site='\(core/train/selftest\.c:[0-9]+\)'
 claim "wait chain: rank 0 waits in all_to_all #1 on ulysses[0] for rank 2" \
     matches err.txt "wait chain: rank 0 waits in all_to_all #1 on ulysses\[0\] $site for rank 2"
 claim "... rank 2 waits on world for rank 0: a cycle" \
@@ -69,7 +69,7 @@ claim "the picture draws rank 2 as crashed" contains crash.dot "rank 2: CRASHED 
 section "The same in real training"
 run "$USP" train --steps 1 --eval-samples 0 --inject group:rank=2
 claim "usp train --inject group:rank=2: exit code 3 and a cycle in the trainer's own calls" \
-    eval 'test "$RC" = 3 && contains err.txt "core/train.c" && contains err.txt "a cycle"'
+    eval 'test "$RC" = 3 && contains err.txt "core/train/train.c" && contains err.txt "a cycle"'
 
 section "A fault that cannot be injected is a usage error"
 run "$USP" selftest "${mesh[@]}" --inject crash:rank=9

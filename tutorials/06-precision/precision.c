@@ -4,7 +4,7 @@
  * 2 key/value heads, head_dim 16, 256 tokens) runs forward and backward on
  * the simulator: first on 1 rank (one GPU: flash attention over the whole
  * sequence), then on 4 ranks as Ulysses U=4, Ring R=4 and the hybrid
- * U=2 x R=2, through the code the trainer uses (core/ulysses.h). Every output
+ * U=2 x R=2, through the code the trainer uses (core/parallel/ulysses.h). Every output
  * element is compared with the 1-rank one, bit for bit.
  *
  * What it shows, and checks (exit 1 if a claim fails):
@@ -28,8 +28,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/mesh.h"
-#include "core/ulysses.h"
+#include "core/parallel/mesh.h"
+#include "core/parallel/ulysses.h"
 #include "sim/sim_runtime.h"
 
 enum { B = 1, N = 256, H = 8, HKV = 2, D = 16 };

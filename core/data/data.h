@@ -1,0 +1,74 @@
+/* Training data, read shard by shard.
+ *
+ * Every SP rank reads only its own tokens of the sequence plus, for each run
+ * of consecutive positions it holds, the one token after the run: the target
+ * of a shard's last token is the first token of the next shard, never lost.
+ * Positions come from the sequence layout (core/parallel/layout.h), so rotary
+ * embeddings see GLOBAL position ids. The sample a rank reads depends on the
+ * step, its DP index and the seed, never on its SP index: all ranks of an SP
+ * group read the same sequence, DP replicas different ones.
+ *
+ * Sources:
+ *   passkey        synthetic long-context retrieval: "pass key=" and a key of
+ *                  five random distinct digits open the sequence, a sentence
+ *                  repeats, and "what is the pass key=" and the key close it:
+ *                  with sequence parallelism the key is in the first shard and
+ *                  the question in the last, so only attention across shards
+ *                  can answer.
+ *   text:FILE      bytes as tokens (vocabulary 256)
+ *   tokens:FILE    llm.c .bin shards (header of 256 int32: magic 20240520,
+ *                  version 1, token count; then uint16 tokens), or raw uint16
+ *   tokens32:FILE  raw uint32 tokens
+ * Padding (--pad): positions at or past the real length hold token 0 and
+ * target -1 (ignored by the loss); the causal mask keeps real tokens from
+ * seeing them. */
+#ifndef USP_DATA_H
+#define USP_DATA_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include "core/parallel/layout.h"
+
+typedef enum usp_data_kind { USP_DATA_PASSKEY, USP_DATA_TEXT, USP_DATA_TOKENS16, USP_DATA_TOKENS32 } usp_data_kind;
+
+#define USP_PASSKEY_DIGITS 5
+
+typedef struct usp_data {
+    usp_data_kind kind;
+    char *path;            /* the file (NULL for passkey); freed by usp_data_close */
+    FILE *fp;
+    int64_t file_tokens;   /* tokens in the file */
+    int64_t header_bytes;  /* llm.c header */
+    int64_t vocab;         /* the largest token id + 1 the source can produce (checked against the model) */
+    uint64_t seed;
+} usp_data;
+
+/* One rank's share of one sequence: tokens, targets (-1: ignored) and global positions, [count] each. */
+typedef struct usp_shard {
+    int32_t *tokens, *targets, *positions;
+    int64_t count;
+} usp_shard;
+
+/* For passkey data: 1 when the target at global position `pos` of a sample of real length `len` is a key digit. */
+int usp_data_is_answer(const usp_data *d, int64_t pos, int64_t len);
+
+/* Opens a data source from its spec (passkey | text:FILE | tokens:FILE | tokens32:FILE). */
+usp_status usp_data_open(const char *spec, uint64_t seed, usp_data *out);
+
+/* Closes the source. */
+void usp_data_close(usp_data *d);
+
+/* Fills `shard` (allocated by the caller for l->per_rank tokens) with SP rank
+ * `sp_rank`'s tokens of sample `sample`, whose real length is `real_len` (<= l->n;
+ * positions >= real_len are padding). A shapes-only shard (no arrays) is only
+ * checked and counted. */
+usp_status usp_data_read_shard(const usp_data *d, const usp_seq_layout *l, int sp_rank, int64_t sample,
+                               int64_t real_len, usp_shard *shard);
+
+/* Allocates / frees a shard's host arrays for `count` tokens; `shapes_only`
+ * (the meta backend) allocates none: shapes-only runs hold no per-token host memory. */
+usp_status usp_shard_alloc(usp_shard *s, int64_t count, int shapes_only);
+void usp_shard_free(usp_shard *s);
+
+#endif

@@ -1,0 +1,390 @@
+/* The transformer's forward and backward passes (see model.h).
+ *
+ * One layer, with x the residual stream:
+ *   h = norm1(x);  q, k, v = h Wqkv^T (+ b);  rope(q, k) at GLOBAL positions (Llama)
+ *   a = attention(q, k, v);  x' = x + a Wo^T (+ b)
+ *   h2 = norm2(x');  GPT-2: u = gelu(h2 Wfc^T + b);  Llama: u = silu(h2 Wg^T) * (h2 Wu^T)
+ *   x'' = x' + u Wdown^T (+ b)
+ * then normf, logits = h Wte^T (tied) or h Wlm^T, and the cross-entropy.
+ * Linear layers are y = x W^T with W [out, in]; their backward is
+ *   dx += dy W,  dW += dy^T x,  db += sum over rows of dy.
+ * The MLP is in model_mlp.c, the final norm, lm_head and loss in model_head.c;
+ * linear and norm in model_blocks.c, the buffers and weights in model_buffers.c
+ * and model_weights.c. */
+#include "core/model/model.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/model/model_internal.h"
+
+#define DEFAULT_TILE_ROWS 1024
+
+/* Whether the backward reads a layer's q, k, v: local attention does, and so
+ * does Ulysses at U = 1 (pure Ring), which hands them straight to ring
+ * attention. At U > 1 Ulysses keeps its own copies, gathered by head, and the
+ * model's q, k, v are dead once the all-to-all has read them. */
+static int backward_reads_qkv(const usp_model *m)
+{
+    return m->s.attention_local || !ulysses_attention_keeps_inputs(m->attn[0]);
+}
+
+/* Buffers kept from a layer's forward to its backward: for every layer, or one
+ * set when layers are recomputed. q, k, v are per set only when the backward
+ * reads them (backward_reads_qkv); otherwise every layer shares one scratch
+ * set, still "activations" (they are, while the layer's forward runs), but
+ * once per rank, not once per layer. The MLP's hidden is allocated by mlp_alloc. */
+static usp_status alloc_activations(usp_model *m)
+{
+    const int64_t n = m->n, C = m->C, qd = m->H * m->D, kd = m->Hkv * m->D;
+    const int sets = m->s.recompute_layers ? 1 : (int)m->c.n_layer, qkv_sets = backward_reads_qkv(m) ? sets : 1;
+    const int norm_sets = m->s.selective_recompute ? 1 : sets;
+    const char *a_ = "activations";
+    USP_CHECK(model_tensor(m, &m->residual, (m->c.n_layer + 1) * n * C, a_));
+    for (int l = 0; l < sets; l++) {
+        layer_acts *a = &m->acts[l];
+        if (l < norm_sets) {
+            USP_CHECK(model_tensor(m, &a->ln1, n * C, a_));
+            USP_CHECK(model_buffer(m, &a->ln1_mean, n, a_));
+            USP_CHECK(model_buffer(m, &a->ln1_rstd, n, a_));
+            USP_CHECK(model_tensor(m, &a->ln2, n * C, a_));
+            USP_CHECK(model_buffer(m, &a->ln2_mean, n, a_));
+            USP_CHECK(model_buffer(m, &a->ln2_rstd, n, a_));
+        } else {
+            const layer_acts *first = &m->acts[0];
+            a->ln1 = first->ln1, a->ln1_mean = first->ln1_mean, a->ln1_rstd = first->ln1_rstd;
+            a->ln2 = first->ln2, a->ln2_mean = first->ln2_mean, a->ln2_rstd = first->ln2_rstd;
+        }
+        if (l < qkv_sets) {
+            USP_CHECK(model_tensor(m, &a->q, n * qd, a_));
+            USP_CHECK(model_tensor(m, &a->k, n * kd, a_));
+            USP_CHECK(model_tensor(m, &a->v, n * kd, a_));
+        } else {
+            a->q = m->acts[0].q, a->k = m->acts[0].k, a->v = m->acts[0].v;
+        }
+        USP_CHECK(model_tensor(m, &a->att, n * qd, a_));
+        if (m->s.attention_local)
+            USP_CHECK(model_buffer(m, &a->att_lse, m->B * m->H * m->T, a_));
+        USP_CHECK(model_tensor(m, &a->mid, n * C, a_));
+    }
+    USP_CHECK(mlp_alloc(m));
+    USP_CHECK(head_alloc(m));
+    USP_CHECK(model_buffer(m, (float **)&m->tokens, n, a_));
+    USP_CHECK(model_buffer(m, (float **)&m->targets, n, a_));
+    USP_CHECK(model_buffer(m, (float **)&m->positions, n, a_));
+    const char *g = "gradients";
+    USP_CHECK(model_tensor(m, &m->d_x, n * C, g));
+    USP_CHECK(model_tensor(m, &m->d_h, n * C, g));
+    USP_CHECK(model_tensor(m, &m->d_att, n * qd, g));
+    USP_CHECK(model_tensor(m, &m->d_q, n * qd, g));
+    USP_CHECK(model_tensor(m, &m->d_k, n * kd, g));
+    USP_CHECK(model_tensor(m, &m->d_v, n * kd, g));
+    if (!usp_backend_has_numerics(BE)) /* meta: no loss to sum, no per-token host memory */
+        return USP_OK;
+    return usp_malloc((void **)&m->host_targets, (size_t)n * sizeof(int32_t), "targets");
+}
+
+static usp_status create_attention(usp_model *m)
+{
+    usp_comm_t *ring = m->s.mesh->ring;
+    const int sets = m->s.recompute_layers ? 1 : (int)m->c.n_layer;
+    for (int l = 0; l < sets; l++) {
+        ulysses_attention_config ac = {.backend = BE, .stream = ST, .ulysses = m->s.mesh->ulysses, .ring = ring,
+                                       .batch = m->B, .seq_len = m->s.seq_len, .n_heads = m->H,
+                                       .n_kv_heads = m->Hkv, .head_dim = m->D, .causal = 1,
+                                       .storage = m->s.storage, .eager_ring_merge = m->s.eager_ring_merge};
+        USP_CHECK(ulysses_attention_create(&ac, &m->attn[l]));
+    }
+    m->layout = *ulysses_attention_layout(m->attn[0]);
+    return USP_OK;
+}
+
+usp_status usp_model_check_shape(const usp_model_config *c, int64_t seq_len, int ulysses, int attention_local,
+                                 int64_t tile_rows)
+{
+    if (c->positions == USP_POS_LEARNED && seq_len > c->max_seq)
+        return usp_error(USP_ERR_CONFIG, "--seq %lld is longer than the %lld learned positions of model %s",
+                         (long long)seq_len, (long long)c->max_seq, c->name);
+    if (tile_rows < 0)
+        return usp_error(USP_ERR_CONFIG, "--tile-rows %lld: a tile is at least 1 row", (long long)tile_rows);
+    return attention_local ? USP_OK : ulysses_heads_check(c->n_head, c->n_kv_head, ulysses);
+}
+
+static usp_status make_store(usp_model *m)
+{
+    if (m->s.store) {
+        m->store = m->s.store;
+        return USP_OK;
+    }
+    usp_param_store_config pc = {.backend = BE, .stream = ST, .table = &m->table, .n_layer = (int)m->c.n_layer};
+    USP_CHECK(usp_param_store_create(&pc, &m->store));
+    m->owns_store = 1;
+    return USP_OK;
+}
+
+usp_status usp_model_create(const usp_model_setup *setup, usp_model **out)
+{
+    *out = NULL;
+    usp_model *m;
+    USP_CHECK(usp_calloc((void **)&m, 1, sizeof *m, "the model"));
+    m->s = *setup;
+    m->c = *setup->config;
+    m->s.config = &m->c;
+    usp_status s;
+    USP_CHECK_GOTO(usp_model_config_check(&m->c), s, fail);
+    USP_CHECK_GOTO(usp_param_table_make(&m->c, &m->table), s, fail);
+    USP_CHECK_GOTO(model_index_tensors(m), s, fail);
+    if (m->c.positions == USP_POS_ROPE && m->c.rope_scaling.kind != USP_ROPE_SCALING_NONE) {
+        int64_t half = usp_model_config_head_dim(&m->c) / 2;
+        USP_CHECK_GOTO(usp_malloc((void **)&m->rope_inv_freq, (size_t)half * sizeof(double), "rope frequencies"), s,
+                       fail);
+        for (int64_t i = 0; i < half; i++)
+            m->rope_inv_freq[i] = usp_model_config_rope_inv_freq(&m->c, i);
+    }
+    const usp_mesh_shape *sh = &setup->mesh->shape;
+    m->B = setup->batch, m->C = m->c.d_model, m->H = m->c.n_head, m->Hkv = m->c.n_kv_head;
+    m->D = usp_model_config_head_dim(&m->c), m->F = m->c.d_ff, m->V = m->c.vocab;
+    m->UP = m->c.mlp == USP_MLP_SWIGLU ? 2 * m->F : m->F;
+    USP_CHECK_GOTO(usp_model_check_shape(&m->c, setup->seq_len, sh->ulysses, setup->attention_local,
+                                         setup->tile_rows), s, fail);
+    const size_t L = (size_t)m->c.n_layer;
+    USP_CHECK_GOTO(usp_calloc((void **)&m->acts, L, sizeof *m->acts, "activations"), s, fail);
+    USP_CHECK_GOTO(usp_calloc((void **)&m->attn, L, sizeof *m->attn, "attention"), s, fail);
+    if (setup->attention_local)
+        USP_CHECK_GOTO(usp_seq_layout_make(USP_LAYOUT_CONTIGUOUS, setup->seq_len, sh->ulysses, sh->ring, &m->layout),
+                       s, fail);
+    else
+        USP_CHECK_GOTO(create_attention(m), s, fail);
+    m->T = m->layout.per_rank;
+    m->n = m->B * m->T;
+    int64_t tile = setup->tile_rows > 0 ? setup->tile_rows : DEFAULT_TILE_ROWS;
+    m->tile = tile < m->n ? tile : m->n;
+    USP_CHECK_GOTO(make_store(m), s, fail);
+    USP_CHECK_GOTO(alloc_activations(m), s, fail);
+    *out = m;
+    return USP_OK;
+fail:
+    usp_model_destroy(m);
+    return s;
+}
+
+void usp_model_destroy(usp_model *m)
+{
+    if (!m)
+        return;
+    for (int l = 0; m->attn && l < m->c.n_layer; l++)
+        ulysses_attention_destroy(m->attn[l]);
+    for (int i = 0; i < m->n_owned; i++)
+        usp_buffer_free(BE, m->owned[i]);
+    if (m->owns_store)
+        usp_param_store_destroy(m->store);
+    free(m->owned), free(m->attn), free(m->acts), free(m->host_targets), free(m->tensor_of), free(m->rope_inv_freq);
+    usp_param_table_free(&m->table);
+    free(m);
+}
+
+const usp_seq_layout *usp_model_layout(const usp_model *m) { return &m->layout; }
+const usp_param_table *usp_model_params_table(const usp_model *m) { return &m->table; }
+usp_param_store *usp_model_store(usp_model *m) { return m->store; }
+
+/* --- building blocks ------------------------------------------------------ */
+
+static usp_status linear(usp_model *m, float *out, const float *inp, const float *w, const float *b, int64_t i,
+                         int64_t o)
+{
+    return model_linear(m, m->n, out, inp, w, b, i, o);
+}
+
+static usp_status linear_backward(usp_model *m, float *dinp, int accumulate, float *dw, float *db,
+                                  const float *dout, const float *inp, const float *w, int64_t i, int64_t o)
+{
+    return model_linear_backward(m, m->n, dinp, accumulate, dw, db, dout, inp, w, i, o);
+}
+
+static usp_attention_shape local_attention(const usp_model *m)
+{
+    return (usp_attention_shape){.batch = m->B, .n_q = m->T, .n_kv = m->T, .n_heads = m->H,
+                                 .n_kv_heads = m->Hkv, .head_dim = m->D, .causal = 1,
+                                 .scale = 1.0f / sqrtf((float)m->D)};
+}
+
+/* The activation set and attention of layer l. */
+static int slot(const usp_model *m, int l) { return m->s.recompute_layers ? 0 : l; }
+
+/* --- forward -------------------------------------------------------------- */
+
+static usp_status upload_batch(usp_model *m, const usp_shard *shards)
+{
+    for (int64_t b = 0; b < m->B; b++) {
+        const usp_shard *sh = &shards[b];
+        size_t at = (size_t)(b * m->T), bytes = (size_t)m->T * sizeof(int32_t);
+        USP_CHECK(usp_buffer_copy(BE, m->tokens + at, sh->tokens, bytes, USP_COPY_HOST_TO_DEVICE, ST));
+        USP_CHECK(usp_buffer_copy(BE, m->targets + at, sh->targets, bytes, USP_COPY_HOST_TO_DEVICE, ST));
+        USP_CHECK(usp_buffer_copy(BE, m->positions + at, sh->positions, bytes, USP_COPY_HOST_TO_DEVICE, ST));
+        if (!sh->tokens) /* shapes only (meta): the copies' cost counts, there is nothing to check */
+            continue;
+        memcpy(m->host_targets + at, sh->targets, bytes);
+        for (int64_t i = 0; i < m->T; i++)
+            if (sh->tokens[i] < 0 || sh->tokens[i] >= m->V || sh->targets[i] >= m->V)
+                return usp_error(USP_ERR_CONFIG, "token %d at position %d is outside the vocabulary of %lld of "
+                                 "model %s: use a model with a larger vocabulary for this data",
+                                 sh->tokens[i] >= m->V || sh->tokens[i] < 0 ? sh->tokens[i] : sh->targets[i],
+                                 sh->positions[i], (long long)m->V, m->c.name);
+    }
+    return USP_OK;
+}
+
+static usp_status attention_forward(usp_model *m, int l, layer_acts *a)
+{
+    if (!m->s.attention_local)
+        return ulysses_attention_forward(m->attn[slot(m, l)], a->q, a->k, a->v, a->att);
+    usp_attention_shape sh = local_attention(m);
+    return usp_flash_attention_forward(BE, &sh, a->q, a->k, a->v, a->att, a->att_lse, ST);
+}
+
+/* The layer's two norms: a->ln1 from its input x, a->ln2 from the residual after attention a->mid. */
+static usp_status norm1_forward(usp_model *m, int l, layer_acts *a, const float *x)
+{
+    return model_norm_forward(m, a->ln1, a->ln1_mean, a->ln1_rstd, x, model_param(m, USP_P_NORM1_W, l),
+                              model_param(m, USP_P_NORM1_B, l));
+}
+
+static usp_status norm2_forward(usp_model *m, int l, layer_acts *a)
+{
+    return model_norm_forward(m, a->ln2, a->ln2_mean, a->ln2_rstd, a->mid, model_param(m, USP_P_NORM2_W, l),
+                              model_param(m, USP_P_NORM2_B, l));
+}
+
+/* The layer up to the MLP's input: a->ln1 .. a->ln2 from x (its weights in use). */
+static usp_status attention_block_forward(usp_model *m, int l, layer_acts *a, const float *x)
+{
+    const int64_t n = m->n, C = m->C, qd = m->H * m->D, kd = m->Hkv * m->D;
+    const float *w_qkv = model_param(m, USP_P_QKV_W, l), *b_qkv = model_param(m, USP_P_QKV_B, l);
+    USP_CHECK(norm1_forward(m, l, a, x));
+    USP_CHECK(linear(m, a->q, a->ln1, w_qkv, b_qkv, C, qd));
+    USP_CHECK(linear(m, a->k, a->ln1, model_at(m, w_qkv, qd * C), b_qkv ? model_at(m, b_qkv, qd) : NULL, C, kd));
+    USP_CHECK(linear(m, a->v, a->ln1, model_at(m, w_qkv, (qd + kd) * C), b_qkv ? model_at(m, b_qkv, qd + kd) : NULL,
+                     C, kd));
+    if (m->c.positions == USP_POS_ROPE) {
+        const float theta = m->c.rope_theta;
+        USP_CHECK(usp_rope_forward(BE, a->q, m->positions, n, m->H, m->D, theta, m->rope_inv_freq, ST));
+        USP_CHECK(usp_rope_forward(BE, a->k, m->positions, n, m->Hkv, m->D, theta, m->rope_inv_freq, ST));
+    }
+    USP_CHECK(attention_forward(m, l, a));
+    USP_CHECK(linear(m, a->mid, a->att, model_param(m, USP_P_ATTN_O_W, l), model_param(m, USP_P_ATTN_O_B, l), qd,
+                     C));
+    USP_CHECK(usp_accumulate_2d(BE, a->mid, (size_t)C, x, (size_t)C, (size_t)C, (size_t)n, ST));
+    return norm2_forward(m, l, a);
+}
+
+static usp_status layer_forward(usp_model *m, int l)
+{
+    layer_acts *a = &m->acts[slot(m, l)];
+    const int64_t n = m->n, C = m->C;
+    const float *x = model_at(m, m->residual, l * n * C);
+    float *x_out = model_at(m, m->residual, (l + 1) * n * C);
+    USP_CHECK(model_use_weights(m, l));
+    USP_CHECK(attention_block_forward(m, l, a, x));
+    USP_CHECK(mlp_forward(m, l, a, a->ln2, x_out));
+    USP_CHECK(usp_accumulate_2d(BE, x_out, (size_t)C, a->mid, (size_t)C, (size_t)C, (size_t)n, ST));
+    return model_drop_weights(m, l);
+}
+
+void usp_model_step_flops(const usp_model *m, double *forward, double *recompute)
+{
+    *forward = m->forward_flops, *recompute = m->recompute_flops;
+}
+
+usp_status usp_model_forward(usp_model *m, const usp_shard *shards)
+{
+    const double start = usp_backend_flops(BE);
+    m->recompute_flops = 0;
+    USP_CHECK(upload_batch(m, shards));
+    USP_CHECK(model_use_weights(m, -1));
+    const float *wpe = model_param(m, USP_P_WPE, -1);
+    USP_CHECK(usp_embedding_forward(BE, m->residual, m->tokens, wpe ? m->positions : NULL,
+                                    model_param(m, USP_P_WTE, -1), wpe, m->n, m->C, ST));
+    USP_CHECK(model_drop_weights(m, -1));
+    for (int l = 0; l < m->c.n_layer; l++)
+        USP_CHECK(layer_forward(m, l));
+    m->head_grads_ready = 0;
+    USP_CHECK(head_forward(m));
+    m->forward_flops = usp_backend_flops(BE) - start;
+    return USP_OK;
+}
+
+/* --- backward ------------------------------------------------------------- */
+
+static usp_status attention_backward(usp_model *m, int l, layer_acts *a)
+{
+    if (!m->s.attention_local)
+        return ulysses_attention_backward(m->attn[slot(m, l)], m->d_att, m->d_q, m->d_k, m->d_v);
+    usp_attention_shape sh = local_attention(m);
+    return usp_flash_attention_backward(BE, &sh, a->q, a->k, a->v, a->att, a->att_lse, m->d_att, m->d_q, m->d_k,
+                                        m->d_v, 0, ST);
+}
+
+/* d_x holds the gradient of the layer's output; on return, that of its input. */
+static usp_status layer_backward(usp_model *m, int l)
+{
+    layer_acts *a = &m->acts[slot(m, l)];
+    const int64_t n = m->n, C = m->C, qd = m->H * m->D, kd = m->Hkv * m->D;
+    const float *x = model_at(m, m->residual, l * n * C);
+    USP_CHECK(model_use_weights(m, l));
+    USP_CHECK(model_open_grads(m, l));
+    if (m->s.recompute_layers) { /* the same ops on the same input: the same activations, bit for bit */
+        const double start = usp_backend_flops(BE);
+        USP_CHECK(attention_block_forward(m, l, a, x));
+        if (!m->s.tiled_mlp)
+            USP_CHECK(mlp_recompute(m, l, a, a->ln2));
+        m->recompute_flops += usp_backend_flops(BE) - start;
+    } else if (m->s.selective_recompute) { /* the element-wise ops again, on the kept x, mid and up */
+        const double start = usp_backend_flops(BE);
+        USP_CHECK(norm1_forward(m, l, a, x));
+        USP_CHECK(norm2_forward(m, l, a));
+        if (!m->s.tiled_mlp)
+            USP_CHECK(mlp_recompute_activation(m, a));
+        m->recompute_flops += usp_backend_flops(BE) - start;
+    }
+    /* MLP: x_out = mid + mlp(ln2); the residual passes d_x on to mid unchanged */
+    USP_CHECK(mlp_backward(m, l, a, a->ln2, m->d_x, m->d_h));
+    USP_CHECK(model_norm_backward(m, m->d_x, model_grad(m, USP_P_NORM2_W, l), model_grad(m, USP_P_NORM2_B, l), m->d_h,
+                            a->mid, model_param(m, USP_P_NORM2_W, l), a->ln2_mean, a->ln2_rstd));
+    /* attention: mid = x + att Wo^T */
+    USP_CHECK(linear_backward(m, m->d_att, 0, model_grad(m, USP_P_ATTN_O_W, l), model_grad(m, USP_P_ATTN_O_B, l),
+                              m->d_x, a->att, model_param(m, USP_P_ATTN_O_W, l), qd, C));
+    USP_CHECK(attention_backward(m, l, a));
+    if (m->c.positions == USP_POS_ROPE) {
+        const float theta = m->c.rope_theta;
+        USP_CHECK(usp_rope_backward(BE, m->d_q, m->positions, n, m->H, m->D, theta, m->rope_inv_freq, ST));
+        USP_CHECK(usp_rope_backward(BE, m->d_k, m->positions, n, m->Hkv, m->D, theta, m->rope_inv_freq, ST));
+    }
+    const float *w = model_param(m, USP_P_QKV_W, l);
+    float *dw = model_grad(m, USP_P_QKV_W, l), *db = model_grad(m, USP_P_QKV_B, l);
+    USP_CHECK(linear_backward(m, m->d_h, 0, dw, db, m->d_q, a->ln1, w, C, qd));
+    USP_CHECK(linear_backward(m, m->d_h, 1, model_at(m, dw, qd * C), db ? model_at(m, db, qd) : NULL, m->d_k, a->ln1,
+                              model_at(m, w, qd * C), C, kd));
+    USP_CHECK(linear_backward(m, m->d_h, 1, model_at(m, dw, (qd + kd) * C), db ? model_at(m, db, qd + kd) : NULL,
+                              m->d_v, a->ln1, model_at(m, w, (qd + kd) * C), C, kd));
+    USP_CHECK(model_norm_backward(m, m->d_x, model_grad(m, USP_P_NORM1_W, l), model_grad(m, USP_P_NORM1_B, l),
+                                  m->d_h, x, model_param(m, USP_P_NORM1_W, l), a->ln1_mean, a->ln1_rstd));
+    USP_CHECK(model_close_grads(m, l));
+    return model_drop_weights(m, l);
+}
+
+usp_status usp_model_backward(usp_model *m)
+{
+    USP_ASSERT(m->head_grads_ready, "usp_model_backward without a usp_model_loss with_grad since the forward");
+    m->head_grads_ready = 0;
+    USP_CHECK(head_backward(m));
+    for (int l = (int)m->c.n_layer - 1; l >= 0; l--)
+        USP_CHECK(layer_backward(m, l));
+    USP_CHECK(model_open_grads(m, -1));
+    float *d_wpe = model_grad(m, USP_P_WPE, -1);
+    usp_status s = usp_embedding_backward(BE, model_grad(m, USP_P_WTE, -1), d_wpe, m->d_x, m->tokens,
+                                          d_wpe ? m->positions : NULL, m->n, m->C, ST);
+    USP_CHECK(s);
+    USP_CHECK(model_close_grads(m, -1));
+    return m->c.tied_embeddings ? model_close_grads(m, -1) : USP_OK; /* the loss's opening of the tied lm_head */
+}

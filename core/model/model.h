@@ -1,0 +1,100 @@
+/* A decoder-only transformer (GPT-2 and Llama families) on one rank of the
+ * mesh: forward, loss and backward of every layer through the compute ops
+ * (core/ops.h), with sequence-parallel attention (Ulysses, Ring or both:
+ * core/parallel/ulysses.h) or, for teaching, each rank attending to its own shard only.
+ *
+ * Shapes (n = B T rows: this rank's B sequences of T tokens each):
+ *   residual stream [n, C]; q [n, H D]; k, v [n, Hkv D]; MLP hidden [n, F];
+ *   logits [n, V]. Weights, gradients and Adam state live in a parameter store
+ *   (core/model/param_store.h): whole on every rank, or sharded (ZeRO 1-3).
+ *
+ * Memory options (each exact up to the order of floating-point sums):
+ *   recompute_layers  keep only each layer's input; backward recomputes the
+ *                     layer's forward (attention and its all-to-alls included)
+ *                     before its backward, so one layer's activations are live;
+ *   selective_recompute  keep every matmul's output and the attention's, and
+ *                     recompute in backward what is element-wise: the two
+ *                     norms (from the layer's input and the residual after
+ *                     attention) and the MLP's activation (from its
+ *                     pre-activation). One set of those is live instead of L,
+ *                     for no matmul done twice (with recompute_layers, nothing
+ *                     more is saved);
+ *   tiled_mlp         the MLP runs `tile_rows` rows at a time, forward and
+ *                     backward, and keeps nothing of its [n, F] hidden: backward
+ *                     recomputes each tile's hidden (as Arctic's TiledMLP);
+ *   tiled_loss        lm_head, cross-entropy and the lm_head's backward run
+ *                     `tile_rows` rows at a time: the [n, V] logits never exist;
+ *   eager_loss        (shapes only) the loss holds what PyTorch's eager
+ *                     cross-entropy holds: two more fp32 [n, V] arrays, the
+ *                     saved log-softmax and its gradient, beside the logits. */
+#ifndef USP_MODEL_H
+#define USP_MODEL_H
+
+#include "core/data/data.h"
+#include "core/parallel/mesh.h"
+#include "core/model/model_params.h"
+#include "core/ops.h"
+#include "core/model/param_store.h"
+
+typedef struct usp_model usp_model;
+
+typedef struct usp_model_setup {
+    const usp_model_config *config;
+    usp_backend_t *backend;
+    usp_stream_t *stream;
+    const usp_mesh *mesh;   /* its ulysses and ring groups carry the attention */
+    int attention_local;    /* 1: each rank attends only to its own tokens (no communication) */
+    int64_t batch;          /* sequences on this rank */
+    int64_t seq_len;        /* N, padded length */
+    usp_param_store *store; /* where weights live; NULL: the model makes a whole one (no optimizer state) */
+    int recompute_layers;   /* see the memory options above */
+    int selective_recompute;
+    int tiled_mlp, tiled_loss;
+    int eager_loss;         /* see the memory options above (not with tiled_loss) */
+    int eager_ring_merge;   /* ring attention merges as ring-flash-attention does in PyTorch (core/parallel/ring.h; shapes only) */
+    int64_t tile_rows;      /* rows per tile (0: 1024) */
+    usp_dtype storage;      /* activations: USP_F32 (0), or USP_BF16 on meta (usp_buffer_alloc_as) */
+} usp_model_setup;
+
+/* Checks what usp_model_create would refuse in the shape, before any rank allocates: the length against
+ * learned positions, the tile rows, and (unless attention is local) the heads over `ulysses` ranks. */
+usp_status usp_model_check_shape(const usp_model_config *c, int64_t seq_len, int ulysses, int attention_local,
+                                 int64_t tile_rows);
+
+/* Allocates parameters, gradients and activations (categories "weights",
+ * "gradients", "activations") and the attention of every layer. */
+usp_status usp_model_create(const usp_model_setup *setup, usp_model **out);
+
+/* Frees everything the model holds. */
+void usp_model_destroy(usp_model *m);
+
+/* The layout the model expects its tokens in (for the data loader). */
+const usp_seq_layout *usp_model_layout(const usp_model *m);
+
+/* The parameter table; the model's store. */
+const usp_param_table *usp_model_params_table(const usp_model *m);
+usp_param_store *usp_model_store(usp_model *m);
+
+/* The FLOPs of the last step: its forward pass up to the logits (with the
+ * tiled loss, the lm_head's tiles too), and the forward work backward did again
+ * (recomputed layers, tiled MLP hidden): model FLOPs exclude the latter. */
+void usp_model_step_flops(const usp_model *m, double *forward, double *recompute);
+
+/* Runs embedding and every layer up to the logits for `shards` (one per sequence on this rank). */
+usp_status usp_model_forward(usp_model *m, const usp_shard *shards);
+
+/* Argmax of the logits of local rows rows[0..n) (after forward, before loss); -1 on meta.
+ * Collective with ZeRO 3 and the tiled loss (it gathers the lm_head): every rank calls it, n may be 0. */
+usp_status usp_model_argmax(usp_model *m, const int64_t *rows, int n, int32_t *out);
+
+/* Cross-entropy of the logits against the shards' targets; *loss_sum (host) is
+ * the sum over valid targets (NaN on meta). With `with_grad`, also zeroes the
+ * gradients and runs the lm_head's backward for dloss/dlogits = grad_scale x
+ * (softmax - onehot), as usp_model_backward expects. */
+usp_status usp_model_loss(usp_model *m, float grad_scale, int with_grad, double *loss_sum);
+
+/* Backpropagates the last loss (run with_grad) into the store's gradients
+ * (this rank's part: the store sums them over the ranks, see param_store.h). */
+usp_status usp_model_backward(usp_model *m);
+
+#endif

@@ -1,0 +1,63 @@
+/* Ring attention: exact attention over a sequence split across the R ranks of
+ * a ring group, with no rank ever holding more than two K/V blocks.
+ *
+ * Each ring rank keeps its queries and passes its K/V block to its successor
+ * R-1 times, so at step s (0..R-1) rank r holds the block of ring rank
+ * (r - s) mod R. The partial results of each block are merged by log-sum-exp
+ * (online softmax): with l = log sum_j e^(s_j) over one block,
+ *   lse = log(e^lse_a + e^lse_b),  o = e^(lse_a - lse) o_a + e^(lse_b - lse) o_b,
+ * which is exact, so the ring equals one-rank attention up to rounding. The
+ * backward pass (as in ring-flash-attention) recomputes each block's
+ * probabilities from the GLOBAL o and lse of the forward, keeps dQ at home and
+ * lets dK/dV travel with their K/V block; after the last step one more hop
+ * brings every block's gradients back to the rank that owns it.
+ *
+ * Under a causal mask the zigzag layout (core/parallel/layout.h) gives every ring rank
+ * chunks r and 2R-1-r; a (query run, key run) product whose keys all lie in
+ * the future of its queries is skipped, so every rank does the same work.
+ *
+ * The heads are those this rank attends for: all of them with ring alone, a
+ * share of them after Ulysses' all-to-all in the hybrid. */
+#ifndef USP_RING_H
+#define USP_RING_H
+
+#include <stdint.h>
+
+#include "core/comm/comm.h"
+#include "core/parallel/layout.h"
+#include "core/ops.h"
+
+typedef struct ring_attention ring_attention;
+
+typedef struct ring_attention_config {
+    usp_backend_t *backend;
+    usp_comm_t *ring;      /* the ring group (size R; this rank is usp_comm_rank(ring)) */
+    usp_stream_t *stream;
+    usp_seq_layout layout; /* ulysses = 1, ring = R: ring rank r holds the tokens of usp_seq_layout_runs(&layout, r)
+                              (zigzag: chunks r and 2R-1-r; contiguous: [rT, (r+1)T)) */
+    int64_t batch, n_heads, n_kv_heads, head_dim; /* the heads this rank attends for */
+    int causal;
+    float scale;
+    usp_dtype storage;     /* of the travelling blocks: USP_F32 (0), or USP_BF16 on meta */
+    int eager_merge;       /* shapes only: each merge also moves what ring-flash-attention's PyTorch merge does
+                              (ring.c, eager_merge_passes) */
+} ring_attention_config;
+
+/* Checks the config and allocates the scratch (two travelling buffers of
+ * K, V, dK, dV blocks: category "comm"; merge temporaries: "attention workspace"). */
+usp_status ring_attention_create(const ring_attention_config *c, ring_attention **out);
+
+/* o [B,T,H,D] and the GLOBAL lse [B,H,T] (saved for backward) of q [B,T,H,D]
+ * against every rank's k, v [B,T,Hkv,D]; all this rank's tokens in local order. */
+usp_status ring_attention_forward(ring_attention *a, const float *q, const float *k, const float *v, float *o,
+                                  float *lse);
+
+/* dq [B,T,H,D], dk, dv [B,T,Hkv,D] of this rank's tokens (overwritten), from the forward's o and lse. */
+usp_status ring_attention_backward(ring_attention *a, const float *q, const float *k, const float *v,
+                                   const float *o, const float *lse, const float *d_o, float *dq, float *dk,
+                                   float *dv);
+
+/* Frees the scratch and the handle (NULL is a no-op). */
+void ring_attention_destroy(ring_attention *a);
+
+#endif

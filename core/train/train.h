@@ -1,0 +1,139 @@
+/* The training (and evaluation) loop of one rank.
+ *
+ * Per step: every rank reads its shard of its DP replica's B/DP sequences; the
+ * count of valid targets is summed over the world first, so the loss is the
+ * mean over every valid token of the global batch (never a mean of per-rank
+ * means); forward, cross-entropy, backward; gradients all-reduced over sp and
+ * then dp (weights are replicated on SP ranks), or reduce-scattered over the
+ * world with ZeRO 2-3; global-norm clipping; AdamW with linear warmup and
+ * cosine decay. The same code runs on every backend. A step whose loss or
+ * gradient norm is not finite stops the run (USP_ERR_RUNTIME naming the step)
+ * before its update, so a diverged run saves nothing.
+ *
+ * On a backend without numerics (meta) the step runs on shapes only: every op,
+ * allocation and collective is issued as in a numeric run, but nothing is read
+ * back: no weights are initialised or loaded, no checkpoint written (--save is
+ * a configuration error), the loss is NaN and passkey accuracy not measured,
+ * and no host memory proportional to the parameters is allocated.
+ *
+ * Nothing here prints: rank 0 hands progress to the command as records
+ * (usp_train_record, through config->on_record), and figures of every rank
+ * reach rank 0 through usp_rank_gather (core/runtime/rank.h). */
+#ifndef USP_TRAIN_H
+#define USP_TRAIN_H
+
+#include <stdint.h>
+
+#include "core/parallel/mesh.h"
+#include "core/model/model_config.h"
+#include "core/runtime/rank.h"
+
+/* One rank's figures of the last step it ran (for usp plan). */
+typedef struct usp_train_step_stats {
+    double fwd_flops;      /* FLOPs its ops reported for the forward pass, to the logits (usp_model_step_flops) */
+    double step_flops;     /* ... over the whole step: forward, loss, backward, reductions, AdamW */
+    double recompute_flops; /* the part of step_flops that recomputed forward work (not model FLOPs) */
+    double start_s, end_s; /* its modelled clock when the step started and ended */
+} usp_train_step_stats;
+
+/* What rank 0 tells the command while it runs. */
+typedef enum usp_train_record_kind {
+    USP_TRAIN_RECORD_STEP,         /* progress: every log_every steps, and the last step */
+    USP_TRAIN_RECORD_FIRST_GRADS,  /* record_tensors: step 1's all-reduced gradients, before clipping (ZeRO 0-1) */
+    USP_TRAIN_RECORD_LAST_WEIGHTS, /* record_tensors: the weights after the last step */
+} usp_train_record_kind;
+
+typedef struct usp_train_record {
+    usp_train_record_kind kind;
+    int64_t step, steps;       /* the step just done; the schedule's length */
+    /* STEP: */
+    double loss;               /* the step's loss; NaN on the meta backend */
+    double lr;                 /* its learning rate */
+    double tokens_per_s;       /* wall clock, over the steps of this run so far */
+    double sim_time_s;         /* rank 0's modelled clock */
+    double sim_step_s;         /* the clock's mean per step since the previous record */
+    const double *peak_bytes;  /* [n_peaks]: the ranks' peak memory so far, gathered over the world
+                                  communicator; on the meta backend nothing moves: rank 0's only */
+    int n_peaks;
+    int shapes_only;           /* the meta backend ran (loss NaN, one peak) */
+    /* FIRST_GRADS, LAST_WEIGHTS: */
+    const float *values;       /* [n_values], in the parameter table's order; valid during the call */
+    int64_t n_values;
+} usp_train_record;
+
+/* Receives the records, on rank 0, in step order. */
+typedef void (*usp_train_record_fn)(void *ctx, const usp_train_record *record);
+
+typedef struct usp_train_config {
+    usp_model_config model;
+    usp_mesh_shape shape;
+    const char *data;          /* passkey | text:FILE | tokens:FILE | tokens32:FILE */
+    int64_t seq_len;           /* the real sequence length */
+    int pad;                   /* pad to a length the layout divides (masked out of the loss) */
+    int64_t batch;             /* global batch: sequences per step over all DP replicas */
+    int64_t steps;             /* length of the schedule */
+    int64_t until;             /* stop after this step (0: steps) */
+    double lr, min_lr_ratio, weight_decay, grad_clip, beta1, beta2, eps;
+    int64_t warmup;
+    uint64_t seed;
+    int attention_local;
+    int zero_stage;            /* 0-3: shard Adam state, then gradients, then weights over all ranks (param_store.h) */
+    int recompute_layers;      /* memory options of the model (model.h) */
+    int selective_recompute;
+    int tiled_mlp, tiled_loss;
+    int64_t tile_rows;
+    int offload_optimizer;     /* master weights and Adam state on the host (ZeRO-Offload; shapes only) */
+    int eager_loss;            /* the loss as PyTorch's eager cross-entropy holds it (shapes only; model.h) */
+    int forward_only;          /* a step is the forward and the loss, no backward or update (shapes only: planning) */
+    int64_t micro_batches;     /* a replica's sequences run in this many passes a step, gradients accumulated (0, 1: one) */
+    int eager_ring_merge;      /* ring attention's merge as PyTorch frameworks run it (shapes only; core/parallel/ring.h) */
+    usp_dtype storage;         /* USP_F32, or USP_BF16 mixed precision (shapes only: see usp_buffer_alloc_as) */
+    const char *save_dir, *resume_dir;
+    int64_t log_every;         /* a STEP record every log_every steps (and at the last) */
+    int64_t eval_samples;      /* held-out passkey samples evaluated at the end (0: none) */
+    int eval_only;             /* usp eval: no training steps */
+    usp_train_record_fn on_record; /* rank 0's progress (NULL: none, and no peaks gathered for it) */
+    void *record_ctx;          /* its first argument */
+    int record_tensors;        /* tests: also FIRST_GRADS and LAST_WEIGHTS records (every rank joins the
+                                  gather of sharded weights) */
+    usp_train_step_stats *step_stats; /* when set (on every rank or none), [world]: every rank's figures of
+                                  the last step it ran, gathered to rank 0 (usp_rank_gather) */
+} usp_train_config;
+
+/* What rank 0 reports back to the command. */
+typedef struct usp_train_result {
+    double loss;               /* the held-out mean when evaluated (loss_held_out), else the last step's;
+                                  NaN on the meta backend */
+    int loss_held_out;
+    double passkey_accuracy;   /* -1 when not evaluated */
+    double tokens_per_s, wall_s, sim_time_s;
+    double steps_time_s;       /* rank 0's clock when the steps ended: sim_time_s less saving and evaluating */
+    int64_t steps_done;
+    int64_t seq_len_padded;
+    double first_loss;         /* the loss of the first step run */
+    size_t *peak_bytes;        /* when set (on every rank or none), [world]: every rank's peak memory over
+                                  the run, gathered to rank 0 (usp_rank_gather) */
+} usp_train_result;
+
+typedef struct usp_train_run {
+    const usp_train_config *config;
+    usp_train_result *result;
+} usp_train_run;
+
+/* Clears c and sets the default hyperparameters (lr 1e-3, warmup 10% of steps, cosine to 10%, wd 0.1, clip 1, betas 0.9/0.95). */
+void usp_train_defaults(usp_train_config *c);
+
+/* Checks the optimizer's numbers (finite; lr > 0, betas in [0, 1), eps > 0,
+ * weight decay and clip >= 0, min_lr_ratio in [0, 1]), the batch against DP,
+ * the (padded) length against the layout and the model against the mesh
+ * (usp_model_check_shape), before any rank runs;
+ * *padded_len is the length the ranks will use. */
+usp_status usp_train_check(const usp_train_config *c, int64_t *padded_len);
+
+/* One rank of a training or evaluation run (arg: usp_train_run *). */
+usp_status usp_train_rank(const usp_rank_ctx *ctx, void *arg);
+
+/* The learning rate at step t (1-based) of the schedule. */
+double usp_train_lr(const usp_train_config *c, int64_t t);
+
+#endif
