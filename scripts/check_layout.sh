@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The layout's rules, measured on a build (docs/MAP.md, "Rules of the house"):
+# The layout's rules, measured on a build (docs/ARCHITECTURE.md, "Rules of the house"):
 #   1. no cycle between files: A -> B when an object of A uses a symbol that B's object
 #      defines (nm over the build; tests left out);
 #   2. no cycle between rooms (a room is a folder): the arrows of 1, and the includes of
