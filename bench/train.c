@@ -173,7 +173,7 @@ static double sgemm_ref_gflops(const sgemm_ref *r, double *seconds)
 typedef struct step_log {
     const sgemm_ref *ref;
     double wall[MAX_STEPS + 1];  /* [k]: when the record of step k arrived (0: not yet) */
-    double sim[MAX_STEPS + 1];   /* [k]: its sim_time_s */
+    double sim[MAX_STEPS + 1];   /* [k]: its clock_s (modelled: bench runs the simulator) */
     double sgemm[MAX_STEPS + 1]; /* [k]: GFLOP/s of the sgemm run right after it */
     double paused;               /* seconds spent in those sgemm calls so far */
 } step_log;
@@ -186,7 +186,7 @@ static void step_log_record(void *ctx, const usp_train_record *record)
     if (record->kind != USP_TRAIN_RECORD_STEP || record->step < 1 || record->step > MAX_STEPS)
         return;
     l->wall[record->step] = now - l->paused;
-    l->sim[record->step] = record->sim_time_s;
+    l->sim[record->step] = record->clock_s;
     l->sgemm[record->step] = sgemm_ref_gflops(l->ref, NULL);
     l->paused += wall_now() - now; /* the sgemm: all of it is off the steps' clock */
 }

@@ -1,4 +1,9 @@
-/* Compute ops: the interface every backend (cpu, meta, lazy, cuda) fills.
+/* Room core/ (its root): the op seam: the compute ops every backend fills (this file,
+ * ops_layers.c), the slots behind them (backend_impl.h), dtypes (dtype.h), op timing
+ * (ops_timer.c). Rooms above call only these functions; backends/ fill them. It may use:
+ * base/, trace/.
+ *
+ * Compute ops: the interface every backend (cpu, meta, lazy, cuda) fills.
  *
  * Model code calls only these functions. Buffers are backend memory (device
  * pointers on CUDA, fake addresses on the meta backend): code never reads them

@@ -3,27 +3,7 @@
 # injected faults ending within 5 seconds with a report, identical traces.
 # Usage: cli_test.sh PATH/TO/usp
 set -u
-usp=$1
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-passed=0 failed=0
-
-# expect CODE NEEDLE -- ARGS...: runs usp ARGS (60 s at most, or $limit), checks
-# the exit code and that NEEDLE appears in its output (stdout + stderr).
-expect() {
-    local code=$1 needle=$2
-    shift 3
-    local out rc
-    out=$(timeout "${limit:-60}" "$usp" "$@" 2>&1)
-    rc=$?
-    if [[ $rc -eq $code && $out == *"$needle"* ]]; then
-        passed=$((passed + 1))
-    else
-        failed=$((failed + 1))
-        echo "FAIL: usp $* -> exit $rc (expected $code), looked for '$needle' in:"
-        echo "$out" | head -20 | sed 's/^/    /'
-    fi
-}
+source "$(dirname "$0")/cli_lib.sh" "$1"
 
 expect 0 "usp 0." -- --version
 expect 0 "selftest" -- --help
@@ -67,7 +47,7 @@ if [[ $(ls "$work") == $'a.txt\nb.txt' ]]; then passed=$((passed + 1)); else
 # usp train / eval: short runs, the JSON contract, bad options and files
 expect 0 '"summary":true' -- train --steps 3 --seq 64 --batch 2 --eval-samples 2 --json
 out=$(timeout 60 "$usp" train --steps 3 --seq 64 --batch 2 --eval-samples 2 --json 2>&1)
-for field in '"step":' '"loss":' '"tokens_per_s":' '"sim_time_s":' '"wall_s":' '"peak_bytes":[' '"passkey_accuracy":'; do
+for field in '"step":' '"loss":' '"tokens_per_s":' '"clock_s":' '"clock_step_s":' '"clock":"modelled"' '"sim_time_s":' '"wall_s":' '"peak_bytes":[' '"passkey_accuracy":'; do
     if [[ $out == *"$field"* ]]; then passed=$((passed + 1)); else failed=$((failed + 1)); echo "FAIL: train --json lacks $field"; fi
 done
 expect 0 "passkey accuracy" -- train --steps 2 --seq 64 --batch 2 --eval-samples 2 --world 4 --ulysses 2 --ring 2
@@ -129,11 +109,6 @@ expect 2 "$work/ckpt/model.safetensors" -- eval --resume "$work/ckpt" --seq 64 -
 export LSAN_OPTIONS="suppressions=$(cd "$(dirname "$0")/.." && pwd)/viz/graphviz_lsan.supp${LSAN_OPTIONS:+:$LSAN_OPTIONS}"
 vz=$work/viz
 mkdir -p "$vz"
-check() { # check DESCRIPTION CONDITION...: counts a check that passes when the condition does
-    local what=$1
-    shift
-    if "$@"; then passed=$((passed + 1)); else failed=$((failed + 1)); echo "FAIL: $what"; fi
-}
 # eval has its own options: a training option is refused by name, nothing is written, and its summary counts
 # samples, not steps
 "$usp" train --steps 2 --seq 64 --batch 2 --eval-samples 0 --save "$work/eval_ckpt" >/dev/null 2>&1
@@ -185,7 +160,6 @@ check "no temporary files left beside the pictures" test -z "$(ls "$vz" | grep '
 tr=$work/train
 mkdir -p "$tr"
 limit=60
-short=(train --steps 2 --seq 64 --batch 2 --eval-samples 0)
 expect 2 "--dot $tr/a.gif: unknown diagram format '.gif'" -- "${short[@]}" --dot "$tr/a.gif"
 check "train: a bad --dot leaves no file" test -z "$(ls "$tr")"
 expect 0 "trace in $tr/t.json" -- "${short[@]}" --trace "$tr/t.json"
@@ -255,7 +229,6 @@ expect 3 "rank 2 waits in all_reduce #9 on ulysses[0]" -- selftest --world 8 --u
 unset limit
 
 # training options checked before step 1, naming the option and the value (issue 15, class 9)
-one=(train --steps 1 --seq 64 --batch 2 --eval-samples 0)
 expect 2 "--lr nan: the learning rate must be a finite number above 0" -- "${one[@]}" --lr nan
 expect 2 "--lr inf: the learning rate must be" -- "${one[@]}" --lr inf
 expect 2 "--lr -0.1: the learning rate must be" -- "${one[@]}" --lr -0.1
@@ -304,309 +277,4 @@ expect 2 "topology file $work/twice.json: duplicate object key near '\"bandwidth
 unset limit
 rm -f "$work/denormal.json" "$work/tiny.json" "$work/twice.json"
 
-# --resume continues the run that saved the checkpoint (issue 15): its seed and model, and steps still to
-# train. Before, a --seed or --model beside --resume was silently ignored or obeyed, a checkpoint past --steps
-# trained nothing with exit 0, and an optimizer step of "" or 99999999999999999999 was taken as 0 or 2^63 - 1.
-# set_saved_step DIR TEXT MANIFEST_STEP: DIR's optimizer.safetensors metadata says step TEXT, its manifest
-# MANIFEST_STEP and the file's new size (a whole checkpoint whose step field is TEXT)
-set_saved_step() {
-    perl -e 'my ($dir, $text, $manifest_step) = @ARGV;
-        my $file = "$dir/optimizer.safetensors";
-        open(my $in, "<:raw", $file) or die; local $/; my $bytes = <$in>; close $in;
-        my $n = unpack("Q<", substr($bytes, 0, 8));
-        my ($header, $tensors) = (substr($bytes, 8, $n), substr($bytes, 8 + $n));
-        $header =~ s/\s+$//; $header =~ s/"step":\s*"[^"]*"/"step":"$text"/ or die "no step in $file";
-        $header .= " " x ((8 - length($header) % 8) % 8);
-        open(my $out, ">:raw", $file) or die; print $out pack("Q<", length $header), $header, $tensors; close $out;
-        my $size = -s $file, $manifest = "$dir/usp_checkpoint.json";
-        open($in, "<", $manifest) or die; my $json = <$in>; close $in;
-        $json =~ s/("optimizer.safetensors":\s*)\d+/$1$size/ or die; $json =~ s/("step":\s*)\d+/$1$manifest_step/ or die;
-        open($out, ">", $manifest) or die; print $out $json; close $out;' "$@"
-}
-small=(--seq 64 --batch 2 --eval-samples 0 --log-every 1)
-"$usp" train --seed 7 --steps 4 --until 2 --save "$work/seed7" "${small[@]}" >/dev/null 2>&1
-expect 2 "--seed 8 beside --resume $work/seed7: the checkpoint was saved by a run with seed 7" -- \
-    train --resume "$work/seed7" --seed 8 --steps 4 "${small[@]}"
-expect 0 "done: loss" -- train --resume "$work/seed7" --seed 7 --steps 4 "${small[@]}"
-expect 2 "--model llama-1b beside --resume $work/seed7: not the checkpoint's model" -- \
-    train --resume "$work/seed7" --model llama-1b --steps 4 "${small[@]}"
-expect 0 "done: loss" -- train --resume "$work/seed7" --model tiny --steps 4 "${small[@]}"
-expect 2 "--resume $work/seed7: the checkpoint is at step 2; --steps 2 would train nothing: give --steps above 2" -- \
-    train --resume "$work/seed7" --steps 2 "${small[@]}"
-expect 2 "the checkpoint is at step 2; --steps 1 would train nothing" -- train --resume "$work/seed7" --steps 1 "${small[@]}"
-# without --seed the saved seed 7 continues the data stream: step 4's loss is the uninterrupted run's
-straight=$("$usp" train --seed 7 --steps 4 --json "${small[@]}" 2>&1 | grep '"step":4,' | grep -o '"loss":[^,]*')
-resumed=$("$usp" train --resume "$work/seed7" --steps 4 --json "${small[@]}" 2>&1 | grep '"step":4,' |
-    grep -o '"loss":[^,]*')
-check "resume without --seed: step 4 $resumed, uninterrupted with --seed 7: $straight" \
-    test -n "$straight" -a "$straight" = "$resumed"
-for step in "" 99999999999999999999; do
-    rm -rf "$work/bad_step" && cp -r "$work/seed7" "$work/bad_step"
-    set_saved_step "$work/bad_step" "$step" "$([[ -z $step ]] && echo 0 || echo 9223372036854775807)"
-    expect 2 "$work/bad_step/optimizer.safetensors: the metadata field \"step\" is \"$step\": expected a whole number" -- \
-        train --resume "$work/bad_step" --steps 4 "${small[@]}"
-done
-rm -rf "$work/seed7" "$work/bad_step"
-
-# NaN and Inf (issue 15, class 4): a diverging --lr stops the run at its step (exit 1) before any save,
-# and a checkpoint holding a NaN weight is refused on load (exit 2) naming the tensor and the element
-out=$(timeout 60 "$usp" train --lr 1e6 --steps 30 --seq 64 --batch 2 --eval-samples 0 --save "$work/diverged" 2>&1)
-rc=$?
-check "--lr 1e6 stops with exit 1 naming the step and --lr (exit $rc: $(echo "$out" | tail -1))" \
-    test $rc -eq 1 -a -n "$(echo "$out" | grep -E 'step [0-9]+ of 30: the (loss|gradient norm) is .*lower --lr')"
-check "a diverged run creates no --save directory" test ! -e "$work/diverged"
-expect 0 "done: loss" -- train --steps 1 --seq 64 --batch 2 --eval-samples 0 --save "$work/finite"
-# the data section starts after the 8-byte header length and the header; its first float is
-# element 0 of the first tensor written, the token embedding: make it a NaN (0x7fc00000, little-endian)
-header=$(od -An -tu8 -N8 "$work/finite/model.safetensors" | tr -d ' ')
-printf '\x00\x00\xc0\x7f' | dd of="$work/finite/model.safetensors" bs=1 seek=$((8 + header)) conv=notrunc 2>/dev/null
-expect 2 "model.embed_tokens.weight holds nan at element 0" -- \
-    train --resume "$work/finite" --steps 2 --seq 64 --batch 2 --eval-samples 0 --save "$work/from_nan"
-check "a refused resume creates no --save directory" test ! -e "$work/from_nan"
-rm -rf "$work/finite"
-
-# Output paths (issue 15): never cut, a path the OS cannot take refused naming the limit (exit 2, no file
-# written); a link stays a link and its target gets the output, a FIFO or a device is written through
-out_dir=$work/paths
-mkdir -p "$out_dir"
-name99=$(printf 'd%.0s' {1..99})
-deep=$out_dir
-for _ in {1..15}; do deep=$deep/$name99; done # about 1550 characters, every name valid
-mkdir -p "$deep"
-over_path_max=$out_dir
-while [[ ${#over_path_max} -le 4096 ]]; do over_path_max=$over_path_max/$name99; done
-over_name_max=$out_dir/$(printf 'n%.0s' {1..256})
-expect 2 "--save $over_path_max: the path is" -- "${one[@]}" --save "$over_path_max"
-expect 2 "PATH_MAX" -- "${one[@]}" --save "$over_path_max"
-expect 2 "NAME_MAX" -- "${one[@]}" --save "$over_name_max"
-expect 2 "--trace $over_name_max: the name" -- "${one[@]}" --trace "$over_name_max"
-check "refused long paths leave no file" test "$(ls "$out_dir")" = "$name99"
-expect 0 "done: loss" -- "${one[@]}" --save "$deep/ck" --trace "$deep/t.json"
-check "a 1500-character --save writes model.safetensors under its full name" test -s "$deep/ck/model.safetensors"
-check "a 1500-character --save writes config.json and optimizer.safetensors" \
-    test -s "$deep/ck/config.json" -a -s "$deep/ck/optimizer.safetensors"
-check "a 1500-character --save writes nothing beside its directory" test "$(ls "$deep")" = "$(printf 'ck\nt.json')"
-check "a 1500-character --trace is written under its full name" grep -q traceEvents "$deep/t.json"
-# a message longer than 1024 bytes keeps its reason at the end
-expect 2 "does not exist (No such file or directory); create it first" -- "${one[@]}" --save "$deep/missing/ck"
-# a name of 250 characters is valid: the temporary name beside it must not be too long
-name250=$(printf 'x%.0s' {1..245}).json
-expect 0 "done: loss" -- "${one[@]}" --trace "$out_dir/$name250"
-check "a --trace name of 250 characters is written" grep -q traceEvents "$out_dir/$name250"
-rm -rf "${out_dir:?}"/*
-echo old >"$out_dir/real.json"
-ln -s real.json "$out_dir/link.json"
-expect 0 "done: loss" -- "${one[@]}" --trace "$out_dir/link.json"
-check "--trace through a symlink keeps the link" test -L "$out_dir/link.json"
-check "--trace through a symlink writes its target" grep -q traceEvents "$out_dir/real.json"
-mkfifo "$out_dir/pipe"
-timeout 90 cat "$out_dir/pipe" >"$out_dir/from_pipe" &
-reader=$!
-expect 0 "done: loss" -- "${one[@]}" --trace "$out_dir/pipe"
-check "--trace to a FIFO leaves a FIFO" test -p "$out_dir/pipe"
-kill "$reader" 2>/dev/null
-wait "$reader" 2>/dev/null
-check "--trace to a FIFO writes through it to its reader" grep -q "# usp trace:" "$out_dir/from_pipe"
-expect 0 "done: loss" -- "${one[@]}" --trace /dev/null
-check "--trace /dev/null leaves /dev/null a character device" test -c /dev/null
-check "--trace /dev/null leaves nothing beside it" test -z "$(ls /dev | grep 'null\.tmp')"
-# /dev/stdout is a link to /proc/self/fd/1, which ends in a pipe here ("pipe:[N]", not a path): written through
-expect 0 "# usp trace:" -- "${one[@]}" --trace /dev/stdout
-check "--trace /dev/stdout leaves /dev/stdout a link" test -L /dev/stdout
-
-# issue 15: host memory that grows with W^2, R^2 or N; each timed out (or ran out of memory) before
-limit=20 expect 2 "--world 4096 x --ring 4096" -- plan --world 4096 --ring 4096 --seq 8192
-# 32 s under the sanitizers alone (measured), more beside the other tests
-limit=$([[ -n ${ASAN_OPTIONS:-} ]] && echo 120 || echo 60) expect 0 "planned in" -- plan --world 512 --ring 512 --seq 1024
-# 7 s here, 48 s under the sanitizers (scripts/test.sh sets ASAN_OPTIONS there); before: minutes and 16.8 GB
-limit=$([[ -n ${ASAN_OPTIONS:-} ]] && echo 150 || echo 60) expect 0 "planned in" -- plan --seq 1073741824
-limit=20 expect 2 "--world 4096 with 4096 heads" -- selftest --world 4096
-# issue 15: every rank's program runs in full, so a world past the planner's cap on rank-layers is refused at
-# once, naming the largest world that runs (before: 88-140 s and 1.1 GB; after the O(W) collectives: 70 s)
-limit=5 expect 2 "usp plan: --world 4096 x 32 layers (--model llama-7b) = 131072 rank-layers to simulate, more than the planner's 32768" -- \
-    plan --world 4096 --ulysses 32 --model llama-7b --seq 8192
-limit=5 expect 2 "use --world 1024 (DP 32 of U 32 x R 1)" -- plan --world 4096 --ulysses 32 --model llama-7b --seq 8192
-limit=5 expect 2 "rank-layers to simulate" -- train --meta --world 4096 --ulysses 32 --model llama-7b --seq 8192 --steps 1 --batch 128
-# issue 16: the attention kernel is a named choice, printed and in the JSON; FA3 only on Hopper
-expect 0 "attention kernel: fa2 (FlashAttention-2 rates), 35% / 30%" -- plan
-expect 0 "attention kernel: fa3 (FlashAttention-3 rates), 75% / 50%" -- plan --attention-kernel fa3
-expect 0 '"attention_kernel":"sdpa"' -- plan --attention-kernel sdpa --json
-expect 2 "--attention-kernel fa3: GPU a100-80g is not Hopper" -- plan --topology dgx-a100 --attention-kernel fa3
-expect 2 "--attention-kernel fa4: not a kernel the model knows" -- plan --attention-kernel fa4
-expect 2 "--attention-kernel fa3: GPU a100-80g is not Hopper" -- train --meta --topology dgx-a100 --attention-kernel fa3 --steps 1
-expect 0 "--attention-kernel" -- plan --help
-# issue 16: no memory option fits U8 x DP8 (llama-13b at 1M tokens on 64 GPUs), another split of the 64 does:
-# the smallest larger SP degree (16; U16 does not divide the 40 heads), one sequence a replica
-limit=60 expect 0 "the same 64 GPUs split as --ulysses 8 --ring 2 (DP 4, --batch 4) would fit" -- \
-    plan --world 64 --ulysses 8 --model llama-13b --seq 1048576
-# issue 15: train --meta takes the planner's cap on simulated ring steps (W x R x layers x sequences per
-# replica x steps and evaluation batches): before, 4096 x 4096 ran past any timeout
-limit=20 expect 2 "usp train: --world 4096 x --ring 4096 x 2 layers (--model tiny) x 16 sequences per replica (--batch 16 over 1 replicas) x 5 steps and evaluation batches" -- \
-    train --meta --world 4096 --ring 4096 --seq 8192 --steps 1
-limit=20 expect 2 "more than the simulator's 1048576" -- train --meta --world 64 --ring 64 --seq 1024
-limit=20 expect 0 "done" -- train --meta --world 64 --ulysses 4 --ring 16 --seq 1024 --batch 1 --steps 2 --eval-samples 0
-# a shape the ranks would refuse is refused before W ranks are built, naming no rank (before: 2.7 s and
-# 466 MB at W = 4096, with "rank 0:" in front)
-limit=5 expect 2 "usp plan: --seq 64 does not divide for --ulysses 4096" -- plan --world 4096
-limit=5 expect 2 "usp plan: --ulysses 4096 is larger than the 4 heads" -- plan --world 4096 --seq 4096
-limit=5 expect 2 "usp train: --world 4096 with --ring 64 makes --ulysses 64 by default (W / R), and for model tiny: --ulysses 64 is larger than the 4 heads" -- train --meta --world 4096 --ring 64 --seq 4096 --steps 1
-# selftest and plan check --trace and --dot before the run, as train does (before: after the run, exit 1)
-expect 2 "--trace $work/missing/t.json: the directory $work/missing does not exist" -- selftest --trace "$work/missing/t.json"
-expect 2 "--dot $work/missing/t.dot: the directory $work/missing does not exist" -- selftest --dot "$work/missing/t.dot"
-expect 2 "--trace $work: is a directory" -- plan --trace "$work"
-expect 2 "--trace $work/missing/t.json: the directory $work/missing does not exist" -- plan --trace "$work/missing/t.json"
-# --until at or below the checkpoint's step trains nothing: refused like --steps
-expect 0 "done: loss" -- train --steps 10 --until 4 --seq 64 --batch 2 --eval-samples 0 --save "$work/at4"
-expect 2 "--resume $work/at4: the checkpoint is at step 4; --until 4 would train nothing" -- \
-    train --resume "$work/at4" --steps 10 --until 4 --seq 64 --batch 2 --eval-samples 0
-expect 2 "--until 3 would train nothing: give --until above 4" -- \
-    train --resume "$work/at4" --steps 10 --until 3 --seq 64 --batch 2 --eval-samples 0
-expect 0 "done: loss" -- train --resume "$work/at4" --steps 10 --until 5 --seq 64 --batch 2 --eval-samples 0
-rm -rf "$work/at4"
-# a --data path of 600+ characters is named whole (it was kept in 512 bytes)
-deep_data=$work/data
-for _ in {1..7}; do deep_data=$deep_data/$(printf 'd%.0s' {1..99}); done
-mkdir -p "$deep_data"
-printf 'short text' >"$deep_data/short.txt"
-expect 2 "--data $deep_data/short.txt holds 10 tokens; --seq 64 needs at least" -- \
-    train --data "text:$deep_data/short.txt" --steps 1 --seq 64 --batch 2 --eval-samples 0
-rm -rf "$work/data"
-
-# usp postmortem: the records of the skip example (tests/golden/postmortem-skip, kept equal to what
-# tests/test_postmortem.c's recorders write) give the simulator's report, exit 3; without rank 1's
-# record, a rank failure naming it (exit 4); no records or a cut record: exit 2 naming the file
-records=$(dirname "$0")/golden/postmortem-skip
-expect 0 "usp train --backend mpi --timeout S --dump-dir DIR" -- postmortem --help
-expect 2 "expected the directory of flight records first" -- postmortem
-expect 2 "$work/nothing: cannot read this directory" -- postmortem "$work/nothing"
-mkdir "$work/pm" && expect 2 "$work/pm: no flight records in it (files rank-<R>.usp-flight.json" -- postmortem "$work/pm"
-expect 3 "wait chain: rank 0 waits in all_to_all #8 on ulysses[0] (core/parallel/ulysses.c:174) for rank 2; rank 2 waits in all_reduce #6 on world (core/train/train.c:71) for rank 0; a cycle" -- postmortem "$records"
-expect 3 "  rank 2: blocked in all_reduce #6 on world (core/train/train.c:71) all_reduce(count=1, f64, sum), waiting for rank 0, 1, 3" -- postmortem "$records"
-expect 3 "wait-for picture in $work/pm.dot" -- postmortem "$records" --dot "$work/pm.dot"
-if grep -q "usp postmortem of the flight records in" "$work/pm.dot" 2>/dev/null; then passed=$((passed + 1)); else
-    failed=$((failed + 1)); echo "FAIL: postmortem --dot wrote no wait-for picture"; fi
-cp "$records"/rank-[023].usp-flight.json "$work/pm/"
-expect 4 "  rank 1: no flight record: killed, or never started" -- postmortem "$work/pm"
-head -c 300 "$records/rank-1.usp-flight.json" >"$work/pm/rank-1.usp-flight.json"
-expect 2 "$work/pm/rank-1.usp-flight.json: not a whole JSON flight record" -- postmortem "$work/pm"
-
-# usp plan --compare (docs/viz.md): a trace of the simulator against the plan of the same run gives ratios of 1
-# (the same cost model on the same code: only the file's 12 digits of each time differ), |ratio - 1| < 1e-6 for
-# the step, compute and communication and the named phases, on a Ulysses mesh and a ring x DP one; options beside
-# the file must be the run's; bad files exit 2 naming the file and what is wrong (the measured run: mpi_test.sh)
-cmp_dir=$work/compare
-mkdir -p "$cmp_dir"
-sim_ratios() {
-    "$usp" plan --compare "$1" --json | python3 -c "
-import json, sys
-d = json.load(sys.stdin)
-bad = [(x['phase'], x['ratio']) for x in d['phases']
-       if x['phase'] in ('step', 'compute', 'communication') + tuple(sys.argv[1:]) and abs(x['ratio'] - 1) >= 1e-6]
-print('ok' if not bad else bad)" "${@:2}" 2>&1
-}
-if command -v python3 >/dev/null; then
-    "$usp" train --world 2 "${short[@]:1}" --trace "$cmp_dir/u.json" >/dev/null 2>&1
-    check "plan --compare of a Ulysses sim trace: ratios of 1" test "$(sim_ratios "$cmp_dir/u.json" gemm attention all_to_all)" = ok
-    "$usp" train --world 4 --ulysses 1 --ring 2 "${short[@]:1}" --trace "$cmp_dir/r.json" >/dev/null 2>&1
-    check "plan --compare of a ring x DP sim trace: ratios of 1" test "$(sim_ratios "$cmp_dir/r.json" ring_p2p all_reduce)" = ok
-fi
-expect 0 "the run: step 2 of 2, modelled by the simulator on dgx-h100, mean of 2 ranks" -- plan --compare "$cmp_dir/u.json"
-expect 2 "--world 8 beside --compare $cmp_dir/r.json: the run was --world 4" -- plan --compare "$cmp_dir/r.json" --world 8
-head -c 2000 "$cmp_dir/r.json" >"$cmp_dir/cut.json"
-expect 2 "$cmp_dir/cut.json: not JSON at line" -- plan --compare "$cmp_dir/cut.json"
-expect 2 "(the file is truncated" -- plan --compare "$cmp_dir/cut.json"
-echo '{"traceEvents": []}' >"$cmp_dir/other.json"
-expect 2 "$cmp_dir/other.json: a Chrome trace, but not one usp wrote" -- plan --compare "$cmp_dir/other.json"
-echo 'hello' >"$cmp_dir/text.json"
-expect 2 "$cmp_dir/text.json: not JSON" -- plan --compare "$cmp_dir/text.json"
-"$usp" plan --trace "$cmp_dir/plan.json" >/dev/null 2>&1
-expect 2 "$cmp_dir/plan.json: a usp trace without the run's options" -- plan --compare "$cmp_dir/plan.json"
-expect 2 "$cmp_dir/missing.json: cannot read it" -- plan --compare "$cmp_dir/missing.json"
-
-# usp train (sim) in one of several launched processes: refused before anything runs (mpi_test.sh: under
-# mpirun itself); a Slurm batch script's SLURM_NTASKS, without srun, is no launcher.
-OMPI_COMM_WORLD_SIZE=4 expect 2 "--backend sim under a launcher of 4 processes (OMPI_COMM_WORLD_SIZE=4): each process would simulate every rank on its own; add --backend mpi" -- \
-    train --steps 1 --seq 64 --batch 2 --eval-samples 0
-SLURM_STEP_NUM_TASKS=8 expect 2 "add --backend mpi" -- eval --resume "$work/eval_ckpt" --eval-samples 2
-SLURM_NTASKS=8 expect 0 "done: loss" -- train --steps 1 --seq 64 --batch 2 --eval-samples 0
-
-# Messages that name what the user typed: --resume of a name that is no directory; the model fields by name;
-# the Ulysses degree that --world made by default, with a mesh that works
-expect 2 "--resume nodir: no such directory; --resume takes the directory that a --save wrote" -- train --resume nodir
-expect 2 "--resume tiny: no such directory; --resume takes the directory that a --save wrote, or a Hugging Face checkpoint directory (--model tiny names the preset" -- \
-    train --resume tiny
-expect 2 "(family gpt2 vs llama: the first from --model" -- train --model gpt2-124m --resume "$work/eval_ckpt"
-expect 2 "--world 8 with --ring 1 makes --ulysses 8 by default (W / R), and for model tiny: --ulysses 8 is larger than the 4 heads" -- \
-    train --world 8 --steps 1
-expect 0 "done: loss" -- train --world 8 --ulysses 4 --ring 2 --steps 1 --seq 64 --batch 2 --eval-samples 0
-
-# The summary says which loss it is, what ran the numerics and what the modelled time covers
-expect 0 "done: loss" -- train --steps 2 --seq 64 --batch 2 --eval-samples 2
-expect 0 "(held-out), passkey accuracy" -- train --steps 2 --seq 64 --batch 2 --eval-samples 2
-expect 0 "(step 2); 2 steps, " -- train --steps 2 --seq 64 --batch 2 --eval-samples 0
-out=$("$usp" train --meta --model llama-1b --seq 4096 --world 8 --steps 2 --eval-samples 2 2>&1)
-check "train --meta: no loss and no tokens/s of a CPU that ran no numerics; the steps' time apart from the evaluation's" \
-    bash -c '[[ $1 == *"done: no loss (shapes only); 2 steps on shapes only"* && $1 != *"tokens/s on this CPU"* &&
-                $1 == *"the steps would take "*", the held-out evaluation "*" s more"* ]]' _ "$out"
-out=$("$usp" train --steps 2 --seq 64 --batch 2 --eval-samples 2 --json 2>&1 | tail -n 1)
-check "the JSON summary has steps_time_s and loss_held_out" \
-    bash -c '[[ $1 == *"\"steps_time_s\":"* && $1 == *"\"loss_held_out\":true"* ]]' _ "$out"
-
-# A modelled run whose peak is over the modelled GPU's memory says so (text and JSON "fits")
-expect 0 "does not fit: rank 0's peak, " -- train --meta --model llama-7b --seq 65536 --world 8 --steps 1 --eval-samples 0
-out=$("$usp" train --meta --model llama-7b --seq 65536 --world 8 --steps 1 --eval-samples 0 --json 2>&1 | tail -n 1)
-check "train --meta --json says fits: false" bash -c '[[ $1 == *"\"fits\":false"* ]]' _ "$out"
-out=$("$usp" train --steps 1 --seq 64 --batch 2 --eval-samples 0 2>&1)
-check "a run that fits says nothing of it" bash -c '[[ $1 == *"done: loss"* && $1 != *"does not fit"* ]]' _ "$out"
-
-# Conveniences: --version says which commit was built, how and with which backends; a mistyped option gets the
-# one it most likely meant; a save and a resume say so
-out=$("$usp" --version 2>&1)
-check "usp --version names the commit, the build type, the compiler and the backends" \
-    bash -c '[[ $1 =~ ^usp\ [0-9.]+\ \(commit\ [^,]+,\ [A-Za-z]+\ build,\ (gcc|clang)\ [^$'"'"'\n'"'"']+\)$'"'"'\n'"'"'backends:\ sim\ \(in\ this\ build\) ]]' _ "$out"
-expect 2 "unknown option --step for \`usp train\`; did you mean --steps? see usp train --help" -- train --step 3
-expect 2 "unknown option --frobnicate for \`usp train\`; see usp train --help" -- train --frobnicate
-"$usp" train --steps 4 --until 2 --seq 64 --batch 2 --eval-samples 0 --save "$work/said" >"$work/said.txt" 2>&1
-check "a save says where and at which step" grep -qx "usp train: saved to $work/said (step 2)" "$work/said.txt"
-expect 0 "usp train: resumed from $work/said at step 2 of 4" -- train --steps 4 --seq 64 --batch 2 --eval-samples 0 \
-    --resume "$work/said"
-
-# Inputs that once passed silently or lost work: each is refused (exit 2) naming the value and what would work,
-# or does what it says.
-expect 2 "--inject swap:rank=2,op=any,call=3 fired but changed nothing (it exchanged two alike collectives" -- \
-    train --steps 2 --seq 64 --batch 2 --eval-samples 0 --inject swap:rank=2,call=3
-expect 2 "--warmup 100 is more than the 2 --steps: the learning rate would still be rising when the run ends, at 2% of --lr 0.01; give --warmup 2 or fewer" -- \
-    train --warmup 100 --steps 2
-expect 0 "done: loss" -- train --warmup 2 --steps 2 --seq 64 --batch 2 --eval-samples 0
-expect 2 "--kv-heads 3 does not divide --heads 8; each key/value head serves a whole group of query heads (use a divisor of 8)" -- \
-    selftest --heads 8 --kv-heads 3
-expect 2 "--kv-heads 16 does not divide --heads 8" -- selftest --heads 8 --kv-heads 16
-expect 0 "checks passed" -- selftest --heads 8 --kv-heads 4
-"$usp" train --steps 1 --seq 64 --batch 2 --eval-samples 0 --save "$work/short_ckpt" >/dev/null 2>&1
-expect 2 "usp eval --eval-samples 0: evaluating no sample measures nothing; give --eval-samples 1 or more" -- \
-    eval --resume "$work/short_ckpt" --eval-samples 0
-rm -rf "$work/short_ckpt"
-# A checkpoint under the longest path a save takes (PATH_MAX 4096 less the 58 characters its temporary
-# names add: 4037) saves and loads back; one character more is refused before step 1, leaving nothing.
-# (Loading once read the path into 1024 bytes: a save of over 1000 characters could not be resumed.)
-path_of_length() { # N: a path of exactly N characters under $work/long, its directories made
-    local p=$work/long
-    while ((${#p} + 201 < $1 - 20)); do p=$p/$(printf 'd%.0s' {1..200}); done
-    mkdir -p "$p"
-    local rest=$(($1 - ${#p} - 1))
-    printf '%s/%s' "$p" "$(printf 'c%.0s' $(seq "$rest"))"
-}
-long=$(path_of_length 4037)
-expect 0 "done: loss" -- train --steps 2 --seq 64 --batch 2 --eval-samples 0 --save "$long"
-expect 0 "eval: loss" -- eval --resume "$long" --eval-samples 2
-expect 0 "done: loss" -- train --steps 3 --seq 64 --batch 2 --eval-samples 0 --resume "$long"
-rm -rf "$work/long"
-too_long=$(path_of_length 4038)
-expect 2 "the path is 4038 characters; with the 58 that usp adds to write it, it is over the 4096 of PATH_MAX" -- \
-    train --steps 1 --seq 64 --batch 2 --eval-samples 0 --save "$too_long"
-if [[ ! -e $too_long && -z $(find "$work/long" -type f) ]]; then passed=$((passed + 1)); else
-    failed=$((failed + 1)); echo "FAIL: a refused --save left files"; fi
-rm -rf "$work/long"
-
-echo "cli: $passed passed, $failed failed"
-[[ $failed -eq 0 ]]
+finish cli

@@ -113,7 +113,15 @@ START_TEST(every_field_survives_a_dump_and_a_read)
     ck_assert_str_eq(again, json);
     free(again), free(json);
     usp_flight_record_free(&rec);
+    usp_flight_recorder_destroy(r);
+}
+END_TEST
 
+START_TEST(a_crash_and_an_exit_survive_a_dump_and_a_read)
+{
+    usp_flight_recorder *r = recorder(1, 3);
+    char *json;
+    usp_flight_record rec;
     usp_comm_fingerprint at = call_of(USP_OP_ALL_TO_ALL, "pair", 2, "core/c.c", 33);
     usp_flight_recorder_crashed(r, &at, 9, "rank 1 crashed (injected)", 6.0);
     ck_assert_int_eq(usp_flight_recorder_to_json(r, "crash", &json), USP_OK);
@@ -406,6 +414,7 @@ static Suite *suite(void)
     TCase *tc = tcase_create("records");
     tcase_set_timeout(tc, 60);
     tcase_add_test(tc, every_field_survives_a_dump_and_a_read);
+    tcase_add_test(tc, a_crash_and_an_exit_survive_a_dump_and_a_read);
     tcase_add_test(tc, posts_on_an_unknown_group_or_twice_added_groups_are_refused);
     tcase_add_test(tc, a_watchdog_thread_dumps_while_calls_are_posted);
     tcase_add_test(tc, ranks_at_one_position_with_different_calls_are_a_mismatch);

@@ -385,10 +385,57 @@ static void eval_options(const cli_option *all, cli_option *out)
     out[n] = (cli_option){0};
 }
 
+/* usp train --help, or usp eval --help. */
+static void print_help(int eval, const cli_option *table)
+{
+    cli_print_help(stdout, eval ? "usp eval --resume DIR [options]" : "usp train [options]",
+                   eval ? "Evaluates a checkpoint: the mean loss on held-out samples of --data and, for passkey\n"
+                          "data, the fraction of samples whose key is retrieved, with the same mesh options as train."
+                        : "Trains a transformer with sequence parallelism on the simulated cluster. Defaults: 4 ranks,\n"
+                          "Ulysses 4, the tiny model on the passkey task (a key near the start, asked for at the\n"
+                          "end: only attention across shards can answer), 4000 steps (about 1.5 minutes on 2 cores).\n"
+                          "Prints a progress line every --log-every steps and a summary with the passkey accuracy\n"
+                          "on held-out samples.",
+                   table);
+}
+
+/* --world from --gpus (the nccl runtime's name for it) or the backend's default. */
+static usp_status resolve_world(train_options *o)
+{
+    if (o->gpus && strcmp(o->backend, "nccl") != 0)
+        return usp_error(USP_ERR_CONFIG, "--gpus %d with --backend %s: --gpus counts GPUs of --backend nccl; ranks "
+                         "of %s are --world", o->gpus, o->backend, o->backend);
+    if (o->gpus && o->world && o->gpus != o->world)
+        return usp_error(USP_ERR_CONFIG, "--gpus %d with --world %d: on --backend nccl a rank is a GPU; give one of "
+                         "them", o->gpus, o->world);
+    if (o->gpus)
+        o->world = o->gpus;
+    if (o->world == 0)
+        o->world = runtime_registry_default_world(o->backend);
+    return USP_OK;
+}
+
+/* Parses argv against `options` (n entries, its end included), usp eval's view of them
+ * for usp eval; prints the help and sets *help for --help. */
+static usp_status parse(const char *command, int argc, char **argv, const cli_option *options, size_t n, int *help)
+{
+    int eval = strcmp(command, "eval") == 0;
+    cli_option *eval_table = eval ? malloc(n * sizeof *eval_table) : NULL;
+    if (eval && !eval_table)
+        return usp_error(USP_ERR_RUNTIME, "out of memory for the options of usp eval");
+    if (eval)
+        eval_options(options, eval_table);
+    const cli_option *table = eval ? eval_table : options;
+    usp_status s = cli_parse(command, argc, argv, 2, table, help);
+    if (s == USP_OK && *help)
+        print_help(eval, table);
+    free(eval_table);
+    return s;
+}
+
 int cmd_train(int argc, char **argv)
 {
     const char *command = argv[1];
-    int eval = strcmp(command, "eval") == 0;
     train_options o = {.backend = "sim", .data = "passkey", .attention = "sp", .world = 0,
                        .ring = 1, .seq = 64, .batch = 16, .steps = 4000, .warmup = -1, .log_every = 250,
                        .eval_samples = 64, .seed = -1, .lr = 1e-2, .memory = MEMORY_OPTIONS_DEFAULTS};
@@ -446,39 +493,13 @@ int cmd_train(int argc, char **argv)
         MEMORY_OPTIONS(o.memory),
         {0},
     };
-    cli_option eval_table[sizeof options / sizeof *options];
-    const cli_option *table = options;
-    if (eval) {
-        eval_options(options, eval_table);
-        table = eval_table;
-    }
     int help;
-    usp_status s = cli_parse(command, argc, argv, 2, table, &help);
-    if (s != USP_OK)
-        return cli_fail(command, s);
-    if (help) {
-        cli_print_help(stdout, eval ? "usp eval --resume DIR [options]" : "usp train [options]",
-                       eval ? "Evaluates a checkpoint: the mean loss on held-out samples of --data and, for passkey\n"
-                              "data, the fraction of samples whose key is retrieved, with the same mesh options as train."
-                            : "Trains a transformer with sequence parallelism on the simulated cluster. Defaults: 4 ranks,\n"
-                              "Ulysses 4, the tiny model on the passkey task (a key near the start, asked for at the\n"
-                              "end: only attention across shards can answer), 4000 steps (about 1.5 minutes on 2 cores).\n"
-                              "Prints a progress line every --log-every steps and a summary with the passkey accuracy\n"
-                              "on held-out samples.",
-                       table);
-        return 0;
-    }
-    if (o.gpus && strcmp(o.backend, "nccl") != 0)
-        return cli_fail(command, usp_error(USP_ERR_CONFIG, "--gpus %d with --backend %s: --gpus counts GPUs of "
-                                           "--backend nccl; ranks of %s are --world", o.gpus, o.backend, o.backend));
-    if (o.gpus && o.world && o.gpus != o.world)
-        return cli_fail(command, usp_error(USP_ERR_CONFIG, "--gpus %d with --world %d: on --backend nccl a rank is a "
-                                           "GPU; give one of them", o.gpus, o.world));
-    if (o.gpus)
-        o.world = o.gpus;
-    if (o.world == 0)
-        o.world = runtime_registry_default_world(o.backend);
-    s = runtime_registry_check_launcher(o.backend, command);
+    usp_status s = parse(command, argc, argv, options, sizeof options / sizeof *options, &help);
+    if (s != USP_OK || help)
+        return s != USP_OK ? cli_fail(command, s) : 0;
+    s = resolve_world(&o);
+    if (s == USP_OK)
+        s = runtime_registry_check_launcher(o.backend, command);
     if (s != USP_OK)
         return cli_fail(command, s);
     int code = 0;

@@ -15,6 +15,16 @@ static void print_json(FILE *out, json_t *j)
     json_decref(j);
 }
 
+/* The clock's old names (sim_time_s, sim_step_s), kept beside clock_s and
+ * clock_step_s for one release (0.1.x; docs/ARCHITECTURE.md): on a real backend they held measured seconds,
+ * which the name hid. step_s < 0: no per-step figure. */
+static void set_old_clock_names(json_t *j, double clock_s, double step_s)
+{
+    json_object_set_new(j, "sim_time_s", json_real(clock_s));
+    if (step_s >= 0)
+        json_object_set_new(j, "sim_step_s", json_real(step_s));
+}
+
 /* On meta the loss is NaN (JSON null) and only rank 0's peak is known (nothing
  * moves between ranks). */
 void train_report_record(void *ctx, const usp_train_record *r)
@@ -24,14 +34,16 @@ void train_report_record(void *ctx, const usp_train_record *r)
     if (r->kind != USP_TRAIN_RECORD_STEP || !out)
         return;
     if (report->json) {
-        print_json(out, json_pack("{s:I, s:o, s:f, s:f, s:f, s:f}", "step", (json_int_t)r->step, "loss",
-                                  !isfinite(r->loss) ? json_null() : json_real(r->loss), "tokens_per_s",
-                                  r->tokens_per_s, "sim_time_s", r->sim_time_s, "sim_step_s", r->sim_step_s, "lr",
-                                  r->lr));
+        json_t *j = json_pack("{s:I, s:o, s:f, s:f, s:f}", "step", (json_int_t)r->step, "loss",
+                              !isfinite(r->loss) ? json_null() : json_real(r->loss), "tokens_per_s", r->tokens_per_s,
+                              "clock_s", r->clock_s, "clock_step_s", r->clock_step_s);
+        set_old_clock_names(j, r->clock_s, r->clock_step_s);
+        json_object_set_new(j, "lr", json_real(r->lr));
+        print_json(out, j);
     } else {
         fprintf(out, "step %5lld/%lld  loss %.4f  %9.0f tokens/s  %s %.4f s (%.4f s/step)  peak MiB/rank",
                 (long long)r->step, (long long)r->steps, r->loss, r->tokens_per_s, report->measured ? "time" : "sim",
-                r->sim_time_s, r->sim_step_s);
+                r->clock_s, r->clock_step_s);
         for (int i = 0; i < r->n_peaks && i < 16; i++)
             fprintf(out, " %.1f", r->peak_bytes[i] / (1 << 20));
         fprintf(out, "%s\n", r->n_peaks > 16 ? " ..." : r->shapes_only ? " (rank 0; meta)" : "");
@@ -58,8 +70,10 @@ void train_report_summary(const train_report *report, const usp_train_config *c,
     if (report->json) {
         json_t *j = json_pack("{s:b, s:o, s:f, s:f, s:f, s:I}", "summary", 1, "loss", /* --meta: NaN, null */
                               isfinite(r->loss) ? json_real(r->loss) : json_null(), "tokens_per_s",
-                              r->tokens_per_s, "wall_s", r->wall_s, "sim_time_s", r->sim_time_s, "steps",
+                              r->tokens_per_s, "wall_s", r->wall_s, "clock_s", r->clock_s, "steps",
                               (json_int_t)r->steps_done);
+        json_object_set_new(j, "clock", json_string(report->measured ? "measured" : "modelled"));
+        set_old_clock_names(j, r->clock_s, -1);
         json_object_set_new(j, "steps_time_s", json_real(r->steps_time_s));
         json_object_set_new(j, "loss_held_out", json_boolean(r->loss_held_out));
         json_t *peaks = json_array();
@@ -83,11 +97,11 @@ void train_report_summary(const train_report *report, const usp_train_config *c,
         fprintf(out, " (step %lld)", (long long)r->steps_done);
     if (r->passkey_accuracy >= 0)
         fprintf(out, ", passkey accuracy %.1f%%", 100 * r->passkey_accuracy);
-    double steps_s = r->steps_time_s, eval_s = r->sim_time_s - r->steps_time_s;
+    double steps_s = r->steps_time_s, eval_s = r->clock_s - r->steps_time_s;
     if (c->eval_only) { /* no step ran: the figures are of the held-out samples, of the checkpoint's step */
         fprintf(out, " on %lld held-out samples of the checkpoint at step %lld (wall %.1f s); ",
                 (long long)c->eval_samples, (long long)r->steps_done, r->wall_s);
-        steps_s = r->sim_time_s, eval_s = 0;
+        steps_s = r->clock_s, eval_s = 0;
     } else if (report->device) {
         fprintf(out, "; %lld steps, %.0f tokens/s on %s (wall %.1f s); ", (long long)r->steps_done,
                 r->tokens_per_s, report->device, r->wall_s);

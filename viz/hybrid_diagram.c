@@ -36,6 +36,31 @@ static uint64_t ring_step_bytes(const usp_trace_t *t, const char *group, int R, 
     return most;
 }
 
+/* The caption: the run's shape, what a box, a blue and an orange arrow are, and what was aggregated. */
+static void hybrid_caption(const viz_attention_config *c, int draw_a2a, int draw_rings, usp_strbuf *cap)
+{
+    const int U = c->shape.ulysses, R = c->shape.ring;
+    usp_strbuf_printf(cap, "N = %lld tokens, %lld heads (%lld KV), head_dim %lld, batch %lld, f32%s; W = %d = DP %d x "
+                      "ring %d x Ulysses %d.", (long long)c->seq_len, (long long)c->n_heads, (long long)c->n_kv_heads,
+                      (long long)c->head_dim, (long long)c->batch, c->causal ? ", causal" : "", c->shape.world,
+                      c->shape.dp, R, U);
+    usp_strbuf_printf(cap, "\nBox = one Ulysses group = one position on the ring; it holds the tokens named on it. "
+                            "Rank: its own tokens (all heads) before the all-to-all, its heads (the box's tokens) "
+                            "after.");
+    usp_strbuf_printf(cap, "\nBlue, inside a box: the all-to-all of Q, K, V (sequence -> heads), bytes each way "
+                            "from the trace; O goes back the same way.");
+    usp_strbuf_printf(cap, "\nOrange, across boxes: ring[u] joins rank u of every box (same colour = same head "
+                            "group) and passes its K/V blocks R-1 = %d times.", R - 1);
+    if (!draw_a2a)
+        usp_strbuf_printf(cap, "\nAggregated: all-to-all arrows are summed in each box's label (%d ranks per box).", U);
+    if (draw_rings < U)
+        usp_strbuf_printf(cap, "\nAggregated: only ring[0] is drawn (%d ring arrows > %d); the others are alike.", R * U,
+                          VIZ_MAX_ARROWS);
+    if (c->shape.dp > 1)
+        usp_strbuf_printf(cap, "\nDrawn: DP replica 0 (ranks 0-%d); the other %d replicas do the same.", U * R - 1,
+                          c->shape.dp - 1);
+}
+
 usp_status viz_dot_hybrid(const usp_trace_t *t, const viz_attention_config *c, usp_strbuf *dot)
 {
     const int U = c->shape.ulysses, R = c->shape.ring;
@@ -54,25 +79,7 @@ usp_status viz_dot_hybrid(const usp_trace_t *t, const viz_attention_config *c, u
     snprintf(title, sizeof title, "Hybrid attention, Ulysses %d x Ring %d: all-to-all inside each box, ring across "
              "the boxes", U, R);
     usp_strbuf cap = {0};
-    usp_strbuf_printf(&cap, "N = %lld tokens, %lld heads (%lld KV), head_dim %lld, batch %lld, f32%s; W = %d = DP %d x "
-                      "ring %d x Ulysses %d.", (long long)c->seq_len, (long long)c->n_heads, (long long)c->n_kv_heads,
-                      (long long)c->head_dim, (long long)c->batch, c->causal ? ", causal" : "", c->shape.world,
-                      c->shape.dp, R, U);
-    usp_strbuf_printf(&cap, "\nBox = one Ulysses group = one position on the ring; it holds the tokens named on it. "
-                            "Rank: its own tokens (all heads) before the all-to-all, its heads (the box's tokens) "
-                            "after.");
-    usp_strbuf_printf(&cap, "\nBlue, inside a box: the all-to-all of Q, K, V (sequence -> heads), bytes each way "
-                            "from the trace; O goes back the same way.");
-    usp_strbuf_printf(&cap, "\nOrange, across boxes: ring[u] joins rank u of every box (same colour = same head "
-                            "group) and passes its K/V blocks R-1 = %d times.", R - 1);
-    if (!draw_a2a)
-        usp_strbuf_printf(&cap, "\nAggregated: all-to-all arrows are summed in each box's label (%d ranks per box).", U);
-    if (draw_rings < U)
-        usp_strbuf_printf(&cap, "\nAggregated: only ring[0] is drawn (%d ring arrows > %d); the others are alike.", R * U,
-                          VIZ_MAX_ARROWS);
-    if (c->shape.dp > 1)
-        usp_strbuf_printf(&cap, "\nDrawn: DP replica 0 (ranks 0-%d); the other %d replicas do the same.", U * R - 1,
-                          c->shape.dp - 1);
+    hybrid_caption(c, draw_a2a, draw_rings, &cap);
     viz_dot_begin(dot, "hybrid", title, usp_strbuf_text(&cap), 1);
     usp_strbuf_free(&cap);
     usp_strbuf_printf(dot, "  graph [ranksep=1.6, nodesep=0.35, newrank=true];\n");

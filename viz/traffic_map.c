@@ -126,6 +126,30 @@ static void rank_nodes(usp_strbuf *b, int world, int per_node, const uint64_t *s
     }
 }
 
+/* The aggregated map's arrows: one from node to node, the sum of its rank pairs' bytes (between[a * hosts + b]). */
+static void node_arrows(usp_strbuf *dot, const viz_traffic_options *o, const uint64_t *between, int hosts,
+                        int per_node, usp_strbuf *legend, const char **seen, int *n_seen)
+{
+    uint64_t least = UINT64_MAX, most = 0;
+    char size[32];
+    for (size_t i = 0; i < (size_t)hosts * (size_t)hosts; i++)
+        if (between[i]) {
+            least = between[i] < least ? between[i] : least;
+            most = between[i] > most ? between[i] : most;
+        }
+    for (int a = 0; a < hosts; a++)
+        for (int b = 0; b < hosts; b++) {
+            uint64_t bytes = between[(size_t)a * (size_t)hosts + (size_t)b];
+            if (!bytes)
+                continue;
+            const char *color = link_color(o, a * per_node, b * per_node, legend, seen, n_seen);
+            usp_strbuf_printf(dot, "  r%d -> r%d [ltail=cluster_node%d, lhead=cluster_node%d, color=\"%s\", "
+                                   "penwidth=%.2f, label=\"%s\"];\n",
+                              a * per_node, b * per_node, a, b, color, pen_width(bytes, least, most),
+                              viz_bytes(bytes, size));
+        }
+}
+
 usp_status viz_dot_traffic(const usp_trace_t *t, int world, const viz_traffic_options *opt, usp_strbuf *dot)
 {
     viz_traffic_options o = opt ? *opt : (viz_traffic_options){0};
@@ -197,22 +221,7 @@ usp_status viz_dot_traffic(const usp_trace_t *t, int world, const viz_traffic_op
                               viz_bytes(p[i].bytes, size), both ? " each way" : "");
         }
     } else {
-        for (size_t i = 0; i < (size_t)hosts * (size_t)hosts; i++)
-            if (between[i]) {
-                least = between[i] < least ? between[i] : least;
-                most = between[i] > most ? between[i] : most;
-            }
-        for (int a = 0; a < hosts; a++)
-            for (int b = 0; b < hosts; b++) {
-                uint64_t bytes = between[(size_t)a * (size_t)hosts + (size_t)b];
-                if (!bytes)
-                    continue;
-                const char *color = link_color(&o, a * per_node, b * per_node, &legend, seen, &n_seen);
-                usp_strbuf_printf(dot, "  r%d -> r%d [ltail=cluster_node%d, lhead=cluster_node%d, color=\"%s\", "
-                                       "penwidth=%.2f, label=\"%s\"];\n",
-                                  a * per_node, b * per_node, a, b, color, pen_width(bytes, least, most),
-                                  viz_bytes(bytes, size));
-            }
+        node_arrows(dot, &o, between, hosts, per_node, &legend, seen, &n_seen);
     }
     viz_dot_end(dot);
     usp_strbuf_free(&legend);

@@ -1,4 +1,11 @@
-/* One process per rank under mpirun or srun, and the safety net around its
+/* Room backends/launch/: one process per rank under mpirun or srun, over MPI, and the
+ * safety net around its communicator: the launch (this file), self-launch under mpirun
+ * (mpi_self_launch.h), --check-collectives (mpi_check.h), the watchdog (mpi_watchdog.h),
+ * the trace gather (mpi_trace_gather.h). backends/mpi/ and backends/nccl/ each use it;
+ * neither uses the other. It may use: core/ (runtime/, safety/, comm/, trace/, base/ and
+ * the op seam).
+ *
+ * One process per rank under mpirun or srun, and the safety net around its
  * communicator: what the mpi runtime (cpu backend, MPI communicator) and the
  * nccl runtime (cuda backend, NCCL communicator) share, written once.
  *

@@ -1,4 +1,8 @@
-/* Status codes and error messages.
+/* Room core/base/: what every room stands on: status codes and messages (this file),
+ * growable strings (strbuf.h), whole-or-nothing files and directories (atomic_file.h). It
+ * may use: nothing of usp.
+ *
+ * Status codes and error messages.
  *
  * Library code never exits: it returns a usp_status and leaves a message that
  * names the input, the value and what would work. Only the `usp` command and

@@ -1,4 +1,8 @@
-/* Checkpoints in the Hugging Face layout.
+/* Room core/checkpoint/: safetensors files (safetensors.h) and checkpoints (this file):
+ * names and layouts, a streamed save and load. It may use: model/, runtime/ (rank.h),
+ * comm/, core/ (ops), base/.
+ *
+ * Checkpoints in the Hugging Face layout.
  *
  * `--save DIR` writes DIR/model.safetensors with the tensor names and layouts
  * of the family (GPT-2: wte, wpe, h.N.ln_1, h.N.attn.c_attn, ... with Conv1D

@@ -1,4 +1,8 @@
-/* The communicator: a process group and its collectives, shaped like NCCL.
+/* Room core/comm/: the communicator every runtime fills (this file; the slots:
+ * comm_impl.h), the one-rank communicator (comm_single.h), sums in rank order (reduce.h).
+ * It may use: core/ (ops), base/, trace/.
+ *
+ * The communicator: a process group and its collectives, shaped like NCCL.
  *
  * Buffers are backend memory (core/ops.h) and every call carries a stream, so
  * the NCCL backend maps each call onto one NCCL call; the simulator runs each

@@ -1,4 +1,7 @@
-/* Training data, read shard by shard.
+/* Room core/data/: training data, read shard by shard (this file). It may use: parallel/
+ * (layouts), base/.
+ *
+ * Training data, read shard by shard.
  *
  * Every SP rank reads only its own tokens of the sequence plus, for each run
  * of consecutive positions it holds, the one token after the run: the target

@@ -1,4 +1,9 @@
-/* A decoder-only transformer (GPT-2 and Llama families) on one rank of the
+/* Room core/model/: the transformer: configurations and Hugging Face config.json
+ * (model_config.h), the parameter table (model_params.h), weights, gradients and AdamW
+ * state (param_store.h), and the forward and backward passes (this file; model_*.c). It
+ * may use: data/, parallel/, comm/, core/ (ops), base/.
+ *
+ * A decoder-only transformer (GPT-2 and Llama families) on one rank of the
  * mesh: forward, loss and backward of every layer through the compute ops
  * (core/ops.h), with sequence-parallel attention (Ulysses, Ring or both:
  * core/parallel/ulysses.h) or, for teaching, each rank attending to its own shard only.

@@ -1,4 +1,8 @@
-/* Ulysses sequence-parallel attention (DeepSpeed-Ulysses, Jacobs et al. 2023),
+/* Room core/parallel/: how a sequence is cut across ranks and put back: sequence layouts
+ * (layout.h), the device mesh and its groups (mesh.h), Ulysses attention (this file) and
+ * ring attention (ring.h). It may use: comm/, core/ (ops), base/.
+ *
+ * Ulysses sequence-parallel attention (DeepSpeed-Ulysses, Jacobs et al. 2023),
  * and the 2-D hybrid with Ring attention across Ulysses groups (USP, Fang and
  * Zhao 2024).
  *

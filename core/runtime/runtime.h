@@ -1,4 +1,9 @@
-/* The runtime: what runs a rank's main function on every rank of a world.
+/* Room core/runtime/: what one rank holds (rank.h), the runtime that runs a rank's main
+ * function on every rank (this file; the slots: runtime_impl.h), and the one-rank runtime
+ * (runtime_single.h). sim/, backends/mpi/ and backends/nccl/ fill it. It may use: comm/,
+ * core/ (ops), base/, trace/.
+ *
+ * The runtime: what runs a rank's main function on every rank of a world.
  *
  * A command builds its run (usp_train_rank, usp_selftest_rank, ...) once and
  * hands it to a runtime; which runtime is a choice of the command line

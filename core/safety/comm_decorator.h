@@ -1,4 +1,10 @@
-/* A communicator that wraps any other (the simulator's, NCCL's, MPI's) and
+/* Room core/safety/: the safety net around any communicator: injected faults
+ * (comm_fault.h), call fingerprints (comm_fingerprint.h), this decorator that applies
+ * both, flight records and their recorder (flight_record.h, flight_recorder.h), deadlock
+ * and mismatch reports (comm_report.h), and usp postmortem (postmortem.h). It may use:
+ * comm/, core/ (ops), base/, trace/.
+ *
+ * A communicator that wraps any other (the simulator's, NCCL's, MPI's) and
  * adds what every backend needs the same way: fault injection (--inject,
  * core/safety/comm_fault.h) and call fingerprints (core/safety/comm_fingerprint.h).
  *

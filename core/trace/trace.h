@@ -1,4 +1,8 @@
-/* Trace events: one per completed communication call on every rank, and
+/* Room core/trace/: the record of a run: events of calls and ops (this file), their
+ * packing for a gather (trace_pack.h), the names of communication kinds they carry
+ * (comm_kind.h). It may use: base/.
+ *
+ * Trace events: one per completed communication call on every rank, and
  * (when the backend reports costs to a clock, as the simulator does) one
  * compute span per op.
  *

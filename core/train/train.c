@@ -251,8 +251,8 @@ static void record_step(trainer *t, int64_t step, double loss, double tokens_per
     double per_step = step > t->log_step ? (sim - t->log_clock) / (double)(step - t->log_step) : 0;
     t->log_clock = sim, t->log_step = step;
     usp_train_record r = {.kind = USP_TRAIN_RECORD_STEP, .step = step, .steps = t->c->steps, .loss = loss,
-                          .lr = usp_train_lr(t->c, step), .tokens_per_s = tokens_per_s, .sim_time_s = sim,
-                          .sim_step_s = per_step, .peak_bytes = peaks,
+                          .lr = usp_train_lr(t->c, step), .tokens_per_s = tokens_per_s, .clock_s = sim,
+                          .clock_step_s = per_step, .peak_bytes = peaks,
                           .n_peaks = t->numerics ? t->ctx->world_size : 1, .shapes_only = !t->numerics};
     t->c->on_record(t->c->record_ctx, &r);
 }
@@ -530,7 +530,7 @@ static usp_status run(trainer *t)
                                         .wall_s = wall, .steps_time_s = steps_clock,
                                         .first_loss = t->result->first_loss,
                                         .tokens_per_s = wall > 0 ? tokens / wall : 0, .steps_done = t->step,
-                                        .sim_time_s = clock_now(t),
+                                        .clock_s = clock_now(t),
                                         .seq_len_padded = t->N, .peak_bytes = t->result->peak_bytes};
     if (s == USP_OK && t->result && t->result->peak_bytes) {
         size_t mine = usp_backend_peak_bytes(BE);

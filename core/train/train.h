@@ -1,4 +1,7 @@
-/* The training (and evaluation) loop of one rank.
+/* Room core/train/: the training and evaluation loop of one rank (this file) and the
+ * selftest schedule (selftest.h). It may use: every room of core/.
+ *
+ * The training (and evaluation) loop of one rank.
  *
  * Per step: every rank reads its shard of its DP replica's B/DP sequences; the
  * count of valid targets is summed over the world first, so the loss is the
@@ -50,8 +53,9 @@ typedef struct usp_train_record {
     double loss;               /* the step's loss; NaN on the meta backend */
     double lr;                 /* its learning rate */
     double tokens_per_s;       /* wall clock, over the steps of this run so far */
-    double sim_time_s;         /* rank 0's modelled clock */
-    double sim_step_s;         /* the clock's mean per step since the previous record */
+    double clock_s;            /* rank 0's run clock (usp_rank_ctx.clock): modelled seconds on the simulator,
+                                  measured seconds on a real backend (mpi, nccl) */
+    double clock_step_s;       /* the clock's mean per step since the previous record */
     const double *peak_bytes;  /* [n_peaks]: the ranks' peak memory so far, gathered over the world
                                   communicator; on the meta backend nothing moves: rank 0's only */
     int n_peaks;
@@ -106,8 +110,9 @@ typedef struct usp_train_result {
                                   NaN on the meta backend */
     int loss_held_out;
     double passkey_accuracy;   /* -1 when not evaluated */
-    double tokens_per_s, wall_s, sim_time_s;
-    double steps_time_s;       /* rank 0's clock when the steps ended: sim_time_s less saving and evaluating */
+    double tokens_per_s, wall_s;
+    double clock_s;            /* rank 0's run clock at the end (as usp_train_record.clock_s) */
+    double steps_time_s;       /* the same clock when the steps ended: clock_s less saving and evaluating */
     int64_t steps_done;
     int64_t seq_len_padded;
     double first_loss;         /* the loss of the first step run */
