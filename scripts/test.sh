@@ -7,7 +7,7 @@ cd "$(dirname "$0")/.."
 scripts/deps.sh
 jobs=$(nproc)
 # ctest runs $jobs tests at once, each with its own OpenMP pool: idle pools that
-# spin would take the cores the others need (ARCHITECTURE.md, threads and cores).
+# spin would take the cores the others need (docs/runtimes.md, threads and cores).
 export OMP_WAIT_POLICY=passive
 
 echo "== build and test (RelWithDebInfo)"

@@ -4,7 +4,7 @@
  * Why fibers rather than one OS thread per rank: every OS thread that opens
  * an OpenMP parallel region gets its own thread pool, and idle pools spin
  * before they sleep; with 8 ranks on 2 cores, competing pools are the biggest
- * performance trap (ARCHITECTURE.md). On one OS thread, the ranks share one
+ * performance trap (docs/runtimes.md). On one OS thread, the ranks share one
  * OpenMP pool, and each rank's compute uses all cores. */
 #ifndef USP_SIM_FIBER_H
 #define USP_SIM_FIBER_H

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Command-line contract of `usp`: exit codes, messages that name the option,
-# injected faults ending within 5 seconds with a report, identical traces.
+# Command-line contract of `usp` (docs/CONTRACT.md): exit codes, messages that name
+# the option, injected faults ending within 5 seconds with a report, identical traces.
 # Usage: cli_test.sh PATH/TO/usp
 set -u
 source "$(dirname "$0")/cli_lib.sh" "$1"

@@ -20,8 +20,9 @@ USP=$(cd "$(dirname "$1")" && pwd)/$(basename "$1")
 LESSON_DIR=$(cd "$(dirname "$0")" && pwd) # the lesson's own files (read only)
 
 # The lessons run tiny models: one thread is the fastest, and it keeps a loaded
-# machine (or ctest -j) from the thread-pool contention ARCHITECTURE.md warns
-# about. The numbers do not depend on it: usp gives the same bits on any count.
+# machine (or ctest -j) from the thread-pool contention docs/runtimes.md warns
+# about ("Threads and cores"). The numbers do not depend on it: usp gives the
+# same bits on any count.
 export OMP_NUM_THREADS=1
 
 START_DIR=$PWD # where run.sh was called from: relative paths in its arguments start here

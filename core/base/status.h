@@ -7,7 +7,8 @@
  * Library code never exits: it returns a usp_status and leaves a message that
  * names the input, the value and what would work. Only the `usp` command and
  * tutorial programs turn a status into an exit code, and the codes are chosen
- * so that the status IS the exit code (ARCHITECTURE.md, "Exit codes").
+ * so that the status IS the exit code (docs/CONTRACT.md, "Exit codes and
+ * outputs").
  *
  * The message lives in an error slot. Each OS thread has one by default; the
  * simulator gives every rank its own slot and switches it with the rank, so a

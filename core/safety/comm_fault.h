@@ -2,7 +2,7 @@
  * description; the communicator decorator (core/safety/comm_decorator.h) applies it
  * around any backend, so the simulator and a real backend break alike.
  *
- * Syntax (ARCHITECTURE.md): KIND:rank=R[,op=OP][,call=K][,group=G]
+ * Syntax (docs/CONTRACT.md): KIND:rank=R[,op=OP][,call=K][,group=G]
  *   skip   rank R does not issue its K-th call of OP
  *   swap   rank R issues its K-th collective of OP after the collective that follows it
  *   size   rank R's K-th call of OP has a wrong count

@@ -21,7 +21,7 @@
  *
  * The dump is DIR/rank-<R>.usp-flight.json (USP_FLIGHT_FILE_FORMAT), JSON
  * written whole or not at all (core/base/atomic_file.h); its fields are listed in
- * docs/ARCHITECTURE.md ("Flight records"). */
+ * docs/FORMATS.md ("Flight records"). */
 #ifndef USP_FLIGHT_RECORDER_H
 #define USP_FLIGHT_RECORDER_H
 
