@@ -16,7 +16,7 @@ static void print_json(FILE *out, json_t *j)
 }
 
 /* The clock's old names (sim_time_s, sim_step_s), kept beside clock_s and
- * clock_step_s for one release (0.1.x; docs/ARCHITECTURE.md): on a real backend they held measured seconds,
+ * clock_step_s for one release (0.1.x; docs/CONTRACT.md): on a real backend they held measured seconds,
  * which the name hid. step_s < 0: no per-step figure. */
 static void set_old_clock_names(json_t *j, double clock_s, double step_s)
 {
