@@ -15,6 +15,9 @@ cmake -S . -B build/test -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
 cmake --build build/test -j"$jobs"
 (cd build/test && ctest --output-on-failure -j"$jobs")
 
+echo "== the layout's rules on that build (no cycle between files or rooms; file and function lengths)"
+scripts/check_layout.sh build/test
+
 echo "== build and test under ASan + UBSan + LSan"
 cmake -S . -B build/asan -DCMAKE_BUILD_TYPE=Debug -DUSP_SANITIZE=ON >/dev/null
 cmake --build build/asan -j"$jobs"

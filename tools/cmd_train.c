@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
 #include <sys/stat.h>
 
 #include "core/checkpoint/checkpoint.h"
@@ -31,7 +32,7 @@ typedef struct train_options {
     const char *attention_kernel; /* the modelled kernel's rates (sim only) */
     int world, gpus, ulysses, ring, pad, json, nodes, meta, check_collectives;
     double timeout;
-    int seq, batch, steps, until, warmup, log_every, eval_samples, seed;
+    int seq, batch, steps, until, warmup, log_every, eval_samples, seed, save_every;
     double lr;
     cli_list inject;
     memory_options memory;
@@ -168,11 +169,14 @@ static usp_status build_config(const char *command, const train_options *o, usp_
         USP_CHECK(default_ulysses_check(o, &c->model, c->shape.ulysses));
     c->data = o->data, c->seq_len = o->seq, c->pad = o->pad, c->batch = o->batch, c->steps = o->steps;
     c->until = o->until, c->lr = o->lr, c->seed = seed, c->attention_local = !strcmp(o->attention, "local");
-    c->save_dir = o->save, c->resume_dir = o->resume, c->log_every = o->log_every;
+    c->save_dir = o->save, c->resume_dir = o->resume, c->log_every = o->log_every, c->save_every = o->save_every;
     c->eval_samples = o->eval_samples, c->eval_only = !strcmp(command, "eval");
     if (o->warmup >= 0)
         c->warmup = o->warmup;
     USP_CHECK(memory_options_apply(&o->memory, c));
+    if (o->save_every && !o->save)
+        return usp_error(USP_ERR_CONFIG, "--save-every %d without --save: give --save DIR, where the checkpoint "
+                         "goes every %d steps and at the end", o->save_every, o->save_every);
     if (c->eval_only && !o->resume)
         return usp_error(USP_ERR_CONFIG, "usp eval needs --resume DIR (a checkpoint to evaluate)");
     if (c->eval_only && o->eval_samples < 1)
@@ -307,6 +311,33 @@ static usp_status write_outputs(const usp_runtime_t *rt, usp_status run, const c
     return first;
 }
 
+/* SIGINT or SIGTERM during a run: the run stops after a whole step, saves (--save) and exits 128 + the
+ * signal, as a process the signal ended would. The handler is reset when it fires: a second one ends
+ * the process at once, the way a second Ctrl-C does elsewhere. */
+static volatile sig_atomic_t stop_signal;
+
+static void on_stop_signal(int sig) { stop_signal = sig; }
+
+static void catch_stop_signals(void)
+{
+    struct sigaction a = {.sa_handler = on_stop_signal, .sa_flags = SA_RESTART | SA_RESETHAND};
+    sigemptyset(&a.sa_mask);
+    sigaction(SIGINT, &a, NULL);
+    sigaction(SIGTERM, &a, NULL);
+}
+
+/* What a stopped run says: the step, where it saved, how to go on. */
+static void say_stopped(const char *command, const train_options *o, int64_t step)
+{
+    const char *name = stop_signal == SIGINT ? "SIGINT" : stop_signal == SIGTERM ? "SIGTERM" : "another rank's signal";
+    if (o->save)
+        fprintf(stderr, "usp %s: stopped by %s after step %lld of %d; saved to %s: go on with usp %s --resume %s "
+                "(and the same options)\n", command, name, (long long)step, o->steps, o->save, command, o->save);
+    else
+        fprintf(stderr, "usp %s: stopped by %s after step %lld of %d; nothing saved (no --save DIR)\n", command,
+                name, (long long)step, o->steps);
+}
+
 static usp_status run(const char *command, const train_options *o, char **argv, int *exit_code)
 {
     usp_train_config c;
@@ -341,6 +372,8 @@ static usp_status run(const char *command, const train_options *o, char **argv, 
     usp_status s = usp_calloc((void **)&result.peak_bytes, (size_t)c.shape.world, sizeof *result.peak_bytes,
                               "the peaks");
     usp_train_run runarg = {.config = &c, .result = &result};
+    if (!c.eval_only)
+        catch_stop_signals(), c.stop = &stop_signal;
     if (s == USP_OK)
         s = usp_runtime_run(rt, usp_train_rank, &runarg);
     if (s == USP_OK) {
@@ -348,19 +381,23 @@ static usp_status run(const char *command, const train_options *o, char **argv, 
             train_report_summary(&report, &c, &result, usp_runtime_cluster_of(rt));
         if (prints && !o->json && o->save)
             printf("usp %s: saved to %s (step %lld)\n", command, o->save, (long long)result.steps_done);
+        if (prints && result.stopped)
+            say_stopped(command, o, result.steps_done);
     } else if (*usp_runtime_report(rt))
         fprintf(stderr, "usp %s: %s", command, usp_runtime_report(rt));
     else
         fprintf(stderr, "usp %s: %s\n", command, usp_error_message());
     usp_status os = prints ? write_outputs(rt, s, command, o, &c) : USP_OK;
-    *exit_code = s != USP_OK ? (int)s : (int)os;
+    *exit_code = s != USP_OK ? (int)s : os != USP_OK ? (int)os : result.stopped ? 128 + (stop_signal ? stop_signal : SIGTERM) : 0;
+    /* a process of the world that was not signalled itself stopped with the others: it says SIGTERM's code */
     free(result.peak_bytes);
     usp_runtime_destroy(rt);
     return USP_OK;
 }
 
 /* Options of training that `usp eval` has no use for: it runs no step, keeps no schedule and writes nothing. */
-static const char *const training_only[] = {"--steps", "--until", "--lr", "--warmup", "--save", "--log-every", NULL};
+static const char *const training_only[] = {"--steps", "--until", "--lr", "--warmup", "--save", "--save-every",
+                                            "--log-every", NULL};
 
 static int is_training_only(const char *name)
 {
@@ -469,7 +506,10 @@ int cmd_train(int argc, char **argv)
         {"--lr", CLI_DOUBLE, &o.lr, "X", "peak learning rate (default 1e-2; warmup then cosine to 10%)", 0, -1},
         {"--warmup", CLI_INT, &o.warmup, "S", "warmup steps (default 10% of --steps)", 0, 1 << 30},
         {"--seed", CLI_INT, &o.seed, "S", "seed of the weights and the data (default 1234; with --resume, the saved one)", 0, 2147483647},
-        {"--save", CLI_STRING, &o.save, "DIR", "write a Hugging Face style checkpoint at the end", 0, -1},
+        {"--save", CLI_STRING, &o.save, "DIR", "write a Hugging Face style checkpoint at the end (and on SIGINT or "
+         "SIGTERM: the run stops after a whole step, saves and exits 130 or 143)", 0, -1},
+        {"--save-every", CLI_INT, &o.save_every, "N", "with --save: a checkpoint every N steps too (each replaces "
+         "the last, whole)", 1, 1 << 30},
         {"--resume", CLI_STRING, &o.resume, "DIR", "start from a checkpoint (usp's or Hugging Face's)", 0, -1},
         {"--eval-samples", CLI_INT, &o.eval_samples, "N", "held-out samples evaluated at the end (default 64)", 0, 1 << 20},
         {"--log-every", CLI_INT, &o.log_every, "S", "a progress line every S steps (default 250)", 1, 1 << 30},

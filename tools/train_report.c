@@ -84,6 +84,8 @@ void train_report_summary(const train_report *report, const usp_train_config *c,
             json_object_set_new(j, "fits", json_boolean(largest_peak(c, r, NULL) <= cluster.device_memory_bytes));
         if (r->passkey_accuracy >= 0)
             json_object_set_new(j, "passkey_accuracy", json_real(r->passkey_accuracy));
+        if (r->stopped) /* SIGINT or SIGTERM: stopped after steps, saved, not evaluated */
+            json_object_set_new(j, "stopped", json_true());
         print_json(out, j);
         return;
     }

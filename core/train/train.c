@@ -30,6 +30,7 @@ typedef struct trainer {
     int numerics;             /* 0 on the meta backend: nothing is read back */
     double log_clock;         /* modelled clock at the last progress line, and its step */
     int64_t log_step;
+    int stopping;             /* the world agreed to stop after this step (usp_train_config.stop) */
 } trainer;
 
 #define BE (t->ctx->backend)
@@ -124,10 +125,26 @@ static usp_status count_right_digits(trainer *t, double *digits)
     return s;
 }
 
-/* *count (this rank's valid targets) summed over the world; none at all is an error. */
-static usp_status world_targets(trainer *t, double *count)
+/* A rank asked to stop (usp_train_config.stop) adds STOP_MARK to its count of valid targets: the
+ * world's sum is then stops * 2^40 + count, so the all-reduce every step makes anyway tells every
+ * rank, at the same step, whether any rank was asked. Exact in a double while the count is below
+ * 2^40 and the world at most 2^12 ranks (2^52 < 2^53). */
+#define STOP_MARK 1099511627776.0 /* 2^40 */
+
+/* *count (this rank's valid targets) summed over the world; none at all is an error. With
+ * `stop` (a training step), this rank's stop flag rides along and *stop says whether any rank's was set. */
+static usp_status world_targets(trainer *t, double *count, int *stop)
 {
+    if (*count >= STOP_MARK)
+        return usp_error(USP_ERR_CONFIG, "%.0f target tokens in one step: usp counts up to 2^40", *count);
+    int asked = stop && t->numerics && t->c->stop && *t->c->stop; /* meta: nothing is summed across ranks */
+    *count += asked ? STOP_MARK : 0;
     USP_CHECK(sum_over(t, t->ctx->world, count, 1));
+    if (stop) {
+        double stops = floor(*count / STOP_MARK);
+        *count -= stops * STOP_MARK;
+        *stop = stops > 0;
+    }
     if (*count < 1 && t->numerics) /* on meta the count is this rank's own, possibly 0 (padding) */
         return usp_error(USP_ERR_CONFIG, "the batch has no valid target token");
     return USP_OK;
@@ -138,7 +155,7 @@ static usp_status world_targets(trainer *t, double *count)
 static usp_status eval_forward(trainer *t, double *loss, double *digits)
 {
     double count = count_targets(t->shards, t->B_local), sum;
-    USP_CHECK(world_targets(t, &count));
+    USP_CHECK(world_targets(t, &count, NULL));
     USP_CHECK(usp_model_forward(t->model, t->shards));
     if (digits)
         USP_CHECK(count_right_digits(t, digits));
@@ -160,7 +177,7 @@ static usp_status step_passes(trainer *t, int64_t first_sample, double *loss, do
     for (int64_t m = 0; m < t->M; m++)
         USP_CHECK(read_batch(t, first_sample + m * t->per_call, t->shards + m * t->B_local));
     double count = count_targets(t->shards, t->M * t->B_local), sum = 0;
-    USP_CHECK(world_targets(t, &count));
+    USP_CHECK(world_targets(t, &count, &t->stopping));
     const float grad_scale = (float)(1.0 / (count > 1 ? count : 1));
     *fwd = *recompute = 0;
     for (int64_t m = 0; m < t->M; m++) {
@@ -494,7 +511,7 @@ static usp_status run(trainer *t)
         return usp_error(USP_ERR_RUNTIME, "out of memory");
     usp_status s = USP_OK;
     t->log_clock = clock_now(t), t->log_step = t->step;
-    while (t->step < until && s == USP_OK) {
+    while (t->step < until && s == USP_OK && !t->stopping) {
         int64_t step = ++t->step;
         double step_start = clock_now(t), flops_start = usp_backend_flops(BE), fwd = 0, recompute = 0;
         s = step_passes(t, (step - 1) * c->batch, &loss, &fwd, &recompute);
@@ -510,11 +527,14 @@ static usp_status run(trainer *t)
             s = usp_rank_gather(t->ctx, &st, sizeof st, c->step_stats);
         }
         tokens += (double)c->batch * (double)c->seq_len;
-        if (s == USP_OK && c->on_record && (step % c->log_every == 0 || step == until)) {
+        if (s == USP_OK && c->on_record && (step % c->log_every == 0 || step == until || t->stopping)) {
             s = gather_peaks(t, peaks);
             if (s == USP_OK && t->ctx->rank == 0)
                 record_step(t, step, loss, tokens / (wall_now() - start), peaks);
         }
+        if (s == USP_OK && c->save_dir && c->save_every > 0 && step % c->save_every == 0 && step < until &&
+            !t->stopping) /* the last step's save, or the stop's, comes after the loop */
+            s = save(t);
     }
     free(peaks);
     if (s == USP_OK && c->record_tensors && c->on_record && t->numerics)
@@ -522,7 +542,7 @@ static usp_status run(trainer *t)
     double wall = wall_now() - start, accuracy = -1, steps_clock = clock_now(t);
     if (s == USP_OK && c->save_dir)
         s = save(t);
-    int evaluated = c->eval_samples > 0 || c->eval_only;
+    int evaluated = (c->eval_samples > 0 || c->eval_only) && !t->stopping; /* a stop is asked to be quick */
     if (s == USP_OK && evaluated)
         s = evaluate(t, &loss, &accuracy);
     if (s == USP_OK && t->ctx->rank == 0 && t->result)
@@ -532,6 +552,8 @@ static usp_status run(trainer *t)
                                         .tokens_per_s = wall > 0 ? tokens / wall : 0, .steps_done = t->step,
                                         .clock_s = clock_now(t),
                                         .seq_len_padded = t->N, .peak_bytes = t->result->peak_bytes};
+    if (s == USP_OK && t->result)
+        t->result->stopped = t->stopping; /* every rank's process decides its exit code by it */
     if (s == USP_OK && t->result && t->result->peak_bytes) {
         size_t mine = usp_backend_peak_bytes(BE);
         s = usp_rank_gather(t->ctx, &mine, sizeof mine, t->result->peak_bytes);

@@ -25,6 +25,7 @@
 #ifndef USP_TRAIN_H
 #define USP_TRAIN_H
 
+#include <signal.h>
 #include <stdint.h>
 
 #include "core/parallel/mesh.h"
@@ -93,6 +94,10 @@ typedef struct usp_train_config {
     int eager_ring_merge;      /* ring attention's merge as PyTorch frameworks run it (shapes only; core/parallel/ring.h) */
     usp_dtype storage;         /* USP_F32, or USP_BF16 mixed precision (shapes only: see usp_buffer_alloc_as) */
     const char *save_dir, *resume_dir;
+    int64_t save_every;        /* with save_dir: a checkpoint every save_every steps too (0: at the end only) */
+    const volatile sig_atomic_t *stop; /* nonzero asks the run to stop after a whole step, save (save_dir) and skip
+                                  the evaluation: a signal handler's flag (NULL: never). The ranks agree on the
+                                  step (the flag rides on the step's first all-reduce), so every rank stops there */
     int64_t log_every;         /* a STEP record every log_every steps (and at the last) */
     int64_t eval_samples;      /* held-out passkey samples evaluated at the end (0: none) */
     int eval_only;             /* usp eval: no training steps */
@@ -114,6 +119,7 @@ typedef struct usp_train_result {
     double clock_s;            /* rank 0's run clock at the end (as usp_train_record.clock_s) */
     double steps_time_s;       /* the same clock when the steps ended: clock_s less saving and evaluating */
     int64_t steps_done;
+    int stopped;               /* the run stopped early at `stop` (set on every rank, not on rank 0 alone) */
     int64_t seq_len_padded;
     double first_loss;         /* the loss of the first step run */
     size_t *peak_bytes;        /* when set (on every rank or none), [world]: every rank's peak memory over
