@@ -144,7 +144,8 @@ size_t usp_buffer_bytes(const usp_backend_t *be, const void *ptr, size_t elems);
 
 /* Copies `elems` elements within backend memory, converting from src's buffer's
  * dtype to dst's (a plain copy when they agree; fp32 master weights rounded into
- * bf16 storage). A backend with numerics that cannot convert gives USP_ERR_CONFIG. */
+ * bf16 storage; dtypes that differ must be f32 and bf16, else USP_ERR_CONFIG). A backend
+ * with numerics that cannot convert gives USP_ERR_CONFIG. */
 usp_status usp_buffer_convert(usp_backend_t *be, void *dst, const void *src, size_t elems, usp_stream_t *stream);
 
 /* Frees a buffer from usp_buffer_alloc, stream-ordered (see above; NULL is a no-op). */
