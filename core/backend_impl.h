@@ -13,14 +13,27 @@
 
 #include "core/ops.h"
 
-#define USP_BACKEND_API_VERSION 3
+#define USP_BACKEND_API_VERSION 4
+
+/* A device operand as a slot receives it: where it starts, the dtype its elements are stored in and
+ * how many elements the op reads or writes from there. The wrapper builds it with one look-up in the
+ * live-buffer table, which also proves the `count` elements lie inside that one buffer and that the
+ * dtype is one the op takes for that operand (core/ops.h says which): a backend reads `dtype` here and
+ * never asks a buffer. data NULL: an optional operand left out (dtype USP_F32, count 0). One type for
+ * inputs and outputs: the const-ness of an input is the public wrapper's, the slot's comment says
+ * which operands it writes. */
+typedef struct usp_view {
+    void *data;
+    usp_dtype dtype; /* USP_F32 or USP_BF16 for activations, weights and gradients; USP_F32 elsewhere */
+    int64_t count;
+} usp_view;
 
 typedef struct usp_backend_i {
     int api_version; /* USP_BACKEND_API_VERSION */
     const char *name;
     int has_numerics; /* 0: the meta backend, buffers are never touched */
     int stores_bf16;  /* 1: buffers may be bf16 (usp_buffer_alloc_as); every op then reads each
-                         operand's dtype from its buffer (usp_buffer_dtype) and `convert` is set */
+                         operand's dtype from its view and `convert` is set */
 
     /* Allocates device memory. Blocking. */
     usp_status (*alloc)(void *ctx, size_t bytes, void **out);
@@ -47,89 +60,88 @@ typedef struct usp_backend_i {
     usp_status (*event_elapsed)(void *ctx, usp_event_t *from, usp_event_t *to, double *seconds);
     /* (optional) Runs fn(arg) on the host in the stream's order; NULL: the wrapper calls it at once. */
     usp_status (*launch_host_func)(void *ctx, usp_stream_t *stream, void (*fn)(void *arg), void *arg);
-    /* Batched row-major GEMM. */
-    usp_status (*gemm)(void *ctx, const usp_gemm_desc *g, usp_stream_t *stream);
+    /* Batched row-major GEMM; a, b, c are g's operands (g->a, g->b, g->c), unread a and b when g->k = 0. */
+    usp_status (*gemm)(void *ctx, const usp_gemm_desc *g, usp_view a, usp_view b, usp_view c,
+                       usp_stream_t *stream);
     /* 2-D strided copy of device memory (the pack/unpack around all-to-all). */
     usp_status (*copy_2d)(void *ctx, void *dst, size_t dst_stride, const void *src, size_t src_stride,
                           size_t row_bytes, size_t rows, usp_stream_t *stream);
-    /* (with stores_bf16) Copies elems elements of device memory from src's buffer's dtype to dst's
-     * (they differ: fp32 to bf16 rounds to nearest even). */
-    usp_status (*convert)(void *ctx, void *dst, const void *src, size_t elems, usp_stream_t *stream);
-    /* dst += src, 2-D strided, f32. */
-    usp_status (*accumulate_2d)(void *ctx, float *dst, size_t dst_stride, const float *src,
-                                size_t src_stride, size_t row_elems, size_t rows, usp_stream_t *stream);
+    /* (with stores_bf16) Copies src.count elements from src's dtype to dst's (they differ: fp32 to
+     * bf16 rounds to nearest even). */
+    usp_status (*convert)(void *ctx, usp_view dst, usp_view src, usp_stream_t *stream);
+    /* dst += src, 2-D strided (strides in elements). */
+    usp_status (*accumulate_2d)(void *ctx, usp_view dst, size_t dst_stride, usp_view src, size_t src_stride,
+                                size_t row_elems, size_t rows, usp_stream_t *stream);
     /* Bytes of scratch the two attention slots need for `s`. */
     size_t (*attention_workspace_bytes)(void *ctx, const usp_attention_shape *s);
-    /* Flash attention forward and backward (see core/ops.h); `workspace` as sized above. */
-    usp_status (*attention_forward)(void *ctx, const usp_attention_shape *s, const float *q, const float *k,
-                                    const float *v, float *o, float *lse, void *workspace,
-                                    usp_stream_t *stream);
-    usp_status (*attention_backward)(void *ctx, const usp_attention_shape *s, const float *q,
-                                     const float *k, const float *v, const float *o, const float *lse,
-                                     const float *d_o, float *dq, float *dk, float *dv, int accumulate,
-                                     void *workspace, usp_stream_t *stream);
-    /* Online-softmax merge of a partial attention result (see core/ops.h). */
-    usp_status (*attention_merge)(void *ctx, float *o, float *lse, const float *o_part,
-                                  const float *lse_part, int64_t n, int64_t heads, int64_t head_dim,
-                                  usp_stream_t *stream);
+    /* Flash attention forward and backward (see core/ops.h); `workspace` as sized above. Writes o,
+     * lse; dq, dk, dv. lse is f32. */
+    usp_status (*attention_forward)(void *ctx, const usp_attention_shape *s, usp_view q, usp_view k, usp_view v,
+                                    usp_view o, usp_view lse, void *workspace, usp_stream_t *stream);
+    usp_status (*attention_backward)(void *ctx, const usp_attention_shape *s, usp_view q, usp_view k, usp_view v,
+                                     usp_view o, usp_view lse, usp_view d_o, usp_view dq, usp_view dk,
+                                     usp_view dv, int accumulate, void *workspace, usp_stream_t *stream);
+    /* Online-softmax merge of a partial attention result into o, lse (see core/ops.h); lse, lse_part f32. */
+    usp_status (*attention_merge)(void *ctx, usp_view o, usp_view lse, usp_view o_part, usp_view lse_part,
+                                  int64_t n, int64_t heads, int64_t head_dim, usp_stream_t *stream);
     /* Transformer layer ops, semantics of their wrappers in core/ops.h; called with n > 0 and
-     * checked shapes and buffers. Each may be NULL only when has_numerics = 0 (the wrapper
+     * checked shapes and views (the first operands listed are the ones written; the f32-only ones
+     * are named). Each may be NULL only when has_numerics = 0 (the wrapper
      * then reports the cost and returns; usp_sum_squares gives 0); on a numeric backend a
      * NULL slot is a USP_ERR_RUNTIME naming the op. */
-    /* out [n, C] = wte[tokens] + wpe[positions] (wpe may be NULL). */
-    usp_status (*embedding_forward)(void *ctx, float *out, const int32_t *tokens, const int32_t *positions,
-                                    const float *wte, const float *wpe, int64_t n, int64_t C, usp_stream_t *stream);
+    /* out [n, C] = wte[tokens] + wpe[positions] (wpe.data may be NULL). */
+    usp_status (*embedding_forward)(void *ctx, usp_view out, const int32_t *tokens, const int32_t *positions,
+                                    usp_view wte, usp_view wpe, int64_t n, int64_t C, usp_stream_t *stream);
     /* dwte[tokens[i]] += dout[i], dwpe likewise if non-NULL; deterministic. */
-    usp_status (*embedding_backward)(void *ctx, float *dwte, float *dwpe, const float *dout, const int32_t *tokens,
+    usp_status (*embedding_backward)(void *ctx, usp_view dwte, usp_view dwpe, usp_view dout, const int32_t *tokens,
                                      const int32_t *positions, int64_t n, int64_t C, usp_stream_t *stream);
-    /* LayerNorm forward; bias, mean, rstd may be NULL. */
-    usp_status (*layernorm_forward)(void *ctx, float *out, float *mean, float *rstd, const float *inp,
-                                    const float *weight, const float *bias, int64_t n, int64_t C, float eps,
+    /* LayerNorm forward; bias, mean, rstd may be NULL; mean, rstd f32. */
+    usp_status (*layernorm_forward)(void *ctx, usp_view out, usp_view mean, usp_view rstd, usp_view inp,
+                                    usp_view weight, usp_view bias, int64_t n, int64_t C, float eps,
                                     usp_stream_t *stream);
-    /* LayerNorm backward; accumulates into dinp, dweight, dbias (may be NULL). */
-    usp_status (*layernorm_backward)(void *ctx, float *dinp, float *dweight, float *dbias, const float *dout,
-                                     const float *inp, const float *weight, const float *mean, const float *rstd,
-                                     int64_t n, int64_t C, usp_stream_t *stream);
-    /* RMSNorm forward; rstd may be NULL. */
-    usp_status (*rmsnorm_forward)(void *ctx, float *out, float *rstd, const float *inp, const float *weight,
-                                  int64_t n, int64_t C, float eps, usp_stream_t *stream);
-    /* RMSNorm backward; accumulates into dinp and dweight. */
-    usp_status (*rmsnorm_backward)(void *ctx, float *dinp, float *dweight, const float *dout, const float *inp,
-                                   const float *weight, const float *rstd, int64_t n, int64_t C,
-                                   usp_stream_t *stream);
+    /* LayerNorm backward; accumulates into dinp, dweight, dbias (may be NULL); mean, rstd f32. */
+    usp_status (*layernorm_backward)(void *ctx, usp_view dinp, usp_view dweight, usp_view dbias, usp_view dout,
+                                     usp_view inp, usp_view weight, usp_view mean, usp_view rstd, int64_t n,
+                                     int64_t C, usp_stream_t *stream);
+    /* RMSNorm forward; rstd (f32) may be NULL. */
+    usp_status (*rmsnorm_forward)(void *ctx, usp_view out, usp_view rstd, usp_view inp, usp_view weight, int64_t n,
+                                  int64_t C, float eps, usp_stream_t *stream);
+    /* RMSNorm backward; accumulates into dinp and dweight; rstd f32. */
+    usp_status (*rmsnorm_backward)(void *ctx, usp_view dinp, usp_view dweight, usp_view dout, usp_view inp,
+                                   usp_view weight, usp_view rstd, int64_t n, int64_t C, usp_stream_t *stream);
     /* GELU (tanh approximation) forward over n elements. */
-    usp_status (*gelu_tanh_forward)(void *ctx, float *out, const float *inp, int64_t n, usp_stream_t *stream);
+    usp_status (*gelu_tanh_forward)(void *ctx, usp_view out, usp_view inp, int64_t n, usp_stream_t *stream);
     /* GELU backward; dinp overwritten. */
-    usp_status (*gelu_tanh_backward)(void *ctx, float *dinp, const float *inp, const float *dout, int64_t n,
+    usp_status (*gelu_tanh_backward)(void *ctx, usp_view dinp, usp_view inp, usp_view dout, int64_t n,
                                      usp_stream_t *stream);
     /* out = silu(gate) * up over n elements. */
-    usp_status (*swiglu_forward)(void *ctx, float *out, const float *gate, const float *up, int64_t n,
+    usp_status (*swiglu_forward)(void *ctx, usp_view out, usp_view gate, usp_view up, int64_t n,
                                  usp_stream_t *stream);
     /* SwiGLU backward; dgate and dup overwritten. */
-    usp_status (*swiglu_backward)(void *ctx, float *dgate, float *dup, const float *gate, const float *up,
-                                  const float *dout, int64_t n, usp_stream_t *stream);
+    usp_status (*swiglu_backward)(void *ctx, usp_view dgate, usp_view dup, usp_view gate, usp_view up,
+                                  usp_view dout, int64_t n, usp_stream_t *stream);
     /* Rotary embedding of x [n, H, D] in place (inv_freq: NULL, or D/2 host values overriding theta's). */
-    usp_status (*rope_forward)(void *ctx, float *x, const int32_t *positions, int64_t n, int64_t H, int64_t D,
+    usp_status (*rope_forward)(void *ctx, usp_view x, const int32_t *positions, int64_t n, int64_t H, int64_t D,
                                float theta, const double *inv_freq, usp_stream_t *stream);
     /* Inverse rotary rotation of dx [n, H, D] in place. */
-    usp_status (*rope_backward)(void *ctx, float *dx, const int32_t *positions, int64_t n, int64_t H, int64_t D,
+    usp_status (*rope_backward)(void *ctx, usp_view dx, const int32_t *positions, int64_t n, int64_t H, int64_t D,
                                 float theta, const double *inv_freq, usp_stream_t *stream);
-    /* Fused softmax cross-entropy; losses or dlogits may be NULL, dlogits may equal logits. */
-    usp_status (*cross_entropy)(void *ctx, float *losses, float *dlogits, const float *logits,
+    /* Fused softmax cross-entropy; losses (f32) or dlogits may be NULL, dlogits may equal logits. */
+    usp_status (*cross_entropy)(void *ctx, usp_view losses, usp_view dlogits, usp_view logits,
                                 const int32_t *targets, int64_t n, int64_t V, float grad_scale,
                                 usp_stream_t *stream);
-    /* One AdamW step over n parameters. */
-    usp_status (*adamw_step)(void *ctx, float *params, const float *grads, float *m, float *v, int64_t n, float lr,
-                             float beta1, float beta2, float eps, float weight_decay, int64_t t,
+    /* One AdamW step over n parameters: params, m, v (f32) updated from grads. */
+    usp_status (*adamw_step)(void *ctx, usp_view params, usp_view grads, usp_view m, usp_view v, int64_t n,
+                             float lr, float beta1, float beta2, float eps, float weight_decay, int64_t t,
                              usp_stream_t *stream);
     /* *out (host) = sum of squares in double, deterministic for any thread count. Blocking. */
-    usp_status (*sum_squares)(void *ctx, double *out, const float *x, int64_t n, usp_stream_t *stream);
+    usp_status (*sum_squares)(void *ctx, double *out, usp_view x, int64_t n, usp_stream_t *stream);
     /* x *= s over n elements. */
-    usp_status (*scale)(void *ctx, float *x, float s, int64_t n, usp_stream_t *stream);
+    usp_status (*scale)(void *ctx, usp_view x, float s, int64_t n, usp_stream_t *stream);
     /* x [n, C] += bias [C]. */
-    usp_status (*add_bias)(void *ctx, float *x, const float *bias, int64_t n, int64_t C, usp_stream_t *stream);
+    usp_status (*add_bias)(void *ctx, usp_view x, usp_view bias, int64_t n, int64_t C, usp_stream_t *stream);
     /* dbias [C] += column sums of dout [n, C]. */
-    usp_status (*bias_backward)(void *ctx, float *dbias, const float *dout, int64_t n, int64_t C,
+    usp_status (*bias_backward)(void *ctx, usp_view dbias, usp_view dout, int64_t n, int64_t C,
                                 usp_stream_t *stream);
     /* (optional) Frees the context; NULL: nothing to free. */
     void (*destroy)(void *ctx);

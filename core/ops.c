@@ -247,20 +247,28 @@ void usp_backend_set_cost_sink(usp_backend_t *be, usp_cost_sink_fn fn, void *ctx
 }
 
 /* A float-unit offset into a narrower (bf16) buffer runs past its end and is refused here. */
-usp_status ops_check_elems(const usp_backend_t *be, const char *op, const char *name, const void *ptr,
-                           int64_t count, int optional)
+usp_status ops_view(const usp_backend_t *be, const char *op, const char *name, const void *ptr, int64_t count,
+                    unsigned dtypes, int optional, usp_view *out)
 {
+    *out = (usp_view){.data = (void *)ptr, .dtype = USP_F32, .count = 0};
     if (!ptr)
         return optional ? USP_OK
                         : usp_error(USP_ERR_RUNTIME, "%s: %s is NULL; it needs a buffer of %lld elements", op, name,
                                     (long long)count);
-    int owned = usp_backend_owns(be, ptr, 0);
-    usp_dtype dtype = owned ? usp_buffer_dtype(be, ptr) : USP_F32;
-    if (!owned || !usp_backend_owns(be, ptr, (size_t)count * usp_dtype_size(dtype)))
+    const allocation *a = allocation_of(be, ptr);
+    const usp_dtype dtype = a ? a->dtype : USP_F32;
+    if (a && !(dtypes >> dtype & 1u))
+        return usp_error(USP_ERR_CONFIG, "%s: %s (%p) is stored as %s; %s takes %s there (was its buffer "
+                         "allocated with the wrong storage?)", op, name, ptr, usp_dtype_name(dtype), op,
+                         dtypes == OPS_F32 ? "f32 only" : "f32 or bf16");
+    const size_t bytes = (size_t)count * usp_dtype_size(dtype), at = a ? (uintptr_t)ptr - a->addr : 0;
+    if (!a || bytes > a->bytes || at > a->bytes - bytes)
         return usp_error(USP_ERR_RUNTIME,
                          "%s: %s (%p, %lld %s elements) does not lie inside one buffer of this %s backend; pass "
                          "memory from usp_buffer_alloc with room for %lld elements from that address",
                          op, name, ptr, (long long)count, usp_dtype_name(dtype), be->iface->name, (long long)count);
+    out->dtype = dtype;
+    out->count = count;
     return USP_OK;
 }
 
@@ -293,8 +301,11 @@ usp_status usp_buffer_convert(usp_backend_t *be, void *dst, const void *src, siz
     if (be->iface->has_numerics && !be->iface->convert) /* the cpu backend: it stores fp32 only */
         return usp_error(USP_ERR_CONFIG, "the %s backend cannot convert %s to %s: it stores fp32 only",
                          be->iface->name, usp_dtype_name(from), usp_dtype_name(to));
+    usp_view d, s;
+    USP_CHECK(ops_view(be, "usp_buffer_convert", "destination", dst, (int64_t)elems, OPS_STORED, 0, &d));
+    USP_CHECK(ops_view(be, "usp_buffer_convert", "source", src, (int64_t)elems, OPS_STORED, 0, &s));
     ops_report_cost(be, "convert", 0, (double)(src_bytes + dst_bytes), stream);
-    return be->iface->convert ? OPS_TIMED(be, stream, be->iface->convert(be->context, dst, src, elems, stream)) : USP_OK;
+    return be->iface->convert ? OPS_TIMED(be, stream, be->iface->convert(be->context, d, s, stream)) : USP_OK;
 }
 
 usp_status usp_buffer_zero(usp_backend_t *be, void *ptr, size_t bytes, usp_stream_t *stream)
@@ -371,18 +382,21 @@ static int64_t matrices_extent(int64_t rows, int64_t cols, int64_t ld, int64_t s
     return (batch - 1) * stride + (rows - 1) * ld + cols;
 }
 
-/* Every operand lies in its buffer (called with m, n, batch > 0). */
-static usp_status check_gemm_operands(const usp_backend_t *be, const usp_gemm_desc *g)
+/* The views of the operands, each inside its buffer (called with m, n, batch > 0); a and b are unread when k = 0. */
+static usp_status gemm_views(const usp_backend_t *be, const usp_gemm_desc *g, usp_view *a, usp_view *b, usp_view *c)
 {
+    *a = (usp_view){.data = (void *)g->a, .dtype = USP_F32};
+    *b = (usp_view){.data = (void *)g->b, .dtype = USP_F32};
     if (g->k > 0) {
-        USP_CHECK(ops_check_elems(be, "gemm", "a", g->a,
-                                  g->trans_a ? matrices_extent(g->k, g->m, g->lda, g->stride_a, g->batch)
-                                             : matrices_extent(g->m, g->k, g->lda, g->stride_a, g->batch), 0));
-        USP_CHECK(ops_check_elems(be, "gemm", "b", g->b,
-                                  g->trans_b ? matrices_extent(g->n, g->k, g->ldb, g->stride_b, g->batch)
-                                             : matrices_extent(g->k, g->n, g->ldb, g->stride_b, g->batch), 0));
+        USP_CHECK(ops_view(be, "gemm", "a", g->a,
+                           g->trans_a ? matrices_extent(g->k, g->m, g->lda, g->stride_a, g->batch)
+                                      : matrices_extent(g->m, g->k, g->lda, g->stride_a, g->batch), OPS_STORED, 0, a));
+        USP_CHECK(ops_view(be, "gemm", "b", g->b,
+                           g->trans_b ? matrices_extent(g->n, g->k, g->ldb, g->stride_b, g->batch)
+                                      : matrices_extent(g->k, g->n, g->ldb, g->stride_b, g->batch), OPS_STORED, 0, b));
     }
-    return ops_check_elems(be, "gemm", "c", g->c, matrices_extent(g->m, g->n, g->ldc, g->stride_c, g->batch), 0);
+    return ops_view(be, "gemm", "c", g->c, matrices_extent(g->m, g->n, g->ldc, g->stride_c, g->batch), OPS_STORED, 0,
+                    c);
 }
 
 usp_status usp_gemm(usp_backend_t *be, const usp_gemm_desc *g, usp_stream_t *stream)
@@ -397,9 +411,10 @@ usp_status usp_gemm(usp_backend_t *be, const usp_gemm_desc *g, usp_stream_t *str
     double flops = 2.0 * (double)g->m * (double)g->n * (double)g->k * mats;
     double c_passes = g->beta != 0.0f ? 2.0 : 1.0;
     double bytes = 4.0 * mats * ((double)g->m * g->k + (double)g->k * g->n + c_passes * g->m * g->n);
-    USP_CHECK(check_gemm_operands(be, g));
+    usp_view a, b, c;
+    USP_CHECK(gemm_views(be, g, &a, &b, &c));
     ops_report_cost(be, "gemm", flops, bytes, stream);
-    return OPS_TIMED(be, stream, be->iface->gemm(be->context, g, stream));
+    return OPS_TIMED(be, stream, be->iface->gemm(be->context, g, a, b, c, stream));
 }
 
 usp_status usp_copy_2d(usp_backend_t *be, void *dst, size_t dst_stride, const void *src, size_t src_stride,
@@ -420,11 +435,12 @@ usp_status usp_accumulate_2d(usp_backend_t *be, float *dst, size_t dst_stride, c
     if (row_elems == 0 || rows == 0)
         return USP_OK;
     const char *op = "accumulate_2d";
-    USP_CHECK(ops_check_elems(be, op, "dst", dst, (int64_t)((rows - 1) * dst_stride + row_elems), 0));
-    USP_CHECK(ops_check_elems(be, op, "src", src, (int64_t)((rows - 1) * src_stride + row_elems), 0));
+    usp_view d, s;
+    USP_CHECK(ops_view(be, op, "dst", dst, (int64_t)((rows - 1) * dst_stride + row_elems), OPS_STORED, 0, &d));
+    USP_CHECK(ops_view(be, op, "src", src, (int64_t)((rows - 1) * src_stride + row_elems), OPS_STORED, 0, &s));
     double n = (double)row_elems * (double)rows;
     ops_report_cost(be, "accumulate", n, 12.0 * n, stream);
-    return OPS_TIMED(be, stream, be->iface->accumulate_2d(be->context, dst, dst_stride, src, src_stride,
+    return OPS_TIMED(be, stream, be->iface->accumulate_2d(be->context, d, dst_stride, s, src_stride,
                                                          row_elems, rows, stream));
 }
 
@@ -471,9 +487,12 @@ static usp_status check_attention_shape(const usp_attention_shape *s)
     return USP_OK;
 }
 
-/* Every tensor of an attention call lies in its buffer: q-shaped ones [B, n_q, H, D],
- * kv-shaped ones [B, n_kv, Hkv, D], lse [B, H, n_q]; NULL only where nothing is needed. */
-#define CHECK_ELEMS(ptr, count) USP_CHECK(ops_check_elems(be, op, #ptr, ptr, count, (count) == 0))
+/* The view of every tensor of an attention call, inside its buffer: q-shaped ones [B, n_q, H, D],
+ * kv-shaped ones [B, n_kv, Hkv, D], both f32 or bf16, and lse [B, H, n_q], f32; NULL only where
+ * nothing is needed. */
+#define VIEW(ptr, count, dtypes) \
+    usp_view ptr##_v;            \
+    USP_CHECK(ops_view(be, op, #ptr, ptr, count, dtypes, (count) == 0, &ptr##_v))
 #define Q_ELEMS(s) ((s)->batch * (s)->n_q * (s)->n_heads * (s)->head_dim)
 #define KV_ELEMS(s) ((s)->batch * (s)->n_kv * (s)->n_kv_heads * (s)->head_dim)
 #define LSE_ELEMS(s) ((s)->batch * (s)->n_heads * (s)->n_q)
@@ -486,17 +505,17 @@ usp_status usp_flash_attention_forward(usp_backend_t *be, const usp_attention_sh
     USP_CHECK(check_attention_shape(s));
     if (s->batch == 0 || s->n_q == 0)
         return USP_OK;
-    CHECK_ELEMS(q, Q_ELEMS(s));
-    CHECK_ELEMS(o, Q_ELEMS(s));
-    CHECK_ELEMS(lse, LSE_ELEMS(s));
-    CHECK_ELEMS(k, KV_ELEMS(s));
-    CHECK_ELEMS(v, KV_ELEMS(s));
+    VIEW(q, Q_ELEMS(s), OPS_STORED);
+    VIEW(o, Q_ELEMS(s), OPS_STORED);
+    VIEW(lse, LSE_ELEMS(s), OPS_F32);
+    VIEW(k, KV_ELEMS(s), OPS_STORED);
+    VIEW(v, KV_ELEMS(s), OPS_STORED);
     attention_cost(be, s, 0, stream);
     void *ws = NULL;
     size_t ws_bytes = be->iface->attention_workspace_bytes(be->context, s);
     if (ws_bytes)
         USP_CHECK(usp_buffer_alloc(be, ws_bytes, "attention workspace", &ws));
-    usp_status st = OPS_TIMED(be, stream, be->iface->attention_forward(be->context, s, q, k, v, o, lse, ws,
+    usp_status st = OPS_TIMED(be, stream, be->iface->attention_forward(be->context, s, q_v, k_v, v_v, o_v, lse_v, ws,
                                                                        stream));
     usp_buffer_free(be, ws);
     return st;
@@ -511,22 +530,23 @@ usp_status usp_flash_attention_backward(usp_backend_t *be, const usp_attention_s
     USP_CHECK(check_attention_shape(s));
     if (s->batch == 0 || (s->n_q == 0 && s->n_kv == 0))
         return USP_OK;
-    CHECK_ELEMS(q, Q_ELEMS(s));
-    CHECK_ELEMS(o, Q_ELEMS(s));
-    CHECK_ELEMS(d_o, Q_ELEMS(s));
-    CHECK_ELEMS(dq, Q_ELEMS(s));
-    CHECK_ELEMS(lse, LSE_ELEMS(s));
-    CHECK_ELEMS(k, KV_ELEMS(s));
-    CHECK_ELEMS(v, KV_ELEMS(s));
-    CHECK_ELEMS(dk, KV_ELEMS(s));
-    CHECK_ELEMS(dv, KV_ELEMS(s));
+    VIEW(q, Q_ELEMS(s), OPS_STORED);
+    VIEW(o, Q_ELEMS(s), OPS_STORED);
+    VIEW(d_o, Q_ELEMS(s), OPS_STORED);
+    VIEW(dq, Q_ELEMS(s), OPS_STORED);
+    VIEW(lse, LSE_ELEMS(s), OPS_F32);
+    VIEW(k, KV_ELEMS(s), OPS_STORED);
+    VIEW(v, KV_ELEMS(s), OPS_STORED);
+    VIEW(dk, KV_ELEMS(s), OPS_STORED);
+    VIEW(dv, KV_ELEMS(s), OPS_STORED);
     attention_cost(be, s, 1, stream);
     void *ws = NULL;
     size_t ws_bytes = be->iface->attention_workspace_bytes(be->context, s);
     if (ws_bytes)
         USP_CHECK(usp_buffer_alloc(be, ws_bytes, "attention workspace", &ws));
-    usp_status st = OPS_TIMED(be, stream, be->iface->attention_backward(be->context, s, q, k, v, o, lse, d_o, dq, dk,
-                                                                        dv, accumulate, ws, stream));
+    usp_status st = OPS_TIMED(be, stream, be->iface->attention_backward(be->context, s, q_v, k_v, v_v, o_v, lse_v,
+                                                                        d_o_v, dq_v, dk_v, dv_v, accumulate, ws,
+                                                                        stream));
     usp_buffer_free(be, ws);
     return st;
 }
@@ -538,14 +558,14 @@ usp_status usp_attention_merge(usp_backend_t *be, float *o, float *lse, const fl
     const char *op = "attention_merge";
     if (n == 0)
         return USP_OK;
-    CHECK_ELEMS(o, n * heads * head_dim);
-    CHECK_ELEMS(o_part, n * heads * head_dim);
-    CHECK_ELEMS(lse, n * heads);
-    CHECK_ELEMS(lse_part, n * heads);
+    VIEW(o, n * heads * head_dim, OPS_STORED);
+    VIEW(o_part, n * heads * head_dim, OPS_STORED);
+    VIEW(lse, n * heads, OPS_F32);
+    VIEW(lse_part, n * heads, OPS_F32);
     double elems = (double)n * (double)heads * (double)head_dim;
     ops_report_cost(be, "attention_merge", 3.0 * elems, 4.0 * (3.0 * elems + 3.0 * (double)(n * heads)),
                     stream);
-    return OPS_TIMED(be, stream, be->iface->attention_merge(be->context, o, lse, o_part, lse_part, n, heads,
+    return OPS_TIMED(be, stream, be->iface->attention_merge(be->context, o_v, lse_v, o_part_v, lse_part_v, n, heads,
                                                            head_dim, stream));
 }
 

@@ -135,7 +135,8 @@ usp_status usp_buffer_alloc_as(usp_backend_t *be, size_t elems, usp_dtype storag
  * site counts in float units by accident: a site that still does lands outside
  * its (narrower) buffer, which the copy wrappers and the simulator's
  * communicator refuse. Buffers that are always fp32 (lse, scalars, host staging)
- * keep plain arithmetic. Each call is a binary search of the live buffers. */
+ * keep plain arithmetic. Each call is a binary search of the live buffers; the ops
+ * do it once per operand in their wrappers, and backends never do. */
 
 /* The dtype of the live buffer holding ptr (its one-past-the-end pointer included); asserts it has one. */
 usp_dtype usp_buffer_dtype(const usp_backend_t *be, const void *ptr);
@@ -148,7 +149,8 @@ size_t usp_buffer_bytes(const usp_backend_t *be, const void *ptr, size_t elems);
 
 /* Copies `elems` elements within backend memory, converting from src's buffer's
  * dtype to dst's (a plain copy when they agree; fp32 master weights rounded into
- * bf16 storage). A backend with numerics that cannot convert gives USP_ERR_CONFIG. */
+ * bf16 storage; dtypes that differ must be f32 and bf16, else USP_ERR_CONFIG). A backend
+ * with numerics that cannot convert gives USP_ERR_CONFIG. */
 usp_status usp_buffer_convert(usp_backend_t *be, void *dst, const void *src, size_t elems, usp_stream_t *stream);
 
 /* Frees a buffer from usp_buffer_alloc, stream-ordered (see above; NULL is a no-op). */
@@ -256,6 +258,14 @@ usp_status usp_flash_attention_backward(usp_backend_t *be, const usp_attention_s
 usp_status usp_attention_merge(usp_backend_t *be, float *o, float *lse, const float *o_part,
                                const float *lse_part, int64_t n, int64_t heads, int64_t head_dim,
                                usp_stream_t *stream);
+
+/* ---- Storage of operands. On a backend that stores bf16, activations, weights and
+ * their gradients (every float operand not named below) may be stored f32 or bf16;
+ * lse, lse_part, mean, rstd, losses and AdamW's params, m and v are f32 only, and
+ * int32 ids live in 4-byte buffers (usp_buffer_alloc). Each wrapper reads every
+ * operand's dtype from its buffer once and hands the backend a typed view
+ * (core/backend_impl.h); an operand in another dtype is USP_ERR_CONFIG naming the
+ * op, the operand and the dtype, before the op's cost is reported. */
 
 /* ---- Transformer layer ops. Activations are row-major [n, C], n = batch * tokens;
  * token and position ids are int32 in backend memory; "accumulate" means +=.

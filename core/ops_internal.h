@@ -53,10 +53,19 @@ struct usp_backend {
     struct ops_timer *timer; /* usp_backend_time_ops (NULL: ops are not timed) */
 };
 
-/* `count` elements at ptr, in the dtype of the buffer ptr points into, lie inside
- * that one live buffer (ptr may be NULL when optional); else USP_ERR_RUNTIME naming op and name. */
-usp_status ops_check_elems(const usp_backend_t *be, const char *op, const char *name, const void *ptr,
-                           int64_t count, int optional);
+/* The dtypes an operand may hold, as a set of usp_dtype bits: activations, weights
+ * and their gradients are stored in f32 or bf16 (mixed precision); lse, mean,
+ * rstd, losses, master weights, Adam moments and int32 ids (4-byte elements that
+ * share USP_F32) are f32 only, as every backend's kernels read them. */
+#define OPS_F32 (1u << USP_F32)
+#define OPS_STORED (OPS_F32 | (1u << USP_BF16))
+
+/* The view a slot gets of `count` elements at ptr (one look-up in the live table):
+ * USP_ERR_CONFIG naming op, name and the dtype when ptr's buffer holds a dtype
+ * outside `dtypes`; USP_ERR_RUNTIME when the elements do not lie inside that one
+ * buffer, or ptr is NULL and not `optional` (a NULL optional one: data NULL). */
+usp_status ops_view(const usp_backend_t *be, const char *op, const char *name, const void *ptr, int64_t count,
+                    unsigned dtypes, int optional, usp_view *out);
 
 /* Counts the op's flops and sends its cost, with the stream it is enqueued on, to the backend's cost sink (if any). */
 void ops_report_cost(usp_backend_t *be, const char *op, double flops, double bytes, usp_stream_t *stream);

@@ -37,8 +37,25 @@ static usp_status check_rows(const char *op, const char *dim, int64_t n, int64_t
     return USP_OK;
 }
 
-#define NEED(ptr, count) USP_CHECK(ops_check_elems(be, op, #ptr, ptr, count, 0))
-#define MAYBE(ptr, count) USP_CHECK(ops_check_elems(be, op, #ptr, ptr, count, 1))
+/* ptr_v, the view the slot gets of `count` elements at ptr: NEED an operand stored in f32 or bf16
+ * (activations, weights, gradients), MAYBE one that may be NULL; NEED_F32 and MAYBE_F32 one the
+ * kernels read as f32 only (mean, rstd, losses, master weights, moments). */
+#define OPERAND(ptr, count, dtypes, optional) \
+    usp_view ptr##_v;                         \
+    USP_CHECK(ops_view(be, op, #ptr, ptr, count, dtypes, optional, &ptr##_v))
+#define NEED(ptr, count) OPERAND(ptr, count, OPS_STORED, 0)
+#define MAYBE(ptr, count) OPERAND(ptr, count, OPS_STORED, 1)
+#define NEED_F32(ptr, count) OPERAND(ptr, count, OPS_F32, 0)
+#define MAYBE_F32(ptr, count) OPERAND(ptr, count, OPS_F32, 1)
+
+/* int32 ids (tokens, positions, targets) in 4-byte buffers, inside them; the slot takes the pointer. */
+static usp_status check_ids(const usp_backend_t *be, const char *op, const char *name, const int32_t *ids,
+                            int64_t n)
+{
+    usp_view unused;
+    return ops_view(be, op, name, ids, n, OPS_F32, 0, &unused);
+}
+#define IDS(ptr, count) USP_CHECK(check_ids(be, op, #ptr, ptr, count))
 
 /* n elements: n >= 0. */
 static usp_status check_count(const char *op, int64_t n)
@@ -63,13 +80,13 @@ usp_status usp_embedding_forward(usp_backend_t *be, float *out, const int32_t *t
     USP_CHECK(check_rows(op, "C", n, C));
     if (n == 0)
         return USP_OK;
-    NEED(out, n * C); NEED(tokens, n); NEED(wte, C); MAYBE(wpe, C);
+    NEED(out, n * C); IDS(tokens, n); NEED(wte, C); MAYBE(wpe, C);
     if (wpe)
-        NEED(positions, n);
+        IDS(positions, n);
     /* per table: read n ids and n rows; one add per element when there are two tables; write out */
     double tables = wpe ? 2.0 : 1.0, nc = (double)n * (double)C;
     ops_report_cost(be, op, (tables - 1.0) * nc, 4.0 * (tables * (nc + (double)n) + nc), stream);
-    return LAYER_CALL(embedding_forward, out, tokens, positions, wte, wpe, n, C, stream);
+    return LAYER_CALL(embedding_forward, out_v, tokens, positions, wte_v, wpe_v, n, C, stream);
 }
 
 usp_status usp_embedding_backward(usp_backend_t *be, float *dwte, float *dwpe, const float *dout,
@@ -80,13 +97,13 @@ usp_status usp_embedding_backward(usp_backend_t *be, float *dwte, float *dwpe, c
     USP_CHECK(check_rows(op, "C", n, C));
     if (n == 0)
         return USP_OK;
-    NEED(dwte, C); MAYBE(dwpe, C); NEED(dout, n * C); NEED(tokens, n);
+    NEED(dwte, C); MAYBE(dwpe, C); NEED(dout, n * C); IDS(tokens, n);
     if (dwpe)
-        NEED(positions, n);
+        IDS(positions, n);
     /* read dout once; per table: n ids, read-add-write n rows */
     double tables = dwpe ? 2.0 : 1.0, nc = (double)n * (double)C;
     ops_report_cost(be, op, tables * nc, 4.0 * (nc + tables * ((double)n + 2.0 * nc)), stream);
-    return LAYER_CALL(embedding_backward, dwte, dwpe, dout, tokens, positions, n, C, stream);
+    return LAYER_CALL(embedding_backward, dwte_v, dwpe_v, dout_v, tokens, positions, n, C, stream);
 }
 
 usp_status usp_layernorm_forward(usp_backend_t *be, float *out, float *mean, float *rstd, const float *inp,
@@ -98,11 +115,11 @@ usp_status usp_layernorm_forward(usp_backend_t *be, float *out, float *mean, flo
     USP_CHECK(check_eps(op, eps));
     if (n == 0)
         return USP_OK;
-    NEED(out, n * C); MAYBE(mean, n); MAYBE(rstd, n); NEED(inp, n * C); NEED(weight, C); MAYBE(bias, C);
+    NEED(out, n * C); MAYBE_F32(mean, n); MAYBE_F32(rstd, n); NEED(inp, n * C); NEED(weight, C); MAYBE(bias, C);
     /* per element: mean 1, variance 3 (sub, mul, add), output 4 (sub, mul, mul, add) */
     double nc = (double)n * (double)C;
     ops_report_cost(be, op, 8.0 * nc, 4.0 * (2.0 * nc + 2.0 * (double)C + 2.0 * (double)n), stream);
-    return LAYER_CALL(layernorm_forward, out, mean, rstd, inp, weight, bias, n, C, eps, stream);
+    return LAYER_CALL(layernorm_forward, out_v, mean_v, rstd_v, inp_v, weight_v, bias_v, n, C, eps, stream);
 }
 
 usp_status usp_layernorm_backward(usp_backend_t *be, float *dinp, float *dweight, float *dbias, const float *dout,
@@ -114,12 +131,13 @@ usp_status usp_layernorm_backward(usp_backend_t *be, float *dinp, float *dweight
     if (n == 0)
         return USP_OK;
     NEED(dinp, n * C); NEED(dweight, C); MAYBE(dbias, C); NEED(dout, n * C); NEED(inp, n * C); NEED(weight, C);
-    NEED(mean, n); NEED(rstd, n);
+    NEED_F32(mean, n); NEED_F32(rstd, n);
     /* per element: xh 2, g 1, two row sums 3, dx 5 (sub, mul, sub, mul, add), dw 2, db 1;
      * read dout, inp, dinp, write dinp; weight, dweight and dbias (read and write); mean, rstd */
     double nc = (double)n * (double)C;
     ops_report_cost(be, op, 14.0 * nc, 4.0 * (4.0 * nc + 5.0 * (double)C + 2.0 * (double)n), stream);
-    return LAYER_CALL(layernorm_backward, dinp, dweight, dbias, dout, inp, weight, mean, rstd, n, C, stream);
+    return LAYER_CALL(layernorm_backward, dinp_v, dweight_v, dbias_v, dout_v, inp_v, weight_v, mean_v, rstd_v, n, C,
+                      stream);
 }
 
 usp_status usp_rmsnorm_forward(usp_backend_t *be, float *out, float *rstd, const float *inp, const float *weight,
@@ -130,11 +148,11 @@ usp_status usp_rmsnorm_forward(usp_backend_t *be, float *out, float *rstd, const
     USP_CHECK(check_eps(op, eps));
     if (n == 0)
         return USP_OK;
-    NEED(out, n * C); MAYBE(rstd, n); NEED(inp, n * C); NEED(weight, C);
+    NEED(out, n * C); MAYBE_F32(rstd, n); NEED(inp, n * C); NEED(weight, C);
     /* per element: square and add 2, output 2 multiplies */
     double nc = (double)n * (double)C;
     ops_report_cost(be, op, 4.0 * nc, 4.0 * (2.0 * nc + (double)C + (double)n), stream);
-    return LAYER_CALL(rmsnorm_forward, out, rstd, inp, weight, n, C, eps, stream);
+    return LAYER_CALL(rmsnorm_forward, out_v, rstd_v, inp_v, weight_v, n, C, eps, stream);
 }
 
 usp_status usp_rmsnorm_backward(usp_backend_t *be, float *dinp, float *dweight, const float *dout, const float *inp,
@@ -144,11 +162,11 @@ usp_status usp_rmsnorm_backward(usp_backend_t *be, float *dinp, float *dweight, 
     USP_CHECK(check_rows(op, "C", n, C));
     if (n == 0)
         return USP_OK;
-    NEED(dinp, n * C); NEED(dweight, C); NEED(dout, n * C); NEED(inp, n * C); NEED(weight, C); NEED(rstd, n);
+    NEED(dinp, n * C); NEED(dweight, C); NEED(dout, n * C); NEED(inp, n * C); NEED(weight, C); NEED_F32(rstd, n);
     /* per element: row sum 3, dx 5 (mul, mul, mul, sub, add), dw 3; read dout, inp, dinp, write dinp */
     double nc = (double)n * (double)C;
     ops_report_cost(be, op, 11.0 * nc, 4.0 * (4.0 * nc + 3.0 * (double)C + (double)n), stream);
-    return LAYER_CALL(rmsnorm_backward, dinp, dweight, dout, inp, weight, rstd, n, C, stream);
+    return LAYER_CALL(rmsnorm_backward, dinp_v, dweight_v, dout_v, inp_v, weight_v, rstd_v, n, C, stream);
 }
 
 usp_status usp_gelu_tanh_forward(usp_backend_t *be, float *out, const float *inp, int64_t n, usp_stream_t *stream)
@@ -160,7 +178,7 @@ usp_status usp_gelu_tanh_forward(usp_backend_t *be, float *out, const float *inp
     NEED(out, n); NEED(inp, n);
     /* x^3 2, polynomial 2, scale 1, tanh 1, 1 + t 1, two multiplies 2 */
     ops_report_cost(be, op, 9.0 * (double)n, 8.0 * (double)n, stream);
-    return LAYER_CALL(gelu_tanh_forward, out, inp, n, stream);
+    return LAYER_CALL(gelu_tanh_forward, out_v, inp_v, n, stream);
 }
 
 usp_status usp_gelu_tanh_backward(usp_backend_t *be, float *dinp, const float *inp, const float *dout, int64_t n,
@@ -173,7 +191,7 @@ usp_status usp_gelu_tanh_backward(usp_backend_t *be, float *dinp, const float *i
     NEED(dinp, n); NEED(inp, n); NEED(dout, n);
     /* tanh(u) as forward 6, (1 + t)/2 2, 1 - t^2 2, the polynomial 4, products 5 */
     ops_report_cost(be, op, 19.0 * (double)n, 12.0 * (double)n, stream);
-    return LAYER_CALL(gelu_tanh_backward, dinp, inp, dout, n, stream);
+    return LAYER_CALL(gelu_tanh_backward, dinp_v, inp_v, dout_v, n, stream);
 }
 
 usp_status usp_swiglu_forward(usp_backend_t *be, float *out, const float *gate, const float *up, int64_t n,
@@ -186,7 +204,7 @@ usp_status usp_swiglu_forward(usp_backend_t *be, float *out, const float *gate, 
     NEED(out, n); NEED(gate, n); NEED(up, n);
     /* sigmoid 4 (neg, exp, add, div), two multiplies */
     ops_report_cost(be, op, 6.0 * (double)n, 12.0 * (double)n, stream);
-    return LAYER_CALL(swiglu_forward, out, gate, up, n, stream);
+    return LAYER_CALL(swiglu_forward, out_v, gate_v, up_v, n, stream);
 }
 
 usp_status usp_swiglu_backward(usp_backend_t *be, float *dgate, float *dup, const float *gate, const float *up,
@@ -199,11 +217,12 @@ usp_status usp_swiglu_backward(usp_backend_t *be, float *dgate, float *dup, cons
     NEED(dgate, n); NEED(dup, n); NEED(gate, n); NEED(up, n); NEED(dout, n);
     /* sigmoid 4, dgate 6 (sub, mul, add, three products), dup 2; read 3 arrays, write 2 */
     ops_report_cost(be, op, 12.0 * (double)n, 20.0 * (double)n, stream);
-    return LAYER_CALL(swiglu_backward, dgate, dup, gate, up, dout, n, stream);
+    return LAYER_CALL(swiglu_backward, dgate_v, dup_v, gate_v, up_v, dout_v, n, stream);
 }
 
+/* The checks of both directions; *xv the view of x when n > 0. */
 static usp_status rope_checks(const usp_backend_t *be, const char *op, const float *x, const int32_t *positions,
-                              int64_t n, int64_t H, int64_t D, float theta, const double *inv_freq)
+                              int64_t n, int64_t H, int64_t D, float theta, const double *inv_freq, usp_view *xv)
 {
     if (n < 0 || H < 1 || D < 2 || D % 2 != 0)
         return usp_error(USP_ERR_CONFIG,
@@ -219,7 +238,8 @@ static usp_status rope_checks(const usp_backend_t *be, const char *op, const flo
                              (long long)i, inv_freq[i]);
     if (n == 0)
         return USP_OK;
-    NEED(x, n * H * D); NEED(positions, n);
+    USP_CHECK(ops_view(be, op, "x", x, n * H * D, OPS_STORED, 0, xv));
+    IDS(positions, n);
     return USP_OK;
 }
 
@@ -233,21 +253,23 @@ static void rope_cost(usp_backend_t *be, const char *op, int64_t n, int64_t H, i
 usp_status usp_rope_forward(usp_backend_t *be, float *x, const int32_t *positions, int64_t n, int64_t H, int64_t D,
                             float theta, const double *inv_freq, usp_stream_t *stream)
 {
-    USP_CHECK(rope_checks(be, "rope_forward", x, positions, n, H, D, theta, inv_freq));
+    usp_view x_v;
+    USP_CHECK(rope_checks(be, "rope_forward", x, positions, n, H, D, theta, inv_freq, &x_v));
     if (n == 0)
         return USP_OK;
     rope_cost(be, "rope_forward", n, H, D, stream);
-    return LAYER_CALL(rope_forward, x, positions, n, H, D, theta, inv_freq, stream);
+    return LAYER_CALL(rope_forward, x_v, positions, n, H, D, theta, inv_freq, stream);
 }
 
 usp_status usp_rope_backward(usp_backend_t *be, float *dx, const int32_t *positions, int64_t n, int64_t H,
                              int64_t D, float theta, const double *inv_freq, usp_stream_t *stream)
 {
-    USP_CHECK(rope_checks(be, "rope_backward", dx, positions, n, H, D, theta, inv_freq));
+    usp_view dx_v;
+    USP_CHECK(rope_checks(be, "rope_backward", dx, positions, n, H, D, theta, inv_freq, &dx_v));
     if (n == 0)
         return USP_OK;
     rope_cost(be, "rope_backward", n, H, D, stream);
-    return LAYER_CALL(rope_backward, dx, positions, n, H, D, theta, inv_freq, stream);
+    return LAYER_CALL(rope_backward, dx_v, positions, n, H, D, theta, inv_freq, stream);
 }
 
 usp_status usp_cross_entropy(usp_backend_t *be, float *losses, float *dlogits, const float *logits,
@@ -257,12 +279,12 @@ usp_status usp_cross_entropy(usp_backend_t *be, float *losses, float *dlogits, c
     USP_CHECK(check_rows(op, "V", n, V));
     if (n == 0)
         return USP_OK;
-    MAYBE(losses, n); MAYBE(dlogits, n * V); NEED(logits, n * V); NEED(targets, n);
+    MAYBE_F32(losses, n); MAYBE(dlogits, n * V); NEED(logits, n * V); IDS(targets, n);
     /* per logit: max 1, exp(z - m) 2, sum 1, and with the gradient a scale 1; read logits once,
      * write dlogits; targets and losses */
     double nv = (double)n * (double)V, grad = dlogits ? 1.0 : 0.0;
     ops_report_cost(be, op, (4.0 + grad) * nv, 4.0 * ((1.0 + grad) * nv + 2.0 * (double)n), stream);
-    return LAYER_CALL(cross_entropy, losses, dlogits, logits, targets, n, V, grad_scale, stream);
+    return LAYER_CALL(cross_entropy, losses_v, dlogits_v, logits_v, targets, n, V, grad_scale, stream);
 }
 
 usp_status usp_offloaded_adamw_cost(usp_backend_t *be, int64_t n, usp_dtype grads, usp_dtype weights,
@@ -298,11 +320,11 @@ usp_status usp_adamw_step(usp_backend_t *be, float *params, const float *grads, 
                          (double)weight_decay);
     if (n == 0)
         return USP_OK;
-    NEED(params, n); NEED(grads, n); NEED(m, n); NEED(v, n);
+    NEED_F32(params, n); NEED(grads, n); NEED_F32(m, n); NEED_F32(v, n);
     /* m 3, v 4, bias corrections 2, sqrt 1, + eps 1, divide 1, decay 2, lr and update 2;
      * read params, grads, m, v, write params, m, v */
     ops_report_cost(be, op, 16.0 * (double)n, 28.0 * (double)n, stream);
-    return LAYER_CALL(adamw_step, params, grads, m, v, n, lr, beta1, beta2, eps, weight_decay, t, stream);
+    return LAYER_CALL(adamw_step, params_v, grads_v, m_v, v_v, n, lr, beta1, beta2, eps, weight_decay, t, stream);
 }
 
 usp_status usp_sum_squares(usp_backend_t *be, double *out, const float *x, int64_t n, usp_stream_t *stream)
@@ -314,7 +336,7 @@ usp_status usp_sum_squares(usp_backend_t *be, double *out, const float *x, int64
         return USP_OK;
     NEED(x, n);
     ops_report_cost(be, op, 2.0 * (double)n, 4.0 * (double)n, stream);
-    return LAYER_CALL(sum_squares, out, x, n, stream);
+    return LAYER_CALL(sum_squares, out, x_v, n, stream);
 }
 
 usp_status usp_scale(usp_backend_t *be, float *x, float s, int64_t n, usp_stream_t *stream)
@@ -325,7 +347,7 @@ usp_status usp_scale(usp_backend_t *be, float *x, float s, int64_t n, usp_stream
         return USP_OK;
     NEED(x, n);
     ops_report_cost(be, op, (double)n, 8.0 * (double)n, stream);
-    return LAYER_CALL(scale, x, s, n, stream);
+    return LAYER_CALL(scale, x_v, s, n, stream);
 }
 
 usp_status usp_add_bias(usp_backend_t *be, float *x, const float *bias, int64_t n, int64_t C, usp_stream_t *stream)
@@ -337,7 +359,7 @@ usp_status usp_add_bias(usp_backend_t *be, float *x, const float *bias, int64_t 
     NEED(x, n * C); NEED(bias, C);
     double nc = (double)n * (double)C;
     ops_report_cost(be, op, nc, 4.0 * (2.0 * nc + (double)C), stream);
-    return LAYER_CALL(add_bias, x, bias, n, C, stream);
+    return LAYER_CALL(add_bias, x_v, bias_v, n, C, stream);
 }
 
 usp_status usp_bias_backward(usp_backend_t *be, float *dbias, const float *dout, int64_t n, int64_t C,
@@ -350,5 +372,5 @@ usp_status usp_bias_backward(usp_backend_t *be, float *dbias, const float *dout,
     NEED(dbias, C); NEED(dout, n * C);
     double nc = (double)n * (double)C;
     ops_report_cost(be, op, nc, 4.0 * (nc + 2.0 * (double)C), stream);
-    return LAYER_CALL(bias_backward, dbias, dout, n, C, stream);
+    return LAYER_CALL(bias_backward, dbias_v, dout_v, n, C, stream);
 }

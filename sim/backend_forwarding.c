@@ -32,10 +32,11 @@ static usp_status fwd_zero(void *ctx, void *ptr, size_t bytes, usp_stream_t *str
     return TARGET(ctx)->iface->zero(TARGET(ctx)->ctx, ptr, bytes, NULL);
 }
 
-static usp_status fwd_gemm(void *ctx, const usp_gemm_desc *g, usp_stream_t *stream)
+static usp_status fwd_gemm(void *ctx, const usp_gemm_desc *g, usp_view a, usp_view b, usp_view c,
+                         usp_stream_t *stream)
 {
     (void)stream;
-    return TARGET(ctx)->iface->gemm(TARGET(ctx)->ctx, g, NULL);
+    return TARGET(ctx)->iface->gemm(TARGET(ctx)->ctx, g, a, b, c, NULL);
 }
 
 static usp_status fwd_copy_2d(void *ctx, void *dst, size_t dst_stride, const void *src, size_t src_stride,
@@ -46,13 +47,13 @@ static usp_status fwd_copy_2d(void *ctx, void *dst, size_t dst_stride, const voi
                                        NULL);
 }
 
-static usp_status fwd_convert(void *ctx, void *dst, const void *src, size_t elems, usp_stream_t *stream)
+static usp_status fwd_convert(void *ctx, usp_view dst, usp_view src, usp_stream_t *stream)
 {
     (void)stream;
-    return TARGET(ctx)->iface->convert(TARGET(ctx)->ctx, dst, src, elems, NULL);
+    return TARGET(ctx)->iface->convert(TARGET(ctx)->ctx, dst, src, NULL);
 }
 
-static usp_status fwd_accumulate_2d(void *ctx, float *dst, size_t dst_stride, const float *src,
+static usp_status fwd_accumulate_2d(void *ctx, usp_view dst, size_t dst_stride, usp_view src,
                                     size_t src_stride, size_t row_elems, size_t rows, usp_stream_t *stream)
 {
     (void)stream;
@@ -65,17 +66,17 @@ static size_t fwd_attention_workspace_bytes(void *ctx, const usp_attention_shape
     return TARGET(ctx)->iface->attention_workspace_bytes(TARGET(ctx)->ctx, s);
 }
 
-static usp_status fwd_attention_forward(void *ctx, const usp_attention_shape *s, const float *q,
-                                        const float *k, const float *v, float *o, float *lse, void *workspace,
+static usp_status fwd_attention_forward(void *ctx, const usp_attention_shape *s, usp_view q,
+                                        usp_view k, usp_view v, usp_view o, usp_view lse, void *workspace,
                                         usp_stream_t *stream)
 {
     (void)stream;
     return TARGET(ctx)->iface->attention_forward(TARGET(ctx)->ctx, s, q, k, v, o, lse, workspace, NULL);
 }
 
-static usp_status fwd_attention_backward(void *ctx, const usp_attention_shape *s, const float *q,
-                                         const float *k, const float *v, const float *o, const float *lse,
-                                         const float *d_o, float *dq, float *dk, float *dv, int accumulate,
+static usp_status fwd_attention_backward(void *ctx, const usp_attention_shape *s, usp_view q,
+                                         usp_view k, usp_view v, usp_view o, usp_view lse,
+                                         usp_view d_o, usp_view dq, usp_view dk, usp_view dv, int accumulate,
                                          void *workspace, usp_stream_t *stream)
 {
     (void)stream;
@@ -83,8 +84,8 @@ static usp_status fwd_attention_backward(void *ctx, const usp_attention_shape *s
                                                   accumulate, workspace, NULL);
 }
 
-static usp_status fwd_attention_merge(void *ctx, float *o, float *lse, const float *o_part,
-                                      const float *lse_part, int64_t n, int64_t heads, int64_t head_dim,
+static usp_status fwd_attention_merge(void *ctx, usp_view o, usp_view lse, usp_view o_part,
+                                      usp_view lse_part, int64_t n, int64_t heads, int64_t head_dim,
                                       usp_stream_t *stream)
 {
     (void)stream;
@@ -92,8 +93,8 @@ static usp_status fwd_attention_merge(void *ctx, float *o, float *lse, const flo
                                                NULL);
 }
 
-static usp_status fwd_embedding_forward(void *ctx, float *out, const int32_t *tokens,
-                                        const int32_t *positions, const float *wte, const float *wpe,
+static usp_status fwd_embedding_forward(void *ctx, usp_view out, const int32_t *tokens,
+                                        const int32_t *positions, usp_view wte, usp_view wpe,
                                         int64_t n, int64_t C, usp_stream_t *stream)
 {
     (void)stream;
@@ -101,7 +102,7 @@ static usp_status fwd_embedding_forward(void *ctx, float *out, const int32_t *to
                                                  NULL);
 }
 
-static usp_status fwd_embedding_backward(void *ctx, float *dwte, float *dwpe, const float *dout,
+static usp_status fwd_embedding_backward(void *ctx, usp_view dwte, usp_view dwpe, usp_view dout,
                                          const int32_t *tokens, const int32_t *positions, int64_t n,
                                          int64_t C, usp_stream_t *stream)
 {
@@ -110,8 +111,8 @@ static usp_status fwd_embedding_backward(void *ctx, float *dwte, float *dwpe, co
                                                   NULL);
 }
 
-static usp_status fwd_layernorm_forward(void *ctx, float *out, float *mean, float *rstd, const float *inp,
-                                        const float *weight, const float *bias, int64_t n, int64_t C,
+static usp_status fwd_layernorm_forward(void *ctx, usp_view out, usp_view mean, usp_view rstd, usp_view inp,
+                                        usp_view weight, usp_view bias, int64_t n, int64_t C,
                                         float eps, usp_stream_t *stream)
 {
     (void)stream;
@@ -119,9 +120,9 @@ static usp_status fwd_layernorm_forward(void *ctx, float *out, float *mean, floa
                                                  eps, NULL);
 }
 
-static usp_status fwd_layernorm_backward(void *ctx, float *dinp, float *dweight, float *dbias,
-                                         const float *dout, const float *inp, const float *weight,
-                                         const float *mean, const float *rstd, int64_t n, int64_t C,
+static usp_status fwd_layernorm_backward(void *ctx, usp_view dinp, usp_view dweight, usp_view dbias,
+                                         usp_view dout, usp_view inp, usp_view weight,
+                                         usp_view mean, usp_view rstd, int64_t n, int64_t C,
                                          usp_stream_t *stream)
 {
     (void)stream;
@@ -129,16 +130,16 @@ static usp_status fwd_layernorm_backward(void *ctx, float *dinp, float *dweight,
                                                   mean, rstd, n, C, NULL);
 }
 
-static usp_status fwd_rmsnorm_forward(void *ctx, float *out, float *rstd, const float *inp,
-                                      const float *weight, int64_t n, int64_t C, float eps,
+static usp_status fwd_rmsnorm_forward(void *ctx, usp_view out, usp_view rstd, usp_view inp,
+                                      usp_view weight, int64_t n, int64_t C, float eps,
                                       usp_stream_t *stream)
 {
     (void)stream;
     return TARGET(ctx)->iface->rmsnorm_forward(TARGET(ctx)->ctx, out, rstd, inp, weight, n, C, eps, NULL);
 }
 
-static usp_status fwd_rmsnorm_backward(void *ctx, float *dinp, float *dweight, const float *dout,
-                                       const float *inp, const float *weight, const float *rstd, int64_t n,
+static usp_status fwd_rmsnorm_backward(void *ctx, usp_view dinp, usp_view dweight, usp_view dout,
+                                       usp_view inp, usp_view weight, usp_view rstd, int64_t n,
                                        int64_t C, usp_stream_t *stream)
 {
     (void)stream;
@@ -146,49 +147,49 @@ static usp_status fwd_rmsnorm_backward(void *ctx, float *dinp, float *dweight, c
                                                 C, NULL);
 }
 
-static usp_status fwd_gelu_tanh_forward(void *ctx, float *out, const float *inp, int64_t n,
+static usp_status fwd_gelu_tanh_forward(void *ctx, usp_view out, usp_view inp, int64_t n,
                                         usp_stream_t *stream)
 {
     (void)stream;
     return TARGET(ctx)->iface->gelu_tanh_forward(TARGET(ctx)->ctx, out, inp, n, NULL);
 }
 
-static usp_status fwd_gelu_tanh_backward(void *ctx, float *dinp, const float *inp, const float *dout,
+static usp_status fwd_gelu_tanh_backward(void *ctx, usp_view dinp, usp_view inp, usp_view dout,
                                          int64_t n, usp_stream_t *stream)
 {
     (void)stream;
     return TARGET(ctx)->iface->gelu_tanh_backward(TARGET(ctx)->ctx, dinp, inp, dout, n, NULL);
 }
 
-static usp_status fwd_swiglu_forward(void *ctx, float *out, const float *gate, const float *up, int64_t n,
+static usp_status fwd_swiglu_forward(void *ctx, usp_view out, usp_view gate, usp_view up, int64_t n,
                                      usp_stream_t *stream)
 {
     (void)stream;
     return TARGET(ctx)->iface->swiglu_forward(TARGET(ctx)->ctx, out, gate, up, n, NULL);
 }
 
-static usp_status fwd_swiglu_backward(void *ctx, float *dgate, float *dup, const float *gate, const float *up,
-                                      const float *dout, int64_t n, usp_stream_t *stream)
+static usp_status fwd_swiglu_backward(void *ctx, usp_view dgate, usp_view dup, usp_view gate, usp_view up,
+                                      usp_view dout, int64_t n, usp_stream_t *stream)
 {
     (void)stream;
     return TARGET(ctx)->iface->swiglu_backward(TARGET(ctx)->ctx, dgate, dup, gate, up, dout, n, NULL);
 }
 
-static usp_status fwd_rope_forward(void *ctx, float *x, const int32_t *positions, int64_t n, int64_t H,
+static usp_status fwd_rope_forward(void *ctx, usp_view x, const int32_t *positions, int64_t n, int64_t H,
                                    int64_t D, float theta, const double *inv_freq, usp_stream_t *stream)
 {
     (void)stream;
     return TARGET(ctx)->iface->rope_forward(TARGET(ctx)->ctx, x, positions, n, H, D, theta, inv_freq, NULL);
 }
 
-static usp_status fwd_rope_backward(void *ctx, float *dx, const int32_t *positions, int64_t n, int64_t H,
+static usp_status fwd_rope_backward(void *ctx, usp_view dx, const int32_t *positions, int64_t n, int64_t H,
                                     int64_t D, float theta, const double *inv_freq, usp_stream_t *stream)
 {
     (void)stream;
     return TARGET(ctx)->iface->rope_backward(TARGET(ctx)->ctx, dx, positions, n, H, D, theta, inv_freq, NULL);
 }
 
-static usp_status fwd_cross_entropy(void *ctx, float *losses, float *dlogits, const float *logits,
+static usp_status fwd_cross_entropy(void *ctx, usp_view losses, usp_view dlogits, usp_view logits,
                                     const int32_t *targets, int64_t n, int64_t V, float grad_scale,
                                     usp_stream_t *stream)
 {
@@ -197,7 +198,7 @@ static usp_status fwd_cross_entropy(void *ctx, float *losses, float *dlogits, co
                                              grad_scale, NULL);
 }
 
-static usp_status fwd_adamw_step(void *ctx, float *params, const float *grads, float *m, float *v, int64_t n,
+static usp_status fwd_adamw_step(void *ctx, usp_view params, usp_view grads, usp_view m, usp_view v, int64_t n,
                                  float lr, float beta1, float beta2, float eps, float weight_decay, int64_t t,
                                  usp_stream_t *stream)
 {
@@ -206,26 +207,26 @@ static usp_status fwd_adamw_step(void *ctx, float *params, const float *grads, f
                                           weight_decay, t, NULL);
 }
 
-static usp_status fwd_sum_squares(void *ctx, double *out, const float *x, int64_t n, usp_stream_t *stream)
+static usp_status fwd_sum_squares(void *ctx, double *out, usp_view x, int64_t n, usp_stream_t *stream)
 {
     (void)stream;
     return TARGET(ctx)->iface->sum_squares(TARGET(ctx)->ctx, out, x, n, NULL);
 }
 
-static usp_status fwd_scale(void *ctx, float *x, float s, int64_t n, usp_stream_t *stream)
+static usp_status fwd_scale(void *ctx, usp_view x, float s, int64_t n, usp_stream_t *stream)
 {
     (void)stream;
     return TARGET(ctx)->iface->scale(TARGET(ctx)->ctx, x, s, n, NULL);
 }
 
-static usp_status fwd_add_bias(void *ctx, float *x, const float *bias, int64_t n, int64_t C,
+static usp_status fwd_add_bias(void *ctx, usp_view x, usp_view bias, int64_t n, int64_t C,
                                usp_stream_t *stream)
 {
     (void)stream;
     return TARGET(ctx)->iface->add_bias(TARGET(ctx)->ctx, x, bias, n, C, NULL);
 }
 
-static usp_status fwd_bias_backward(void *ctx, float *dbias, const float *dout, int64_t n, int64_t C,
+static usp_status fwd_bias_backward(void *ctx, usp_view dbias, usp_view dout, int64_t n, int64_t C,
                                     usp_stream_t *stream)
 {
     (void)stream;

@@ -91,6 +91,19 @@ extern const int conformance_layer_case_count;
 extern const conformance_case conformance_bf16_cases[];
 extern const int conformance_bf16_case_count;
 
+/* An operand stored in a dtype its op does not take (tests/conformance_dtypes.c): `call` runs
+ * the op with every operand f32 but `operand`, stored as `storage`. On a backend that stores bf16
+ * the wrapper must refuse storage = `wrong` with USP_ERR_CONFIG naming op, operand and dtype, before
+ * the op's cost is reported; with storage = USP_F32 the same call must succeed on every backend. */
+typedef struct conformance_refusal {
+    const char *op, *operand;
+    usp_dtype wrong;
+    usp_status (*call)(usp_backend_t *be, usp_dtype storage);
+} conformance_refusal;
+
+extern const conformance_refusal conformance_refusals[];
+extern const int conformance_refusal_count;
+
 /* ---- what a case calls (test_backend_conformance.c) ---- */
 
 /* Fails the test, naming the case, the backend, the call and usp_error_message(), unless s is USP_OK. */

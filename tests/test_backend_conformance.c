@@ -390,6 +390,39 @@ START_TEST(every_slot_of_usp_backend_i_has_a_case)
 }
 END_TEST
 
+/* _i: backend under_test[_i / conformance_refusal_count], refusal case _i % conformance_refusal_count.
+ * Where the backend stores bf16 (meta, cuda) the wrong dtype is refused by the wrapper, with a
+ * message that names it, before any cost is reported; on one that stores fp32 only (cpu, lazy)
+ * the wrong buffer cannot be made (usp_buffer_alloc_as refuses it), so only the f32 call runs. */
+START_TEST(a_wrong_dtype_is_refused)
+{
+    const backend_entry *b = under_test[_i / conformance_refusal_count];
+    const conformance_refusal *c = &conformance_refusals[_i % conformance_refusal_count];
+    usp_backend_t *be;
+    ck_assert_int_eq(b->create(&be), USP_OK);
+    usp_status s = c->call(be, USP_F32);
+    ck_assert_msg(s == USP_OK, "%s with an f32 %s on %s: %s", c->op, c->operand, b->name, usp_error_message());
+    if (!usp_backend_stores_bf16(be)) {
+        void *p;
+        ck_assert_int_eq(usp_buffer_alloc_as(be, 4, c->wrong, "conformance", &p), USP_ERR_CONFIG);
+        usp_backend_destroy(be);
+        return;
+    }
+    ck_assert_int_eq(usp_backend_synchronize(be, NULL), USP_OK);
+    const double flops = usp_backend_flops(be);
+    s = c->call(be, c->wrong);
+    const char *msg = usp_error_message();
+    ck_assert_msg(s == USP_ERR_CONFIG, "%s with a %s %s on %s returned %s: %s", c->op, usp_dtype_name(c->wrong),
+                  c->operand, b->name, usp_status_name(s), msg);
+    ck_assert_msg(strstr(msg, c->op) && strstr(msg, c->operand) && strstr(msg, usp_dtype_name(c->wrong)),
+                  "the refusal of %s's %s %s on %s does not name them: %s", c->op, usp_dtype_name(c->wrong),
+                  c->operand, b->name, msg);
+    ck_assert_msg(usp_backend_flops(be) == flops, "%s on %s reported its cost before refusing its %s %s", c->op,
+                  b->name, usp_dtype_name(c->wrong), c->operand);
+    usp_backend_destroy(be);
+}
+END_TEST
+
 /* The comparison can fail: an error just above the tolerance, a lost -inf, a NaN. */
 START_TEST(the_comparison_rejects_what_it_should)
 {
@@ -459,6 +492,8 @@ int main(int argc, char **argv)
     for (int b = 0; b < n_under_test; b++) {
         TCase *tb = tcase_create(under_test[b]->name);
         tcase_add_loop_test(tb, backend_matches_the_cpu_backend, b * ALL_CASES, (b + 1) * ALL_CASES);
+        tcase_add_loop_test(tb, a_wrong_dtype_is_refused, b * conformance_refusal_count,
+                            (b + 1) * conformance_refusal_count);
         suite_add_tcase(s, tb);
     }
     return check_main_run(s);

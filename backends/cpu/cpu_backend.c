@@ -160,9 +160,11 @@ static void gemm_tile(const usp_gemm_desc *g, int64_t i, int64_t r0, int64_t c0,
                 g->beta, g->c + i * g->stride_c + r0 * g->ldc + c0, (blasint)g->ldc);
 }
 
-static usp_status cpu_gemm(void *ctx, const usp_gemm_desc *g, usp_stream_t *stream)
+/* fp32 only: the views are g's own pointers (the wrapper checked them), so the tiles read g. */
+static usp_status cpu_gemm(void *ctx, const usp_gemm_desc *g, usp_view a, usp_view b, usp_view c,
+                           usp_stream_t *stream)
 {
-    (void)ctx, (void)stream;
+    (void)ctx, (void)stream, (void)a, (void)b, (void)c;
     if ((double)g->m * (double)g->n * (double)g->k < GEMM_SINGLE_THREAD_FLOPS) {
         for (int64_t i = 0; i < g->batch; i++)
             gemm_tile(g, i, 0, 0, g->m, g->n);
@@ -189,9 +191,11 @@ static usp_status cpu_copy_2d(void *ctx, void *dst, size_t dst_stride, const voi
     return USP_OK;
 }
 
-static usp_status cpu_accumulate_2d(void *ctx, float *dst, size_t dst_stride, const float *src,
+static usp_status cpu_accumulate_2d(void *ctx, usp_view dst_v, size_t dst_stride, usp_view src_v,
                                     size_t src_stride, size_t row_elems, size_t rows, usp_stream_t *stream)
 {
+    float *dst = dst_v.data;
+    const float *src = src_v.data;
     (void)ctx, (void)stream;
     #pragma omp parallel for schedule(static) if (row_elems * rows > ((size_t)1 << 18))
     for (size_t r = 0; r < rows; r++)
@@ -216,21 +220,35 @@ static size_t cpu_attention_workspace(void *ctx, const usp_attention_shape *s)
     return cpu_attention_workspace_bytes(&k);
 }
 
-static usp_status cpu_attention_forward(void *ctx, const usp_attention_shape *s, const float *q, const float *k,
-                                        const float *v, float *o, float *lse, void *workspace,
+static usp_status cpu_attention_forward(void *ctx, const usp_attention_shape *s, usp_view q_v, usp_view k_v,
+                                        usp_view v_v, usp_view o_v, usp_view lse_v, void *workspace,
                                         usp_stream_t *stream)
 {
+    const float *q = q_v.data;
+    const float *k = k_v.data;
+    const float *v = v_v.data;
+    float *o = o_v.data;
+    float *lse = lse_v.data;
     (void)ctx, (void)stream;
     cpu_attention_shape ks = kernel_shape(s);
     cpu_flash_attention_forward(&ks, q, k, v, o, lse, workspace);
     return USP_OK;
 }
 
-static usp_status cpu_attention_backward(void *ctx, const usp_attention_shape *s, const float *q,
-                                         const float *k, const float *v, const float *o, const float *lse,
-                                         const float *d_o, float *dq, float *dk, float *dv, int accumulate,
+static usp_status cpu_attention_backward(void *ctx, const usp_attention_shape *s, usp_view q_v,
+                                         usp_view k_v, usp_view v_v, usp_view o_v, usp_view lse_v,
+                                         usp_view d_o_v, usp_view dq_v, usp_view dk_v, usp_view dv_v, int accumulate,
                                          void *workspace, usp_stream_t *stream)
 {
+    const float *q = q_v.data;
+    const float *k = k_v.data;
+    const float *v = v_v.data;
+    const float *o = o_v.data;
+    const float *lse = lse_v.data;
+    const float *d_o = d_o_v.data;
+    float *dq = dq_v.data;
+    float *dk = dk_v.data;
+    float *dv = dv_v.data;
     (void)ctx, (void)stream;
     cpu_attention_shape ks = kernel_shape(s);
     cpu_flash_attention_backward(&ks, q, k, v, o, lse, d_o, dq, dk, dv, accumulate, workspace);
@@ -240,9 +258,13 @@ static usp_status cpu_attention_backward(void *ctx, const usp_attention_shape *s
 /* lse' = lse + log(1 + e^(lse_part - lse)) computed around the larger of the
  * two, so that -inf (a row that has seen no key yet) needs no special case
  * beyond "both -inf". */
-static usp_status cpu_attention_merge(void *ctx, float *o, float *lse, const float *o_part, const float *lse_part,
+static usp_status cpu_attention_merge(void *ctx, usp_view o_v, usp_view lse_v, usp_view o_part_v, usp_view lse_part_v,
                                       int64_t n, int64_t heads, int64_t head_dim, usp_stream_t *stream)
 {
+    float *o = o_v.data;
+    float *lse = lse_v.data;
+    const float *o_part = o_part_v.data;
+    const float *lse_part = lse_part_v.data;
     (void)ctx, (void)stream;
     #pragma omp parallel for schedule(static) if (n * heads * head_dim > (1 << 16))
     for (int64_t i = 0; i < n; i++)

@@ -38,9 +38,12 @@ SIMD_CLONES static void add_rows(float *dst, const float *a, const float *b, int
         dst[c] = a[c] + b[c];
 }
 
-usp_status cpu_embedding_forward(void *ctx, float *out, const int32_t *tokens, const int32_t *positions,
-                                 const float *wte, const float *wpe, int64_t n, int64_t C, usp_stream_t *stream)
+usp_status cpu_embedding_forward(void *ctx, usp_view out_v, const int32_t *tokens, const int32_t *positions,
+                                 usp_view wte_v, usp_view wpe_v, int64_t n, int64_t C, usp_stream_t *stream)
 {
+    float *out = out_v.data;
+    const float *wte = wte_v.data;
+    const float *wpe = wpe_v.data;
     (void)ctx, (void)stream;
 #pragma omp parallel for schedule(static) if (n * C >= PARALLEL_MIN)
     for (int64_t i = 0; i < n; i++) {
@@ -68,9 +71,12 @@ static void scatter_add_rows(float *table, const float *rows, const int32_t *ids
     }
 }
 
-usp_status cpu_embedding_backward(void *ctx, float *dwte, float *dwpe, const float *dout, const int32_t *tokens,
+usp_status cpu_embedding_backward(void *ctx, usp_view dwte_v, usp_view dwpe_v, usp_view dout_v, const int32_t *tokens,
                                   const int32_t *positions, int64_t n, int64_t C, usp_stream_t *stream)
 {
+    float *dwte = dwte_v.data;
+    float *dwpe = dwpe_v.data;
+    const float *dout = dout_v.data;
     (void)ctx, (void)stream;
     scatter_add_rows(dwte, dout, tokens, n, C);
     if (dwpe)
@@ -107,10 +113,16 @@ SIMD_CLONES static void layernorm_row(float *y, float *mean, float *rstd, const 
     *mean = m, *rstd = r;
 }
 
-usp_status cpu_layernorm_forward(void *ctx, float *out, float *mean, float *rstd, const float *inp,
-                                 const float *weight, const float *bias, int64_t n, int64_t C, float eps,
+usp_status cpu_layernorm_forward(void *ctx, usp_view out_v, usp_view mean_v, usp_view rstd_v, usp_view inp_v,
+                                 usp_view weight_v, usp_view bias_v, int64_t n, int64_t C, float eps,
                                  usp_stream_t *stream)
 {
+    float *out = out_v.data;
+    float *mean = mean_v.data;
+    float *rstd = rstd_v.data;
+    const float *inp = inp_v.data;
+    const float *weight = weight_v.data;
+    const float *bias = bias_v.data;
     (void)ctx, (void)stream;
 #pragma omp parallel for schedule(static) if (n * C >= PARALLEL_MIN)
     for (int64_t i = 0; i < n; i++) {
@@ -175,10 +187,18 @@ static void norm_param_grads(float *dw, float *db, const float *dout, const floa
         norm_param_grads_block(dw, db, dout, inp, mean, rstd, n, C, b * width, min64(width, C - b * width));
 }
 
-usp_status cpu_layernorm_backward(void *ctx, float *dinp, float *dweight, float *dbias, const float *dout,
-                                  const float *inp, const float *weight, const float *mean, const float *rstd,
+usp_status cpu_layernorm_backward(void *ctx, usp_view dinp_v, usp_view dweight_v, usp_view dbias_v, usp_view dout_v,
+                                  usp_view inp_v, usp_view weight_v, usp_view mean_v, usp_view rstd_v,
                                   int64_t n, int64_t C, usp_stream_t *stream)
 {
+    float *dinp = dinp_v.data;
+    float *dweight = dweight_v.data;
+    float *dbias = dbias_v.data;
+    const float *dout = dout_v.data;
+    const float *inp = inp_v.data;
+    const float *weight = weight_v.data;
+    const float *mean = mean_v.data;
+    const float *rstd = rstd_v.data;
     (void)ctx, (void)stream;
 #pragma omp parallel for schedule(static) if (n * C >= PARALLEL_MIN)
     for (int64_t i = 0; i < n; i++)
@@ -200,9 +220,13 @@ SIMD_CLONES static float rmsnorm_row(float *y, const float *x, const float *w, i
     return r;
 }
 
-usp_status cpu_rmsnorm_forward(void *ctx, float *out, float *rstd, const float *inp, const float *weight, int64_t n,
+usp_status cpu_rmsnorm_forward(void *ctx, usp_view out_v, usp_view rstd_v, usp_view inp_v, usp_view weight_v, int64_t n,
                                int64_t C, float eps, usp_stream_t *stream)
 {
+    float *out = out_v.data;
+    float *rstd = rstd_v.data;
+    const float *inp = inp_v.data;
+    const float *weight = weight_v.data;
     (void)ctx, (void)stream;
 #pragma omp parallel for schedule(static) if (n * C >= PARALLEL_MIN)
     for (int64_t i = 0; i < n; i++) {
@@ -228,9 +252,15 @@ SIMD_CLONES static void rmsnorm_row_backward(float *dx, const float *dy, const f
         dx[c] += r * w[c] * dy[c] - k * x[c];
 }
 
-usp_status cpu_rmsnorm_backward(void *ctx, float *dinp, float *dweight, const float *dout, const float *inp,
-                                const float *weight, const float *rstd, int64_t n, int64_t C, usp_stream_t *stream)
+usp_status cpu_rmsnorm_backward(void *ctx, usp_view dinp_v, usp_view dweight_v, usp_view dout_v, usp_view inp_v,
+                                usp_view weight_v, usp_view rstd_v, int64_t n, int64_t C, usp_stream_t *stream)
 {
+    float *dinp = dinp_v.data;
+    float *dweight = dweight_v.data;
+    const float *dout = dout_v.data;
+    const float *inp = inp_v.data;
+    const float *weight = weight_v.data;
+    const float *rstd = rstd_v.data;
     (void)ctx, (void)stream;
 #pragma omp parallel for schedule(static) if (n * C >= PARALLEL_MIN)
     for (int64_t i = 0; i < n; i++)
@@ -284,8 +314,10 @@ SIMD_CLONES static void swiglu_backward_range(float *dgate, float *dup, const fl
     }
 }
 
-usp_status cpu_gelu_tanh_forward(void *ctx, float *out, const float *inp, int64_t n, usp_stream_t *stream)
+usp_status cpu_gelu_tanh_forward(void *ctx, usp_view out_v, usp_view inp_v, int64_t n, usp_stream_t *stream)
 {
+    float *out = out_v.data;
+    const float *inp = inp_v.data;
     (void)ctx, (void)stream;
     const int64_t chunks = (n + ELEM_CHUNK - 1) / ELEM_CHUNK;
 #pragma omp parallel for schedule(static) if (n >= PARALLEL_MIN)
@@ -296,9 +328,12 @@ usp_status cpu_gelu_tanh_forward(void *ctx, float *out, const float *inp, int64_
     return USP_OK;
 }
 
-usp_status cpu_gelu_tanh_backward(void *ctx, float *dinp, const float *inp, const float *dout, int64_t n,
+usp_status cpu_gelu_tanh_backward(void *ctx, usp_view dinp_v, usp_view inp_v, usp_view dout_v, int64_t n,
                                   usp_stream_t *stream)
 {
+    float *dinp = dinp_v.data;
+    const float *inp = inp_v.data;
+    const float *dout = dout_v.data;
     (void)ctx, (void)stream;
     const int64_t chunks = (n + ELEM_CHUNK - 1) / ELEM_CHUNK;
 #pragma omp parallel for schedule(static) if (n >= PARALLEL_MIN)
@@ -309,9 +344,12 @@ usp_status cpu_gelu_tanh_backward(void *ctx, float *dinp, const float *inp, cons
     return USP_OK;
 }
 
-usp_status cpu_swiglu_forward(void *ctx, float *out, const float *gate, const float *up, int64_t n,
+usp_status cpu_swiglu_forward(void *ctx, usp_view out_v, usp_view gate_v, usp_view up_v, int64_t n,
                               usp_stream_t *stream)
 {
+    float *out = out_v.data;
+    const float *gate = gate_v.data;
+    const float *up = up_v.data;
     (void)ctx, (void)stream;
     const int64_t chunks = (n + ELEM_CHUNK - 1) / ELEM_CHUNK;
 #pragma omp parallel for schedule(static) if (n >= PARALLEL_MIN)
@@ -322,9 +360,14 @@ usp_status cpu_swiglu_forward(void *ctx, float *out, const float *gate, const fl
     return USP_OK;
 }
 
-usp_status cpu_swiglu_backward(void *ctx, float *dgate, float *dup, const float *gate, const float *up,
-                               const float *dout, int64_t n, usp_stream_t *stream)
+usp_status cpu_swiglu_backward(void *ctx, usp_view dgate_v, usp_view dup_v, usp_view gate_v, usp_view up_v,
+                               usp_view dout_v, int64_t n, usp_stream_t *stream)
 {
+    float *dgate = dgate_v.data;
+    float *dup = dup_v.data;
+    const float *gate = gate_v.data;
+    const float *up = up_v.data;
+    const float *dout = dout_v.data;
     (void)ctx, (void)stream;
     const int64_t chunks = (n + ELEM_CHUNK - 1) / ELEM_CHUNK;
 #pragma omp parallel for schedule(static) if (n >= PARALLEL_MIN)
@@ -385,18 +428,20 @@ static void rope_rotate(float *x, const int32_t *positions, int64_t n, int64_t H
     }
 }
 
-usp_status cpu_rope_forward(void *ctx, float *x, const int32_t *positions, int64_t n, int64_t H, int64_t D,
+usp_status cpu_rope_forward(void *ctx, usp_view x_v, const int32_t *positions, int64_t n, int64_t H, int64_t D,
                             float theta, const double *inv_freq, usp_stream_t *stream)
 {
+    float *x = x_v.data;
     (void)ctx, (void)stream;
     rope_rotate(x, positions, n, H, D, theta, inv_freq, 1.0);
     return USP_OK;
 }
 
 /* The forward is y = R x with R orthogonal, so dx = R^T dy: the rotation by -angle. */
-usp_status cpu_rope_backward(void *ctx, float *dx, const int32_t *positions, int64_t n, int64_t H, int64_t D,
+usp_status cpu_rope_backward(void *ctx, usp_view dx_v, const int32_t *positions, int64_t n, int64_t H, int64_t D,
                              float theta, const double *inv_freq, usp_stream_t *stream)
 {
+    float *dx = dx_v.data;
     (void)ctx, (void)stream;
     rope_rotate(dx, positions, n, H, D, theta, inv_freq, -1.0);
     return USP_OK;

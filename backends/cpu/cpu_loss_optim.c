@@ -80,9 +80,12 @@ SIMD_CLONES static float cross_entropy_row(float *dz, const float *z, int32_t t,
     return (float)((double)m + log(sum) - (double)zt);
 }
 
-usp_status cpu_cross_entropy(void *ctx, float *losses, float *dlogits, const float *logits, const int32_t *targets,
-                             int64_t n, int64_t V, float grad_scale, usp_stream_t *stream)
+usp_status cpu_cross_entropy(void *ctx, usp_view losses_v, usp_view dlogits_v, usp_view logits_v,
+                             const int32_t *targets, int64_t n, int64_t V, float grad_scale, usp_stream_t *stream)
 {
+    float *losses = losses_v.data;
+    float *dlogits = dlogits_v.data;
+    const float *logits = logits_v.data;
     (void)ctx, (void)stream;
     for (int64_t i = 0; i < n; i++)
         if (targets[i] >= V)
@@ -122,9 +125,14 @@ SIMD_CLONES static void adamw_range(float *p, const float *grad, float *m, float
     }
 }
 
-usp_status cpu_adamw_step(void *ctx, float *params, const float *grads, float *m, float *v, int64_t n, float lr,
-                          float beta1, float beta2, float eps, float weight_decay, int64_t t, usp_stream_t *stream)
+usp_status cpu_adamw_step(void *ctx, usp_view params_v, usp_view grads_v, usp_view m_v, usp_view v_v, int64_t n,
+                          float lr, float beta1, float beta2, float eps, float weight_decay, int64_t t,
+                          usp_stream_t *stream)
 {
+    float *params = params_v.data;
+    const float *grads = grads_v.data;
+    float *m = m_v.data;
+    float *v = v_v.data;
     (void)ctx, (void)stream;
     const float c1 = (float)(1.0 / (1.0 - pow((double)beta1, (double)t)));
     const float c2 = (float)(1.0 / (1.0 - pow((double)beta2, (double)t)));
@@ -159,8 +167,9 @@ SIMD_CLONES static double sum_squares_chunk(const float *x, int64_t n)
     return s;
 }
 
-usp_status cpu_sum_squares(void *ctx, double *out, const float *x, int64_t n, usp_stream_t *stream)
+usp_status cpu_sum_squares(void *ctx, double *out, usp_view x_v, int64_t n, usp_stream_t *stream)
 {
+    const float *x = x_v.data;
     (void)ctx, (void)stream;
     double part[SUMSQ_CHUNKS];
     const int64_t chunk = (n + SUMSQ_CHUNKS - 1) / SUMSQ_CHUNKS;
@@ -183,8 +192,9 @@ SIMD_CLONES static void scale_range(float *x, float s, int64_t n)
         x[i] *= s;
 }
 
-usp_status cpu_scale(void *ctx, float *x, float s, int64_t n, usp_stream_t *stream)
+usp_status cpu_scale(void *ctx, usp_view x_v, float s, int64_t n, usp_stream_t *stream)
 {
+    float *x = x_v.data;
     (void)ctx, (void)stream;
     const int64_t chunks = (n + ELEM_CHUNK - 1) / ELEM_CHUNK;
 #pragma omp parallel for schedule(static) if (n >= PARALLEL_MIN)
@@ -195,8 +205,10 @@ usp_status cpu_scale(void *ctx, float *x, float s, int64_t n, usp_stream_t *stre
     return USP_OK;
 }
 
-usp_status cpu_add_bias(void *ctx, float *x, const float *bias, int64_t n, int64_t C, usp_stream_t *stream)
+usp_status cpu_add_bias(void *ctx, usp_view x_v, usp_view bias_v, int64_t n, int64_t C, usp_stream_t *stream)
 {
+    float *x = x_v.data;
+    const float *bias = bias_v.data;
     (void)ctx, (void)stream;
 #pragma omp parallel for schedule(static) if (n * C >= PARALLEL_MIN)
     for (int64_t i = 0; i < n; i++)
@@ -224,8 +236,10 @@ SIMD_CLONES static void bias_grads_block(float *dbias, const float *dout, int64_
         dbias[c0 + c] += (float)acc[c];
 }
 
-usp_status cpu_bias_backward(void *ctx, float *dbias, const float *dout, int64_t n, int64_t C, usp_stream_t *stream)
+usp_status cpu_bias_backward(void *ctx, usp_view dbias_v, usp_view dout_v, int64_t n, int64_t C, usp_stream_t *stream)
 {
+    float *dbias = dbias_v.data;
+    const float *dout = dout_v.data;
     (void)ctx, (void)stream;
     const int64_t width = col_block_width(C), blocks = (C + width - 1) / width;
 #pragma omp parallel for schedule(static) if (n * C >= PARALLEL_MIN)

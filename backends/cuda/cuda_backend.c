@@ -1,6 +1,6 @@
 /* The CUDA backend's slot table (see cuda_backend.h): memory, copies, streams
  * and events here; GEMM in cuda_gemm.c; every other op a launcher of
- * cuda_kernels.h, handed each operand's dtype from its buffer. */
+ * cuda_kernels.h, handed each operand's dtype from its view. */
 #include "backends/cuda/cuda_backend.h"
 
 #include <math.h>
@@ -19,7 +19,10 @@ usp_status cuda_check(cudaError_t e, const char *what)
                      cudaGetErrorName(e));
 }
 
-#define ARR(p) cuda_array_of(c, (p))
+/* A launcher's array from a slot's view (the wrapper read the dtype from the buffer table), and the
+ * data of a view the wrapper checked is f32 (lse, mean, rstd, losses, master weights, moments). */
+#define ARR(view) ((cuda_array){.data = (view).data, .dtype = (view).dtype})
+#define F32(view) ((float *)(view).data)
 #define STREAM(s) cuda_stream_of(c, (s))
 
 int usp_cuda_device_count(char *why, size_t why_size)
@@ -189,17 +192,17 @@ static usp_status cuda_copy_2d(void *ctx, void *dst, size_t dst_stride, const vo
                       "cudaMemcpy2DAsync");
 }
 
-static usp_status cuda_accumulate(void *ctx, float *dst, size_t dst_stride, const float *src, size_t src_stride,
+static usp_status cuda_accumulate(void *ctx, usp_view dst, size_t dst_stride, usp_view src, size_t src_stride,
                                   size_t row_elems, size_t rows, usp_stream_t *stream)
 {
     cuda_ctx *c = ctx;
     return cuda_accumulate_2d(ARR(dst), dst_stride, ARR(src), src_stride, row_elems, rows, STREAM(stream));
 }
 
-static usp_status cuda_convert_slot(void *ctx, void *dst, const void *src, size_t elems, usp_stream_t *stream)
+static usp_status cuda_convert_slot(void *ctx, usp_view dst, usp_view src, usp_stream_t *stream)
 {
     cuda_ctx *c = ctx;
-    return cuda_convert(ARR(dst), ARR(src), (int64_t)elems, STREAM(stream));
+    return cuda_convert(ARR(dst), ARR(src), src.count, STREAM(stream));
 }
 
 /* ---- attention --------------------------------------------------------------------- */
@@ -210,21 +213,21 @@ static size_t cuda_attention_workspace(void *ctx, const usp_attention_shape *s)
     return cuda_attention_workspace_bytes(s);
 }
 
-static usp_status cuda_attention_forward_slot(void *ctx, const usp_attention_shape *s, const float *q,
-                                              const float *k, const float *v, float *o, float *lse, void *workspace,
+static usp_status cuda_attention_forward_slot(void *ctx, const usp_attention_shape *s, usp_view q,
+                                              usp_view k, usp_view v, usp_view o, usp_view lse, void *workspace,
                                               usp_stream_t *stream)
 {
     cuda_ctx *c = ctx;
-    return cuda_attention_forward(s, ARR(q), ARR(k), ARR(v), ARR(o), lse, workspace, STREAM(stream));
+    return cuda_attention_forward(s, ARR(q), ARR(k), ARR(v), ARR(o), F32(lse), workspace, STREAM(stream));
 }
 
-static usp_status cuda_attention_backward_slot(void *ctx, const usp_attention_shape *s, const float *q,
-                                               const float *k, const float *v, const float *o, const float *lse,
-                                               const float *d_o, float *dq, float *dk, float *dv, int accumulate,
+static usp_status cuda_attention_backward_slot(void *ctx, const usp_attention_shape *s, usp_view q,
+                                               usp_view k, usp_view v, usp_view o, usp_view lse,
+                                               usp_view d_o, usp_view dq, usp_view dk, usp_view dv, int accumulate,
                                                void *workspace, usp_stream_t *stream)
 {
     cuda_ctx *c = ctx;
-    USP_CHECK(cuda_attention_backward(s, ARR(q), ARR(k), ARR(v), ARR(o), lse, ARR(d_o), ARR(dq), ARR(dk), ARR(dv),
+    USP_CHECK(cuda_attention_backward(s, ARR(q), ARR(k), ARR(v), ARR(o), F32(lse), ARR(d_o), ARR(dq), ARR(dk), ARR(dv),
                                       accumulate, workspace, STREAM(stream)));
     /* The wrapper frees the workspace (delta) as soon as this returns, in the default stream's
      * order: on another stream the kernels may not have read it yet, so the default stream waits
@@ -235,25 +238,25 @@ static usp_status cuda_attention_backward_slot(void *ctx, const usp_attention_sh
     return cuda_check(cudaStreamWaitEvent(c->stream, c->joined, 0), "cudaStreamWaitEvent (attention workspace)");
 }
 
-static usp_status cuda_attention_merge_slot(void *ctx, float *o, float *lse, const float *o_part,
-                                            const float *lse_part, int64_t n, int64_t heads, int64_t head_dim,
+static usp_status cuda_attention_merge_slot(void *ctx, usp_view o, usp_view lse, usp_view o_part,
+                                            usp_view lse_part, int64_t n, int64_t heads, int64_t head_dim,
                                             usp_stream_t *stream)
 {
     cuda_ctx *c = ctx;
-    return cuda_attention_merge(ARR(o), lse, ARR(o_part), lse_part, n, heads, head_dim, STREAM(stream));
+    return cuda_attention_merge(ARR(o), F32(lse), ARR(o_part), F32(lse_part), n, heads, head_dim, STREAM(stream));
 }
 
 /* ---- layers ------------------------------------------------------------------------ */
 
-static usp_status cuda_embedding_forward_slot(void *ctx, float *out, const int32_t *tokens, const int32_t *positions,
-                                              const float *wte, const float *wpe, int64_t n, int64_t C,
+static usp_status cuda_embedding_forward_slot(void *ctx, usp_view out, const int32_t *tokens, const int32_t *positions,
+                                              usp_view wte, usp_view wpe, int64_t n, int64_t C,
                                               usp_stream_t *stream)
 {
     cuda_ctx *c = ctx;
     return cuda_embedding_forward(ARR(out), tokens, positions, ARR(wte), ARR(wpe), n, C, STREAM(stream));
 }
 
-static usp_status cuda_embedding_backward_slot(void *ctx, float *dwte, float *dwpe, const float *dout,
+static usp_status cuda_embedding_backward_slot(void *ctx, usp_view dwte, usp_view dwpe, usp_view dout,
                                                const int32_t *tokens, const int32_t *positions, int64_t n, int64_t C,
                                                usp_stream_t *stream)
 {
@@ -261,64 +264,64 @@ static usp_status cuda_embedding_backward_slot(void *ctx, float *dwte, float *dw
     return cuda_embedding_backward(ARR(dwte), ARR(dwpe), ARR(dout), tokens, positions, n, C, STREAM(stream));
 }
 
-static usp_status cuda_layernorm_forward_slot(void *ctx, float *out, float *mean, float *rstd, const float *inp,
-                                              const float *weight, const float *bias, int64_t n, int64_t C, float eps,
+static usp_status cuda_layernorm_forward_slot(void *ctx, usp_view out, usp_view mean, usp_view rstd, usp_view inp,
+                                              usp_view weight, usp_view bias, int64_t n, int64_t C, float eps,
                                               usp_stream_t *stream)
 {
     cuda_ctx *c = ctx;
-    return cuda_layernorm_forward(ARR(out), mean, rstd, ARR(inp), ARR(weight), ARR(bias), n, C, eps,
+    return cuda_layernorm_forward(ARR(out), F32(mean), F32(rstd), ARR(inp), ARR(weight), ARR(bias), n, C, eps,
                                   STREAM(stream));
 }
 
-static usp_status cuda_layernorm_backward_slot(void *ctx, float *dinp, float *dweight, float *dbias,
-                                               const float *dout, const float *inp, const float *weight,
-                                               const float *mean, const float *rstd, int64_t n, int64_t C,
+static usp_status cuda_layernorm_backward_slot(void *ctx, usp_view dinp, usp_view dweight, usp_view dbias,
+                                               usp_view dout, usp_view inp, usp_view weight,
+                                               usp_view mean, usp_view rstd, int64_t n, int64_t C,
                                                usp_stream_t *stream)
 {
     cuda_ctx *c = ctx;
-    return cuda_layernorm_backward(ARR(dinp), ARR(dweight), ARR(dbias), ARR(dout), ARR(inp), ARR(weight), mean,
-                                   rstd, n, C, STREAM(stream));
+    return cuda_layernorm_backward(ARR(dinp), ARR(dweight), ARR(dbias), ARR(dout), ARR(inp), ARR(weight), F32(mean),
+                                   F32(rstd), n, C, STREAM(stream));
 }
 
-static usp_status cuda_rmsnorm_forward_slot(void *ctx, float *out, float *rstd, const float *inp,
-                                            const float *weight, int64_t n, int64_t C, float eps,
+static usp_status cuda_rmsnorm_forward_slot(void *ctx, usp_view out, usp_view rstd, usp_view inp,
+                                            usp_view weight, int64_t n, int64_t C, float eps,
                                             usp_stream_t *stream)
 {
     cuda_ctx *c = ctx;
-    return cuda_rmsnorm_forward(ARR(out), rstd, ARR(inp), ARR(weight), n, C, eps, STREAM(stream));
+    return cuda_rmsnorm_forward(ARR(out), F32(rstd), ARR(inp), ARR(weight), n, C, eps, STREAM(stream));
 }
 
-static usp_status cuda_rmsnorm_backward_slot(void *ctx, float *dinp, float *dweight, const float *dout,
-                                             const float *inp, const float *weight, const float *rstd, int64_t n,
+static usp_status cuda_rmsnorm_backward_slot(void *ctx, usp_view dinp, usp_view dweight, usp_view dout,
+                                             usp_view inp, usp_view weight, usp_view rstd, int64_t n,
                                              int64_t C, usp_stream_t *stream)
 {
     cuda_ctx *c = ctx;
-    return cuda_rmsnorm_backward(ARR(dinp), ARR(dweight), ARR(dout), ARR(inp), ARR(weight), rstd, n, C,
+    return cuda_rmsnorm_backward(ARR(dinp), ARR(dweight), ARR(dout), ARR(inp), ARR(weight), F32(rstd), n, C,
                                  STREAM(stream));
 }
 
-static usp_status cuda_gelu_forward_slot(void *ctx, float *out, const float *inp, int64_t n, usp_stream_t *stream)
+static usp_status cuda_gelu_forward_slot(void *ctx, usp_view out, usp_view inp, int64_t n, usp_stream_t *stream)
 {
     cuda_ctx *c = ctx;
     return cuda_gelu_tanh_forward(ARR(out), ARR(inp), n, STREAM(stream));
 }
 
-static usp_status cuda_gelu_backward_slot(void *ctx, float *dinp, const float *inp, const float *dout, int64_t n,
+static usp_status cuda_gelu_backward_slot(void *ctx, usp_view dinp, usp_view inp, usp_view dout, int64_t n,
                                           usp_stream_t *stream)
 {
     cuda_ctx *c = ctx;
     return cuda_gelu_tanh_backward(ARR(dinp), ARR(inp), ARR(dout), n, STREAM(stream));
 }
 
-static usp_status cuda_swiglu_forward_slot(void *ctx, float *out, const float *gate, const float *up, int64_t n,
+static usp_status cuda_swiglu_forward_slot(void *ctx, usp_view out, usp_view gate, usp_view up, int64_t n,
                                            usp_stream_t *stream)
 {
     cuda_ctx *c = ctx;
     return cuda_swiglu_forward(ARR(out), ARR(gate), ARR(up), n, STREAM(stream));
 }
 
-static usp_status cuda_swiglu_backward_slot(void *ctx, float *dgate, float *dup, const float *gate, const float *up,
-                                            const float *dout, int64_t n, usp_stream_t *stream)
+static usp_status cuda_swiglu_backward_slot(void *ctx, usp_view dgate, usp_view dup, usp_view gate, usp_view up,
+                                            usp_view dout, int64_t n, usp_stream_t *stream)
 {
     cuda_ctx *c = ctx;
     return cuda_swiglu_backward(ARR(dgate), ARR(dup), ARR(gate), ARR(up), ARR(dout), n, STREAM(stream));
@@ -379,7 +382,7 @@ static usp_status rope_table(cuda_ctx *c, int64_t D, float theta, const double *
     return USP_OK;
 }
 
-static usp_status cuda_rope_slot(cuda_ctx *c, float *x, const int32_t *positions, int64_t n, int64_t H, int64_t D,
+static usp_status cuda_rope_slot(cuda_ctx *c, usp_view x, const int32_t *positions, int64_t n, int64_t H, int64_t D,
                                  float theta, const double *inv_freq, int direction, usp_stream_t *stream)
 {
     const double *table;
@@ -387,13 +390,13 @@ static usp_status cuda_rope_slot(cuda_ctx *c, float *x, const int32_t *positions
     return cuda_rope(ARR(x), positions, n, H, D, table, direction, STREAM(stream));
 }
 
-static usp_status cuda_rope_forward_slot(void *ctx, float *x, const int32_t *positions, int64_t n, int64_t H,
+static usp_status cuda_rope_forward_slot(void *ctx, usp_view x, const int32_t *positions, int64_t n, int64_t H,
                                          int64_t D, float theta, const double *inv_freq, usp_stream_t *stream)
 {
     return cuda_rope_slot(ctx, x, positions, n, H, D, theta, inv_freq, 1, stream);
 }
 
-static usp_status cuda_rope_backward_slot(void *ctx, float *dx, const int32_t *positions, int64_t n, int64_t H,
+static usp_status cuda_rope_backward_slot(void *ctx, usp_view dx, const int32_t *positions, int64_t n, int64_t H,
                                           int64_t D, float theta, const double *inv_freq, usp_stream_t *stream)
 {
     return cuda_rope_slot(ctx, dx, positions, n, H, D, theta, inv_freq, -1, stream);
@@ -401,24 +404,25 @@ static usp_status cuda_rope_backward_slot(void *ctx, float *dx, const int32_t *p
 
 /* ---- loss, optimiser, reductions ------------------------------------------------------ */
 
-static usp_status cuda_cross_entropy_slot(void *ctx, float *losses, float *dlogits, const float *logits,
+static usp_status cuda_cross_entropy_slot(void *ctx, usp_view losses, usp_view dlogits, usp_view logits,
                                           const int32_t *targets, int64_t n, int64_t V, float grad_scale,
                                           usp_stream_t *stream)
 {
     cuda_ctx *c = ctx;
-    return cuda_cross_entropy(losses, ARR(dlogits), ARR(logits), targets, n, V, grad_scale, STREAM(stream));
+    return cuda_cross_entropy(F32(losses), ARR(dlogits), ARR(logits), targets, n, V, grad_scale, STREAM(stream));
 }
 
-static usp_status cuda_adamw_slot(void *ctx, float *params, const float *grads, float *m, float *v, int64_t n,
+static usp_status cuda_adamw_slot(void *ctx, usp_view params, usp_view grads, usp_view m, usp_view v, int64_t n,
                                   float lr, float beta1, float beta2, float eps, float weight_decay, int64_t t,
                                   usp_stream_t *stream)
 {
     cuda_ctx *c = ctx;
-    return cuda_adamw_step(params, ARR(grads), m, v, n, lr, beta1, beta2, eps, weight_decay, t, STREAM(stream));
+    return cuda_adamw_step(F32(params), ARR(grads), F32(m), F32(v), n, lr, beta1, beta2, eps, weight_decay, t,
+                           STREAM(stream));
 }
 
 /* Blocking: the sum comes back through pinned memory, then the stream is waited for. */
-static usp_status cuda_sum_squares_slot(void *ctx, double *out, const float *x, int64_t n, usp_stream_t *stream)
+static usp_status cuda_sum_squares_slot(void *ctx, double *out, usp_view x, int64_t n, usp_stream_t *stream)
 {
     cuda_ctx *c = ctx;
     cudaStream_t s = STREAM(stream);
@@ -430,20 +434,20 @@ static usp_status cuda_sum_squares_slot(void *ctx, double *out, const float *x, 
     return USP_OK;
 }
 
-static usp_status cuda_scale_slot(void *ctx, float *x, float s, int64_t n, usp_stream_t *stream)
+static usp_status cuda_scale_slot(void *ctx, usp_view x, float s, int64_t n, usp_stream_t *stream)
 {
     cuda_ctx *c = ctx;
     return cuda_scale(ARR(x), s, n, STREAM(stream));
 }
 
-static usp_status cuda_add_bias_slot(void *ctx, float *x, const float *bias, int64_t n, int64_t C,
+static usp_status cuda_add_bias_slot(void *ctx, usp_view x, usp_view bias, int64_t n, int64_t C,
                                      usp_stream_t *stream)
 {
     cuda_ctx *c = ctx;
     return cuda_add_bias(ARR(x), ARR(bias), n, C, STREAM(stream));
 }
 
-static usp_status cuda_bias_backward_slot(void *ctx, float *dbias, const float *dout, int64_t n, int64_t C,
+static usp_status cuda_bias_backward_slot(void *ctx, usp_view dbias, usp_view dout, int64_t n, int64_t C,
                                           usp_stream_t *stream)
 {
     cuda_ctx *c = ctx;
@@ -573,6 +577,5 @@ usp_status usp_backend_cuda_create(int device, usp_backend_t **out)
         cuda_destroy(c);
         return s;
     }
-    c->self = *out;
     return USP_OK;
 }

@@ -82,17 +82,17 @@ static usp_status blas_failed(cublasStatus_t st, const usp_gemm_desc *g)
 
 static cudaDataType_t data_type(usp_dtype t) { return t == USP_BF16 ? CUDA_R_16BF : CUDA_R_32F; }
 
-usp_status cuda_gemm(void *ctx, const usp_gemm_desc *g, usp_stream_t *stream)
+usp_status cuda_gemm(void *ctx, const usp_gemm_desc *g, usp_view a, usp_view b, usp_view c_view,
+                     usp_stream_t *stream)
 {
     cuda_ctx *c = ctx;
-    cuda_array out = cuda_array_of(c, g->c);
+    cuda_array out = {.data = c_view.data, .dtype = c_view.dtype};
     /* k = 0: C = beta C, by a kernel of ours. cuBLAS wants lda, ldb >= 1 where k-wide rows give 0,
      * and does not document C = beta C for k = 0; A and B, which the wrapper does not check then
      * (they may lie in no buffer), are not looked at. */
     if (g->k == 0)
         return cuda_scale_matrices(out, g->beta, g->m, g->n, g->ldc, g->stride_c, g->batch,
                                    cuda_stream_of(c, stream));
-    cuda_array a = cuda_array_of(c, g->a), b = cuda_array_of(c, g->b);
     if (a.dtype != b.dtype)
         return usp_error(USP_ERR_CONFIG, "cuda backend: gemm of a %s A by a %s B: cuBLAS takes one input dtype; "
                          "convert one operand (usp_buffer_convert)", usp_dtype_name(a.dtype),
@@ -111,9 +111,9 @@ usp_status cuda_gemm(void *ctx, const usp_gemm_desc *g, usp_stream_t *stream)
                                                                        : CUBLAS_COMPUTE_32F;
     cublasOperation_t op_a = g->trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, op_b = g->trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
     /* batch 1: the strides may be 0 or anything; cuBLAS ignores them then. */
-    st = blas.gemm(c->blas, op_b, op_a, g->n, g->m, g->k, &g->alpha, g->b, data_type(b.dtype),
-                                       g->ldb, g->stride_b, g->a, data_type(a.dtype), g->lda, g->stride_a, &g->beta,
-                                       g->c, data_type(out.dtype), g->ldc, g->stride_c, g->batch, compute,
+    st = blas.gemm(c->blas, op_b, op_a, g->n, g->m, g->k, &g->alpha, b.data, data_type(b.dtype),
+                                       g->ldb, g->stride_b, a.data, data_type(a.dtype), g->lda, g->stride_a, &g->beta,
+                                       out.data, data_type(out.dtype), g->ldc, g->stride_c, g->batch, compute,
                                        CUBLAS_GEMM_DEFAULT);
     return st == CUBLAS_STATUS_SUCCESS ? USP_OK : blas_failed(st, g);
 }

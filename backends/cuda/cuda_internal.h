@@ -26,7 +26,6 @@ typedef struct cuda_ctx {
     cudaMemPool_t pool;         /* the device's default pool, kept from releasing memory */
     cublasHandle_t blas;
     int allow_tf32;
-    usp_backend_t *self;        /* the handle, to ask a buffer its dtype */
     double *sum_device;         /* sum_squares' result on the device ... */
     double *sum_host;           /* ... and in pinned host memory */
     cuda_rope_table rope[CUDA_ROPE_TABLES];
@@ -42,12 +41,6 @@ static inline cudaStream_t cuda_stream_of(const cuda_ctx *c, usp_stream_t *s)
 /* USP_OK, or USP_ERR_RUNTIME naming `what` and CUDA's error. */
 usp_status cuda_check(cudaError_t e, const char *what);
 
-/* A device pointer with the dtype of the buffer that holds it (fp32 for NULL). */
-static inline cuda_array cuda_array_of(const cuda_ctx *c, const void *ptr)
-{
-    return (cuda_array){.data = (void *)ptr, .dtype = ptr ? usp_buffer_dtype(c->self, ptr) : USP_F32};
-}
-
 /* Opens cuBLAS and finds the functions the backend calls (once; no GPU needed). */
 usp_status cuda_blas_load(void);
 
@@ -58,6 +51,7 @@ usp_status cuda_blas_create(cublasHandle_t *out);
 void cuda_blas_destroy(cublasHandle_t handle);
 
 /* The gemm slot: cuBLAS, row-major descriptors mapped onto column-major calls. */
-usp_status cuda_gemm(void *ctx, const usp_gemm_desc *g, usp_stream_t *stream);
+usp_status cuda_gemm(void *ctx, const usp_gemm_desc *g, usp_view a, usp_view b, usp_view c,
+                     usp_stream_t *stream);
 
 #endif

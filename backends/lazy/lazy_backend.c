@@ -61,11 +61,13 @@ static usp_status lazy_zero(void *ctx, void *ptr, size_t bytes, usp_stream_t *st
 
 static usp_status lazy_synchronize(void *ctx, usp_stream_t *stream) { return lazy_device_synchronize(ctx, stream); }
 
-static usp_status run_gemm(const lazy_op *o) { return CPU->gemm(NULL, &o->gemm, NULL); }
-static usp_status lazy_gemm(void *ctx, const usp_gemm_desc *g, usp_stream_t *stream)
+static usp_status run_gemm(const lazy_op *o) { return CPU->gemm(NULL, &o->gemm, o->v[0], o->v[1], o->v[2], NULL); }
+static usp_status lazy_gemm(void *ctx, const usp_gemm_desc *g, usp_view a, usp_view b, usp_view c,
+                            usp_stream_t *stream)
 {
-    QUEUE(gemm, 3, g->a, g->b, g->c);
+    QUEUE(gemm, 3, a.data, b.data, c.data);
     op->gemm = *g;
+    op->v[0] = a, op->v[1] = b, op->v[2] = c;
     return USP_OK;
 }
 
@@ -83,12 +85,13 @@ static usp_status lazy_copy_2d(void *ctx, void *dst, size_t dst_stride, const vo
 
 static usp_status run_accumulate_2d(const lazy_op *o)
 {
-    return CPU->accumulate_2d(NULL, o->p[0], o->z[0], o->p[1], o->z[1], o->z[2], o->z[3], NULL);
+    return CPU->accumulate_2d(NULL, o->v[0], o->z[0], o->v[1], o->z[1], o->z[2], o->z[3], NULL);
 }
-static usp_status lazy_accumulate_2d(void *ctx, float *dst, size_t dst_stride, const float *src, size_t src_stride,
+static usp_status lazy_accumulate_2d(void *ctx, usp_view dst, size_t dst_stride, usp_view src, size_t src_stride,
                                      size_t row_elems, size_t rows, usp_stream_t *stream)
 {
-    QUEUE(accumulate_2d, 2, dst, src);
+    QUEUE(accumulate_2d, 2, dst.data, src.data);
+    op->v[0] = dst, op->v[1] = src;
     op->z[0] = dst_stride, op->z[1] = src_stride, op->z[2] = row_elems, op->z[3] = rows;
     return USP_OK;
 }
@@ -101,27 +104,31 @@ static size_t lazy_attention_workspace(void *ctx, const usp_attention_shape *s)
 
 static usp_status run_attention_forward(const lazy_op *o)
 {
-    return CPU->attention_forward(NULL, &o->shape, o->p[0], o->p[1], o->p[2], o->p[3], o->p[4], o->p[5], NULL);
+    return CPU->attention_forward(NULL, &o->shape, o->v[0], o->v[1], o->v[2], o->v[3], o->v[4], o->p[5], NULL);
 }
-static usp_status lazy_attention_forward(void *ctx, const usp_attention_shape *s, const float *q, const float *k,
-                                         const float *v, float *o, float *lse, void *workspace, usp_stream_t *stream)
+static usp_status lazy_attention_forward(void *ctx, const usp_attention_shape *s, usp_view q, usp_view k,
+                                         usp_view v, usp_view o, usp_view lse, void *workspace, usp_stream_t *stream)
 {
-    QUEUE(attention_forward, 6, q, k, v, o, lse, workspace);
+    QUEUE(attention_forward, 6, q.data, k.data, v.data, o.data, lse.data, workspace);
+    op->v[0] = q, op->v[1] = k, op->v[2] = v, op->v[3] = o, op->v[4] = lse;
     op->shape = *s;
     return USP_OK;
 }
 
 static usp_status run_attention_backward(const lazy_op *o)
 {
-    return CPU->attention_backward(NULL, &o->shape, o->p[0], o->p[1], o->p[2], o->p[3], o->p[4], o->p[5], o->p[6],
-                                   o->p[7], o->p[8], (int)o->i[0], o->p[9], NULL);
+    return CPU->attention_backward(NULL, &o->shape, o->v[0], o->v[1], o->v[2], o->v[3], o->v[4], o->v[5], o->v[6],
+                                   o->v[7], o->v[8], (int)o->i[0], o->p[9], NULL);
 }
-static usp_status lazy_attention_backward(void *ctx, const usp_attention_shape *s, const float *q, const float *k,
-                                          const float *v, const float *o, const float *lse, const float *d_o,
-                                          float *dq, float *dk, float *dv, int accumulate, void *workspace,
+static usp_status lazy_attention_backward(void *ctx, const usp_attention_shape *s, usp_view q, usp_view k,
+                                          usp_view v, usp_view o, usp_view lse, usp_view d_o,
+                                          usp_view dq, usp_view dk, usp_view dv, int accumulate, void *workspace,
                                           usp_stream_t *stream)
 {
-    QUEUE(attention_backward, 10, q, k, v, o, lse, d_o, dq, dk, dv, workspace);
+    QUEUE(attention_backward, 10, q.data, k.data, v.data, o.data, lse.data, d_o.data, dq.data, dk.data, dv.data,
+          workspace);
+    op->v[0] = q, op->v[1] = k, op->v[2] = v, op->v[3] = o, op->v[4] = lse, op->v[5] = d_o;
+    op->v[6] = dq, op->v[7] = dk, op->v[8] = dv;
     op->shape = *s;
     op->i[0] = accumulate;
     return USP_OK;
@@ -129,139 +136,152 @@ static usp_status lazy_attention_backward(void *ctx, const usp_attention_shape *
 
 static usp_status run_attention_merge(const lazy_op *o)
 {
-    return CPU->attention_merge(NULL, o->p[0], o->p[1], o->p[2], o->p[3], o->i[0], o->i[1], o->i[2], NULL);
+    return CPU->attention_merge(NULL, o->v[0], o->v[1], o->v[2], o->v[3], o->i[0], o->i[1], o->i[2], NULL);
 }
-static usp_status lazy_attention_merge(void *ctx, float *o, float *lse, const float *o_part, const float *lse_part,
+static usp_status lazy_attention_merge(void *ctx, usp_view o, usp_view lse, usp_view o_part, usp_view lse_part,
                                        int64_t n, int64_t heads, int64_t head_dim, usp_stream_t *stream)
 {
-    QUEUE(attention_merge, 4, o, lse, o_part, lse_part);
+    QUEUE(attention_merge, 4, o.data, lse.data, o_part.data, lse_part.data);
+    op->v[0] = o, op->v[1] = lse, op->v[2] = o_part, op->v[3] = lse_part;
     op->i[0] = n, op->i[1] = heads, op->i[2] = head_dim;
     return USP_OK;
 }
 
 static usp_status run_embedding_forward(const lazy_op *o)
 {
-    return CPU->embedding_forward(NULL, o->p[0], o->p[1], o->p[2], o->p[3], o->p[4], o->i[0], o->i[1], NULL);
+    return CPU->embedding_forward(NULL, o->v[0], o->p[1], o->p[2], o->v[3], o->v[4], o->i[0], o->i[1], NULL);
 }
-static usp_status lazy_embedding_forward(void *ctx, float *out, const int32_t *tokens, const int32_t *positions,
-                                         const float *wte, const float *wpe, int64_t n, int64_t C,
+static usp_status lazy_embedding_forward(void *ctx, usp_view out, const int32_t *tokens, const int32_t *positions,
+                                         usp_view wte, usp_view wpe, int64_t n, int64_t C,
                                          usp_stream_t *stream)
 {
-    QUEUE(embedding_forward, 5, out, tokens, positions, wte, wpe);
+    QUEUE(embedding_forward, 5, out.data, tokens, positions, wte.data, wpe.data);
+    op->v[0] = out, op->v[3] = wte, op->v[4] = wpe;
     op->i[0] = n, op->i[1] = C;
     return USP_OK;
 }
 
 static usp_status run_embedding_backward(const lazy_op *o)
 {
-    return CPU->embedding_backward(NULL, o->p[0], o->p[1], o->p[2], o->p[3], o->p[4], o->i[0], o->i[1], NULL);
+    return CPU->embedding_backward(NULL, o->v[0], o->v[1], o->v[2], o->p[3], o->p[4], o->i[0], o->i[1], NULL);
 }
-static usp_status lazy_embedding_backward(void *ctx, float *dwte, float *dwpe, const float *dout,
+static usp_status lazy_embedding_backward(void *ctx, usp_view dwte, usp_view dwpe, usp_view dout,
                                           const int32_t *tokens, const int32_t *positions, int64_t n, int64_t C,
                                           usp_stream_t *stream)
 {
-    QUEUE(embedding_backward, 5, dwte, dwpe, dout, tokens, positions);
+    QUEUE(embedding_backward, 5, dwte.data, dwpe.data, dout.data, tokens, positions);
+    op->v[0] = dwte, op->v[1] = dwpe, op->v[2] = dout;
     op->i[0] = n, op->i[1] = C;
     return USP_OK;
 }
 
 static usp_status run_layernorm_forward(const lazy_op *o)
 {
-    return CPU->layernorm_forward(NULL, o->p[0], o->p[1], o->p[2], o->p[3], o->p[4], o->p[5], o->i[0], o->i[1],
+    return CPU->layernorm_forward(NULL, o->v[0], o->v[1], o->v[2], o->v[3], o->v[4], o->v[5], o->i[0], o->i[1],
                                   o->f[0], NULL);
 }
-static usp_status lazy_layernorm_forward(void *ctx, float *out, float *mean, float *rstd, const float *inp,
-                                         const float *weight, const float *bias, int64_t n, int64_t C, float eps,
+static usp_status lazy_layernorm_forward(void *ctx, usp_view out, usp_view mean, usp_view rstd, usp_view inp,
+                                         usp_view weight, usp_view bias, int64_t n, int64_t C, float eps,
                                          usp_stream_t *stream)
 {
-    QUEUE(layernorm_forward, 6, out, mean, rstd, inp, weight, bias);
+    QUEUE(layernorm_forward, 6, out.data, mean.data, rstd.data, inp.data, weight.data, bias.data);
+    op->v[0] = out, op->v[1] = mean, op->v[2] = rstd, op->v[3] = inp, op->v[4] = weight, op->v[5] = bias;
     op->i[0] = n, op->i[1] = C, op->f[0] = eps;
     return USP_OK;
 }
 
 static usp_status run_layernorm_backward(const lazy_op *o)
 {
-    return CPU->layernorm_backward(NULL, o->p[0], o->p[1], o->p[2], o->p[3], o->p[4], o->p[5], o->p[6], o->p[7],
+    return CPU->layernorm_backward(NULL, o->v[0], o->v[1], o->v[2], o->v[3], o->v[4], o->v[5], o->v[6], o->v[7],
                                    o->i[0], o->i[1], NULL);
 }
-static usp_status lazy_layernorm_backward(void *ctx, float *dinp, float *dweight, float *dbias, const float *dout,
-                                          const float *inp, const float *weight, const float *mean,
-                                          const float *rstd, int64_t n, int64_t C, usp_stream_t *stream)
+static usp_status lazy_layernorm_backward(void *ctx, usp_view dinp, usp_view dweight, usp_view dbias, usp_view dout,
+                                          usp_view inp, usp_view weight, usp_view mean,
+                                          usp_view rstd, int64_t n, int64_t C, usp_stream_t *stream)
 {
-    QUEUE(layernorm_backward, 8, dinp, dweight, dbias, dout, inp, weight, mean, rstd);
+    QUEUE(layernorm_backward, 8, dinp.data, dweight.data, dbias.data, dout.data, inp.data, weight.data, mean.data,
+          rstd.data);
+    op->v[0] = dinp, op->v[1] = dweight, op->v[2] = dbias, op->v[3] = dout, op->v[4] = inp, op->v[5] = weight;
+    op->v[6] = mean, op->v[7] = rstd;
     op->i[0] = n, op->i[1] = C;
     return USP_OK;
 }
 
 static usp_status run_rmsnorm_forward(const lazy_op *o)
 {
-    return CPU->rmsnorm_forward(NULL, o->p[0], o->p[1], o->p[2], o->p[3], o->i[0], o->i[1], o->f[0], NULL);
+    return CPU->rmsnorm_forward(NULL, o->v[0], o->v[1], o->v[2], o->v[3], o->i[0], o->i[1], o->f[0], NULL);
 }
-static usp_status lazy_rmsnorm_forward(void *ctx, float *out, float *rstd, const float *inp, const float *weight,
+static usp_status lazy_rmsnorm_forward(void *ctx, usp_view out, usp_view rstd, usp_view inp, usp_view weight,
                                        int64_t n, int64_t C, float eps, usp_stream_t *stream)
 {
-    QUEUE(rmsnorm_forward, 4, out, rstd, inp, weight);
+    QUEUE(rmsnorm_forward, 4, out.data, rstd.data, inp.data, weight.data);
+    op->v[0] = out, op->v[1] = rstd, op->v[2] = inp, op->v[3] = weight;
     op->i[0] = n, op->i[1] = C, op->f[0] = eps;
     return USP_OK;
 }
 
 static usp_status run_rmsnorm_backward(const lazy_op *o)
 {
-    return CPU->rmsnorm_backward(NULL, o->p[0], o->p[1], o->p[2], o->p[3], o->p[4], o->p[5], o->i[0], o->i[1],
+    return CPU->rmsnorm_backward(NULL, o->v[0], o->v[1], o->v[2], o->v[3], o->v[4], o->v[5], o->i[0], o->i[1],
                                  NULL);
 }
-static usp_status lazy_rmsnorm_backward(void *ctx, float *dinp, float *dweight, const float *dout, const float *inp,
-                                        const float *weight, const float *rstd, int64_t n, int64_t C,
+static usp_status lazy_rmsnorm_backward(void *ctx, usp_view dinp, usp_view dweight, usp_view dout, usp_view inp,
+                                        usp_view weight, usp_view rstd, int64_t n, int64_t C,
                                         usp_stream_t *stream)
 {
-    QUEUE(rmsnorm_backward, 6, dinp, dweight, dout, inp, weight, rstd);
+    QUEUE(rmsnorm_backward, 6, dinp.data, dweight.data, dout.data, inp.data, weight.data, rstd.data);
+    op->v[0] = dinp, op->v[1] = dweight, op->v[2] = dout, op->v[3] = inp, op->v[4] = weight, op->v[5] = rstd;
     op->i[0] = n, op->i[1] = C;
     return USP_OK;
 }
 
 static usp_status run_gelu_tanh_forward(const lazy_op *o)
 {
-    return CPU->gelu_tanh_forward(NULL, o->p[0], o->p[1], o->i[0], NULL);
+    return CPU->gelu_tanh_forward(NULL, o->v[0], o->v[1], o->i[0], NULL);
 }
-static usp_status lazy_gelu_tanh_forward(void *ctx, float *out, const float *inp, int64_t n, usp_stream_t *stream)
+static usp_status lazy_gelu_tanh_forward(void *ctx, usp_view out, usp_view inp, int64_t n, usp_stream_t *stream)
 {
-    QUEUE(gelu_tanh_forward, 2, out, inp);
+    QUEUE(gelu_tanh_forward, 2, out.data, inp.data);
+    op->v[0] = out, op->v[1] = inp;
     op->i[0] = n;
     return USP_OK;
 }
 
 static usp_status run_gelu_tanh_backward(const lazy_op *o)
 {
-    return CPU->gelu_tanh_backward(NULL, o->p[0], o->p[1], o->p[2], o->i[0], NULL);
+    return CPU->gelu_tanh_backward(NULL, o->v[0], o->v[1], o->v[2], o->i[0], NULL);
 }
-static usp_status lazy_gelu_tanh_backward(void *ctx, float *dinp, const float *inp, const float *dout, int64_t n,
+static usp_status lazy_gelu_tanh_backward(void *ctx, usp_view dinp, usp_view inp, usp_view dout, int64_t n,
                                           usp_stream_t *stream)
 {
-    QUEUE(gelu_tanh_backward, 3, dinp, inp, dout);
+    QUEUE(gelu_tanh_backward, 3, dinp.data, inp.data, dout.data);
+    op->v[0] = dinp, op->v[1] = inp, op->v[2] = dout;
     op->i[0] = n;
     return USP_OK;
 }
 
 static usp_status run_swiglu_forward(const lazy_op *o)
 {
-    return CPU->swiglu_forward(NULL, o->p[0], o->p[1], o->p[2], o->i[0], NULL);
+    return CPU->swiglu_forward(NULL, o->v[0], o->v[1], o->v[2], o->i[0], NULL);
 }
-static usp_status lazy_swiglu_forward(void *ctx, float *out, const float *gate, const float *up, int64_t n,
+static usp_status lazy_swiglu_forward(void *ctx, usp_view out, usp_view gate, usp_view up, int64_t n,
                                       usp_stream_t *stream)
 {
-    QUEUE(swiglu_forward, 3, out, gate, up);
+    QUEUE(swiglu_forward, 3, out.data, gate.data, up.data);
+    op->v[0] = out, op->v[1] = gate, op->v[2] = up;
     op->i[0] = n;
     return USP_OK;
 }
 
 static usp_status run_swiglu_backward(const lazy_op *o)
 {
-    return CPU->swiglu_backward(NULL, o->p[0], o->p[1], o->p[2], o->p[3], o->p[4], o->i[0], NULL);
+    return CPU->swiglu_backward(NULL, o->v[0], o->v[1], o->v[2], o->v[3], o->v[4], o->i[0], NULL);
 }
-static usp_status lazy_swiglu_backward(void *ctx, float *dgate, float *dup, const float *gate, const float *up,
-                                       const float *dout, int64_t n, usp_stream_t *stream)
+static usp_status lazy_swiglu_backward(void *ctx, usp_view dgate, usp_view dup, usp_view gate, usp_view up,
+                                       usp_view dout, int64_t n, usp_stream_t *stream)
 {
-    QUEUE(swiglu_backward, 5, dgate, dup, gate, up, dout);
+    QUEUE(swiglu_backward, 5, dgate.data, dup.data, gate.data, up.data, dout.data);
+    op->v[0] = dgate, op->v[1] = dup, op->v[2] = gate, op->v[3] = up, op->v[4] = dout;
     op->i[0] = n;
     return USP_OK;
 }
@@ -280,87 +300,94 @@ static usp_status keep_inv_freq(lazy_op *op, const double *inv_freq, int64_t D)
 
 static usp_status run_rope_forward(const lazy_op *o)
 {
-    return CPU->rope_forward(NULL, o->p[0], o->p[1], o->i[0], o->i[1], o->i[2], o->f[0], o->owned, NULL);
+    return CPU->rope_forward(NULL, o->v[0], o->p[1], o->i[0], o->i[1], o->i[2], o->f[0], o->owned, NULL);
 }
-static usp_status lazy_rope_forward(void *ctx, float *x, const int32_t *positions, int64_t n, int64_t H, int64_t D,
+static usp_status lazy_rope_forward(void *ctx, usp_view x, const int32_t *positions, int64_t n, int64_t H, int64_t D,
                                     float theta, const double *inv_freq, usp_stream_t *stream)
 {
-    QUEUE(rope_forward, 2, x, positions);
+    QUEUE(rope_forward, 2, x.data, positions);
+    op->v[0] = x;
     op->i[0] = n, op->i[1] = H, op->i[2] = D, op->f[0] = theta;
     return keep_inv_freq(op, inv_freq, D);
 }
 
 static usp_status run_rope_backward(const lazy_op *o)
 {
-    return CPU->rope_backward(NULL, o->p[0], o->p[1], o->i[0], o->i[1], o->i[2], o->f[0], o->owned, NULL);
+    return CPU->rope_backward(NULL, o->v[0], o->p[1], o->i[0], o->i[1], o->i[2], o->f[0], o->owned, NULL);
 }
-static usp_status lazy_rope_backward(void *ctx, float *dx, const int32_t *positions, int64_t n, int64_t H, int64_t D,
+static usp_status lazy_rope_backward(void *ctx, usp_view dx, const int32_t *positions, int64_t n, int64_t H, int64_t D,
                                      float theta, const double *inv_freq, usp_stream_t *stream)
 {
-    QUEUE(rope_backward, 2, dx, positions);
+    QUEUE(rope_backward, 2, dx.data, positions);
+    op->v[0] = dx;
     op->i[0] = n, op->i[1] = H, op->i[2] = D, op->f[0] = theta;
     return keep_inv_freq(op, inv_freq, D);
 }
 
 static usp_status run_cross_entropy(const lazy_op *o)
 {
-    return CPU->cross_entropy(NULL, o->p[0], o->p[1], o->p[2], o->p[3], o->i[0], o->i[1], o->f[0], NULL);
+    return CPU->cross_entropy(NULL, o->v[0], o->v[1], o->v[2], o->p[3], o->i[0], o->i[1], o->f[0], NULL);
 }
-static usp_status lazy_cross_entropy(void *ctx, float *losses, float *dlogits, const float *logits,
+static usp_status lazy_cross_entropy(void *ctx, usp_view losses, usp_view dlogits, usp_view logits,
                                      const int32_t *targets, int64_t n, int64_t V, float grad_scale,
                                      usp_stream_t *stream)
 {
-    QUEUE(cross_entropy, 4, losses, dlogits, logits, targets);
+    QUEUE(cross_entropy, 4, losses.data, dlogits.data, logits.data, targets);
+    op->v[0] = losses, op->v[1] = dlogits, op->v[2] = logits;
     op->i[0] = n, op->i[1] = V, op->f[0] = grad_scale;
     return USP_OK;
 }
 
 static usp_status run_adamw_step(const lazy_op *o)
 {
-    return CPU->adamw_step(NULL, o->p[0], o->p[1], o->p[2], o->p[3], o->i[0], o->f[0], o->f[1], o->f[2], o->f[3],
+    return CPU->adamw_step(NULL, o->v[0], o->v[1], o->v[2], o->v[3], o->i[0], o->f[0], o->f[1], o->f[2], o->f[3],
                            o->f[4], o->i[1], NULL);
 }
-static usp_status lazy_adamw_step(void *ctx, float *params, const float *grads, float *m, float *v, int64_t n,
+static usp_status lazy_adamw_step(void *ctx, usp_view params, usp_view grads, usp_view m, usp_view v, int64_t n,
                                   float lr, float beta1, float beta2, float eps, float weight_decay, int64_t t,
                                   usp_stream_t *stream)
 {
-    QUEUE(adamw_step, 4, params, grads, m, v);
+    QUEUE(adamw_step, 4, params.data, grads.data, m.data, v.data);
+    op->v[0] = params, op->v[1] = grads, op->v[2] = m, op->v[3] = v;
     op->i[0] = n, op->i[1] = t;
     op->f[0] = lr, op->f[1] = beta1, op->f[2] = beta2, op->f[3] = eps, op->f[4] = weight_decay;
     return USP_OK;
 }
 
 /* Blocking: the result is host memory. */
-static usp_status lazy_sum_squares(void *ctx, double *out, const float *x, int64_t n, usp_stream_t *stream)
+static usp_status lazy_sum_squares(void *ctx, double *out, usp_view x, int64_t n, usp_stream_t *stream)
 {
     USP_CHECK(lazy_device_synchronize(ctx, stream));
     return CPU->sum_squares(NULL, out, x, n, NULL);
 }
 
-static usp_status run_scale(const lazy_op *o) { return CPU->scale(NULL, o->p[0], o->f[0], o->i[0], NULL); }
-static usp_status lazy_scale(void *ctx, float *x, float s, int64_t n, usp_stream_t *stream)
+static usp_status run_scale(const lazy_op *o) { return CPU->scale(NULL, o->v[0], o->f[0], o->i[0], NULL); }
+static usp_status lazy_scale(void *ctx, usp_view x, float s, int64_t n, usp_stream_t *stream)
 {
-    QUEUE(scale, 1, x);
+    QUEUE(scale, 1, x.data);
+    op->v[0] = x;
     op->f[0] = s, op->i[0] = n;
     return USP_OK;
 }
 
-static usp_status run_add_bias(const lazy_op *o) { return CPU->add_bias(NULL, o->p[0], o->p[1], o->i[0], o->i[1], NULL); }
-static usp_status lazy_add_bias(void *ctx, float *x, const float *bias, int64_t n, int64_t C, usp_stream_t *stream)
+static usp_status run_add_bias(const lazy_op *o) { return CPU->add_bias(NULL, o->v[0], o->v[1], o->i[0], o->i[1], NULL); }
+static usp_status lazy_add_bias(void *ctx, usp_view x, usp_view bias, int64_t n, int64_t C, usp_stream_t *stream)
 {
-    QUEUE(add_bias, 2, x, bias);
+    QUEUE(add_bias, 2, x.data, bias.data);
+    op->v[0] = x, op->v[1] = bias;
     op->i[0] = n, op->i[1] = C;
     return USP_OK;
 }
 
 static usp_status run_bias_backward(const lazy_op *o)
 {
-    return CPU->bias_backward(NULL, o->p[0], o->p[1], o->i[0], o->i[1], NULL);
+    return CPU->bias_backward(NULL, o->v[0], o->v[1], o->i[0], o->i[1], NULL);
 }
-static usp_status lazy_bias_backward(void *ctx, float *dbias, const float *dout, int64_t n, int64_t C,
+static usp_status lazy_bias_backward(void *ctx, usp_view dbias, usp_view dout, int64_t n, int64_t C,
                                      usp_stream_t *stream)
 {
-    QUEUE(bias_backward, 2, dbias, dout);
+    QUEUE(bias_backward, 2, dbias.data, dout.data);
+    op->v[0] = dbias, op->v[1] = dout;
     op->i[0] = n, op->i[1] = C;
     return USP_OK;
 }

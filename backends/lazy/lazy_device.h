@@ -15,7 +15,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "core/ops.h"
+#include "core/backend_impl.h"
 
 typedef struct lazy_device lazy_device;
 typedef struct lazy_op lazy_op;
@@ -31,6 +31,7 @@ struct lazy_op {
     uint64_t ticket;
     lazy_op *next;
     void *p[LAZY_MAX_POINTERS]; /* the op's buffers, in slot order */
+    usp_view v[LAZY_MAX_POINTERS]; /* the views among them, at the same index (p[i] = v[i].data) */
     int64_t i[8];
     float f[6];
     size_t z[6];

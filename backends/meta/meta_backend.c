@@ -58,9 +58,10 @@ static usp_status meta_zero(void *ctx, void *ptr, size_t bytes, usp_stream_t *st
     return USP_OK;
 }
 
-static usp_status meta_gemm(void *ctx, const usp_gemm_desc *g, usp_stream_t *stream)
+static usp_status meta_gemm(void *ctx, const usp_gemm_desc *g, usp_view a, usp_view b, usp_view c,
+                           usp_stream_t *stream)
 {
-    (void)ctx, (void)g, (void)stream;
+    (void)ctx, (void)g, (void)a, (void)b, (void)c, (void)stream;
     return USP_OK;
 }
 
@@ -71,7 +72,7 @@ static usp_status meta_copy_2d(void *ctx, void *dst, size_t dst_stride, const vo
     return USP_OK;
 }
 
-static usp_status meta_accumulate_2d(void *ctx, float *dst, size_t dst_stride, const float *src, size_t src_stride,
+static usp_status meta_accumulate_2d(void *ctx, usp_view dst, size_t dst_stride, usp_view src, size_t src_stride,
                                      size_t row_elems, size_t rows, usp_stream_t *stream)
 {
     (void)ctx, (void)dst, (void)dst_stride, (void)src, (void)src_stride, (void)row_elems, (void)rows, (void)stream;
@@ -89,17 +90,17 @@ static size_t meta_attention_workspace(void *ctx, const usp_attention_shape *s)
     return cpu_attention_workspace_bytes(&k);
 }
 
-static usp_status meta_attention_forward(void *ctx, const usp_attention_shape *s, const float *q, const float *k,
-                                         const float *v, float *o, float *lse, void *workspace,
+static usp_status meta_attention_forward(void *ctx, const usp_attention_shape *s, usp_view q, usp_view k,
+                                         usp_view v, usp_view o, usp_view lse, void *workspace,
                                          usp_stream_t *stream)
 {
     (void)ctx, (void)s, (void)q, (void)k, (void)v, (void)o, (void)lse, (void)workspace, (void)stream;
     return USP_OK;
 }
 
-static usp_status meta_attention_backward(void *ctx, const usp_attention_shape *s, const float *q, const float *k,
-                                          const float *v, const float *o, const float *lse, const float *d_o,
-                                          float *dq, float *dk, float *dv, int accumulate, void *workspace,
+static usp_status meta_attention_backward(void *ctx, const usp_attention_shape *s, usp_view q, usp_view k,
+                                          usp_view v, usp_view o, usp_view lse, usp_view d_o,
+                                          usp_view dq, usp_view dk, usp_view dv, int accumulate, void *workspace,
                                           usp_stream_t *stream)
 {
     (void)ctx, (void)s, (void)q, (void)k, (void)v, (void)o, (void)lse, (void)d_o, (void)dq, (void)dk, (void)dv;
@@ -107,7 +108,7 @@ static usp_status meta_attention_backward(void *ctx, const usp_attention_shape *
     return USP_OK;
 }
 
-static usp_status meta_attention_merge(void *ctx, float *o, float *lse, const float *o_part, const float *lse_part,
+static usp_status meta_attention_merge(void *ctx, usp_view o, usp_view lse, usp_view o_part, usp_view lse_part,
                                        int64_t n, int64_t heads, int64_t head_dim, usp_stream_t *stream)
 {
     (void)ctx, (void)o, (void)lse, (void)o_part, (void)lse_part, (void)n, (void)heads, (void)head_dim, (void)stream;
