@@ -182,8 +182,8 @@ expect 0 "usp train --backend mpi --timeout S --dump-dir DIR" -- postmortem --he
 expect 2 "expected the directory of flight records first" -- postmortem
 expect 2 "$work/nothing: cannot read this directory" -- postmortem "$work/nothing"
 mkdir "$work/pm" && expect 2 "$work/pm: no flight records in it (files rank-<R>.usp-flight.json" -- postmortem "$work/pm"
-expect 3 "wait chain: rank 0 waits in all_to_all #8 on ulysses[0] (core/parallel/ulysses.c:174) for rank 2; rank 2 waits in all_reduce #6 on world (core/train/train.c:71) for rank 0; a cycle" -- postmortem "$records"
-expect 3 "  rank 2: blocked in all_reduce #6 on world (core/train/train.c:71) all_reduce(count=1, f64, sum), waiting for rank 0, 1, 3" -- postmortem "$records"
+expect 3 "wait chain: rank 0 waits in all_to_all #8 on ulysses[0] (core/parallel/ulysses.c:174) for rank 2; rank 2 waits in all_reduce #6 on world (core/train/train.c:72) for rank 0; a cycle" -- postmortem "$records"
+expect 3 "  rank 2: blocked in all_reduce #6 on world (core/train/train.c:72) all_reduce(count=1, f64, sum), waiting for rank 0, 1, 3" -- postmortem "$records"
 expect 3 "wait-for picture in $work/pm.dot" -- postmortem "$records" --dot "$work/pm.dot"
 if grep -q "usp postmortem of the flight records in" "$work/pm.dot" 2>/dev/null; then passed=$((passed + 1)); else
     failed=$((failed + 1)); echo "FAIL: postmortem --dot wrote no wait-for picture"; fi
@@ -311,5 +311,40 @@ expect 2 "the path is 4038 characters; with the 58 that usp adds to write it, it
 if [[ ! -e $too_long && -z $(find "$work/long" -type f) ]]; then passed=$((passed + 1)); else
     failed=$((failed + 1)); echo "FAIL: a refused --save left files"; fi
 rm -rf "$work/long"
+
+# SIGTERM at a random step (issue 29): the ranks stop after that whole step, save it and exit 143; --resume
+# gives the uninterrupted run's losses exactly. The signal comes between 0 and 0.3 s after the first record.
+losses_after() { sed -nE 's/^\{"step":([0-9]+),"loss":([^,]*),.*/\1 \2/p' | awk -v k="$1" '$1 > k'; }
+run=(train --steps 600 --seq 64 --batch 2 --eval-samples 0 --log-every 1 --json)
+whole=$("$usp" "${run[@]}" 2>&1)
+"$usp" "${run[@]}" --save "$work/stopped" >"$work/stopped.out" 2>"$work/stopped.err" &
+pid=$!
+for _ in $(seq 1 200); do grep -q '"step"' "$work/stopped.out" && break; sleep 0.05; done
+sleep "0.$((RANDOM % 300))"
+kill -TERM "$pid"
+wait "$pid"
+rc=$?
+k=$(sed -nE 's/.*"step":([0-9]+),.*/\1/p' "$work/stopped.out" | tail -n 1)
+saved=$(sed -nE 's/.*"step": ([0-9]+),.*/\1/p' "$work/stopped/usp_checkpoint.json" 2>/dev/null)
+check "SIGTERM: exit 143 (got $rc), stopped after step $k of 600 and saved that step ($saved)" \
+    test "$rc" -eq 143 -a -n "$k" -a "$k" = "$saved" -a "${k:-600}" -lt 600
+check "SIGTERM: the message names the step and how to go on" \
+    grep -q "stopped by SIGTERM after step $k of 600; saved to $work/stopped: go on with usp train --resume" \
+    "$work/stopped.err"
+resumed=$("$usp" "${run[@]}" --resume "$work/stopped" 2>&1)
+check "SIGTERM then --resume: the losses of steps $((k + 1))-600 are the uninterrupted run's, bit for bit" \
+    test -n "$(losses_after "$k" <<<"$whole")" -a "$(losses_after "$k" <<<"$whole")" = "$(losses_after "$k" <<<"$resumed")"
+expect 2 "--save-every 5 without --save" -- train --steps 10 --save-every 5
+# --save-every: a SIGKILL, which no process can catch, leaves the last periodic checkpoint, whole
+"$usp" train --steps 100000 --seq 64 --batch 2 --eval-samples 0 --log-every 1 --json --save-every 3 \
+    --save "$work/every" >"$work/every.out" 2>&1 &
+pid=$!
+for _ in $(seq 1 200); do grep -q '"step":8,' "$work/every.out" && break; sleep 0.05; done
+kill -KILL "$pid"
+wait "$pid" 2>/dev/null
+saved=$(sed -nE 's/.*"step": ([0-9]+),.*/\1/p' "$work/every/usp_checkpoint.json" 2>/dev/null)
+check "--save-every 3, then SIGKILL after step 8: a checkpoint at a multiple of 3 (step ${saved:-none})" \
+    test -n "$saved" -a "$((${saved:-1} % 3))" -eq 0 -a "${saved:-0}" -ge 6
+expect 0 "eval: loss" -- eval --resume "$work/every" --seq 64 --batch 2 --eval-samples 2
 
 finish cli_inputs

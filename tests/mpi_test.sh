@@ -265,5 +265,30 @@ rc=$?
 [[ $rc -eq 2 && $out == *"--dot with --backend mpi: pictures are the simulator's"* ]] && ok ||
     fail "--dot with --backend mpi: exit $rc (expected 2)" "$out"
 
+# --- SIGTERM to rank 2 alone at a random step: the ranks agree on the step, stop after it, save it and ---
+# exit 143; --resume gives the uninterrupted run's losses bit for bit
+losses_after() { sed -nE 's/^\{"step":([0-9]+),"loss":([^,]*),.*/\1 \2/p' | awk -v k="$1" '$1 > k'; }
+run=(train --backend mpi --ulysses 2 --ring 2 --steps 300 --seq 64 --batch 4 --eval-samples 0 --log-every 1 --json)
+whole=$(timeout 120 "${mpi[@]}" "$usp" "${run[@]}" 2>&1)
+"${mpi[@]}" "$usp" "${run[@]}" --save mpi_stopped >stopped.out 2>stopped.err &
+launcher=$!
+for _ in $(seq 1 200); do grep -q '"step"' stopped.out && break; sleep 0.05; done
+sleep "0.$((RANDOM % 300))"
+for pid in $(pgrep -f "usp train --backend mpi --ulysses 2 --ring 2 --steps 300"); do
+    tr '\0' '\n' <"/proc/$pid/environ" 2>/dev/null | grep -qx OMPI_COMM_WORLD_RANK=2 && kill -TERM "$pid"
+done
+wait "$launcher"
+rc=$?
+k=$(sed -nE 's/.*"step":([0-9]+),.*/\1/p' stopped.out | tail -n 1)
+saved=$(sed -nE 's/.*"step": ([0-9]+),.*/\1/p' mpi_stopped/usp_checkpoint.json 2>/dev/null)
+resumed=$(timeout 120 "${mpi[@]}" "$usp" "${run[@]}" --resume mpi_stopped 2>&1)
+if [[ $rc -eq 143 && -n $k && $k == "$saved" && $k -lt 300 && -n $(losses_after "$k" <<<"$whole") &&
+    $(losses_after "$k" <<<"$whole") == "$(losses_after "$k" <<<"$resumed")" ]]; then
+    ok
+else
+    fail "SIGTERM to rank 2 under mpirun: exit $rc (expected 143), last record step ${k:-none}, saved ${saved:-none}" \
+        "$(tail -n 3 stopped.out; cat stopped.err)"
+fi
+
 echo "mpi tests: $passed passed, $failed failed"
 [[ $failed -eq 0 ]]

@@ -314,9 +314,9 @@ static usp_status write_outputs(const usp_runtime_t *rt, usp_status run, const c
 /* SIGINT or SIGTERM during a run: the run stops after a whole step, saves (--save) and exits 128 + the
  * signal, as a process the signal ended would. The handler is reset when it fires: a second one ends
  * the process at once, the way a second Ctrl-C does elsewhere. */
-static volatile sig_atomic_t stop_signal;
+static atomic_int stop_signal; /* lock-free: a signal handler and the watchdog thread both write it */
 
-static void on_stop_signal(int sig) { stop_signal = sig; }
+static void on_stop_signal(int sig) { atomic_store(&stop_signal, sig); }
 
 static void catch_stop_signals(void)
 {
@@ -329,7 +329,8 @@ static void catch_stop_signals(void)
 /* What a stopped run says: the step, where it saved, how to go on. */
 static void say_stopped(const char *command, const train_options *o, int64_t step)
 {
-    const char *name = stop_signal == SIGINT ? "SIGINT" : stop_signal == SIGTERM ? "SIGTERM" : "another rank's signal";
+    int sig = atomic_load(&stop_signal);
+    const char *name = sig == SIGINT ? "SIGINT" : sig == SIGTERM ? "SIGTERM" : "another rank's signal";
     if (o->save)
         fprintf(stderr, "usp %s: stopped by %s after step %lld of %d; saved to %s: go on with usp %s --resume %s "
                 "(and the same options)\n", command, name, (long long)step, o->steps, o->save, command, o->save);
@@ -348,10 +349,12 @@ static usp_status run(const char *command, const train_options *o, char **argv, 
                               .inject = o->inject.items, .n_inject = o->inject.n,
                               .trace = o->trace != NULL || o->dot != NULL,
                               .check_collectives = o->check_collectives, .timeout_s = o->timeout,
-                              .dump_dir = o->dump_dir};
+                              .dump_dir = o->dump_dir, .stop = c.eval_only ? NULL : &stop_signal};
     /* without a launcher, mpi and nccl start their processes here (after the checks above, so that a bad
      * option is one message, not one per process); the launched ones pass through */
     USP_CHECK(runtime_registry_launch(o->backend, &ro, argv));
+    if (ro.stop) /* before the runtime: mpi's and nccl's watchdog take the signals over, and pass them on */
+        catch_stop_signals();
     usp_runtime_t *rt;
     USP_CHECK(runtime_registry_create(o->backend, &ro, &rt));
     int prints = usp_runtime_prints(rt); /* under a launcher, rank 0's process; errors: every process its own */
@@ -372,8 +375,7 @@ static usp_status run(const char *command, const train_options *o, char **argv, 
     usp_status s = usp_calloc((void **)&result.peak_bytes, (size_t)c.shape.world, sizeof *result.peak_bytes,
                               "the peaks");
     usp_train_run runarg = {.config = &c, .result = &result};
-    if (!c.eval_only)
-        catch_stop_signals(), c.stop = &stop_signal;
+    c.stop = ro.stop;
     if (s == USP_OK)
         s = usp_runtime_run(rt, usp_train_rank, &runarg);
     if (s == USP_OK) {
@@ -388,8 +390,9 @@ static usp_status run(const char *command, const train_options *o, char **argv, 
     else
         fprintf(stderr, "usp %s: %s\n", command, usp_error_message());
     usp_status os = prints ? write_outputs(rt, s, command, o, &c) : USP_OK;
-    *exit_code = s != USP_OK ? (int)s : os != USP_OK ? (int)os : result.stopped ? 128 + (stop_signal ? stop_signal : SIGTERM) : 0;
     /* a process of the world that was not signalled itself stopped with the others: it says SIGTERM's code */
+    int stopped_code = 128 + (atomic_load(&stop_signal) ? atomic_load(&stop_signal) : SIGTERM);
+    *exit_code = s != USP_OK ? (int)s : os != USP_OK ? (int)os : result.stopped ? stopped_code : 0;
     free(result.peak_bytes);
     usp_runtime_destroy(rt);
     return USP_OK;

@@ -139,6 +139,8 @@ static void record_end(mpi_launch *l, usp_status s, const char *message)
     usp_status rs = usp_flight_recorder_set_injected(l->recorder, usp_comm_decorator_injected(l->decorator));
     if (rs == USP_OK && s != USP_OK)
         rs = mpi_watchdog_dump(l->watchdog, crashed ? "crash" : "failed");
+    if (s == USP_OK) /* stopped cleanly, or never asked: no record */
+        mpi_watchdog_forget(l->watchdog);
     if (rs != USP_OK)
         fprintf(stderr, "usp: rank %d: writing its flight record failed: %s\n", l->rank, usp_error_message());
 }
@@ -269,6 +271,8 @@ usp_status mpi_launch_start(mpi_launch *l, const usp_runtime_options *o, mpi_lau
         s = usp_flight_recorder_create(l->rank, l->size, RECORDED_CALLS, &l->recorder);
     if (s == USP_OK)
         s = mpi_watchdog_start(l->rank, l->timeout_s, l->dump_dir, l->recorder, &l->watchdog);
+    if (s == USP_OK)
+        mpi_watchdog_set_stop(l->watchdog, o->stop);
     l->process = (mpi_comm_process){.watchdog = l->watchdog, .check = l->check, .recorder = l->recorder,
                                     .decorator = l->decorator, .t0 = l->process.t0};
     return s;

@@ -2,6 +2,7 @@
 #include "backends/launch/mpi_watchdog.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <fcntl.h>
 #include <poll.h>
 #include <pthread.h>
@@ -17,6 +18,9 @@
  * comes first: mpirun ends the whole job (SIGKILL) when one process exits
  * with an error, which would cut the other processes' dumps short. */
 #define SIGTERM_LINGER_S 5
+/* A run asked to stop (mpi_watchdog_set_stop) ends its step and saves; a call still blocked this
+ * long after the signal waits for a rank that will not come (the launcher's SIGTERM after a failure). */
+#define STOP_GRACE_S 1.0
 
 struct mpi_watchdog {
     int rank;
@@ -33,6 +37,9 @@ struct mpi_watchdog {
     pthread_mutex_t poll_lock;    /* held while the poll runs, so that clearing it waits for it */
     mpi_watchdog_poll_fn poll;    /* (optional) the device's side: asynchronous errors, late calls */
     void *poll_ctx;
+    atomic_int *stop;             /* the run's stop request (NULL: a signal ends the process) */
+    int asked;                    /* a signal was passed on to *stop ... */
+    struct timespec asked_at;     /* ... at this time */
 };
 
 /* The self-pipe: a signal handler may only write(2), and any thread of the
@@ -121,8 +128,20 @@ static void *watch(void *arg)
         }
         double waited = w->in_call ? seconds_since(&w->since) : 0.0;
         int in_call = w->in_call;
+        atomic_int *stop = w->stop;
         pthread_mutex_unlock(&w->lock);
         char why[700];
+        if ((sig == SIGTERM || sig == SIGINT) && stop && !w->asked) { /* the run stops after its step */
+            /* the record first: the launcher's SIGTERM after a failed rank comes with a SIGKILL soon after,
+             * sooner than STOP_GRACE_S (so under Open MPI 4.1 in tests/mpi_test.sh); a clean stop removes it */
+            if (mpi_watchdog_dump(w, sig == SIGTERM ? "sigterm" : "sigint") != USP_OK)
+                fprintf(stderr, "usp: rank %d: writing its flight record failed: %s\n", w->rank, usp_error_message());
+            atomic_store(stop, sig), w->asked = sig;
+            clock_gettime(CLOCK_MONOTONIC, &w->asked_at);
+            sig = 0;
+        }
+        if (!sig && w->asked && in_call && waited > STOP_GRACE_S && seconds_since(&w->asked_at) > STOP_GRACE_S)
+            sig = w->asked; /* blocked since the request: a peer is gone, end as a signal would have */
         if (sig == SIGTERM || sig == SIGINT) {
             snprintf(why, sizeof why, "ended by %s%s%s", sig == SIGTERM ? "SIGTERM (the launcher ends the job: "
                      "another rank failed or died)" : "SIGINT", in_call ? " while in " : " outside any call",
@@ -161,6 +180,24 @@ usp_status mpi_watchdog_start(int rank, double timeout_s, const char *dump_dir, 
     }
     *out = w;
     return USP_OK;
+}
+
+void mpi_watchdog_set_stop(mpi_watchdog *w, atomic_int *stop)
+{
+    if (!w)
+        return;
+    pthread_mutex_lock(&w->lock);
+    w->stop = stop;
+    pthread_mutex_unlock(&w->lock);
+}
+
+void mpi_watchdog_forget(mpi_watchdog *w)
+{
+    if (!w || !w->asked || !w->dump_dir)
+        return;
+    char path[PATH_MAX];
+    if (snprintf(path, sizeof path, "%s/" USP_FLIGHT_FILE_FORMAT, w->dump_dir, w->rank) < (int)sizeof path)
+        unlink(path);
 }
 
 void mpi_watchdog_set_poll(mpi_watchdog *w, mpi_watchdog_poll_fn poll, void *ctx)

@@ -20,6 +20,8 @@
 #ifndef USP_MPI_WATCHDOG_H
 #define USP_MPI_WATCHDOG_H
 
+#include <stdatomic.h>
+
 #include "core/safety/comm_fingerprint.h"
 #include "core/safety/comm_report.h"
 #include "core/safety/flight_recorder.h"
@@ -50,6 +52,14 @@ typedef usp_status (*mpi_watchdog_poll_fn)(void *ctx, double timeout_s, char *wh
 
 /* Sets (or, with NULL, clears: it returns once no poll runs) the watchdog's poll. */
 void mpi_watchdog_set_poll(mpi_watchdog *w, mpi_watchdog_poll_fn poll, void *ctx);
+
+/* SIGINT or SIGTERM then asks the run to stop (writes the signal to *stop) instead of ending the
+ * process; the watchdog still ends it, as before, if a call stays blocked STOP_GRACE seconds after
+ * (the launcher ending the job for a failed rank), or at a second signal. NULL: signals end it. */
+void mpi_watchdog_set_stop(mpi_watchdog *w, atomic_int *stop);
+
+/* The rank ended well after a signal asked it to stop: the record the signal wrote is stale, remove it. */
+void mpi_watchdog_forget(mpi_watchdog *w);
 
 /* Writes the recorder to the dump directory now, with `reason` (a failed or
  * crashed rank, from its own thread); USP_OK when there is no directory. */

@@ -20,6 +20,8 @@
 #ifndef USP_RUNTIME_H
 #define USP_RUNTIME_H
 
+#include <stdatomic.h>
+
 #include "core/runtime/rank.h"
 #include "core/trace/trace.h"
 
@@ -40,6 +42,9 @@ typedef struct usp_runtime_options {
     int check_collectives;      /* exchange call fingerprints before each call: a mismatch is a report, not a hang */
     double timeout_s;           /* the watchdog: a call not complete after this many seconds ends the run (0: 600) */
     const char *dump_dir;       /* where the watchdog writes each rank's flight recorder (NULL: nowhere) */
+    atomic_int *stop;         /* a run that stops cleanly on SIGINT or SIGTERM (usp_train_config.stop): a
+                                    watchdog that catches them writes the signal here instead of ending the
+                                    process, and ends it only if a call then stays blocked (NULL: it ends it) */
 } usp_runtime_options;
 
 /* The machine a run's times are for. */

@@ -137,7 +137,7 @@ static usp_status world_targets(trainer *t, double *count, int *stop)
 {
     if (*count >= STOP_MARK)
         return usp_error(USP_ERR_CONFIG, "%.0f target tokens in one step: usp counts up to 2^40", *count);
-    int asked = stop && t->numerics && t->c->stop && *t->c->stop; /* meta: nothing is summed across ranks */
+    int asked = stop && t->numerics && t->c->stop && atomic_load(t->c->stop); /* meta: nothing is summed across ranks */
     *count += asked ? STOP_MARK : 0;
     USP_CHECK(sum_over(t, t->ctx->world, count, 1));
     if (stop) {

@@ -25,7 +25,7 @@
 #ifndef USP_TRAIN_H
 #define USP_TRAIN_H
 
-#include <signal.h>
+#include <stdatomic.h>
 #include <stdint.h>
 
 #include "core/parallel/mesh.h"
@@ -95,7 +95,7 @@ typedef struct usp_train_config {
     usp_dtype storage;         /* USP_F32, or USP_BF16 mixed precision (shapes only: see usp_buffer_alloc_as) */
     const char *save_dir, *resume_dir;
     int64_t save_every;        /* with save_dir: a checkpoint every save_every steps too (0: at the end only) */
-    const volatile sig_atomic_t *stop; /* nonzero asks the run to stop after a whole step, save (save_dir) and skip
+    atomic_int *stop;          /* nonzero asks the run to stop after a whole step, save (save_dir) and skip
                                   the evaluation: a signal handler's flag (NULL: never). The ranks agree on the
                                   step (the flag rides on the step's first all-reduce), so every rank stops there */
     int64_t log_every;         /* a STEP record every log_every steps (and at the last) */
