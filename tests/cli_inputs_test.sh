@@ -346,5 +346,12 @@ saved=$(sed -nE 's/.*"step": ([0-9]+),.*/\1/p' "$work/every/usp_checkpoint.json"
 check "--save-every 3, then SIGKILL after step 8: a checkpoint at a multiple of 3 (step ${saved:-none})" \
     test -n "$saved" -a "$((${saved:-1} % 3))" -eq 0 -a "${saved:-0}" -ge 6
 expect 0 "eval: loss" -- eval --resume "$work/every" --seq 64 --batch 2 --eval-samples 2
+# --keep 3: DIR is the newest, the two before it stay beside it as DIR-step-N, older ones go
+"$usp" "${short[@]}" --steps 12 --save-every 3 --keep 3 --save "$work/kept" >/dev/null 2>&1
+check "--save-every 3 --keep 3 over 12 steps: kept, kept-step-9 and kept-step-6, not kept-step-3" test \
+    "$(ls -d "$work"/kept* | xargs -n 1 basename | tr '\n' ' ')" = "kept kept-step-6 kept-step-9 " \
+    -a -n "$(grep '"step": 9,' "$work/kept-step-9/usp_checkpoint.json")"
+expect 0 "eval: loss" -- eval --resume "$work/kept-step-6" --seq 64 --batch 2 --eval-samples 2
+expect 2 "--keep 2 without --save: give --save DIR" -- train --steps 3 --keep 2
 
 finish cli_inputs

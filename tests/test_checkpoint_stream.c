@@ -101,7 +101,7 @@ static usp_status stream_rank(const usp_rank_ctx *ctx, void *arg)
         for (int a = 0; a < 3 && s == USP_OK; a++)
             s = usp_param_store_write(store, (usp_param_array)a, r->state + a * n);
         if (s == USP_OK)
-            s = usp_checkpoint_save_store(r->dir, r->model, r->table, store, ctx, 42, 7, &stats);
+            s = usp_checkpoint_save_store(r->dir, r->model, r->table, store, ctx, 42, 7, 1, &stats);
     } else {
         s = usp_checkpoint_load_store(r->dir, r->model, r->table, store, ctx, &r->step[ctx->rank],
                                       &r->has_optimizer[ctx->rank], &stats);

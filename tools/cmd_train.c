@@ -12,6 +12,7 @@
 #include <signal.h>
 #include <sys/stat.h>
 
+#include "core/base/atomic_file.h"
 #include "core/checkpoint/checkpoint.h"
 #include "core/parallel/ulysses.h"
 #include "core/runtime/runtime.h"
@@ -32,7 +33,7 @@ typedef struct train_options {
     const char *attention_kernel; /* the modelled kernel's rates (sim only) */
     int world, gpus, ulysses, ring, pad, json, nodes, meta, check_collectives;
     double timeout;
-    int seq, batch, steps, until, warmup, log_every, eval_samples, seed, save_every;
+    int seq, batch, steps, until, warmup, log_every, eval_samples, seed, save_every, keep;
     double lr;
     cli_list inject;
     memory_options memory;
@@ -170,10 +171,14 @@ static usp_status build_config(const char *command, const train_options *o, usp_
     c->data = o->data, c->seq_len = o->seq, c->pad = o->pad, c->batch = o->batch, c->steps = o->steps;
     c->until = o->until, c->lr = o->lr, c->seed = seed, c->attention_local = !strcmp(o->attention, "local");
     c->save_dir = o->save, c->resume_dir = o->resume, c->log_every = o->log_every, c->save_every = o->save_every;
+    c->keep = o->keep;
     c->eval_samples = o->eval_samples, c->eval_only = !strcmp(command, "eval");
     if (o->warmup >= 0)
         c->warmup = o->warmup;
     USP_CHECK(memory_options_apply(&o->memory, c));
+    if (o->keep > 1 && !o->save)
+        return usp_error(USP_ERR_CONFIG, "--keep %d without --save: give --save DIR (the newest checkpoint; the "
+                         "older ones are kept beside it as DIR-step-N)", o->keep);
     if (o->save_every && !o->save)
         return usp_error(USP_ERR_CONFIG, "--save-every %d without --save: give --save DIR, where the checkpoint "
                          "goes every %d steps and at the end", o->save_every, o->save_every);
@@ -211,6 +216,8 @@ static usp_status build_config(const char *command, const train_options *o, usp_
         USP_CHECK(output_path_check("--trace", o->trace, 0));
     if (o->save)
         USP_CHECK(output_path_check("--save", o->save, 1));
+    if (o->save && o->keep > 1) /* DIR-step-N beside DIR, N up to 19 digits */
+        USP_CHECK(usp_atomic_path_check("--keep", o->save, strlen("-step-") + 19, strlen("-step-") + 19));
     return USP_OK;
 }
 
@@ -400,7 +407,7 @@ static usp_status run(const char *command, const train_options *o, char **argv, 
 
 /* Options of training that `usp eval` has no use for: it runs no step, keeps no schedule and writes nothing. */
 static const char *const training_only[] = {"--steps", "--until", "--lr", "--warmup", "--save", "--save-every",
-                                            "--log-every", NULL};
+                                            "--keep", "--log-every", NULL};
 
 static int is_training_only(const char *name)
 {
@@ -513,6 +520,8 @@ int cmd_train(int argc, char **argv)
          "SIGTERM: the run stops after a whole step, saves and exits 130 or 143)", 0, -1},
         {"--save-every", CLI_INT, &o.save_every, "N", "with --save: a checkpoint every N steps too (each replaces "
          "the last, whole)", 1, 1 << 30},
+        {"--keep", CLI_INT, &o.keep, "K", "with --save: keep the K newest checkpoints, DIR the newest and the others "
+         "beside it as DIR-step-N (default 1: DIR alone)", 1, 1000},
         {"--resume", CLI_STRING, &o.resume, "DIR", "start from a checkpoint (usp's or Hugging Face's)", 0, -1},
         {"--eval-samples", CLI_INT, &o.eval_samples, "N", "held-out samples evaluated at the end (default 64)", 0, 1 << 20},
         {"--log-every", CLI_INT, &o.log_every, "S", "a progress line every S steps (default 250)", 1, 1 << 30},

@@ -311,6 +311,19 @@ usp_status usp_atomic_dir_commit(usp_atomic_dir *d)
     return USP_OK;
 }
 
+usp_status usp_atomic_dir_keep_old(usp_atomic_dir *d, const char *as)
+{
+    if (!d->tmp_path || !exists(d->tmp_path))
+        return USP_OK; /* no DIR was replaced */
+    if (rename(d->tmp_path, as) != 0)
+        return usp_error(USP_ERR_RUNTIME, "cannot keep the replaced %s as %s: %s", d->path, as, strerror(errno));
+    free(d->tmp_path);
+    d->tmp_path = NULL;
+    return USP_OK;
+}
+
+void usp_atomic_dir_remove(const char *dir) { remove_flat_dir(dir); }
+
 void usp_atomic_dir_close(usp_atomic_dir *d)
 {
     if (d->tmp_path)

@@ -71,6 +71,13 @@ usp_status usp_atomic_dir_open(usp_atomic_dir *d, const char *path);
  * any) is then at d->tmp_path until usp_atomic_dir_close removes it. */
 usp_status usp_atomic_dir_commit(usp_atomic_dir *d);
 
+/* After a commit: the replaced DIR (if there was one) goes to `as` (which must not exist) instead of
+ * being removed by usp_atomic_dir_close; USP_OK with nothing done when there was none. */
+usp_status usp_atomic_dir_keep_old(usp_atomic_dir *d, const char *as);
+
+/* Removes `dir` and the files in it (a directory of files only, as a checkpoint is). */
+void usp_atomic_dir_remove(const char *dir);
+
 /* Removes d->tmp_path and the files in it (the unfinished new directory
  * after a failure, the replaced old one after a commit), then frees d. */
 void usp_atomic_dir_close(usp_atomic_dir *d);

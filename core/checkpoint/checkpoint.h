@@ -47,10 +47,11 @@ typedef struct usp_checkpoint_stats {
 /* Writes the checkpoint directory (created if missing) from the store: a collective of every rank of
  * ctx (world rank 0 writes). A non-finite weight or moment, or a negative v, is USP_ERR_RUNTIME naming
  * the tensor and the element, on every rank: the new directory is removed, DIR left as it was.
- * stats (NULL: not wanted) gets this rank's figures. */
+ * keep >= 2: the usp checkpoint DIR held (step N) stays as DIR-step-N, and the newest keep - 1 of those
+ * (1: none is kept). stats (NULL: not wanted) gets this rank's figures. */
 usp_status usp_checkpoint_save_store(const char *dir, const usp_model_config *c, const usp_param_table *t,
                                      usp_param_store *store, const usp_rank_ctx *ctx, int64_t step, uint64_t seed,
-                                     usp_checkpoint_stats *stats);
+                                     int keep, usp_checkpoint_stats *stats);
 
 /* Sets the store's weights (and, from a usp checkpoint, *has_optimizer = 1 with the moments and step;
  * else the moments are zero) from DIR: a collective of every rank of ctx, each reading only what it

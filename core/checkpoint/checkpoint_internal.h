@@ -7,6 +7,7 @@
 #include <limits.h>
 #include <stdint.h>
 
+#include "core/base/atomic_file.h"
 #include "core/checkpoint/checkpoint.h"
 #include "core/checkpoint/safetensors.h"
 
@@ -114,7 +115,13 @@ void ckpt_free(ckpt_arrays *a, float *p, int64_t elems);
 usp_status ckpt_agree(ckpt_arrays *a, usp_status mine);
 
 /* The streamed save, on every rank of a (checkpoint_save.c). */
-usp_status ckpt_save(const char *dir, const usp_model_config *c, ckpt_arrays *a, int64_t step, uint64_t seed);
+usp_status ckpt_save(const char *dir, const usp_model_config *c, ckpt_arrays *a, int64_t step, uint64_t seed,
+                     int keep);
+
+/* After DIR was swapped for the new checkpoint (d->tmp_path: the replaced one): with keep >= 2, a replaced
+ * usp checkpoint of step N is kept as DIR-step-N, and of the DIR-step-* beside DIR the newest keep - 1
+ * stay; with keep < 2, or a replaced directory that is no usp checkpoint, nothing is kept. */
+usp_status ckpt_keep_replaced(usp_atomic_dir *d, const char *dir, int keep);
 
 /* The streamed load, on every rank of a (checkpoint_load.c). */
 usp_status ckpt_load(const char *dir, const usp_model_config *c, ckpt_arrays *a, int64_t *step, int *has_optimizer);

@@ -20,6 +20,7 @@ typedef struct saver {
     ckpt_arrays *a;
     int64_t step;
     uint64_t seed;
+    int keep;          /* checkpoints kept: DIR and the newest keep - 1 DIR-step-N (ckpt_keep_replaced) */
     usp_atomic_dir d;
     int dir_open, file_open;
     usp_st_writer w;
@@ -172,7 +173,8 @@ static usp_status end_array(saver *v, usp_param_array which)
     USP_CHECK(ckpt_write_manifest(v->d.tmp_path, v->step));
     USP_CHECK(ckpt_reach(USP_CKPT_MANIFEST_WRITTEN, v->dir));
     USP_CHECK(usp_atomic_dir_commit(&v->d));
-    return ckpt_reach(USP_CKPT_SWAPPED, v->dir);
+    USP_CHECK(ckpt_reach(USP_CKPT_SWAPPED, v->dir));
+    return ckpt_keep_replaced(&v->d, v->dir, v->keep);
 }
 
 /* Removes the unfinished file and directory after a failure, or the replaced old directory. */
@@ -185,9 +187,10 @@ static void finish(saver *v)
     ckpt_free(v->a, v->row, v->row_elems);
 }
 
-usp_status ckpt_save(const char *dir, const usp_model_config *c, ckpt_arrays *a, int64_t step, uint64_t seed)
+usp_status ckpt_save(const char *dir, const usp_model_config *c, ckpt_arrays *a, int64_t step, uint64_t seed,
+                     int keep)
 {
-    saver v = {.dir = dir, .c = c, .a = a, .step = step, .seed = seed};
+    saver v = {.dir = dir, .c = c, .a = a, .step = step, .seed = seed, .keep = keep};
     const int writer = ckpt_rank(a) == 0;
     usp_status s = ckpt_agree(a, writer ? begin(&v) : USP_OK);
     for (int which = USP_ARRAY_WEIGHTS; which <= USP_ARRAY_ADAM_V && s == USP_OK; which++) {
@@ -215,17 +218,17 @@ usp_status usp_checkpoint_save(const char *dir, const usp_model_config *c, const
 {
     const float *const src[3] = {params, adam_m, adam_v};
     ckpt_arrays a = ckpt_arrays_host(t, src, NULL);
-    usp_status s = ckpt_save(dir, c, &a, step, seed);
+    usp_status s = ckpt_save(dir, c, &a, step, seed, 1);
     ckpt_arrays_done(&a, NULL);
     return s;
 }
 
 usp_status usp_checkpoint_save_store(const char *dir, const usp_model_config *c, const usp_param_table *t,
                                      usp_param_store *store, const usp_rank_ctx *ctx, int64_t step, uint64_t seed,
-                                     usp_checkpoint_stats *stats)
+                                     int keep, usp_checkpoint_stats *stats)
 {
     ckpt_arrays a = ckpt_arrays_store(t, store, ctx);
-    usp_status s = ckpt_save(dir, c, &a, step, seed);
+    usp_status s = ckpt_save(dir, c, &a, step, seed, keep);
     ckpt_arrays_done(&a, stats);
     return s;
 }

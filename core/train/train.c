@@ -309,7 +309,7 @@ static usp_status evaluate(trainer *t, double *loss_out, double *accuracy)
 static usp_status save(trainer *t)
 {
     return usp_checkpoint_save_store(t->c->save_dir, &t->c->model, &t->table, t->store, t->ctx, t->step, t->c->seed,
-                                     NULL);
+                                     t->c->keep, NULL);
 }
 
 /* Fresh weights, drawn for the part of each bucket this rank keeps, through one

@@ -95,6 +95,8 @@ typedef struct usp_train_config {
     usp_dtype storage;         /* USP_F32, or USP_BF16 mixed precision (shapes only: see usp_buffer_alloc_as) */
     const char *save_dir, *resume_dir;
     int64_t save_every;        /* with save_dir: a checkpoint every save_every steps too (0: at the end only) */
+    int keep;                  /* with save_dir: checkpoints kept, DIR the newest and DIR-step-N the older
+                                  (usp_checkpoint_save_store; 0, 1: DIR alone) */
     atomic_int *stop;          /* nonzero asks the run to stop after a whole step, save (save_dir) and skip
                                   the evaluation: a signal handler's flag (NULL: never). The ranks agree on the
                                   step (the flag rides on the step's first all-reduce), so every rank stops there */
