@@ -272,8 +272,8 @@ run=(train --backend mpi --ulysses 2 --ring 2 --steps 300 --seq 64 --batch 4 --e
 whole=$(timeout 120 "${mpi[@]}" "$usp" "${run[@]}" 2>&1)
 "${mpi[@]}" "$usp" "${run[@]}" --save mpi_stopped >stopped.out 2>stopped.err &
 launcher=$!
-for _ in $(seq 1 200); do grep -q '"step"' stopped.out && break; sleep 0.05; done
-sleep "0.$((RANDOM % 300))"
+at=$((2 + RANDOM % 99)) # a random step in 2-100
+for _ in $(seq 1 1200); do grep -q "\"step\":$at," stopped.out && break; sleep 0.05; done
 for pid in $(pgrep -f "usp train --backend mpi --ulysses 2 --ring 2 --steps 300"); do
     tr '\0' '\n' <"/proc/$pid/environ" 2>/dev/null | grep -qx OMPI_COMM_WORLD_RANK=2 && kill -TERM "$pid"
 done
