@@ -40,6 +40,7 @@
 
 #include "backends/cpu/cpu_attention.h"
 #include "bench/cpu_vectors.h"
+#include "bench/train_threads.h"
 #include "core/train/train.h"
 #include "sim/world.h"
 
@@ -71,6 +72,7 @@ static const bench_config quick_configs[] = {
 
 typedef struct bench_opts {
     int json, quick, timed; /* timed: 0 = each configuration's default */
+    int threads;            /* --threads: usp train's meshes at all threads beside one (train_threads.c) */
     const char *only;
 } bench_opts;
 
@@ -88,6 +90,7 @@ static void usage(FILE *f)
 {
     fprintf(f,
             "usage: train [--json] [--quick] [--only ID] [--timed K] [--help]\n"
+            "       train --threads [--json]\n"
             "\n"
             "One training step (core/train/train.c: forward, loss, backward, gradient all-reduce,\n"
             "AdamW) on the simulated cluster (sim, cpu backend, passkey data), for\n"
@@ -107,6 +110,9 @@ static void usage(FILE *f)
             "\n"
             "  --json     one JSON object per configuration instead of the table\n"
             "  --quick    tiny at N = 1024 on W = 1 and W = 4, 2 timed steps (a smoke run)\n"
+            "  --threads  instead: usp train's meshes (ring 4, the README's hybrid, the default\n"
+            "             Ulysses 4; tiny, N = 64) at all threads beside one thread, in turn,\n"
+            "             median of 3 rounds of 40 steps, and the ratio (the default must be fast)\n"
             "  --only ID  run only the configurations whose id contains ID (e.g. gpt2, n16384-w4)\n"
             "  --timed K  timed steps per configuration (1 to %d)\n"
             "  --help     this text\n"
@@ -369,6 +375,8 @@ static int parse_options(int argc, char **argv, bench_opts *o)
             o->json = 1;
         } else if (!strcmp(a, "--quick")) {
             o->quick = 1;
+        } else if (!strcmp(a, "--threads")) {
+            o->threads = 1;
         } else if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
             usage(stdout);
             return 0;
@@ -392,7 +400,7 @@ static int parse_options(int argc, char **argv, bench_opts *o)
             }
             o->timed = (int)k;
         } else {
-            fprintf(stderr, "train: unknown option '%s'; the options are --json, --quick, --only ID, --timed K "
+            fprintf(stderr, "train: unknown option '%s'; the options are --json, --quick, --threads, --only ID, --timed K "
                     "(see train --help)\n", a);
             return 2;
         }
@@ -406,6 +414,8 @@ int main(int argc, char **argv)
     int code = parse_options(argc, argv, &o);
     if (code >= 0)
         return code;
+    if (o.threads)
+        return bench_train_threads(o.json);
     const bench_config *configs = o.quick ? quick_configs : full_configs;
     const size_t n = o.quick ? sizeof quick_configs / sizeof *quick_configs
                              : sizeof full_configs / sizeof *full_configs;

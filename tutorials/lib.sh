@@ -19,10 +19,10 @@ USP=$(cd "$(dirname "$1")" && pwd)/$(basename "$1")
 # shellcheck disable=SC2034 # used by the run.sh that source this file
 LESSON_DIR=$(cd "$(dirname "$0")" && pwd) # the lesson's own files (read only)
 
-# The lessons run tiny models: one thread is the fastest, and it keeps a loaded
-# machine (or ctest -j) from the thread-pool contention docs/runtimes.md warns
-# about ("Threads and cores"). The numbers do not depend on it: usp gives the
-# same bits on any count.
+# The lessons run tiny models, where one thread is as fast as all of them
+# (bench/train --threads), and one thread keeps a loaded machine (or ctest -j)
+# from the thread-pool contention docs/runtimes.md warns about ("Threads and
+# cores"). The numbers do not depend on it: usp gives the same bits on any count.
 export OMP_NUM_THREADS=1
 
 START_DIR=$PWD # where run.sh was called from: relative paths in its arguments start here

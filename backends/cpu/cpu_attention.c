@@ -105,6 +105,18 @@ size_t cpu_attention_workspace_bytes(const cpu_attention_shape *s)
 /* ------------------------------------------------------------------------- */
 /* Forward and backward: hand out the tasks                                   */
 
+/* A call too small to share: below this many multiply-adds of Q K^T (batch x heads x n_q x n_kv x
+ * head_dim, masking ignored) starting and joining the team costs more than the work it would split
+ * (a ring block of a short sequence; measured: bench/train, ring 4 on the tiny model). The order of
+ * every sum is the task's own, so one thread gives the same bits as many. */
+#define ATTENTION_PARALLEL_MIN ((double)(1 << 20))
+
+static int worth_threads(const cpu_attention_shape *s)
+{
+    return (double)s->batch * (double)s->n_heads * (double)s->n_q * (double)s->n_kv * (double)s->head_dim >=
+           ATTENTION_PARALLEL_MIN;
+}
+
 void cpu_flash_attention_forward(const cpu_attention_shape *s, const float *q, const float *k, const float *v,
                                  float *o, float *lse, void *workspace)
 {
@@ -112,7 +124,7 @@ void cpu_flash_attention_forward(const cpu_attention_shape *s, const float *q, c
     const int64_t n_qt = (s->n_q + BQ - 1) / BQ, n_bh = s->batch * s->n_heads;
     const int64_t n_tasks = n_qt * n_bh;
     const int nt = omp_get_max_threads(); /* the count cpu_attention_workspace_bytes sized for */
-#pragma omp parallel num_threads(nt)
+#pragma omp parallel num_threads(nt) if (worth_threads(s))
     {
         float *ws = workspace_slot(workspace, omp_get_thread_num(), s->head_dim);
         /* Causal: the last query tiles see the most keys; hand them out first. */
@@ -132,7 +144,7 @@ void cpu_flash_attention_backward(const cpu_attention_shape *s, const float *q, 
     const int64_t n_qt = (s->n_q + BQ - 1) / BQ, n_bh = s->batch * s->n_heads;
     const int64_t n_kt = (s->n_kv + BK - 1) / BK, n_bg = s->batch * s->n_kv_heads;
     const int nt = omp_get_max_threads(); /* the count cpu_attention_workspace_bytes sized for */
-#pragma omp parallel num_threads(nt)
+#pragma omp parallel num_threads(nt) if (worth_threads(s))
     {
         float *ws = workspace_slot(workspace, omp_get_thread_num(), s->head_dim);
         /* Pass 1, dQ: the last query tiles see the most keys; hand them out first. */
