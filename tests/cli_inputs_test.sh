@@ -244,6 +244,14 @@ expect 2 "--world 8 with --ring 1 makes --ulysses 8 by default (W / R), and for 
     train --world 8 --steps 1
 expect 0 "done: loss" -- train --world 8 --ulysses 4 --ring 2 --steps 1 --seq 64 --batch 2 --eval-samples 0
 
+# The progress line: the learning rate, the gradient norm, the time elapsed and left (issue 29)
+out=$("$usp" train --steps 4 --seq 64 --batch 2 --eval-samples 0 --log-every 2 2>&1)
+check "the progress line has lr, grad norm, elapsed and left" grep -qE \
+    '^step +4/4  loss [0-9.]+  lr [0-9.]+e[-+][0-9]+  grad norm [0-9.]+ +[0-9]+ tokens/s  [0-9]+:[0-9]{2} elapsed, 0:00 left  sim ' \
+    <<<"$out"
+out=$("$usp" train --meta --steps 2 --log-every 1 2>&1)
+check "on shapes only the progress line has no loss and no tokens/s" grep -qE '^step +2/2  shapes only  lr ' <<<"$out"
+
 # The summary says which loss it is, what ran the numerics and what the modelled time covers
 expect 0 "done: loss" -- train --steps 2 --seq 64 --batch 2 --eval-samples 2
 expect 0 "(held-out), passkey accuracy" -- train --steps 2 --seq 64 --batch 2 --eval-samples 2

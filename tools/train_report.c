@@ -25,6 +25,17 @@ static void set_old_clock_names(json_t *j, double clock_s, double step_s)
         json_object_set_new(j, "sim_step_s", json_real(step_s));
 }
 
+/* "1:05" (minutes and seconds), "1:02:05" from an hour on. */
+static void minutes_seconds(double seconds, char *out, size_t size)
+{
+    int s = seconds > 0 && seconds < 1e8 ? (int)(seconds + 0.5) : 0; /* 1e8 s: three years, no ETA */
+    if (s >= 3600 && snprintf(out, size, "%d:%02d:%02d", s / 3600, s / 60 % 60, s % 60) < (int)size)
+        return;
+    if (s < 3600 && snprintf(out, size, "%d:%02d", s / 60, s % 60) < (int)size)
+        return;
+    snprintf(out, size, "?");
+}
+
 /* On meta the loss is NaN (JSON null) and only rank 0's peak is known (nothing
  * moves between ranks). */
 void train_report_record(void *ctx, const usp_train_record *r)
@@ -41,9 +52,19 @@ void train_report_record(void *ctx, const usp_train_record *r)
         json_object_set_new(j, "lr", json_real(r->lr));
         print_json(out, j);
     } else {
-        fprintf(out, "step %5lld/%lld  loss %.4f  %9.0f tokens/s  %s %.4f s (%.4f s/step)  peak MiB/rank",
-                (long long)r->step, (long long)r->steps, r->loss, r->tokens_per_s, report->measured ? "time" : "sim",
-                r->clock_s, r->clock_step_s);
+        char elapsed[32], left[32];
+        /* the rate of this run's steps so far, over the steps it has still to run */
+        double done = (double)(r->step - r->first_step), to_go = (double)(r->last_step - r->step);
+        minutes_seconds(r->elapsed_s, elapsed, sizeof elapsed);
+        minutes_seconds(done > 0 ? r->elapsed_s / done * to_go : 0, left, sizeof left);
+        fprintf(out, "step %5lld/%lld  ", (long long)r->step, (long long)r->steps);
+        if (r->shapes_only) /* no numbers ran: no loss, no norm, and tokens/s of no work */
+            fprintf(out, "shapes only  lr %.2e  %s elapsed, %s left", r->lr, elapsed, left);
+        else
+            fprintf(out, "loss %.4f  lr %.2e  grad norm %.3f  %7.0f tokens/s  %s elapsed, %s left", r->loss, r->lr,
+                    r->grad_norm, r->tokens_per_s, elapsed, left);
+        fprintf(out, "  %s %.4f s (%.4f s/step)  peak MiB/rank", report->measured ? "time" : "sim", r->clock_s,
+                r->clock_step_s);
         for (int i = 0; i < r->n_peaks && i < 16; i++)
             fprintf(out, " %.1f", r->peak_bytes[i] / (1 << 20));
         fprintf(out, "%s\n", r->n_peaks > 16 ? " ..." : r->shapes_only ? " (rank 0; meta)" : "");

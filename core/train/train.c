@@ -31,6 +31,9 @@ typedef struct trainer {
     double log_clock;         /* modelled clock at the last progress line, and its step */
     int64_t log_step;
     int stopping;             /* the world agreed to stop after this step (usp_train_config.stop) */
+    double grad_norm;         /* the last step's, before clipping (NaN: none) */
+    int64_t first_step, last_step; /* this run's: steps first_step + 1 .. last_step */
+    double start_wall;        /* when the first of them began */
 } trainer;
 
 #define BE (t->ctx->backend)
@@ -234,6 +237,7 @@ static usp_status reduce_and_update(trainer *t, int64_t step)
     double norm;
     USP_CHECK(usp_param_store_reduce_grads(t->store, &norm));
     USP_CHECK(stop_if_not_finite(t, step, "gradient norm", norm));
+    t->grad_norm = t->numerics ? norm : NAN;
     float *whole = usp_param_store_whole_grads(t->store);
     if (t->c->record_tensors && t->c->on_record && t->ctx->rank == 0 && step == 1 && t->numerics && whole)
         USP_CHECK(record_first_grads(t, whole));
@@ -268,7 +272,9 @@ static void record_step(trainer *t, int64_t step, double loss, double tokens_per
     double per_step = step > t->log_step ? (sim - t->log_clock) / (double)(step - t->log_step) : 0;
     t->log_clock = sim, t->log_step = step;
     usp_train_record r = {.kind = USP_TRAIN_RECORD_STEP, .step = step, .steps = t->c->steps, .loss = loss,
-                          .lr = usp_train_lr(t->c, step), .tokens_per_s = tokens_per_s, .clock_s = sim,
+                          .lr = usp_train_lr(t->c, step), .grad_norm = t->grad_norm,
+                          .elapsed_s = wall_now() - t->start_wall, .first_step = t->first_step,
+                          .last_step = t->last_step, .tokens_per_s = tokens_per_s, .clock_s = sim,
                           .clock_step_s = per_step, .peak_bytes = peaks,
                           .n_peaks = t->numerics ? t->ctx->world_size : 1, .shapes_only = !t->numerics};
     t->c->on_record(t->c->record_ctx, &r);
@@ -503,6 +509,7 @@ static usp_status run(trainer *t)
     USP_CHECK(setup(t));
     int64_t until = c->eval_only ? t->step : c->until > 0 && c->until < c->steps ? c->until : c->steps;
     double start = wall_now(), loss = 0, tokens = 0;
+    t->grad_norm = NAN, t->first_step = t->step, t->last_step = until, t->start_wall = start;
     /* Every rank's peak reaches rank 0's record only with numerics: on meta nothing arrives
      * (the meta backend writes no host memory) and one slot, this rank's own, is all that is
      * read; W of them in each of W ranks was W^2 doubles (128 MB at W = 4096) on shapes only. */

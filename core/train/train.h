@@ -53,6 +53,9 @@ typedef struct usp_train_record {
     /* STEP: */
     double loss;               /* the step's loss; NaN on the meta backend */
     double lr;                 /* its learning rate */
+    double grad_norm;          /* the gradients' global norm before clipping; NaN on meta or forward-only */
+    double elapsed_s;          /* wall seconds since this run's first step began */
+    int64_t first_step, last_step; /* this run's steps: first_step + 1 .. last_step (a resumed run starts later) */
     double tokens_per_s;       /* wall clock, over the steps of this run so far */
     double clock_s;            /* rank 0's run clock (usp_rank_ctx.clock): modelled seconds on the simulator,
                                   measured seconds on a real backend (mpi, nccl) */
