@@ -19,7 +19,7 @@
 #include "core/train/train.h"
 #include "sim/world.h"
 
-#define REPEATS 3
+#define REPEATS 5
 #define TIMED 40
 
 typedef struct mesh_case {

@@ -107,9 +107,9 @@ size_t cpu_attention_workspace_bytes(const cpu_attention_shape *s)
 
 /* A call too small to share: below this many multiply-adds of Q K^T (batch x heads x n_q x n_kv x
  * head_dim, masking ignored) starting and joining the team costs more than the work it would split
- * (a ring block of a short sequence; measured: bench/train, ring 4 on the tiny model). The order of
- * every sum is the task's own, so one thread gives the same bits as many. */
-#define ATTENTION_PARALLEL_MIN ((double)(1 << 20))
+ * (a ring block, or all of a short sequence; bench/train --threads, under OMP_WAIT_POLICY passive as
+ * usp runs). The order of every sum is the task's own, so one thread gives the same bits as many. */
+#define ATTENTION_PARALLEL_MIN ((double)(1 << 22))
 
 static int worth_threads(const cpu_attention_shape *s)
 {

@@ -9,6 +9,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <omp.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -150,6 +151,10 @@ static usp_status cpu_zero(void *ctx, void *ptr, size_t bytes, usp_stream_t *str
 #define GEMM_TILE_M 128
 #define GEMM_TILE_N 512
 #define GEMM_SINGLE_THREAD_FLOPS 262144.0
+/* m n k below this: the tiles run on one thread. 2 m n k = 16 MFLOP is a few hundred us on one core
+ * here; sharing it saves less than a team's start and join costs under OMP_WAIT_POLICY passive, which
+ * usp runs with (bench/train --threads: the tiny model's meshes as fast at 2 threads as at 1). */
+#define GEMM_TEAM_MIN ((double)(1 << 23))
 
 static void gemm_tile(const usp_gemm_desc *g, int64_t i, int64_t r0, int64_t c0, int64_t rows, int64_t cols)
 {
@@ -172,6 +177,20 @@ static usp_status cpu_gemm(void *ctx, const usp_gemm_desc *g, usp_view a, usp_vi
     }
     const int64_t tm = (g->m + GEMM_TILE_M - 1) / GEMM_TILE_M, tn = (g->n + GEMM_TILE_N - 1) / GEMM_TILE_N;
     const int64_t tiles = g->batch * tm * tn;
+    if (tiles == 1 || (double)g->m * (double)g->n * (double)g->k < GEMM_TEAM_MIN) {
+        /* One tile, or too little work to share: a team would cost more than it splits. OpenBLAS's
+         * OpenMP build takes its thread count from omp_get_max_threads(), so with 1 each tile is the
+         * single-threaded call a team's thread would have made: the same bits, without the team. */
+        const int threads = omp_get_max_threads();
+        omp_set_num_threads(1);
+        for (int64_t t = 0; t < tiles; t++) {
+            int64_t i = t / (tm * tn), r0 = t / tn % tm * GEMM_TILE_M, c0 = t % tn * GEMM_TILE_N;
+            gemm_tile(g, i, r0, c0, g->m - r0 < GEMM_TILE_M ? g->m - r0 : GEMM_TILE_M,
+                      g->n - c0 < GEMM_TILE_N ? g->n - c0 : GEMM_TILE_N);
+        }
+        omp_set_num_threads(threads);
+        return USP_OK;
+    }
     #pragma omp parallel for schedule(dynamic)
     for (int64_t t = 0; t < tiles; t++) {
         int64_t i = t / (tm * tn), r0 = t / tn % tm * GEMM_TILE_M, c0 = t % tn * GEMM_TILE_N;

@@ -68,7 +68,7 @@ usp_status cpu_bias_backward(void *ctx, usp_view dbias_v, usp_view dout_v, int64
 #include <stdint.h>
 
 /* Below this many elements an op stays on one thread: waking the pool costs more. */
-#define PARALLEL_MIN ((int64_t)1 << 15)
+#define PARALLEL_MIN ((int64_t)1 << 17)
 /* Elements per task of the elementwise ops. */
 #define ELEM_CHUNK ((int64_t)1 << 13)
 /* Column blocks of the sums over rows: a multiple of one 64-byte cache line of
