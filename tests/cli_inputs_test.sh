@@ -252,6 +252,20 @@ check "the progress line has lr, grad norm, elapsed and left" grep -qE \
 out=$("$usp" train --meta --steps 2 --log-every 1 2>&1)
 check "on shapes only the progress line has no loss and no tokens/s" grep -qE '^step +2/2  shapes only  lr ' <<<"$out"
 
+# usp help CMD is usp CMD --help; a checkpoint directory takes the user's umask (mkdtemp made it 0700);
+# a data file of fewer sequences than one batch is a warning (issue 29, item 8)
+expect 0 "usage: usp train [options]" -- help train
+expect 2 "unknown command 'bogus'" -- help bogus
+(umask 022 && "$usp" "${one[@]}" --save "$work/mode022" >/dev/null 2>&1)
+(umask 077 && "$usp" "${one[@]}" --save "$work/mode077" >/dev/null 2>&1)
+check "a checkpoint directory takes the umask: 755 under 022, 700 under 077" \
+    test "$(stat -c %a "$work/mode022") $(stat -c %a "$work/mode077")" = "755 700"
+head -c 300 /dev/zero | tr '\0' a >"$work/short.txt"
+expect 0 "warning: --data text:$work/short.txt holds 300 tokens, 9 sequences of --seq 32 (each 33 tokens with its last target), fewer than one --batch of 16" -- \
+    train --data "text:$work/short.txt" --seq 32 --batch 16 --steps 1 --eval-samples 0
+out=$("$usp" train --data "text:$work/short.txt" --seq 32 --batch 8 --steps 1 --eval-samples 0 2>&1)
+check "no warning when the file holds a batch (9 sequences, --batch 8)" test "${out/warning/}" = "$out"
+
 # The summary says which loss it is, what ran the numerics and what the modelled time covers
 expect 0 "done: loss" -- train --steps 2 --seq 64 --batch 2 --eval-samples 2
 expect 0 "(held-out), passkey accuracy" -- train --steps 2 --seq 64 --batch 2 --eval-samples 2

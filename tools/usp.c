@@ -33,9 +33,9 @@ static void print_help(FILE *out)
             "  viz        draw the schedule of one attention layer (DOT, SVG, PNG, PDF; Chrome trace)\n"
             "  postmortem explain a run that hung or lost a rank, from its ranks' flight records\n"
             "  calibrate  measure this machine's collectives and kernels; write a topology for plan\n\n"
-            "usp COMMAND --help explains a command. usp --version prints the version.\n"
+            "usp COMMAND --help (or usp help COMMAND) explains a command. usp --version prints the version.\n"
             "exit codes: 0 ok, 1 runtime failure, 2 bad usage, 3 deadlock or collective mismatch,\n"
-            "4 a rank failed.\n",
+            "4 a rank failed, 130 or 143 train stopped by SIGINT or SIGTERM (saved with --save).\n",
             USP_VERSION);
     char backends[512];
     runtime_registry_describe(backends, sizeof backends);
@@ -63,6 +63,10 @@ static int run_command(int argc, char **argv)
         return 2;
     }
     const char *cmd = argv[1];
+    if (strcmp(cmd, "help") == 0 && argc == 3 && strcmp(argv[2], "help") != 0) { /* usp help CMD: usp CMD --help */
+        char *help_argv[] = {argv[0], argv[2], "--help", NULL};
+        return run_command(3, help_argv);
+    }
     if (strcmp(cmd, "--help") == 0 || strcmp(cmd, "-h") == 0 || strcmp(cmd, "help") == 0) {
         print_help(stdout);
         return 0;

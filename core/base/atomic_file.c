@@ -7,7 +7,9 @@
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
+#include <stdint.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 /* The most usp adds to a file's path to write it: ".tmp." and a pid (at most 19 digits). */
@@ -241,6 +243,29 @@ static usp_status recover(const char *path, const char *old_path)
     return USP_OK;
 }
 
+/* mkdtemp(3), but made by mkdir(2) with mode 0777, so that the umask applies as to any directory
+ * the user makes: mkdtemp makes it 0700, and a checkpoint renamed from it stayed 0700. The six X
+ * at the end of `name` become letters or digits of a xorshift seeded by the clock and the pid. */
+static int make_temp_dir(char *name)
+{
+    static const char letters[] = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";
+    struct timespec now;
+    clock_gettime(CLOCK_REALTIME, &now);
+    uint64_t x = ((uint64_t)now.tv_nsec ^ ((uint64_t)now.tv_sec << 30) ^ ((uint64_t)getpid() << 42)) | 1;
+    size_t n = strlen(name);
+    for (int attempt = 0; attempt < 1000; attempt++) {
+        for (size_t i = n - 6; i < n; i++) {
+            x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+            name[i] = letters[x % (sizeof letters - 1)];
+        }
+        if (mkdir(name, 0777) == 0)
+            return 0;
+        if (errno != EEXIST)
+            return -1;
+    }
+    return -1; /* errno EEXIST */
+}
+
 usp_status usp_atomic_dir_open(usp_atomic_dir *d, const char *path)
 {
     *d = (usp_atomic_dir){0};
@@ -257,7 +282,7 @@ usp_status usp_atomic_dir_open(usp_atomic_dir *d, const char *path)
     usp_status s = old_path && d->tmp_path ? USP_OK : usp_error(USP_ERR_RUNTIME, "out of memory writing %s", path);
     if (s == USP_OK)
         s = recover(d->path, old_path);
-    if (s == USP_OK && !mkdtemp(d->tmp_path))
+    if (s == USP_OK && make_temp_dir(d->tmp_path) != 0)
         s = usp_error(USP_ERR_RUNTIME, "cannot create %s beside %s: %s", d->tmp_path, path, strerror(errno));
     free(old_path);
     if (s != USP_OK) {

@@ -81,6 +81,11 @@ usp_status usp_data_open(const char *spec, uint64_t seed, usp_data *out)
                      "(llm.c .bin or raw uint16) or tokens32:FILE", spec);
 }
 
+int64_t usp_data_windows(const usp_data *d, int64_t len)
+{
+    return d->kind == USP_DATA_PASSKEY || len < 1 ? 0 : d->file_tokens / (len + 1);
+}
+
 void usp_data_close(usp_data *d)
 {
     if (d->fp)
@@ -172,7 +177,7 @@ usp_status usp_data_read_shard(const usp_data *d, const usp_seq_layout *l, int s
         return usp_error(USP_ERR_CONFIG, "--data %s holds %lld tokens; --seq %lld needs at least %lld", d->path,
                          (long long)d->file_tokens, (long long)real_len, (long long)real_len + 1);
     /* consecutive windows of len+1 tokens, wrapping around the file */
-    int64_t windows = d->kind == USP_DATA_PASSKEY ? 1 : d->file_tokens / (real_len + 1);
+    int64_t windows = d->kind == USP_DATA_PASSKEY ? 1 : usp_data_windows(d, real_len);
     int64_t start = d->kind == USP_DATA_PASSKEY ? 0 : (sample % windows) * (real_len + 1);
     shard->count = l->per_rank;
     if (!shard->tokens) /* shapes only (meta): no per-token host memory, nothing to read */

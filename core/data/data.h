@@ -56,6 +56,10 @@ typedef struct usp_shard {
 /* For passkey data: 1 when the target at global position `pos` of a sample of real length `len` is a key digit. */
 int usp_data_is_answer(const usp_data *d, int64_t pos, int64_t len);
 
+/* The distinct sequences of real length `len` a file source holds (consecutive windows of len + 1 tokens;
+ * sample k reads window k mod this); 0 for passkey data, whose samples never repeat. */
+int64_t usp_data_windows(const usp_data *d, int64_t len);
+
 /* Opens a data source from its spec (passkey | text:FILE | tokens:FILE | tokens32:FILE). */
 usp_status usp_data_open(const char *spec, uint64_t seed, usp_data *out);
 
