@@ -143,7 +143,8 @@ usp_status usp_postmortem_load(const char *dir, usp_postmortem **out)
     usp_strbuf_free(&path);
     if (s == USP_OK && pm->world_size == 0)
         s = usp_error(USP_ERR_CONFIG, "%s: no flight records in it (files %s, which usp train --backend mpi "
-                      "--dump-dir %s writes when a rank hangs, fails or is stopped)", dir, USP_FLIGHT_FILE_PATTERN, dir);
+                      "--dump-dir %s writes when a rank hangs, fails or is stopped; a run that ends well leaves none)",
+                      dir, USP_FLIGHT_FILE_PATTERN, dir);
     if (s != USP_OK) {
         usp_postmortem_destroy(pm);
         return s;
