@@ -201,6 +201,14 @@ check "train leaves no temporary or stray files" test -z "$(ls "$tr" | grep -v -
 # usp plan: the modelled step, its timeline for Perfetto
 expect 0 "does not fit" -- plan --model llama-7b --seq 1048576 --world 8 --topology dgx-h100
 expect 0 "would fit with --dtype bf16" -- plan --model llama-7b --seq 1048576 --world 8 --topology dgx-h100
+# --require-fit: exit 5 after the whole report when the step (with --sweep: every split) does not fit; 0 when it fits
+expect 5 "--require-fit: the step does not fit (exit 5)" -- plan --model llama-7b --seq 1048576 --world 8 --require-fit
+expect 5 "would fit with --dtype bf16" -- plan --model llama-7b --seq 1048576 --world 8 --require-fit
+expect 5 "does not fit with any split" -- plan --model llama-7b --seq 65536 --world 8 --sweep --require-fit --json
+expect 0 "fits: " -- plan --model llama-7b --seq 1048576 --world 8 --require-fit --dtype bf16 --tiled-loss --zero 3 \
+    --tiled-mlp --recompute
+expect 0 "fits: " -- plan --require-fit
+expect 2 "--require-fit with --compare" -- plan --compare "$work/none.json" --require-fit
 # memory options: bad values name the option; bf16 needs shapes only
 expect 2 "--dtype fp16: expected fp32 or bf16" -- plan --dtype fp16
 expect 2 "--zero" -- train --zero 4 --steps 1

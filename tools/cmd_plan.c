@@ -20,7 +20,7 @@
 
 typedef struct plan_options {
     const char *model, *data, *topology, *trace, *attention_kernel, *compare;
-    int world, ulysses, ring, nodes, seq, batch, pad, sweep, json, no_overlap, forward_only;
+    int world, ulysses, ring, nodes, seq, batch, pad, sweep, json, no_overlap, forward_only, require_fit;
     memory_options memory;
 } plan_options;
 
@@ -293,7 +293,22 @@ static void print_report_text(const plan_options *o, const usp_train_config *c, 
            p->fit.tries ? ", and one per option tried" : "");
 }
 
-static usp_status run(const plan_options *o)
+/* Exit code of --require-fit when the step does not fit (docs/CONTRACT.md). */
+#define EXIT_DOES_NOT_FIT 5
+
+/* Whether the plan fits the GPU's memory: the step planned, or with --sweep any split. */
+static int plan_fits(const plan_report *p)
+{
+    if (!p->n_sweep)
+        return p->best.fits;
+    for (int i = 0; i < p->n_sweep; i++)
+        if (p->sweep[i].ok && p->sweep[i].result.fits)
+            return 1;
+    return 0;
+}
+
+/* Plans and prints; *fits says whether the step (or, with --sweep, a split) fits. */
+static usp_status run(const plan_options *o, int *fits)
 {
     usp_train_config c;
     USP_CHECK(build_config(o, &c));
@@ -311,6 +326,7 @@ static usp_status run(const plan_options *o)
         s = print_report_json(o, &c, &cost, &p, wall);
     else
         print_report_text(o, &c, &cost, &p, wall);
+    *fits = plan_fits(&p);
     plan_report_free(&p);
     return s;
 }
@@ -361,6 +377,9 @@ int cmd_plan(int argc, char **argv)
          "memory stays the training step's buffers", 0, -1},
         {"--no-overlap", CLI_FLAG, &o.no_overlap, NULL,
          "model no transfer beside compute (every stream on one clock): what the overlap saves", 0, -1},
+        {"--require-fit", CLI_FLAG, &o.require_fit, NULL,
+         "exit 5 (after the whole report) when the step does not fit the GPU's memory; with --sweep, when no "
+         "split fits: for scripts that must not start a run that cannot fit", 0, -1},
         {"--compare", CLI_STRING, &o.compare, "FILE",
          "predicted against measured: plan the run of a usp train --trace FILE.json and print both per phase "
          "(docs/viz.md)", 0, -1},
@@ -387,6 +406,17 @@ int cmd_plan(int argc, char **argv)
                        options);
         return 0;
     }
-    s = o.compare ? run_compare(&o, &defaults) : run(&o);
-    return s != USP_OK ? cli_fail("plan", s) : 0;
+    if (o.compare && o.require_fit)
+        return cli_fail("plan", usp_error(USP_ERR_CONFIG, "--require-fit with --compare %s: a comparison plans a "
+                                          "run that already ran; drop one of them", o.compare));
+    int fits = 1;
+    s = o.compare ? run_compare(&o, &defaults) : run(&o, &fits);
+    if (s != USP_OK)
+        return cli_fail("plan", s);
+    if (o.require_fit && !fits) {
+        fprintf(stderr, "usp plan: --require-fit: the step does not fit%s (exit %d)\n",
+                o.sweep ? " with any split" : "", EXIT_DOES_NOT_FIT);
+        return EXIT_DOES_NOT_FIT;
+    }
+    return 0;
 }

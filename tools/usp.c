@@ -35,7 +35,8 @@ static void print_help(FILE *out)
             "  calibrate  measure this machine's collectives and kernels; write a topology for plan\n\n"
             "usp COMMAND --help (or usp help COMMAND) explains a command. usp --version prints the version.\n"
             "exit codes: 0 ok, 1 runtime failure, 2 bad usage, 3 deadlock or collective mismatch,\n"
-            "4 a rank failed, 130 or 143 train stopped by SIGINT or SIGTERM (saved with --save).\n",
+            "4 a rank failed, 5 plan --require-fit and the step does not fit, 130 or 143 train stopped by\n"
+            "SIGINT or SIGTERM (saved with --save).\n",
             USP_VERSION);
     char backends[512];
     runtime_registry_describe(backends, sizeof backends);
