@@ -66,7 +66,7 @@ rc=$?
     fail "--world 4 under mpirun -np 2: exit $rc" "$out"
 
 # --- usp starting its own processes (no launcher in front; backends/launch/mpi_self_launch.c) ---
-unset OMPI_COMM_WORLD_SIZE PMIX_SIZE PMI_SIZE SLURM_NTASKS # what tells usp a launcher started it
+unset OMPI_COMM_WORLD_SIZE PMIX_SIZE PMI_SIZE SLURM_STEP_NUM_TASKS # what tells usp a launcher started it
 # The same losses as an explicit mpirun -np 2, and one launch line: a launched process does not launch again.
 args=(train --backend mpi --world 2 --steps 4 --log-every 1 --json)
 explicit=$(timeout 120 mpirun --oversubscribe -np 2 "$usp" "${args[@]}" 2>&1 | grep -o '"loss":[^,]*' | tr '\n' ' ')
@@ -81,6 +81,11 @@ else
 self-launched: $self
 $(cat launch.err)"
 fi
+# A Slurm batch script's SLURM_NTASKS is no launcher (srun's SLURM_STEP_NUM_TASKS is): usp starts its processes.
+out=$(SLURM_NTASKS=8 timeout 120 "$usp" train --backend mpi --world 2 --steps 1 --eval-samples 0 2>&1)
+rc=$?
+[[ $rc -eq 0 && $out == "usp: launching 2 processes: "* ]] && ok ||
+    fail "--world 2 with SLURM_NTASKS=8 and no srun: exit $rc" "$out"
 # More ranks than cores: --oversubscribe on the line (Open MPI's slots are cores, which nproc's CPUs
 # bound from above), and the simulator's losses.
 args=(train --backend mpi --world 4 --ulysses 2 --ring 2 --steps 2 --json)

@@ -6,6 +6,7 @@
 #include <stdio.h>
 
 #include "backends/mpi/mpi_runtime.h"
+#include "core/runtime/launcher_env.h"
 #include "tests/comm_checks.h"
 
 static usp_status every_check(const usp_rank_ctx *ctx, void *arg)
@@ -16,7 +17,7 @@ static usp_status every_check(const usp_rank_ctx *ctx, void *arg)
 
 int main(void)
 {
-    int world = mpi_launcher_world_size();
+    int world = usp_launcher_processes(NULL);
     usp_runtime_t *rt = NULL;
     usp_status s = mpi_runtime_create(&(usp_runtime_options){.world_size = world > 0 ? world : 1,
                                                              .check_collectives = 1, .timeout_s = 60}, &rt);

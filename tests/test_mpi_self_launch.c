@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "backends/launch/mpi_self_launch.h"
+#include "core/runtime/launcher_env.h"
 #include "tests/check_main.h"
 
 static char *const typed[] = {"usp", "train", "--backend", "mpi", "--world", "2", "--data", "text:my file", NULL};
@@ -107,16 +108,22 @@ END_TEST
 
 START_TEST(needed_only_for_more_than_one_rank_without_a_launcher)
 {
-    const char *vars[] = {"OMPI_COMM_WORLD_SIZE", "PMIX_SIZE", "PMI_SIZE", "SLURM_NTASKS"};
+    const char *vars[] = {"OMPI_COMM_WORLD_SIZE", "PMIX_SIZE", "PMI_SIZE", "SLURM_STEP_NUM_TASKS"};
     for (size_t i = 0; i < sizeof vars / sizeof *vars; i++)
         unsetenv(vars[i]);
     ck_assert_int_eq(mpi_self_launch_needed(1), 0);
     ck_assert_int_eq(mpi_self_launch_needed(2), 1);
-    setenv("OMPI_COMM_WORLD_SIZE", "2", 1);
-    ck_assert_int_eq(mpi_self_launch_needed(2), 0);
-    unsetenv("OMPI_COMM_WORLD_SIZE");
+    for (size_t i = 0; i < sizeof vars / sizeof *vars; i++) { /* each launcher's own variable says "launched" */
+        setenv(vars[i], "8", 1);
+        ck_assert_int_eq(mpi_self_launch_needed(8), 0);
+        const char *var = NULL;
+        ck_assert_int_eq(usp_launcher_processes(&var), 8);
+        ck_assert_str_eq(var, vars[i]);
+        unsetenv(vars[i]);
+    }
+    /* a Slurm batch script has SLURM_NTASKS without srun: no launcher started this process */
     setenv("SLURM_NTASKS", "8", 1);
-    ck_assert_int_eq(mpi_self_launch_needed(8), 0);
+    ck_assert_int_eq(mpi_self_launch_needed(8), 1);
     unsetenv("SLURM_NTASKS");
 }
 END_TEST

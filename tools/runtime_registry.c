@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "sim/sim_runtime.h"
+#include "core/runtime/launcher_env.h"
 #ifdef USP_HAVE_MPI
 #include "backends/mpi/mpi_runtime.h"
 #endif
@@ -89,23 +90,10 @@ usp_status runtime_registry_launch(const char *name, const usp_runtime_options *
 
 /* The processes a launcher started, from the variables it sets in each one (Open MPI's mpirun, a PMI
  * launcher, srun's job step; not SLURM_NTASKS, which a batch script has without srun); 0 when none. */
-static int launched_processes(const char **var)
-{
-    static const char *const vars[] = {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "SLURM_STEP_NUM_TASKS"};
-    for (size_t i = 0; i < sizeof vars / sizeof *vars; i++) {
-        const char *v = getenv(vars[i]);
-        if (v && atoi(v) > 0) {
-            *var = vars[i];
-            return atoi(v);
-        }
-    }
-    return 0;
-}
-
 usp_status runtime_registry_check_launcher(const char *name, const char *command)
 {
     const char *var = NULL;
-    int n = launched_processes(&var);
+    int n = usp_launcher_processes(&var);
     if (strcmp(name, "sim") != 0 || n <= 1)
         return USP_OK;
     return usp_error(USP_ERR_CONFIG, "--backend sim under a launcher of %d processes (%s=%d): each process would "
@@ -116,8 +104,8 @@ usp_status runtime_registry_check_launcher(const char *name, const char *command
 int runtime_registry_default_world(const char *name)
 {
 #ifdef USP_HAVE_MPI
-    if ((strcmp(name, "mpi") == 0 || strcmp(name, "nccl") == 0) && mpi_launcher_world_size() > 0)
-        return mpi_launcher_world_size();
+    if ((strcmp(name, "mpi") == 0 || strcmp(name, "nccl") == 0) && usp_launcher_processes(NULL) > 0)
+        return usp_launcher_processes(NULL);
 #endif
     return strcmp(name, "nccl") == 0 ? 1 : 4; /* GPUs: one unless a launcher started more */
 }

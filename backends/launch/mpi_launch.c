@@ -10,20 +10,10 @@
 #include <unistd.h>
 
 #include "core/runtime/runtime_impl.h"
+#include "core/runtime/launcher_env.h"
 
 #define DEFAULT_TIMEOUT_S 600.0 /* PyTorch's NCCL watchdog default (TORCH_NCCL_... timeout, 10 minutes) */
 #define RECORDED_CALLS 256
-
-int mpi_launcher_world_size(void)
-{
-    const char *vars[] = {"OMPI_COMM_WORLD_SIZE", "PMIX_SIZE", "PMI_SIZE", "SLURM_NTASKS"};
-    for (size_t i = 0; i < sizeof vars / sizeof *vars; i++) {
-        const char *v = getenv(vars[i]);
-        if (v && atoi(v) > 0)
-            return atoi(v);
-    }
-    return 0;
-}
 
 const char *mpi_error_text(int code, char *buf, size_t size)
 {
@@ -241,7 +231,7 @@ usp_status mpi_launch_start(mpi_launch *l, const usp_runtime_options *o, mpi_lau
                       .timeout_s = o->timeout_s > 0 ? o->timeout_s : DEFAULT_TIMEOUT_S};
     if (o->timeout_s < 0)
         return usp_error(USP_ERR_CONFIG, "--timeout %g: give a number of seconds above 0", o->timeout_s);
-    int launched = mpi_launcher_world_size();
+    int launched = usp_launcher_processes(NULL);
     if (!launched && o->world_size > 1)
         return usp_error(USP_ERR_CONFIG, "--backend %s %s %d: this process was not started by a launcher, so "
                          "it would be a world of one; start %d processes: mpirun -np %d usp ... --backend %s%s, "

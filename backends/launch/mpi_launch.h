@@ -92,9 +92,6 @@ typedef struct mpi_launch_names {
     const char *note;              /* appended to the mpirun line ("" for none) */
 } mpi_launch_names;
 
-/* The world size a launcher gave this process (from its environment: Open
- * MPI, PMIx, PMI, Slurm), or 0 when none did. */
-int mpi_launcher_world_size(void);
 
 /* Initialises MPI and the safety net of `o` (faults, checker, recorder,
  * watchdog). More than one rank without a launcher, or a launcher's count

@@ -10,14 +10,14 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "backends/launch/mpi_launch.h" /* mpi_launcher_world_size */
+#include "core/runtime/launcher_env.h"
 #include "core/base/strbuf.h"
 
 #ifndef USP_MPIEXEC /* CMake's MPIEXEC_EXECUTABLE, baked in by backends/mpi/CMakeLists.txt */
 #define USP_MPIEXEC ""
 #endif
 
-int mpi_self_launch_needed(int processes) { return processes > 1 && mpi_launcher_world_size() == 0; }
+int mpi_self_launch_needed(int processes) { return processes > 1 && usp_launcher_processes(NULL) == 0; }
 
 static int is_executable_file(const char *path)
 {
@@ -193,8 +193,7 @@ usp_status mpi_self_launch(const mpi_self_launch_request *r)
     if (getenv(MPI_SELF_LAUNCH_MARKER)) { /* launched by usp, yet no launcher is seen: never launch again */
         launch_lines(r, lines, sizeof lines);
         return usp_error(USP_ERR_CONFIG, "--backend %s %s %d: this process was started by usp's own mpirun (%s is "
-                         "set), yet finds no launcher in its environment (OMPI_COMM_WORLD_SIZE, PMIX_SIZE, PMI_SIZE, "
-                         "SLURM_NTASKS): that mpirun did not set them (is it Open MPI's?); not launching again: unset %s "
+                         "set), yet finds no launcher in its environment (" USP_LAUNCHER_VARIABLES "): that mpirun did not set them (is it Open MPI's?); not launching again: unset %s "
                          "and start the processes yourself: %s", r->backend, r->count_option, r->processes,
                          MPI_SELF_LAUNCH_MARKER, MPI_SELF_LAUNCH_MARKER, lines);
     }

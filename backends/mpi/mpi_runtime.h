@@ -13,7 +13,7 @@
 #ifndef USP_MPI_RUNTIME_H
 #define USP_MPI_RUNTIME_H
 
-#include "backends/launch/mpi_launch.h" /* mpi_launcher_world_size */
+#include "backends/launch/mpi_launch.h"
 #include "core/runtime/runtime.h"
 
 /* Initialises MPI and makes the runtime of this process. A world size that

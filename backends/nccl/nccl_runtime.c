@@ -12,6 +12,7 @@
 #include "backends/nccl/nccl_comm.h"
 #include "backends/nccl/nccl_translate.h"
 #include "core/runtime/runtime_impl.h"
+#include "core/runtime/launcher_env.h"
 
 typedef struct nccl_runtime {
     mpi_launch launch; /* first: the shared slots of mpi_launch.h take the context as one */
@@ -69,7 +70,7 @@ usp_status nccl_runtime_create(const usp_runtime_options *o, usp_runtime_t **out
 {
     int gpus = 0;
     USP_CHECK(cuda_runtime_find_gpus(o, &gpus));
-    if (!mpi_launcher_world_size()) {
+    if (!usp_launcher_processes(NULL)) {
         if (o->world_size == 1) /* one GPU, no launcher: the one-rank runtime */
             return cuda_runtime_create(o, out);
         return usp_error(USP_ERR_CONFIG, "--backend nccl --gpus %d: one process per GPU, started by a launcher; "
