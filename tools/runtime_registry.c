@@ -87,27 +87,43 @@ usp_status runtime_registry_launch(const char *name, const usp_runtime_options *
     return e->launch ? e->launch(o, argv) : USP_OK;
 }
 
-/* The processes a launcher started, from the variables it sets in each one (Open MPI's mpirun, a PMI
- * launcher, srun's job step; not SLURM_NTASKS, which a batch script has without srun); 0 when none. */
-static int launched_processes(const char **var)
+/* What a launcher sets in each process it starts: their count and this one's rank (Open MPI's mpirun, a
+ * PMI launcher, srun's job step; not SLURM_NTASKS, which a batch script has without srun). */
+static const struct launcher_vars {
+    const char *size, *rank;
+} launchers[] = {
+    {"OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_RANK"},
+    {"PMI_SIZE", "PMI_RANK"},
+    {"SLURM_STEP_NUM_TASKS", "SLURM_PROCID"},
+};
+
+/* The processes a launcher started (*which: its variables); 0 when none. */
+static int launched_processes(const struct launcher_vars **which)
 {
-    static const char *const vars[] = {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "SLURM_STEP_NUM_TASKS"};
-    for (size_t i = 0; i < sizeof vars / sizeof *vars; i++) {
-        const char *v = getenv(vars[i]);
+    for (size_t i = 0; i < sizeof launchers / sizeof *launchers; i++) {
+        const char *v = getenv(launchers[i].size);
         if (v && atoi(v) > 0) {
-            *var = vars[i];
+            *which = &launchers[i];
             return atoi(v);
         }
     }
     return 0;
 }
 
+int runtime_registry_launcher_rank(void)
+{
+    const struct launcher_vars *vars = NULL;
+    const char *rank = launched_processes(&vars) > 1 ? getenv(vars->rank) : NULL;
+    return rank && *rank >= '0' && *rank <= '9' ? atoi(rank) : -1;
+}
+
 usp_status runtime_registry_check_launcher(const char *name, const char *command)
 {
-    const char *var = NULL;
-    int n = launched_processes(&var);
+    const struct launcher_vars *vars = NULL;
+    int n = launched_processes(&vars);
     if (strcmp(name, "sim") != 0 || n <= 1)
         return USP_OK;
+    const char *var = vars->size;
     return usp_error(USP_ERR_CONFIG, "--backend sim under a launcher of %d processes (%s=%d): each process would "
                      "simulate every rank on its own; add --backend mpi to run one rank a process, or run usp %s "
                      "without the launcher to simulate them in one", n, var, n, command);

@@ -28,6 +28,10 @@ void runtime_registry_describe(char *buf, size_t size);
  * printed once per process. The message names --backend mpi. */
 usp_status runtime_registry_check_launcher(const char *name, const char *command);
 
+/* This process's rank among the several a launcher started (from the launcher's variables, so known
+ * before MPI starts), or -1: no launcher, a launcher of one process, or no rank in its variables. */
+int runtime_registry_launcher_rank(void);
+
 /* The world size when --world is not given: the launcher's process count for
  * a runtime that a launcher starts (mpi), else 4. */
 int runtime_registry_default_world(const char *name);
