@@ -4,7 +4,8 @@
 # --check-collectives, the watchdog and `usp postmortem`, a rank killed with
 # SIGKILL; usp starting its own processes under mpirun when none started it
 # (the same losses, exit codes through mpirun, the refusals); a measured --trace
-# and usp plan --compare of it. Usage: mpi_test.sh PATH/TO/usp
+# and usp plan --compare of it; errors prefixed with the process's rank; --eval-every
+# and --log. Usage: mpi_test.sh PATH/TO/usp
 set -u
 source "$(dirname "$0")/script_lib.sh" "$1"
 mpi=(mpirun --oversubscribe -np 4) # CI has 2 cores; 4 ranks need --oversubscribe
@@ -64,6 +65,28 @@ out=$(timeout 60 mpirun --oversubscribe -np 2 "$usp" train --backend mpi --world
 rc=$?
 [[ $rc -eq 2 && $out == *"--world 4: the launcher started 2 processes"* ]] && ok ||
     fail "--world 4 under mpirun -np 2: exit $rc" "$out"
+# Every process prints its own errors, saying whose: before MPI starts (an option every process refuses)
+out=$(timeout 60 mpirun --oversubscribe -np 2 "$usp" train --backend mpi --resume nodir 2>&1)
+rc=$?
+[[ $rc -eq 2 && $out == *"usp train [rank 0]: --resume nodir: no such directory"* &&
+    $out == *"usp train [rank 1]: --resume nodir: no such directory"* ]] && ok ||
+    fail "an option error under mpirun -np 2 names each process's rank: exit $rc" "$out"
+
+# --- --eval-every and --log under mpirun: the simulator's evaluations, at the same steps; rank 0 writes the log ---
+args=(train --ulysses 2 --steps 4 --seq 64 --batch 2 --eval-samples 2 --log-every 1 --eval-every 2)
+losses() { grep -oE '^(step +[0-9]+/[0-9]+  loss [0-9.]+|eval at step [0-9]+: loss [0-9.]+)' | tr '\n' ' '; }
+sim=$("$usp" "${args[@]}" --world 2 2>&1 | losses)
+timeout 120 mpirun --oversubscribe -np 2 "$usp" "${args[@]}" --backend mpi --log mpi.log >mpi.out 2>mpi.err
+rc=$?
+got=$(losses <mpi.out)
+if [[ $rc -eq 0 && $sim == *"eval at step 2: loss "*"eval at step 4: loss "* && $got == "$sim" ]] &&
+    cmp -s mpi.out mpi.log; then
+    ok
+else
+    fail "mpirun -np 2 --eval-every 2 --log: exit $rc, the log $(cmp mpi.out mpi.log 2>&1 || echo differs)" "sim: $sim
+mpi: $got
+$(cat mpi.err)"
+fi
 
 # --- usp starting its own processes (no launcher in front; backends/launch/mpi_self_launch.c) ---
 unset OMPI_COMM_WORLD_SIZE PMIX_SIZE PMI_SIZE SLURM_STEP_NUM_TASKS # what tells usp a launcher started it
@@ -112,11 +135,11 @@ for case in "3 --check-collectives --inject skip:rank=1,op=all_to_all" "3 --time
         fail "self-launched ${extra[*]}: exit $rc, expected $want" "$out"
 done
 # A swap of two alike collectives (Ulysses' Q and K all-to-alls): only rank 2's process saw it, and it says
-# so (exit 2); the others do not claim it never fired (each process counts only its own calls).
+# so, naming its rank (exit 2); the others do not claim it never fired (each process counts only its own calls).
 out=$(timeout 60 "$usp" train --backend mpi --world 4 --steps 2 --seq 64 --batch 2 --eval-samples 0 \
     --inject swap:rank=2,call=3 2>&1)
 rc=$?
-[[ $rc -eq 2 && $out == *"rank 2: --inject swap:rank=2,op=any,call=3 fired but changed nothing (it exchanged two alike"* &&
+[[ $rc -eq 2 && $out == *"usp train [rank 2]: --inject swap:rank=2,op=any,call=3 fired but changed nothing (it exchanged two alike"* &&
     $out != *"never fired"* ]] && ok || fail "mpi --inject swap of two alike calls: exit $rc" "$out"
 # Forgetting --backend mpi under mpirun: each process would simulate every rank; refused, naming the fix.
 out=$(timeout 60 mpirun --oversubscribe -np 2 "$usp" train --ulysses 2 --steps 1 --seq 64 --batch 2 2>&1)

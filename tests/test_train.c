@@ -3,7 +3,8 @@
  * labels, local positions, per-rank loss means, missing reductions), padding,
  * and bit-exact resume (also from ZeRO 3's sharded state), and resume at another
  * ZeRO stage or world; the mesh equality also on a model whose attention width
- * (heads x head_dim) differs from d_model. */
+ * (heads x head_dim) differs from d_model; periodic evaluations that leave the
+ * training bit for bit as it was. */
 #include <check.h>
 #include <math.h>
 #include <stdio.h>
@@ -194,6 +195,69 @@ START_TEST(a_resume_at_another_stage_or_world_continues_the_same_losses)
 }
 END_TEST
 
+/* What periodic_evaluation_leaves_the_training_bitwise keeps of a run's records. */
+typedef struct eval_records {
+    harness_tensors tensors;
+    double step_loss[16];  /* [step]: the STEP records' losses */
+    int64_t eval_step[16]; /* the EVAL records' steps, in order */
+    double eval_loss[16];
+    int n_evals;
+} eval_records;
+
+static void keep_eval_records(void *ctx, const usp_train_record *r)
+{
+    eval_records *e = ctx;
+    harness_record_tensors(&e->tensors, r);
+    if (r->kind == USP_TRAIN_RECORD_STEP && r->step < 16)
+        e->step_loss[r->step] = r->loss;
+    if (r->kind == USP_TRAIN_RECORD_EVAL && e->n_evals < 16)
+        e->eval_step[e->n_evals] = r->step, e->eval_loss[e->n_evals++] = r->loss;
+}
+
+/* --eval-every 2 over 7 steps evaluates after steps 2, 4 and 6 (not after 7, the end's evaluation), and the
+ * training is the same, bit for bit: every step's loss and the last weights. _i = 0: Ulysses 2 x ring 2 with
+ * whole weights; 1: ZeRO 3 (the evaluation gathers sharded weights) with 2 micro-batches a step. */
+START_TEST(periodic_evaluation_leaves_the_training_bitwise)
+{
+    usp_model_config model = tiny_config(USP_FAMILY_LLAMA);
+    usp_param_table table;
+    ck_assert_int_eq(usp_param_table_make(&model, &table), USP_OK);
+    eval_records runs[2];
+    memset(runs, 0, sizeof runs);
+    usp_train_result results[2];
+    for (int with_evals = 0; with_evals < 2; with_evals++) {
+        usp_train_config c;
+        usp_train_defaults(&c);
+        c.model = model, c.data = "passkey", c.seq_len = 64, c.batch = 4, c.steps = 7, c.warmup = 2;
+        ck_assert_int_eq(usp_mesh_shape_make(4, 2, 2, &c.shape), USP_OK);
+        c.zero_stage = _i ? 3 : 0, c.micro_batches = _i ? 2 : 1;
+        c.log_every = 1, c.eval_samples = 8, c.eval_every = with_evals ? 2 : 0;
+        eval_records *e = &runs[with_evals];
+        e->tensors.last_weights = calloc((size_t)table.total, sizeof(float));
+        c.on_record = keep_eval_records, c.record_ctx = e, c.record_tensors = 1;
+        char report[4096];
+        ck_assert_msg(harness_train(&c, &results[with_evals], report, sizeof report) == USP_OK, "%s", report);
+    }
+    for (int step = 1; step <= 7; step++)
+        ck_assert_msg(memcmp(&runs[0].step_loss[step], &runs[1].step_loss[step], sizeof(double)) == 0,
+                      "step %d: loss %.17g without evaluations, %.17g with", step, runs[0].step_loss[step],
+                      runs[1].step_loss[step]);
+    ck_assert_msg(memcmp(runs[0].tensors.last_weights, runs[1].tensors.last_weights,
+                         (size_t)table.total * sizeof(float)) == 0, "the weights after 7 steps differ");
+    ck_assert_int_eq(runs[0].n_evals, 0);
+    ck_assert_int_eq(runs[1].n_evals, 3);
+    for (int k = 0; k < 3; k++) {
+        ck_assert_int_eq(runs[1].eval_step[k], 2 * (k + 1));
+        ck_assert_msg(isfinite(runs[1].eval_loss[k]) && runs[1].eval_loss[k] > 0, "eval %d: loss %g", k,
+                      runs[1].eval_loss[k]);
+    }
+    ck_assert_double_eq(results[0].loss, results[1].loss); /* the end's evaluation, of the same weights */
+    ck_assert(results[1].loss_held_out);
+    free(runs[0].tensors.last_weights), free(runs[1].tensors.last_weights);
+    usp_param_table_free(&table);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("train");
@@ -203,6 +267,7 @@ int main(void)
     tcase_add_test(t, padding_gives_the_unpadded_single_rank_result);
     tcase_add_loop_test(t, twenty_steps_equal_ten_then_resume_then_ten, 0, 2);
     tcase_add_loop_test(t, a_resume_at_another_stage_or_world_continues_the_same_losses, 0, 2);
+    tcase_add_loop_test(t, periodic_evaluation_leaves_the_training_bitwise, 0, 2);
     suite_add_tcase(s, t);
     return check_main_run(s);
 }

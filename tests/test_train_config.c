@@ -63,12 +63,29 @@ START_TEST(bad_optimizer_numbers_are_refused_naming_the_field)
 }
 END_TEST
 
+/* --eval-every: a negative period, or a period of evaluations of no sample, is refused naming the options. */
+START_TEST(an_eval_period_without_samples_is_refused)
+{
+    usp_train_config c = valid_config();
+    int64_t padded;
+    c.eval_every = 2, c.eval_samples = 8;
+    ck_assert_msg(usp_train_check(&c, &padded) == USP_OK, "%s", usp_error_message());
+    c.eval_samples = 0;
+    ck_assert_int_eq(usp_train_check(&c, &padded), USP_ERR_CONFIG);
+    ck_assert_msg(strstr(usp_error_message(), "--eval-every 2 with --eval-samples 0"), "%s", usp_error_message());
+    c.eval_every = -1, c.eval_samples = 8;
+    ck_assert_int_eq(usp_train_check(&c, &padded), USP_ERR_CONFIG);
+    ck_assert_msg(strstr(usp_error_message(), "--eval-every -1"), "%s", usp_error_message());
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("train_config");
     TCase *t = tcase_create("core");
     tcase_add_test(t, the_defaults_pass_the_check);
     tcase_add_test(t, bad_optimizer_numbers_are_refused_naming_the_field);
+    tcase_add_test(t, an_eval_period_without_samples_is_refused);
     suite_add_tcase(s, t);
     return check_main_run(s);
 }

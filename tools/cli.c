@@ -2,8 +2,11 @@
 #include "tools/cli.h"
 
 #include <errno.h>
+#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "core/runtime/launcher_env.h"
 
 static usp_status parse_int(const char *command, const cli_option *o, const char *text)
 {
@@ -140,8 +143,33 @@ void cli_print_help(FILE *out, const char *usage, const char *about, const cli_o
     fprintf(out, "  %-22s %s\n", "-h, --help", "this help");
 }
 
+void cli_error(FILE *err, const char *command, const char *format, ...)
+{
+    va_list args, again;
+    va_start(args, format);
+    va_copy(again, args);
+    int n = vsnprintf(NULL, 0, format, args); /* a deadlock report of many ranks is long */
+    va_end(args);
+    char *message = n >= 0 ? malloc((size_t)n + 1) : NULL;
+    if (message)
+        vsnprintf(message, (size_t)n + 1, format, again);
+    va_end(again);
+    const char *text = message ? message : format;
+    int rank = usp_launcher_rank();
+    if (rank < 0) {
+        fprintf(err, "usp %s: %s", command, text);
+    } else { /* one of several processes: whose error it is; a runtime's "rank R: " of this rank said once */
+        char own[32];
+        int own_len = snprintf(own, sizeof own, "rank %d: ", rank);
+        fprintf(err, "usp %s [rank %d]: %s", command, rank,
+                strncmp(text, own, (size_t)own_len) == 0 ? text + own_len : text);
+    }
+    fflush(err);
+    free(message);
+}
+
 int cli_fail(const char *command, usp_status status)
 {
-    fprintf(stderr, "usp %s: %s\n", command, usp_error_message());
+    cli_error(stderr, command, "%s\n", usp_error_message());
     return (int)status;
 }

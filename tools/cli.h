@@ -35,7 +35,12 @@ usp_status cli_parse(const char *command, int argc, char **argv, int first, cons
 /* Prints "usage" and a line per option (the refused ones left out). */
 void cli_print_help(FILE *out, const char *usage, const char *about, const cli_option *options);
 
-/* Prints "usp COMMAND: message" to stderr and returns the status as an exit code. */
+/* Prints "usp COMMAND: " and the message to err, flushed. In one of several processes a launcher
+ * started (mpirun, srun), "usp COMMAND [rank R]: ": every process prints its own errors, and says
+ * whose they are (a message that begins with the runtime's "rank R: " of this rank says it once). */
+void cli_error(FILE *err, const char *command, const char *format, ...) __attribute__((format(printf, 3, 4)));
+
+/* Prints "usp COMMAND: message" to stderr (cli_error) and returns the status as an exit code. */
 int cli_fail(const char *command, usp_status status);
 
 #endif

@@ -388,7 +388,8 @@ static usp_status run(const calibrate_options *o, const calibrate_plan *plan, ch
     if (s == USP_OK && usp_runtime_prints(rt))
         s = report(o, &cr, o->world);
     if (s != USP_OK)
-        fprintf(stderr, "usp calibrate: %s\n", *usp_runtime_report(rt) ? usp_runtime_report(rt) : usp_error_message());
+        cli_error(stderr, "calibrate", *usp_runtime_report(rt) ? "%s" : "%s\n",
+                  *usp_runtime_report(rt) ? usp_runtime_report(rt) : usp_error_message());
     *exit_code = (int)s;
     free(cr.records);
     usp_runtime_destroy(rt);

@@ -139,11 +139,11 @@ static usp_status run_selftest(const selftest_options *o, int *exit_code)
         print_summary(trace, &run, o);
     *exit_code = s != USP_OK ? (int)s : (int)output_status;
     if (s != USP_OK && *usp_runtime_report(rt))
-        fprintf(stderr, "usp selftest: %s", usp_runtime_report(rt));
+        cli_error(stderr, "selftest", "%s", usp_runtime_report(rt));
     else if (s != USP_OK)
-        fprintf(stderr, "usp selftest: %s\n", run_message);
+        cli_error(stderr, "selftest", "%s\n", run_message);
     if (output_status != USP_OK)
-        fprintf(stderr, "usp selftest: %s\n", usp_error_message());
+        cli_error(stderr, "selftest", "%s\n", usp_error_message());
     free(run.stats);
     usp_runtime_destroy(rt);
     return USP_OK;

@@ -21,8 +21,10 @@
 #include "plan/plan.h"
 #include "tools/cli.h"
 #include "tools/commands.h"
+#include "tools/log_file.h"
 #include "tools/memory_options.h"
 #include "tools/output_path.h"
+#include "core/runtime/launcher_env.h"
 #include "tools/runtime_registry.h"
 #include "tools/train_report.h"
 #include "viz/chrome_trace.h"
@@ -32,9 +34,10 @@
 typedef struct train_options {
     const char *backend, *model, *data, *save, *resume, *attention, *trace, *dot, *topology, *dump_dir;
     const char *attention_kernel; /* the modelled kernel's rates (sim only) */
+    const char *log;              /* --log FILE: rank 0's lines appended there too */
     int world, gpus, ulysses, ring, pad, json, nodes, meta, check_collectives;
     double timeout;
-    int seq, batch, steps, until, warmup, log_every, eval_samples, seed, save_every, keep;
+    int seq, batch, steps, until, warmup, log_every, eval_samples, eval_every, seed, save_every, keep;
     double lr;
     cli_list inject;
     memory_options memory;
@@ -47,37 +50,6 @@ static usp_status load_model(const char *option, const char *spec, usp_model_con
     char why[USP_ERROR_MESSAGE_MAX];
     snprintf(why, sizeof why, "%s", usp_error_message());
     return usp_error(USP_ERR_CONFIG, "%s %s: %s", option, spec, why);
-}
-
-/* The first field in which two models differ ("d_model 64 vs 128"), or 0 when they are the same model. */
-static int model_difference(const usp_model_config *a, const usp_model_config *b, char *out, size_t size)
-{
-    /* the enum fields by name, as config.json says them (a number would mean nothing to a user) */
-    static const char *const family[] = {"gpt2", "llama", NULL}, *const norm[] = {"layernorm", "rmsnorm", NULL},
-                             *const positions[] = {"learned", "rope", NULL},
-                             *const mlp[] = {"gelu_tanh", "swiglu", NULL}, *const yes_no[] = {"no", "yes", NULL};
-    const struct { const char *name; int64_t a, b; const char *const *names; } fields[] = {
-        {"family", a->family, b->family, family}, {"vocab", a->vocab, b->vocab, NULL},
-        {"n_layer", a->n_layer, b->n_layer, NULL}, {"n_head", a->n_head, b->n_head, NULL},
-        {"n_kv_head", a->n_kv_head, b->n_kv_head, NULL}, {"d_model", a->d_model, b->d_model, NULL},
-        {"head_dim", usp_model_config_head_dim(a), usp_model_config_head_dim(b), NULL},
-        {"d_ff", a->d_ff, b->d_ff, NULL}, {"max_seq", a->max_seq, b->max_seq, NULL},
-        {"norm", a->norm, b->norm, norm}, {"positions", a->positions, b->positions, positions},
-        {"mlp", a->mlp, b->mlp, mlp}, {"tied_embeddings", a->tied_embeddings, b->tied_embeddings, yes_no},
-        {"bias", a->bias, b->bias, yes_no},
-    };
-    for (size_t i = 0; i < sizeof fields / sizeof fields[0]; i++) {
-        int64_t x = fields[i].a, y = fields[i].b;
-        if (x == y)
-            continue;
-        const char *const *names = fields[i].names;
-        if (names && x >= 0 && x <= 1 && y >= 0 && y <= 1) /* every named field has two values */
-            snprintf(out, size, "%s %s vs %s", fields[i].name, names[x], names[y]);
-        else
-            snprintf(out, size, "%s %lld vs %lld", fields[i].name, (long long)x, (long long)y);
-        return 1;
-    }
-    return 0;
 }
 
 /* The Ulysses degree the user did not type (W / R) must split the model's heads; if it does not, the
@@ -126,7 +98,7 @@ static usp_status resume_model_and_seed(const char *command, const train_options
         usp_model_config given;
         char difference[128];
         USP_CHECK(load_model("--model", o->model, &given));
-        if (model_difference(&given, model, difference, sizeof difference))
+        if (usp_model_config_shape_difference(&given, model, difference, sizeof difference))
             return usp_error(USP_ERR_CONFIG, "--model %s beside --resume %s: not the checkpoint's model (%s: the "
                              "first from --model, the second from %s/config.json); drop --model to train the "
                              "checkpoint's model", o->model, o->resume, difference, o->resume);
@@ -173,7 +145,7 @@ static usp_status build_config(const char *command, const train_options *o, usp_
     c->until = o->until, c->lr = o->lr, c->seed = seed, c->attention_local = !strcmp(o->attention, "local");
     c->save_dir = o->save, c->resume_dir = o->resume, c->log_every = o->log_every, c->save_every = o->save_every;
     c->keep = o->keep;
-    c->eval_samples = o->eval_samples, c->eval_only = !strcmp(command, "eval");
+    c->eval_samples = o->eval_samples, c->eval_every = o->eval_every, c->eval_only = !strcmp(command, "eval");
     if (o->warmup >= 0)
         c->warmup = o->warmup;
     USP_CHECK(memory_options_apply(&o->memory, c));
@@ -204,6 +176,7 @@ static usp_status build_config(const char *command, const train_options *o, usp_
     if (o->meta && !real) { /* shapes only answers in seconds, as usp plan does, or is refused */
         int64_t steps = c->eval_only ? 0 : c->until > 0 && c->until < c->steps ? c->until : c->steps;
         int64_t evals = c->eval_samples > 0 || c->eval_only ? (c->eval_samples + c->batch - 1) / c->batch : 0;
+        evals *= 1 + (c->eval_every > 0 ? (steps - 1) / c->eval_every : 0); /* --eval-every's, the last step's aside */
         USP_CHECK(plan_check_ring_steps(c, steps + evals, "steps and evaluation batches (--steps, --until, "
                                         "--eval-samples)"));
         USP_CHECK(plan_check_rank_layers(c, steps + evals, "steps and evaluation batches (--steps, --until, "
@@ -287,20 +260,20 @@ static usp_status write_trace(const usp_runtime_t *rt, const char *command, cons
 
 /* --trace (Chrome trace JSON for a .json name, plain text otherwise) and --dot
  * of a finished run, failed runs included: their trace and wait-for picture
- * are what explains the failure. Says what it wrote on stdout (on stderr after
+ * are what explains the failure. Says what it wrote on log->out (on log->err after
  * a failure; never between --json's records) and why a file is missing on
- * stderr. One file failing does not keep the other from being written; the
+ * log->err. One file failing does not keep the other from being written; the
  * first failure is returned. */
 static usp_status write_outputs(const usp_runtime_t *rt, usp_status run, const char *command, const train_options *o,
-                                const usp_train_config *c)
+                                const usp_train_config *c, const log_file *log)
 {
-    FILE *say = run != USP_OK ? stderr : o->json ? NULL : stdout;
+    FILE *say = run != USP_OK ? log->err : o->json ? NULL : log->out;
     usp_status first = USP_OK;
     if (o->trace) {
         int chrome = viz_trace_path_is_json(o->trace);
         usp_status s = write_trace(rt, command, o, c);
         if (s != USP_OK)
-            fprintf(stderr, "usp %s: %s\n", command, usp_error_message()), first = s;
+            cli_error(log->err, command, "%s\n", usp_error_message()), first = s;
         else if (say)
             fprintf(say, "usp %s: trace in %s%s\n", command, o->trace,
                     chrome ? " (Chrome trace JSON: open it in https://ui.perfetto.dev)" : "");
@@ -309,9 +282,9 @@ static usp_status write_outputs(const usp_runtime_t *rt, usp_status run, const c
         const char *drawn;
         usp_status s = write_picture(rt, run, command, o, c, &drawn);
         if (s != USP_OK)
-            fprintf(stderr, "usp %s: %s\n", command, usp_error_message()), first = first ? first : s;
+            cli_error(log->err, command, "%s\n", usp_error_message()), first = first ? first : s;
         else if (!drawn)
-            fprintf(stderr, "usp %s: no picture in %s: the run failed, but not in a deadlock, mismatch or rank "
+            fprintf(log->err, "usp %s: no picture in %s: the run failed, but not in a deadlock, mismatch or rank "
                     "failure (the message above says why)\n", command, o->dot);
         else if (say)
             fprintf(say, "usp %s: %s in %s\n", command, drawn, o->dot);
@@ -321,7 +294,7 @@ static usp_status write_outputs(const usp_runtime_t *rt, usp_status run, const c
 
 /* A file of fewer sequences than a step's batch: they repeat within a step, and the held-out samples are
  * sequences the steps train on. A warning, not a refusal: a small file is how one tries the tool. */
-static void warn_short_data(const train_options *o, const usp_train_config *c)
+static void warn_short_data(FILE *err, const train_options *o, const usp_train_config *c)
 {
     usp_data d;
     if (usp_data_open(c->data, c->seed, &d) != USP_OK) {
@@ -330,7 +303,7 @@ static void warn_short_data(const train_options *o, const usp_train_config *c)
     }
     int64_t windows = usp_data_windows(&d, c->seq_len);
     if (d.kind != USP_DATA_PASSKEY && windows > 0 && windows < c->batch)
-        fprintf(stderr, "usp %s: warning: --data %s holds %lld tokens, %lld sequence%s of --seq %d (each %d tokens "
+        fprintf(err, "usp %s: warning: --data %s holds %lld tokens, %lld sequence%s of --seq %d (each %d tokens "
                 "with its last target), fewer than one --batch of %d: sequences repeat within a step, and the "
                 "held-out samples are sequences it trains on\n", c->eval_only ? "eval" : "train", o->data,
                 (long long)d.file_tokens, (long long)windows, windows == 1 ? "" : "s", o->seq, o->seq + 1, o->batch);
@@ -353,29 +326,28 @@ static void catch_stop_signals(void)
 }
 
 /* What a stopped run says: the step, where it saved, how to go on. */
-static void say_stopped(const char *command, const train_options *o, int64_t step)
+static void say_stopped(FILE *err, const char *command, const train_options *o, int64_t step)
 {
     int sig = atomic_load(&stop_signal);
     const char *name = sig == SIGINT ? "SIGINT" : sig == SIGTERM ? "SIGTERM" : "another rank's signal";
     if (o->save)
-        fprintf(stderr, "usp %s: stopped by %s after step %lld of %d; saved to %s: go on with usp %s --resume %s "
+        fprintf(err, "usp %s: stopped by %s after step %lld of %d; saved to %s: go on with usp %s --resume %s "
                 "(and the same options)\n", command, name, (long long)step, o->steps, o->save, command, o->save);
     else
-        fprintf(stderr, "usp %s: stopped by %s after step %lld of %d; nothing saved (no --save DIR)\n", command,
+        fprintf(err, "usp %s: stopped by %s after step %lld of %d; nothing saved (no --save DIR)\n", command,
                 name, (long long)step, o->steps);
 }
 
-static usp_status run(const char *command, const train_options *o, char **argv, int *exit_code)
+/* The run of a checked config, its lines printed to log->out and log->err; *exit_code: the process's. */
+static usp_status run_config(const char *command, const train_options *o, char **argv, usp_train_config *c,
+                             const usp_checkpoint_state *resumed, log_file *log, int *exit_code)
 {
-    usp_train_config c;
-    usp_checkpoint_state resumed;
-    USP_CHECK(build_config(command, o, &c, &resumed));
-    usp_runtime_options ro = {.world_size = c.shape.world, .shapes_only = o->meta, .cluster = o->topology,
+    usp_runtime_options ro = {.world_size = c->shape.world, .shapes_only = o->meta, .cluster = o->topology,
                               .nodes = o->nodes, .attention_kernel = o->attention_kernel,
                               .inject = o->inject.items, .n_inject = o->inject.n,
                               .trace = o->trace != NULL || o->dot != NULL,
                               .check_collectives = o->check_collectives, .timeout_s = o->timeout,
-                              .dump_dir = o->dump_dir, .stop = c.eval_only ? NULL : &stop_signal};
+                              .dump_dir = o->dump_dir, .stop = c->eval_only ? NULL : &stop_signal};
     /* without a launcher, mpi and nccl start their processes here (after the checks above, so that a bad
      * option is one message, not one per process); the launched ones pass through */
     USP_CHECK(runtime_registry_launch(o->backend, &ro, argv));
@@ -384,51 +356,74 @@ static usp_status run(const char *command, const train_options *o, char **argv, 
     usp_runtime_t *rt;
     USP_CHECK(runtime_registry_create(o->backend, &ro, &rt));
     int prints = usp_runtime_prints(rt); /* under a launcher, rank 0's process; errors: every process its own */
+    FILE *out = log->out;
     if (!o->json && prints)
-        printf("usp %s: model %s, world %d = dp %d x ring %d x ulysses %d, attention %s, seq %d, batch %d, data %s\n",
-               command, c.model.name, c.shape.world, c.shape.dp, c.shape.ring, c.shape.ulysses, o->attention, o->seq,
-               o->batch, o->data);
-    if (!o->json && prints && o->resume && !c.eval_only)
-        printf(resumed.is_usp ? "usp %s: resumed from %s at step %lld of %d\n"
-                              : "usp %s: resumed from %s: Hugging Face weights, a fresh optimizer, step %lld of %d\n",
-               command, o->resume, (long long)resumed.step, o->steps);
+        fprintf(out, "usp %s: model %s, world %d = dp %d x ring %d x ulysses %d, attention %s, seq %d, batch %d, "
+                "data %s\n", command, c->model.name, c->shape.world, c->shape.dp, c->shape.ring, c->shape.ulysses,
+                o->attention, o->seq, o->batch, o->data);
+    if (!o->json && prints && o->resume && !c->eval_only)
+        fprintf(out, resumed->is_usp ? "usp %s: resumed from %s at step %lld of %d\n"
+                     : "usp %s: resumed from %s: Hugging Face weights, a fresh optimizer, step %lld of %d\n",
+                command, o->resume, (long long)resumed->step, o->steps);
     if (prints && !o->meta)
-        warn_short_data(o, &c);
-    train_report report = {.out = stdout, .json = o->json};
-    report.out = prints ? stdout : NULL;
+        warn_short_data(log->err, o, c);
+    train_report report = {.out = prints ? out : NULL, .json = o->json};
     report.measured = !usp_runtime_cluster_of(rt).modelled;
     report.device = o->meta ? NULL : strcmp(o->backend, "nccl") == 0 ? "the GPUs" : "this CPU";
-    c.on_record = train_report_record, c.record_ctx = &report;
+    c->on_record = train_report_record, c->record_ctx = &report;
     usp_train_result result = {.passkey_accuracy = -1};
-    usp_status s = usp_calloc((void **)&result.peak_bytes, (size_t)c.shape.world, sizeof *result.peak_bytes,
+    usp_status s = usp_calloc((void **)&result.peak_bytes, (size_t)c->shape.world, sizeof *result.peak_bytes,
                               "the peaks");
-    usp_train_run runarg = {.config = &c, .result = &result};
-    c.stop = ro.stop;
+    usp_train_run runarg = {.config = c, .result = &result};
+    c->stop = ro.stop;
     if (s == USP_OK)
         s = usp_runtime_run(rt, usp_train_rank, &runarg);
     if (s == USP_OK) {
         if (prints)
-            train_report_summary(&report, &c, &result, usp_runtime_cluster_of(rt));
+            train_report_summary(&report, c, &result, usp_runtime_cluster_of(rt));
         if (prints && !o->json && o->save)
-            printf("usp %s: saved to %s (step %lld)\n", command, o->save, (long long)result.steps_done);
+            fprintf(out, "usp %s: saved to %s (step %lld)\n", command, o->save, (long long)result.steps_done);
         if (prints && result.stopped)
-            say_stopped(command, o, result.steps_done);
-    } else if (*usp_runtime_report(rt))
-        fprintf(stderr, "usp %s: %s", command, usp_runtime_report(rt));
-    else
-        fprintf(stderr, "usp %s: %s\n", command, usp_error_message());
-    usp_status os = prints ? write_outputs(rt, s, command, o, &c) : USP_OK;
+            say_stopped(log->err, command, o, result.steps_done);
+    } else {
+        cli_error(log->err, command, *usp_runtime_report(rt) ? "%s" : "%s\n",
+                  *usp_runtime_report(rt) ? usp_runtime_report(rt) : usp_error_message());
+    }
+    usp_status os = prints ? write_outputs(rt, s, command, o, c, log) : USP_OK;
     /* a process of the world that was not signalled itself stopped with the others: it says SIGTERM's code */
     int stopped_code = 128 + (atomic_load(&stop_signal) ? atomic_load(&stop_signal) : SIGTERM);
     *exit_code = s != USP_OK ? (int)s : os != USP_OK ? (int)os : result.stopped ? stopped_code : 0;
+    train_report_free(&report);
     free(result.peak_bytes);
     usp_runtime_destroy(rt);
     return USP_OK;
 }
 
+/* The options checked, --log opened (by rank 0's process alone: a launcher's rank is known before MPI
+ * starts), and the run, whose errors the log keeps too. */
+static usp_status run(const char *command, const train_options *o, char **argv, int *exit_code)
+{
+    usp_train_config c;
+    usp_checkpoint_state resumed;
+    USP_CHECK(build_config(command, o, &c, &resumed));
+    log_file log;
+    USP_CHECK(log_file_open(&log, usp_launcher_rank() <= 0 ? o->log : NULL));
+    usp_status s = run_config(command, o, argv, &c, &resumed, &log, exit_code);
+    if (s != USP_OK) {
+        cli_error(log.err, command, "%s\n", usp_error_message());
+        *exit_code = (int)s;
+    }
+    usp_status ls = log_file_close(&log);
+    if (ls != USP_OK)
+        cli_error(stderr, command, "%s\n", usp_error_message());
+    if (ls != USP_OK && *exit_code == 0)
+        *exit_code = (int)ls;
+    return USP_OK;
+}
+
 /* Options of training that `usp eval` has no use for: it runs no step, keeps no schedule and writes nothing. */
 static const char *const training_only[] = {"--steps", "--until", "--lr", "--warmup", "--save", "--save-every",
-                                            "--keep", "--log-every", NULL};
+                                            "--keep", "--log-every", "--eval-every", NULL};
 
 static int is_training_only(const char *name)
 {
@@ -463,7 +458,7 @@ static void print_help(int eval, const cli_option *table)
                           "Ulysses 4, the tiny model on the passkey task (a key near the start, asked for at the\n"
                           "end: only attention across shards can answer), 4000 steps (about 1.5 minutes on 2 cores).\n"
                           "Prints a progress line every --log-every steps and a summary with the passkey accuracy\n"
-                          "on held-out samples.",
+                          "on held-out samples (every --eval-every steps too); --log FILE keeps the lines in FILE.",
                    table);
 }
 
@@ -544,8 +539,11 @@ int cmd_train(int argc, char **argv)
         {"--keep", CLI_INT, &o.keep, "K", "with --save: keep the K newest checkpoints, DIR the newest and the others "
          "beside it as DIR-step-N (default 1: DIR alone)", 1, 1000},
         {"--resume", CLI_STRING, &o.resume, "DIR", "start from a checkpoint (usp's or Hugging Face's)", 0, -1},
-        {"--eval-samples", CLI_INT, &o.eval_samples, "N", "held-out samples evaluated at the end (default 64)", 0, 1 << 20},
+        {"--eval-samples", CLI_INT, &o.eval_samples, "N", "held-out samples evaluated at the end and every --eval-every (default 64)", 0, 1 << 20},
+        {"--eval-every", CLI_INT, &o.eval_every, "N", "the held-out evaluation every N steps too; training unchanged", 1, 1 << 30},
         {"--log-every", CLI_INT, &o.log_every, "S", "a progress line every S steps (default 250)", 1, 1 << 30},
+        {"--log", CLI_STRING, &o.log, "FILE", "append what the run prints (stdout and stderr, each line as printed) "
+         "to FILE too: a resumed run continues its log", 0, -1},
         {"--inject", CLI_LIST, &o.inject, "SPEC", "fault KIND:rank=R[,op=OP][,call=K][,group=G] (see usp selftest --help)", 0, -1},
         {"--trace", CLI_STRING, &o.trace, "FILE",
          "write the run's trace: Chrome trace JSON (Perfetto) when FILE ends in .json, plain text otherwise; modelled "
@@ -573,9 +571,8 @@ int cmd_train(int argc, char **argv)
     s = resolve_world(&o);
     if (s == USP_OK)
         s = runtime_registry_check_launcher(o.backend, command);
-    if (s != USP_OK)
-        return cli_fail(command, s);
     int code = 0;
-    s = run(command, &o, argv, &code);
+    if (s == USP_OK)
+        s = run(command, &o, argv, &code);
     return s != USP_OK ? cli_fail(command, s) : code;
 }

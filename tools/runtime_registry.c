@@ -88,8 +88,6 @@ usp_status runtime_registry_launch(const char *name, const usp_runtime_options *
     return e->launch ? e->launch(o, argv) : USP_OK;
 }
 
-/* The processes a launcher started, from the variables it sets in each one (Open MPI's mpirun, a PMI
- * launcher, srun's job step; not SLURM_NTASKS, which a batch script has without srun); 0 when none. */
 usp_status runtime_registry_check_launcher(const char *name, const char *command)
 {
     const char *var = NULL;

@@ -36,12 +36,39 @@ static void minutes_seconds(double seconds, char *out, size_t size)
     snprintf(out, size, "?");
 }
 
+/* An evaluation: a line of text, or (--json) an entry of the summary's `evals`, never a line of its own
+ * (the per-step records stay one kind of line). */
+static void report_eval(train_report *report, const usp_train_record *r)
+{
+    if (report->json) {
+        json_t *e = json_pack("{s:I, s:o}", "step", (json_int_t)r->step, "loss",
+                              isfinite(r->loss) ? json_real(r->loss) : json_null());
+        if (r->passkey_accuracy >= 0)
+            json_object_set_new(e, "passkey_accuracy", json_real(r->passkey_accuracy));
+        if (!report->evals)
+            report->evals = json_array();
+        json_array_append_new(report->evals, e);
+        return;
+    }
+    fprintf(report->out, "eval at step %lld: ", (long long)r->step);
+    if (r->shapes_only || !isfinite(r->loss))
+        fprintf(report->out, "no loss (shapes only)");
+    else
+        fprintf(report->out, "loss %.4f (held-out)", r->loss);
+    if (r->passkey_accuracy >= 0)
+        fprintf(report->out, ", passkey accuracy %.1f%%", 100 * r->passkey_accuracy);
+    fprintf(report->out, " on %lld samples\n", (long long)r->samples);
+    fflush(report->out);
+}
+
 /* On meta the loss is NaN (JSON null) and only rank 0's peak is known (nothing
  * moves between ranks). */
 void train_report_record(void *ctx, const usp_train_record *r)
 {
-    const train_report *report = ctx;
+    train_report *report = ctx;
     FILE *out = report->out;
+    if (r->kind == USP_TRAIN_RECORD_EVAL && out)
+        report_eval(report, r);
     if (r->kind != USP_TRAIN_RECORD_STEP || !out)
         return;
     if (report->json) {
@@ -107,6 +134,8 @@ void train_report_summary(const train_report *report, const usp_train_config *c,
             json_object_set_new(j, "passkey_accuracy", json_real(r->passkey_accuracy));
         if (r->stopped) /* SIGINT or SIGTERM: stopped after steps, saved, not evaluated */
             json_object_set_new(j, "stopped", json_true());
+        if (c->eval_every > 0) /* --eval-every: its evaluations, none yet an empty array */
+            json_object_set_new(j, "evals", report->evals ? json_incref(report->evals) : json_array());
         print_json(out, j);
         return;
     }
@@ -152,4 +181,10 @@ void train_report_summary(const train_report *report, const usp_train_config *c,
         fprintf(out, "does not fit: rank %d's peak, %.1f GB, is over the %.0f GB of a GPU of the modelled %s (usp plan with "
                 "the same options says what would make it fit)\n", rank, peak / 1e9,
                 cluster.device_memory_bytes / 1e9, cluster.name);
+}
+
+void train_report_free(train_report *report)
+{
+    json_decref(report->evals);
+    report->evals = NULL;
 }

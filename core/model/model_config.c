@@ -249,3 +249,32 @@ int usp_model_config_equal(const usp_model_config *a, const usp_model_config *b)
              x->high_freq_factor == y->high_freq_factor && x->original_max_pos == y->original_max_pos));
 }
 
+int usp_model_config_shape_difference(const usp_model_config *a, const usp_model_config *b, char *out, size_t size)
+{
+    /* the enum fields by name, as config.json says them (a number would mean nothing to a user) */
+    static const char *const family[] = {"gpt2", "llama", NULL}, *const norm[] = {"layernorm", "rmsnorm", NULL},
+                             *const positions[] = {"learned", "rope", NULL},
+                             *const mlp[] = {"gelu_tanh", "swiglu", NULL}, *const yes_no[] = {"no", "yes", NULL};
+    const struct { const char *name; int64_t a, b; const char *const *names; } fields[] = {
+        {"family", a->family, b->family, family}, {"vocab", a->vocab, b->vocab, NULL},
+        {"n_layer", a->n_layer, b->n_layer, NULL}, {"n_head", a->n_head, b->n_head, NULL},
+        {"n_kv_head", a->n_kv_head, b->n_kv_head, NULL}, {"d_model", a->d_model, b->d_model, NULL},
+        {"head_dim", usp_model_config_head_dim(a), usp_model_config_head_dim(b), NULL},
+        {"d_ff", a->d_ff, b->d_ff, NULL}, {"max_seq", a->max_seq, b->max_seq, NULL},
+        {"norm", a->norm, b->norm, norm}, {"positions", a->positions, b->positions, positions},
+        {"mlp", a->mlp, b->mlp, mlp}, {"tied_embeddings", a->tied_embeddings, b->tied_embeddings, yes_no},
+        {"bias", a->bias, b->bias, yes_no},
+    };
+    for (size_t i = 0; i < sizeof fields / sizeof fields[0]; i++) {
+        int64_t x = fields[i].a, y = fields[i].b;
+        if (x == y)
+            continue;
+        const char *const *names = fields[i].names;
+        if (names && x >= 0 && x <= 1 && y >= 0 && y <= 1) /* every named field has two values */
+            snprintf(out, size, "%s %s vs %s", fields[i].name, names[x], names[y]);
+        else
+            snprintf(out, size, "%s %lld vs %lld", fields[i].name, (long long)x, (long long)y);
+        return 1;
+    }
+    return 0;
+}

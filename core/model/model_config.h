@@ -16,6 +16,7 @@
 #ifndef USP_MODEL_CONFIG_H
 #define USP_MODEL_CONFIG_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "core/base/status.h"
@@ -88,5 +89,9 @@ int64_t usp_model_config_attention_width(const usp_model_config *c);
 
 /* 1 when a and b describe the same model (every field but the name; the head width as used), else 0. */
 int usp_model_config_equal(const usp_model_config *a, const usp_model_config *b);
+
+/* 1 and the first shape field in which a and b differ, as "d_model 64 vs 128", into out (family, vocab,
+ * layers, heads, widths, max_seq, norm, positions, MLP, tying, bias); 0 when their shapes are the same. */
+int usp_model_config_shape_difference(const usp_model_config *a, const usp_model_config *b, char *out, size_t size);
 
 #endif

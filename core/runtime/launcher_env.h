@@ -15,6 +15,10 @@
  * names the variable that said so. */
 int usp_launcher_processes(const char **var);
 
+/* This process's rank among the processes a launcher started (its rank variable), or -1 when none or only
+ * one was started. */
+int usp_launcher_rank(void);
+
 /* The variables usp_launcher_processes reads, comma-separated, for messages. */
 #define USP_LAUNCHER_VARIABLES "OMPI_COMM_WORLD_SIZE, PMIX_SIZE, PMI_SIZE, SLURM_STEP_NUM_TASKS"
 

@@ -34,27 +34,11 @@ typedef struct trainer {
     double grad_norm;         /* the last step's, before clipping (NaN: none) */
     int64_t first_step, last_step; /* this run's: steps first_step + 1 .. last_step */
     double start_wall;        /* when the first of them began */
+    double eval_wall;         /* wall seconds in the periodic evaluations so far (left out of tokens/s) */
 } trainer;
 
 #define BE (t->ctx->backend)
 #define ST (t->ctx->stream)
-
-void usp_train_defaults(usp_train_config *c)
-{
-    *c = (usp_train_config){0};
-    c->lr = 1e-3, c->min_lr_ratio = 0.1, c->weight_decay = 0.1, c->grad_clip = 1.0;
-    c->beta1 = 0.9, c->beta2 = 0.95, c->eps = 1e-8, c->warmup = -1, c->log_every = 10, c->seed = 1234;
-}
-
-double usp_train_lr(const usp_train_config *c, int64_t t)
-{
-    int64_t warmup = c->warmup >= 0 ? c->warmup : c->steps / 10;
-    if (t <= warmup)
-        return c->lr * (double)t / (double)(warmup > 0 ? warmup : 1);
-    double progress = (double)(t - warmup) / (double)(c->steps - warmup > 0 ? c->steps - warmup : 1);
-    double min_lr = c->lr * c->min_lr_ratio;
-    return min_lr + 0.5 * (c->lr - min_lr) * (1.0 + cos(M_PI * (progress < 1 ? progress : 1)));
-}
 
 /* The rank's modelled clock (0 when the runtime has none). */
 static double clock_now(const trainer *t) { return t->ctx->clock ? t->ctx->clock(t->ctx->runtime) : 0; }
@@ -280,11 +264,14 @@ static void record_step(trainer *t, int64_t step, double loss, double tokens_per
     t->c->on_record(t->c->record_ctx, &r);
 }
 
+/* The batches of held-out samples an evaluation runs: eval_samples, in whole batches. */
+static int64_t eval_batches(const trainer *t) { return (t->c->eval_samples + t->per_call - 1) / t->per_call; }
+
 /* Mean loss and, for passkey data, the fraction of held-out samples whose
  * five key digits are all predicted right. */
 static usp_status evaluate(trainer *t, double *loss_out, double *accuracy)
 {
-    int64_t batches = (t->c->eval_samples + t->per_call - 1) / t->per_call;
+    int64_t batches = eval_batches(t);
     double loss_sum = 0, right[2] = {0, 0}; /* samples right, samples seen */
     double *digits = calloc((size_t)t->B_local, sizeof *digits);
     if (!digits)
@@ -307,6 +294,35 @@ static usp_status evaluate(trainer *t, double *loss_out, double *accuracy)
         USP_CHECK(sum_over(t, t->mesh.dp, right, 2));
     *loss_out = loss_sum / (double)(batches > 0 ? batches : 1);
     *accuracy = t->numerics && t->data.kind == USP_DATA_PASSKEY && right[1] > 0 ? right[0] / right[1] : -1;
+    return USP_OK;
+}
+
+/* An EVAL record (rank 0). */
+static void record_eval(const trainer *t, int64_t step, double loss, double accuracy)
+{
+    if (t->ctx->rank != 0 || !t->c->on_record)
+        return;
+    usp_train_record r = {.kind = USP_TRAIN_RECORD_EVAL, .step = step, .steps = t->c->steps, .loss = loss,
+                          .passkey_accuracy = accuracy, .samples = eval_batches(t) * t->per_call,
+                          .shapes_only = !t->numerics};
+    t->c->on_record(t->c->record_ctx, &r);
+}
+
+/* The held-out evaluation every eval_every steps, run by every rank after the same step: the step count
+ * and an agreed stop (never followed by one) are the same on all of them. It leaves the training as it
+ * was, bit for bit: the data source reads a sample by its index (no cursor, no random state), the
+ * forward and the loss make no gradient, and the next step reads its own batch and overwrites the
+ * activations. The run's last step is evaluated by the end's evaluation, once. Its time is kept out of
+ * the steps' rates: tokens/s leaves out its wall seconds, and the next record's clock per step its clock. */
+static usp_status evaluate_every(trainer *t, int64_t step)
+{
+    int64_t every = t->c->eval_every;
+    if (every <= 0 || step % every != 0 || t->stopping || step == t->last_step)
+        return USP_OK;
+    double wall = wall_now(), clock = clock_now(t), loss, accuracy;
+    USP_CHECK(evaluate(t, &loss, &accuracy));
+    t->eval_wall += wall_now() - wall, t->log_clock += clock_now(t) - clock;
+    record_eval(t, step, loss, accuracy);
     return USP_OK;
 }
 
@@ -373,65 +389,6 @@ static usp_status record_last_weights(trainer *t)
                                                                .n_values = t->table.total});
     free(host);
     return s;
-}
-
-/* The optimizer's numbers, before step 1: a NaN learning rate would otherwise
- * surface only inside AdamW, after the setup and a forward and backward pass,
- * naming no option. --lr is the command's option; the others are fields a
- * program sets, named as such. */
-static usp_status check_optimizer(const usp_train_config *c)
-{
-    if (!isfinite(c->lr) || c->lr <= 0)
-        return usp_error(USP_ERR_CONFIG, "--lr %g: the learning rate must be a finite number above 0, e.g. --lr 1e-3",
-                         c->lr);
-    const struct {
-        const char *name, *range;
-        double value, low, high;
-        int high_included;
-    } fields[] = {
-        {"min_lr_ratio", "in [0, 1] (the schedule's floor as a fraction of the peak lr; default 0.1)",
-         c->min_lr_ratio, 0, 1, 1},
-        {"weight_decay", ">= 0 (default 0.1)", c->weight_decay, 0, INFINITY, 0},
-        {"grad_clip", ">= 0 (0: no clipping; default 1)", c->grad_clip, 0, INFINITY, 0},
-        {"beta1", "in [0, 1) (default 0.9)", c->beta1, 0, 1, 0},
-        {"beta2", "in [0, 1) (default 0.95)", c->beta2, 0, 1, 0},
-        {"eps", "above 0 (default 1e-8)", c->eps, 0x1p-1074 /* the least double above 0 */, INFINITY, 0},
-    };
-    if (!c->eval_only && c->warmup > c->steps) /* lr(t) = lr t / warmup up to the peak: never reached */
-        return usp_error(USP_ERR_CONFIG, "--warmup %lld is more than the %lld --steps: the learning rate would still "
-                         "be rising when the run ends, at %.3g%% of --lr %g; give --warmup %lld or fewer (the default "
-                         "is 10%% of --steps)", (long long)c->warmup, (long long)c->steps,
-                         100.0 * (double)c->steps / (double)c->warmup, c->lr, (long long)c->steps);
-    for (size_t i = 0; i < sizeof fields / sizeof fields[0]; i++) {
-        double v = fields[i].value;
-        int in_range = v >= fields[i].low && (fields[i].high_included ? v <= fields[i].high : v < fields[i].high);
-        if (!isfinite(v) || !in_range)
-            return usp_error(USP_ERR_CONFIG, "usp_train_config.%s = %g: AdamW and its schedule need a finite number "
-                             "%s", fields[i].name, v, fields[i].range);
-    }
-    return USP_OK;
-}
-
-usp_status usp_train_check(const usp_train_config *c, int64_t *padded_len)
-{
-    USP_CHECK(check_optimizer(c));
-    if (c->batch < 1 || c->batch % c->shape.dp != 0)
-        return usp_error(USP_ERR_CONFIG, "--batch %lld is not a multiple of the %d data-parallel replicas "
-                         "(W / (U R)); use --batch %d or a multiple", (long long)c->batch, c->shape.dp, c->shape.dp);
-    int64_t M = c->micro_batches > 1 ? c->micro_batches : 1, per_replica = c->batch / c->shape.dp;
-    if (per_replica % M != 0)
-        return usp_error(USP_ERR_CONFIG, "--micro-batches %lld does not divide the %lld sequences a replica runs a "
-                         "step (--batch %lld over %d data-parallel replicas): use a divisor of %lld",
-                         (long long)M, (long long)per_replica, (long long)c->batch, c->shape.dp,
-                         (long long)per_replica);
-    usp_layout_kind kind = c->attention_local ? USP_LAYOUT_CONTIGUOUS : usp_layout_for(1, c->shape.ring);
-    int64_t multiple = usp_seq_layout_multiple(kind, c->shape.ulysses, c->shape.ring);
-    *padded_len = c->pad ? (c->seq_len + multiple - 1) / multiple * multiple : c->seq_len;
-    usp_seq_layout check;
-    USP_CHECK(usp_seq_layout_make(kind, *padded_len, c->shape.ulysses, c->shape.ring, &check));
-    /* what each rank's model would refuse, refused once here rather than by every rank after the world is built */
-    USP_CHECK(usp_model_config_check(&c->model));
-    return usp_model_check_shape(&c->model, *padded_len, c->shape.ulysses, c->attention_local, c->tile_rows);
 }
 
 static usp_status setup(trainer *t)
@@ -537,8 +494,10 @@ static usp_status run(trainer *t)
         if (s == USP_OK && c->on_record && (step % c->log_every == 0 || step == until || t->stopping)) {
             s = gather_peaks(t, peaks);
             if (s == USP_OK && t->ctx->rank == 0)
-                record_step(t, step, loss, tokens / (wall_now() - start), peaks);
+                record_step(t, step, loss, tokens / (wall_now() - start - t->eval_wall), peaks);
         }
+        if (s == USP_OK)
+            s = evaluate_every(t, step);
         if (s == USP_OK && c->save_dir && c->save_every > 0 && step % c->save_every == 0 && step < until &&
             !t->stopping) /* the last step's save, or the stop's, comes after the loop */
             s = save(t);
@@ -546,17 +505,20 @@ static usp_status run(trainer *t)
     free(peaks);
     if (s == USP_OK && c->record_tensors && c->on_record && t->numerics)
         s = record_last_weights(t);
-    double wall = wall_now() - start, accuracy = -1, steps_clock = clock_now(t);
+    double wall = wall_now() - start, accuracy = -1, steps_clock = clock_now(t), steps_wall = wall - t->eval_wall;
     if (s == USP_OK && c->save_dir)
         s = save(t);
     int evaluated = (c->eval_samples > 0 || c->eval_only) && !t->stopping; /* a stop is asked to be quick */
     if (s == USP_OK && evaluated)
         s = evaluate(t, &loss, &accuracy);
+    if (s == USP_OK && evaluated && !c->eval_only && c->eval_every > 0 && t->step % c->eval_every == 0)
+        record_eval(t, t->step, loss, accuracy); /* the last step's periodic evaluation is this one */
     if (s == USP_OK && t->ctx->rank == 0 && t->result)
         *t->result = (usp_train_result){.loss = loss, .loss_held_out = evaluated, .passkey_accuracy = accuracy,
                                         .wall_s = wall, .steps_time_s = steps_clock,
                                         .first_loss = t->result->first_loss,
-                                        .tokens_per_s = wall > 0 ? tokens / wall : 0, .steps_done = t->step,
+                                        .tokens_per_s = steps_wall > 0 ? tokens / steps_wall : 0,
+                                        .steps_done = t->step,
                                         .clock_s = clock_now(t),
                                         .seq_len_padded = t->N, .peak_bytes = t->result->peak_bytes};
     if (s == USP_OK && t->result)

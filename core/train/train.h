@@ -1,7 +1,8 @@
 /* Room core/train/: the training and evaluation loop of one rank (this file) and the
  * selftest schedule (selftest.h). It may use: every room of core/.
  *
- * The training (and evaluation) loop of one rank.
+ * The training (and evaluation) loop of one rank (train.c; the config's defaults,
+ * schedule and checks: train_config.c).
  *
  * Per step: every rank reads its shard of its DP replica's B/DP sequences; the
  * count of valid targets is summed over the world first, so the loss is the
@@ -43,6 +44,7 @@ typedef struct usp_train_step_stats {
 /* What rank 0 tells the command while it runs. */
 typedef enum usp_train_record_kind {
     USP_TRAIN_RECORD_STEP,         /* progress: every log_every steps, and the last step */
+    USP_TRAIN_RECORD_EVAL,         /* a held-out evaluation every eval_every steps (the last step's: the end's) */
     USP_TRAIN_RECORD_FIRST_GRADS,  /* record_tensors: step 1's all-reduced gradients, before clipping (ZeRO 0-1) */
     USP_TRAIN_RECORD_LAST_WEIGHTS, /* record_tensors: the weights after the last step */
 } usp_train_record_kind;
@@ -64,6 +66,9 @@ typedef struct usp_train_record {
                                   communicator; on the meta backend nothing moves: rank 0's only */
     int n_peaks;
     int shapes_only;           /* the meta backend ran (loss NaN, one peak) */
+    /* EVAL (step, steps, shapes_only; loss: the held-out mean, NaN on meta): */
+    double passkey_accuracy;   /* the fraction of held-out samples whose key is retrieved; -1 when not measured */
+    int64_t samples;           /* held-out samples evaluated (eval_samples, rounded up to whole batches) */
     /* FIRST_GRADS, LAST_WEIGHTS: */
     const float *values;       /* [n_values], in the parameter table's order; valid during the call */
     int64_t n_values;
@@ -105,6 +110,9 @@ typedef struct usp_train_config {
                                   step (the flag rides on the step's first all-reduce), so every rank stops there */
     int64_t log_every;         /* a STEP record every log_every steps (and at the last) */
     int64_t eval_samples;      /* held-out passkey samples evaluated at the end (0: none) */
+    int64_t eval_every;        /* the same evaluation every eval_every steps too, an EVAL record each (0: at the
+                                  end only; needs eval_samples; never after an agreed stop); the training's
+                                  losses are bit for bit those of a run without it */
     int eval_only;             /* usp eval: no training steps */
     usp_train_record_fn on_record; /* rank 0's progress (NULL: none, and no peaks gathered for it) */
     void *record_ctx;          /* its first argument */
