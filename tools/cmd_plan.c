@@ -320,7 +320,7 @@ static usp_status run_compare(const plan_options *o, const plan_options *default
 {
     plan_compare_options c = {
         .trace = o->compare, .topology = o->topology, .nodes = o->nodes, .attention_kernel = o->attention_kernel,
-        .model = o->model != defaults->model ? o->model : NULL,
+        .model = strcmp(o->model, defaults->model) != 0 ? o->model : NULL,
         .world = o->world != defaults->world ? o->world : 0,
         .ulysses = o->ulysses, .ring = o->ring != defaults->ring ? o->ring : 0,
         .seq = o->seq != defaults->seq ? o->seq : 0, .batch = o->batch};
