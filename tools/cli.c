@@ -7,139 +7,75 @@
 #include <string.h>
 
 #include "core/runtime/launcher_env.h"
+#include "tools/cli_config.h"
+#include "tools/cli_value.h"
 
-static usp_status parse_int(const char *command, const cli_option *o, const char *text)
+/* What an argument of the command line is: an option of the table, or one every command takes. */
+typedef enum arg_kind { ARG_OPTION, ARG_HELP, ARG_CONFIG, ARG_PRINT_CONFIG } arg_kind;
+
+typedef struct cli_arg {
+    arg_kind kind;
+    const cli_option *option; /* ARG_OPTION: its table entry */
+    const char *value;        /* ARG_OPTION (but a flag), ARG_CONFIG: the value */
+} cli_arg;
+
+static int name_is(const char *arg, size_t len, const char *name)
 {
-    char *end;
-    errno = 0;
-    long long v = strtoll(text, &end, 10);
-    if (!*text || *end || errno == ERANGE)
-        return usp_error(USP_ERR_CONFIG, "%s %s: not a whole number; expected e.g. %s 4 (see usp %s --help)",
-                         o->name, text, o->name, command);
-    if (o->min <= o->max && (v < o->min || v > o->max))
-        return usp_error(USP_ERR_CONFIG, "%s %s: out of range; expected %lld to %lld", o->name, text, o->min,
-                         o->max);
-    *(int *)o->target = (int)v;
-    return USP_OK;
+    return strlen(name) == len && strncmp(arg, name, len) == 0;
 }
 
-static usp_status parse_double(const char *command, const cli_option *o, const char *text)
+/* Reads the argument argv[*i] (--name, --name=VALUE or --name VALUE: then *i moves onto the value). */
+static usp_status read_arg(const cli_command *c, int argc, char **argv, int *i, cli_arg *out)
 {
-    char *end;
-    errno = 0;
-    double v = strtod(text, &end);
-    if (!*text || *end || errno == ERANGE)
-        return usp_error(USP_ERR_CONFIG, "%s %s: not a number; expected e.g. %s 0.001 (see usp %s --help)",
-                         o->name, text, o->name, command);
-    *(double *)o->target = v;
-    return USP_OK;
-}
-
-static usp_status set_value(const char *command, const cli_option *o, const char *value)
-{
-    switch (o->kind) {
-    case CLI_INT: return parse_int(command, o, value);
-    case CLI_DOUBLE: return parse_double(command, o, value);
-    case CLI_STRING:
-        if (!*value)
-            return usp_error(USP_ERR_CONFIG, "%s: the value is empty", o->name);
-        *(const char **)o->target = value;
-        return USP_OK;
-    case CLI_LIST: {
-        cli_list *list = o->target;
-        if (list->n == CLI_LIST_MAX)
-            return usp_error(USP_ERR_CONFIG, "%s: at most %d times", o->name, CLI_LIST_MAX);
-        list->items[list->n++] = value;
+    const char *arg = argv[*i];
+    *out = (cli_arg){.kind = ARG_OPTION};
+    if (strcmp(arg, "--help") == 0 || strcmp(arg, "-h") == 0) {
+        out->kind = ARG_HELP;
         return USP_OK;
     }
-    case CLI_FLAG: break;
-    }
-    return USP_OK;
-}
-
-/* Edits (insert, delete, replace one character) between a[0..n) and b: Levenshtein's distance, one row. */
-static size_t edit_distance(const char *a, size_t n, const char *b)
-{
-    size_t m = strlen(b), row[64];
-    if (n >= 63 || m >= 63)
-        return (size_t)-1;
-    for (size_t j = 0; j <= m; j++)
-        row[j] = j;
-    for (size_t i = 1; i <= n; i++) {
-        size_t diagonal = row[0];
-        row[0] = i;
-        for (size_t j = 1; j <= m; j++) {
-            size_t above = row[j], best = diagonal + (a[i - 1] != b[j - 1]);
-            best = above + 1 < best ? above + 1 : best;
-            best = row[j - 1] + 1 < best ? row[j - 1] + 1 : best;
-            diagonal = above, row[j] = best;
-        }
-    }
-    return row[m];
-}
-
-/* The option a mistyped name most likely meant (two edits at most), or NULL. */
-static const char *closest_option(const char *name, size_t len, const cli_option *options)
-{
-    const char *best = NULL;
-    size_t best_d = 3;
-    for (const cli_option *o = options; o->name; o++) {
-        if (!o->target) /* refused here: no use suggesting it */
-            continue;
-        size_t d = edit_distance(name, len, o->name);
-        if (d < best_d)
-            best = o->name, best_d = d;
-    }
-    return best;
-}
-
-usp_status cli_parse(const char *command, int argc, char **argv, int first, const cli_option *options,
-                     int *help)
-{
-    *help = 0;
-    for (int i = first; i < argc; i++) {
-        const char *arg = argv[i];
-        if (strcmp(arg, "--help") == 0 || strcmp(arg, "-h") == 0) {
-            *help = 1;
-            return USP_OK;
-        }
-        const char *eq = strchr(arg, '=');
-        size_t name_len = eq ? (size_t)(eq - arg) : strlen(arg);
-        const cli_option *o = options;
-        while (o->name && (strlen(o->name) != name_len || strncmp(o->name, arg, name_len) != 0))
+    const char *eq = strchr(arg, '=');
+    size_t len = eq ? (size_t)(eq - arg) : strlen(arg);
+    const char *name = "--config", *metavar = "FILE";
+    if (name_is(arg, len, "--print-config")) {
+        out->kind = ARG_PRINT_CONFIG;
+        return eq ? usp_error(USP_ERR_CONFIG, "--print-config takes no value") : USP_OK;
+    } else if (name_is(arg, len, name)) {
+        out->kind = ARG_CONFIG;
+    } else {
+        const cli_option *o = c->options;
+        while (o->name && !name_is(arg, len, o->name))
             o++;
         if (!o->name) {
-            const char *meant = closest_option(arg, name_len, options);
-            return usp_error(USP_ERR_CONFIG, "unknown option %s for `usp %s`; %s%s%ssee usp %s --help", arg, command,
-                             meant ? "did you mean " : "", meant ? meant : "", meant ? "? " : "", command);
+            const char *meant = cli_closest_option(arg, len, c->options);
+            return usp_error(USP_ERR_CONFIG, "unknown option %s for `usp %s`; %s%s%ssee usp %s --help", arg, c->name,
+                             meant ? "did you mean " : "", meant ? meant : "", meant ? "? " : "", c->name);
         }
         if (!o->target)
-            return usp_error(USP_ERR_CONFIG, "%s %s", o->name, o->help);
-        if (o->kind == CLI_FLAG) {
-            if (eq)
-                return usp_error(USP_ERR_CONFIG, "%s takes no value", o->name);
-            *(int *)o->target = 1;
-            continue;
-        }
-        const char *value = eq ? eq + 1 : i + 1 < argc ? argv[++i] : NULL;
-        if (!value)
-            return usp_error(USP_ERR_CONFIG, "%s needs a value (%s %s)", o->name, o->name,
-                             o->metavar ? o->metavar : "VALUE");
-        USP_CHECK(set_value(command, o, value));
+            return cli_refuse(o);
+        out->option = o;
+        if (o->kind == CLI_FLAG)
+            return eq ? usp_error(USP_ERR_CONFIG, "%s takes no value", o->name) : USP_OK;
+        name = o->name, metavar = o->metavar ? o->metavar : "VALUE";
     }
+    out->value = eq ? eq + 1 : *i + 1 < argc ? argv[++*i] : NULL;
+    if (!out->value)
+        return usp_error(USP_ERR_CONFIG, "%s needs a value (%s %s)", name, name, metavar);
     return USP_OK;
 }
 
-void cli_print_help(FILE *out, const char *usage, const char *about, const cli_option *options)
+/* Prints "usage", the command's paragraph and a line per option (the refused ones left out). */
+static void print_help(FILE *out, const cli_command *c)
 {
-    fprintf(out, "usage: %s\n\n%s\n\noptions:\n", usage, about);
-    for (const cli_option *o = options; o->name; o++) {
+    fprintf(out, "usage: %s\n\n%s\n\noptions:\n", c->usage, c->about);
+    for (const cli_option *o = c->options; o->name; o++) {
         if (!o->target)
             continue;
         char left[64];
         snprintf(left, sizeof left, "%s%s%s", o->name, o->metavar ? " " : "", o->metavar ? o->metavar : "");
         fprintf(out, "  %-22s %s\n", left, o->help);
     }
+    fprintf(out, "  %-22s %s\n", "--config FILE", CLI_CONFIG_HELP);
+    fprintf(out, "  %-22s %s\n", "--print-config", CLI_PRINT_CONFIG_HELP);
     fprintf(out, "  %-22s %s\n", "-h, --help", "this help");
 }
 
@@ -166,6 +102,58 @@ void cli_error(FILE *err, const char *command, const char *format, ...)
     }
     fflush(err);
     free(message);
+}
+
+/* A list the command line gives replaces the config file's items (the command line overrides the file). */
+static void forget_listed_in_file(const cli_command *c, int argc, char **argv, int first)
+{
+    for (int i = first; i < argc; i++) {
+        cli_arg a;
+        if (read_arg(c, argc, argv, &i, &a) == USP_OK && a.option && a.option->kind == CLI_LIST)
+            ((cli_list *)a.option->target)->n = 0;
+    }
+}
+
+usp_status cli_parse(const cli_command *c, int argc, char **argv, int first, int *done)
+{
+    *done = 0;
+    const char *config = NULL;
+    int print_config = 0;
+    /* First the shape of the command line, --help, --config and --print-config; the file's values go
+     * in before the command line's, so the command line wins wherever it names an option. */
+    for (int i = first; i < argc; i++) {
+        cli_arg a;
+        USP_CHECK(read_arg(c, argc, argv, &i, &a));
+        if (a.kind == ARG_HELP) {
+            print_help(stdout, c);
+            *done = 1;
+            return USP_OK;
+        }
+        if (a.kind == ARG_CONFIG && config)
+            return usp_error(USP_ERR_CONFIG, "--config %s after --config %s: one config file a run (the command "
+                             "line overrides its options)", a.value, config);
+        if (a.kind == ARG_CONFIG && !*a.value)
+            return usp_error(USP_ERR_CONFIG, "--config: the value is empty; expected a JSON file of options");
+        config = a.kind == ARG_CONFIG ? a.value : config;
+        print_config |= a.kind == ARG_PRINT_CONFIG;
+    }
+    if (config) {
+        USP_CHECK(cli_config_read(c, config));
+        forget_listed_in_file(c, argc, argv, first);
+    }
+    for (int i = first; i < argc; i++) {
+        cli_arg a;
+        USP_CHECK(read_arg(c, argc, argv, &i, &a));
+        if (a.option && a.option->kind == CLI_FLAG)
+            *(int *)a.option->target = 1;
+        else if (a.option)
+            USP_CHECK(cli_set_text(c->name, a.option, a.value));
+    }
+    if (print_config) {
+        USP_CHECK(cli_config_print(stdout, c));
+        *done = 1;
+    }
+    return USP_OK;
 }
 
 int cli_fail(const char *command, usp_status status)

@@ -1,5 +1,8 @@
 /* Command-line options: a table per command, parsed with messages that name
- * the option, the value and what would work (exit code 2 on any of them). */
+ * the option, the value and what would work (exit code 2 on any of them).
+ * Every command's table also reads a config file (--config) and prints its
+ * options as one (--print-config): tools/cli_config.h; the checks of a value,
+ * either way: tools/cli_value.h. */
 #ifndef USP_TOOLS_CLI_H
 #define USP_TOOLS_CLI_H
 
@@ -26,14 +29,20 @@ typedef struct cli_option {
     long long min, max;  /* CLI_INT bounds (ignored when min > max) */
 } cli_option;
 
-/* Parses argv[first..argc) against `options` (terminated by a zero entry).
- * Sets *help when --help or -h is given. An option whose target is NULL is
- * known but refused: USP_ERR_CONFIG "NAME HELP" (e.g. a train option given to eval). */
-usp_status cli_parse(const char *command, int argc, char **argv, int first, const cli_option *options,
-                     int *help);
+/* A command's options and the help that describes them. */
+typedef struct cli_command {
+    const char *name;          /* "train": messages say "usp train" */
+    const char *usage;         /* the help's first line: "usp train [options]" */
+    const char *about;         /* the paragraph under it */
+    const cli_option *options; /* terminated by a zero entry */
+} cli_command;
 
-/* Prints "usage" and a line per option (the refused ones left out). */
-void cli_print_help(FILE *out, const char *usage, const char *about, const cli_option *options);
+/* Parses argv[first..argc) against command->options, after the values of a --config FILE (the
+ * command line overrides them, wherever it gives them). --help (-h) prints the help and
+ * --print-config the options as JSON, both on stdout, and set *done: nothing more to run
+ * (exit 0). An option whose target is NULL is known but refused: USP_ERR_CONFIG "NAME HELP"
+ * (e.g. a train option given to eval). */
+usp_status cli_parse(const cli_command *command, int argc, char **argv, int first, int *done);
 
 /* Prints "usp COMMAND: " and the message to err, flushed. In one of several processes a launcher
  * started (mpirun, srun), "usp COMMAND [rank R]: ": every process prints its own errors, and says

@@ -419,23 +419,23 @@ int cmd_calibrate(int argc, char **argv)
         {"--json", CLI_FLAG, &o.json, NULL, "print one JSON object: the tables, the kernels, the topology", 0, -1},
         {0},
     };
-    int help;
-    usp_status s = cli_parse("calibrate", argc, argv, 2, options, &help);
-    if (s != USP_OK)
-        return cli_fail("calibrate", s);
-    if (help) {
-        cli_print_help(stdout, "mpirun -np W usp calibrate --backend mpi [--quick] [--out FILE.json] [options]",
-                       "Measures this machine on the runtime --backend names: all_to_all, all_reduce and sendrecv\n"
-                       "over message sizes on the world and, when it spans nodes, within a node and across nodes;\n"
-                       "the backend's GEMM, flash attention (forward, backward) and copies. Prints nccl-tests style\n"
-                       "tables (busbw = algbw x (n-1)/n for all_to_all, 2(n-1)/n for all_reduce, 1 for sendrecv:\n"
-                       "nccl-tests doc/PERFORMANCE.md) with the time the fitted model gives beside each measured\n"
-                       "one, fits latency and bandwidth (alpha-beta), and writes a topology JSON, its GPU included,\n"
-                       "that usp plan --topology FILE.json and usp train --topology read (docs/cluster_model.md).\n"
-                       "Rank 0 prints and writes.",
-                       options);
-        return 0;
-    }
+    const cli_command c = {
+        .name = "calibrate",
+        .usage = "mpirun -np W usp calibrate --backend mpi [--quick] [--out FILE.json] [options]",
+        .about = "Measures this machine on the runtime --backend names: all_to_all, all_reduce and sendrecv\n"
+                 "over message sizes on the world and, when it spans nodes, within a node and across nodes;\n"
+                 "the backend's GEMM, flash attention (forward, backward) and copies. Prints nccl-tests style\n"
+                 "tables (busbw = algbw x (n-1)/n for all_to_all, 2(n-1)/n for all_reduce, 1 for sendrecv:\n"
+                 "nccl-tests doc/PERFORMANCE.md) with the time the fitted model gives beside each measured\n"
+                 "one, fits latency and bandwidth (alpha-beta), and writes a topology JSON, its GPU included,\n"
+                 "that usp plan --topology FILE.json and usp train --topology read (docs/cluster_model.md).\n"
+                 "Rank 0 prints and writes.",
+        .options = options,
+    };
+    int done;
+    usp_status s = cli_parse(&c, argc, argv, 2, &done);
+    if (s != USP_OK || done)
+        return s != USP_OK ? cli_fail("calibrate", s) : 0;
     if (o.world == 0)
         o.world = runtime_registry_default_world(o.backend);
     calibrate_plan plan = {.quick = o.quick, .gpus_per_node = o.gpus_per_node};

@@ -336,7 +336,8 @@ static usp_status run_compare(const plan_options *o, const plan_options *default
 {
     plan_compare_options c = {
         .trace = o->compare, .topology = o->topology, .nodes = o->nodes, .attention_kernel = o->attention_kernel,
-        .model = o->model != defaults->model ? o->model : NULL, .world = o->world != defaults->world ? o->world : 0,
+        .model = strcmp(o->model, defaults->model) != 0 ? o->model : NULL,
+        .world = o->world != defaults->world ? o->world : 0,
         .ulysses = o->ulysses, .ring = o->ring != defaults->ring ? o->ring : 0,
         .seq = o->seq != defaults->seq ? o->seq : 0, .batch = o->batch};
     plan_comparison result;
@@ -386,26 +387,26 @@ int cmd_plan(int argc, char **argv)
         MEMORY_OPTIONS(o.memory),
         {0},
     };
-    int help;
-    usp_status s = cli_parse("plan", argc, argv, 2, options, &help);
-    if (s != USP_OK)
-        return cli_fail("plan", s);
-    if (help) {
-        cli_print_help(stdout, "usp plan [options]",
-                       "Runs ONE training step of the real code on the meta backend (shapes only, nothing\n"
-                       "allocated or computed) in the simulator, and prints: memory per rank by category at the\n"
-                       "peak against the GPU's capacity, the modelled time per step split into compute,\n"
-                       "communication and exposed communication, tokens/s and MFU; --sweep ranks the U x R splits.\n"
-                       "The memory is what the code allocates with the memory options given; a step that does not\n"
-                       "fit is planned again with more of them (bf16, tiled loss, selective recompute,\n"
-                       "micro-batches, ZeRO 1-2, tiled MLP, recomputation, ZeRO 3) to say which would make it fit,\n"
-                       "and when none does, with the other U x R x DP splits of the same GPUs before it advises\n"
-                       "more GPUs. Compute is modelled in bf16 on the topology's GPUs, attention at the published\n"
-                       "rates of --attention-kernel (default fa2).\n"
-                       "See docs/planning.md.",
-                       options);
-        return 0;
-    }
+    const cli_command c = {
+        .name = "plan",
+        .usage = "usp plan [options]",
+        .about = "Runs ONE training step of the real code on the meta backend (shapes only, nothing\n"
+                 "allocated or computed) in the simulator, and prints: memory per rank by category at the\n"
+                 "peak against the GPU's capacity, the modelled time per step split into compute,\n"
+                 "communication and exposed communication, tokens/s and MFU; --sweep ranks the U x R splits.\n"
+                 "The memory is what the code allocates with the memory options given; a step that does not\n"
+                 "fit is planned again with more of them (bf16, tiled loss, selective recompute,\n"
+                 "micro-batches, ZeRO 1-2, tiled MLP, recomputation, ZeRO 3) to say which would make it fit,\n"
+                 "and when none does, with the other U x R x DP splits of the same GPUs before it advises\n"
+                 "more GPUs. Compute is modelled in bf16 on the topology's GPUs, attention at the published\n"
+                 "rates of --attention-kernel (default fa2).\n"
+                 "See docs/planning.md.",
+        .options = options,
+    };
+    int done;
+    usp_status s = cli_parse(&c, argc, argv, 2, &done);
+    if (s != USP_OK || done)
+        return s != USP_OK ? cli_fail("plan", s) : 0;
     if (o.compare && o.require_fit)
         return cli_fail("plan", usp_error(USP_ERR_CONFIG, "--require-fit with --compare %s: a comparison plans a "
                                           "run that already ran; drop one of them", o.compare));

@@ -88,14 +88,12 @@ int cmd_postmortem(int argc, char **argv)
     };
     /* DIR comes first: the option parser knows only options. */
     const char *dir = argc > 2 && argv[2][0] != '-' ? argv[2] : NULL;
-    int help;
-    usp_status s = cli_parse("postmortem", argc, argv, dir ? 3 : 2, options, &help);
-    if (s != USP_OK)
-        return cli_fail("postmortem", s);
-    if (help) {
-        cli_print_help(stdout, "usp postmortem DIR [--dot FILE]", about, options);
-        return 0;
-    }
+    const cli_command c = {.name = "postmortem", .usage = "usp postmortem DIR [--dot FILE]", .about = about,
+                           .options = options};
+    int done;
+    usp_status s = cli_parse(&c, argc, argv, dir ? 3 : 2, &done);
+    if (s != USP_OK || done)
+        return s != USP_OK ? cli_fail("postmortem", s) : 0;
     if (!dir) {
         usp_error(USP_ERR_CONFIG, "expected the directory of flight records first: usp postmortem DIR [--dot FILE] "
                   "(see usp postmortem --help)");

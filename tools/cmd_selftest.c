@@ -173,20 +173,20 @@ int cmd_selftest(int argc, char **argv)
         {"--json", CLI_FLAG, &o.json, NULL, "print the summary as one JSON object", 0, -1},
         {0},
     };
-    int help;
-    usp_status s = cli_parse("selftest", argc, argv, 2, options, &help);
-    if (s != USP_OK)
-        return cli_fail("selftest", s);
-    if (help) {
-        cli_print_help(stdout, "usp selftest [options]",
-                       "Runs a communication schedule shaped like one training step on the simulator: per layer\n"
-                       "the Ulysses all-to-alls, ring steps, and their backward; then the loss, gradient and\n"
-                       "ZeRO reductions, a broadcast, an uneven all_to_all_v and point-to-point pairs. Every\n"
-                       "received element is checked. A deadlock or a mismatched collective is reported at once\n"
-                       "with every rank's state (exit 3); a crashed rank exits 4; bad options exit 2.",
-                       options);
-        return 0;
-    }
+    const cli_command c = {
+        .name = "selftest",
+        .usage = "usp selftest [options]",
+        .about = "Runs a communication schedule shaped like one training step on the simulator: per layer\n"
+                 "the Ulysses all-to-alls, ring steps, and their backward; then the loss, gradient and\n"
+                 "ZeRO reductions, a broadcast, an uneven all_to_all_v and point-to-point pairs. Every\n"
+                 "received element is checked. A deadlock or a mismatched collective is reported at once\n"
+                 "with every rank's state (exit 3); a crashed rank exits 4; bad options exit 2.",
+        .options = options,
+    };
+    int done;
+    usp_status s = cli_parse(&c, argc, argv, 2, &done);
+    if (s != USP_OK || done)
+        return s != USP_OK ? cli_fail("selftest", s) : 0;
     int code = 0;
     s = run_selftest(&o, &code);
     return s != USP_OK ? cli_fail("selftest", s) : code;

@@ -448,18 +448,31 @@ static void eval_options(const cli_option *all, cli_option *out)
     out[n] = (cli_option){0};
 }
 
-/* usp train --help, or usp eval --help. */
-static void print_help(int eval, const cli_option *table)
+/* Parses argv against `options` (n entries, its end included), usp eval's view of them
+ * for usp eval; sets *done when --help or --print-config printed what they print. */
+static usp_status parse(const char *command, int argc, char **argv, const cli_option *options, size_t n, int *done)
 {
-    cli_print_help(stdout, eval ? "usp eval --resume DIR [options]" : "usp train [options]",
-                   eval ? "Evaluates a checkpoint: the mean loss on held-out samples of --data and, for passkey\n"
-                          "data, the fraction of samples whose key is retrieved, with the same mesh options as train."
-                        : "Trains a transformer with sequence parallelism on the simulated cluster. Defaults: 4 ranks,\n"
-                          "Ulysses 4, the tiny model on the passkey task (a key near the start, asked for at the\n"
-                          "end: only attention across shards can answer), 4000 steps (about 1.5 minutes on 2 cores).\n"
-                          "Prints a progress line every --log-every steps and a summary with the passkey accuracy\n"
-                          "on held-out samples (every --eval-every steps too); --log FILE keeps the lines in FILE.",
-                   table);
+    int eval = strcmp(command, "eval") == 0;
+    cli_option *eval_table = eval ? malloc(n * sizeof *eval_table) : NULL;
+    if (eval && !eval_table)
+        return usp_error(USP_ERR_RUNTIME, "out of memory for the options of usp eval");
+    if (eval)
+        eval_options(options, eval_table);
+    const cli_command c = {
+        .name = command,
+        .usage = eval ? "usp eval --resume DIR [options]" : "usp train [options]",
+        .about = eval ? "Evaluates a checkpoint: the mean loss on held-out samples of --data and, for passkey\n"
+                        "data, the fraction of samples whose key is retrieved, with the same mesh options as train."
+                      : "Trains a transformer with sequence parallelism on the simulated cluster. Defaults: 4 ranks,\n"
+                        "Ulysses 4, the tiny model on the passkey task (a key near the start, asked for at the\n"
+                        "end: only attention across shards can answer), 4000 steps (about 1.5 minutes on 2 cores).\n"
+                        "Prints a progress line every --log-every steps and a summary with the passkey accuracy\n"
+                        "on held-out samples (every --eval-every steps too); --log FILE keeps the lines in FILE.",
+        .options = eval ? eval_table : options,
+    };
+    usp_status s = cli_parse(&c, argc, argv, 2, done);
+    free(eval_table);
+    return s;
 }
 
 /* --world from --gpus (the nccl runtime's name for it) or the backend's default. */
@@ -476,24 +489,6 @@ static usp_status resolve_world(train_options *o)
     if (o->world == 0)
         o->world = runtime_registry_default_world(o->backend);
     return USP_OK;
-}
-
-/* Parses argv against `options` (n entries, its end included), usp eval's view of them
- * for usp eval; prints the help and sets *help for --help. */
-static usp_status parse(const char *command, int argc, char **argv, const cli_option *options, size_t n, int *help)
-{
-    int eval = strcmp(command, "eval") == 0;
-    cli_option *eval_table = eval ? malloc(n * sizeof *eval_table) : NULL;
-    if (eval && !eval_table)
-        return usp_error(USP_ERR_RUNTIME, "out of memory for the options of usp eval");
-    if (eval)
-        eval_options(options, eval_table);
-    const cli_option *table = eval ? eval_table : options;
-    usp_status s = cli_parse(command, argc, argv, 2, table, help);
-    if (s == USP_OK && *help)
-        print_help(eval, table);
-    free(eval_table);
-    return s;
 }
 
 int cmd_train(int argc, char **argv)
@@ -564,9 +559,9 @@ int cmd_train(int argc, char **argv)
         MEMORY_OPTIONS(o.memory),
         {0},
     };
-    int help;
-    usp_status s = parse(command, argc, argv, options, sizeof options / sizeof *options, &help);
-    if (s != USP_OK || help)
+    int done;
+    usp_status s = parse(command, argc, argv, options, sizeof options / sizeof *options, &done);
+    if (s != USP_OK || done)
         return s != USP_OK ? cli_fail(command, s) : 0;
     s = resolve_world(&o);
     if (s == USP_OK)

@@ -133,22 +133,22 @@ int cmd_viz(int argc, char **argv)
          "write the run's trace: Chrome trace JSON (Perfetto) for .json, plain text otherwise", 0, -1},
         {0},
     };
-    int help;
-    usp_status s = cli_parse("viz", argc, argv, 2, options, &help);
-    if (s != USP_OK)
-        return cli_fail("viz", s);
-    if (help) {
-        cli_print_help(stdout, "usp viz [options] --dot FILE [--trace FILE.json]",
-                       "Draws the communication schedule of one attention layer of a configuration: it runs the\n"
-                       "layer's communication on the simulator (real code, tiny data) and draws what the trace\n"
-                       "recorded. Pictures: ulysses (the all-to-all: who sends which slice to whom, with sizes),\n"
-                       "ring (one column per ring step, skipped causal blocks shown), hybrid (both levels), traffic\n"
-                       "(bytes between ranks, grouped by node). Above 8 ranks a picture draws one node per rank.\n"
-                       "Example: usp viz --ulysses 4 --seq 16 --heads 8 --dot a2a.svg --trace a2a.json\n"
-                       "Bad options exit 2; see docs/viz.md for what each picture shows.",
-                       options);
-        return 0;
-    }
+    const cli_command c = {
+        .name = "viz",
+        .usage = "usp viz [options] --dot FILE [--trace FILE.json]",
+        .about = "Draws the communication schedule of one attention layer of a configuration: it runs the\n"
+                 "layer's communication on the simulator (real code, tiny data) and draws what the trace\n"
+                 "recorded. Pictures: ulysses (the all-to-all: who sends which slice to whom, with sizes),\n"
+                 "ring (one column per ring step, skipped causal blocks shown), hybrid (both levels), traffic\n"
+                 "(bytes between ranks, grouped by node). Above 8 ranks a picture draws one node per rank.\n"
+                 "Example: usp viz --ulysses 4 --seq 16 --heads 8 --dot a2a.svg --trace a2a.json\n"
+                 "Bad options exit 2; see docs/viz.md for what each picture shows.",
+        .options = options,
+    };
+    int done;
+    usp_status s = cli_parse(&c, argc, argv, 2, &done);
+    if (s != USP_OK || done)
+        return s != USP_OK ? cli_fail("viz", s) : 0;
     s = run_viz(&o);
     return s != USP_OK ? cli_fail("viz", s) : 0;
 }
