@@ -10,7 +10,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <signal.h>
-#include <sys/stat.h>
 
 #include "core/base/atomic_file.h"
 #include "core/checkpoint/checkpoint.h"
@@ -19,6 +18,7 @@
 #include "core/runtime/runtime.h"
 #include "core/train/train.h"
 #include "plan/plan.h"
+#include "tools/checkpoint_dir.h"
 #include "tools/cli.h"
 #include "tools/commands.h"
 #include "tools/log_file.h"
@@ -42,15 +42,6 @@ typedef struct train_options {
     cli_list inject;
     memory_options memory;
 } train_options;
-
-static usp_status load_model(const char *option, const char *spec, usp_model_config *out)
-{
-    if (usp_model_config_load(spec, out) == USP_OK)
-        return USP_OK;
-    char why[USP_ERROR_MESSAGE_MAX];
-    snprintf(why, sizeof why, "%s", usp_error_message());
-    return usp_error(USP_ERR_CONFIG, "%s %s: %s", option, spec, why);
-}
 
 /* The Ulysses degree the user did not type (W / R) must split the model's heads; if it does not, the
  * message says where the number came from and a mesh of the same world that does. */
@@ -78,26 +69,15 @@ static usp_status resume_model_and_seed(const char *command, const train_options
                                         uint64_t *seed, usp_checkpoint_state *saved_out)
 {
     int eval = strcmp(command, "eval") == 0;
-    struct stat st;
-    int exists = stat(o->resume, &st) == 0;
-    if (!exists || !S_ISDIR(st.st_mode)) { /* a model name is not a checkpoint */
-        usp_model_config preset;
-        int is_preset = usp_model_config_preset(o->resume, &preset) == USP_OK;
-        usp_error_clear();
-        return usp_error(USP_ERR_CONFIG, "--resume %s: %s; --resume takes the directory that a --save wrote, or a "
-                         "Hugging Face checkpoint directory%s%s%s", o->resume,
-                         exists ? "not a directory" : "no such directory",
-                         is_preset ? " (--model " : "", is_preset ? o->resume : "",
-                         is_preset ? " names the preset, with fresh weights)" : "");
-    }
+    USP_CHECK(checkpoint_dir_check("--resume", o->resume, 1));
     usp_checkpoint_state saved;
     USP_CHECK(usp_checkpoint_read_state(o->resume, &saved));
     *saved_out = saved;
-    USP_CHECK(load_model("--resume", o->resume, model));
+    USP_CHECK(checkpoint_model_load("--resume", o->resume, model));
     if (o->model) {
         usp_model_config given;
         char difference[128];
-        USP_CHECK(load_model("--model", o->model, &given));
+        USP_CHECK(checkpoint_model_load("--model", o->model, &given));
         if (usp_model_config_shape_difference(&given, model, difference, sizeof difference))
             return usp_error(USP_ERR_CONFIG, "--model %s beside --resume %s: not the checkpoint's model (%s: the "
                              "first from --model, the second from %s/config.json); drop --model to train the "
@@ -136,7 +116,7 @@ static usp_status build_config(const char *command, const train_options *o, usp_
     if (o->resume)
         USP_CHECK(resume_model_and_seed(command, o, &c->model, &seed, resumed));
     else
-        USP_CHECK(load_model("--model", o->model ? o->model : "tiny", &c->model));
+        USP_CHECK(checkpoint_model_load("--model", o->model ? o->model : "tiny", &c->model));
     int ulysses = o->ulysses > 0 ? o->ulysses : o->world / o->ring;
     USP_CHECK(usp_mesh_shape_make(o->world, ulysses > 0 ? ulysses : 1, o->ring, &c->shape));
     if (o->ulysses == 0 && strcmp(o->attention, "local") != 0)

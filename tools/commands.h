@@ -11,6 +11,9 @@ int cmd_viz(int argc, char **argv);
 /* usp train / usp eval (argv[1] says which): training and evaluation on the simulator. */
 int cmd_train(int argc, char **argv);
 
+/* usp generate: tokens from a checkpoint, greedy or sampled (one rank, no KV cache). */
+int cmd_generate(int argc, char **argv);
+
 /* usp plan: one step on the meta backend: memory, modelled time, MFU; --sweep ranks the U x R splits. */
 int cmd_plan(int argc, char **argv);
 

@@ -28,6 +28,7 @@ static void print_help(FILE *out)
             "commands:\n"
             "  train      train a transformer with sequence parallelism (the main job)\n"
             "  eval       evaluate a checkpoint (loss, passkey accuracy)\n"
+            "  generate   generate tokens from a checkpoint (greedy or sampled; a passkey prompt by default)\n"
             "  plan       one step on shapes only: memory per rank, time per step, MFU, best U x R split\n"
             "  selftest   run a communication schedule shaped like one training step, checked\n"
             "  viz        draw the schedule of one attention layer (DOT, SVG, PNG, PDF; Chrome trace)\n"
@@ -85,6 +86,8 @@ static int run_command(int argc, char **argv)
         return cmd_viz(argc, argv);
     if (strcmp(cmd, "train") == 0 || strcmp(cmd, "eval") == 0)
         return cmd_train(argc, argv);
+    if (strcmp(cmd, "generate") == 0)
+        return cmd_generate(argc, argv);
     if (strcmp(cmd, "plan") == 0)
         return cmd_plan(argc, argv);
     if (strcmp(cmd, "postmortem") == 0)

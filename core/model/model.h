@@ -88,6 +88,11 @@ void usp_model_step_flops(const usp_model *m, double *forward, double *recompute
 /* Runs embedding and every layer up to the logits for `shards` (one per sequence on this rank). */
 usp_status usp_model_forward(usp_model *m, const usp_shard *shards);
 
+/* The logits of local rows rows[0..n) on the host, out [n, V] (after forward, before loss: the loss overwrites
+ * them with its gradient). A shapes-only backend has none: USP_ERR_CONFIG. Collective with ZeRO 3 and the
+ * tiled loss (it gathers the lm_head): every rank calls it, n may be 0. */
+usp_status usp_model_logits(usp_model *m, const int64_t *rows, int n, float *out);
+
 /* Argmax of the logits of local rows rows[0..n) (after forward, before loss); -1 on meta.
  * Collective with ZeRO 3 and the tiled loss (it gathers the lm_head): every rank calls it, n may be 0. */
 usp_status usp_model_argmax(usp_model *m, const int64_t *rows, int n, int32_t *out);

@@ -50,6 +50,42 @@ usp_status head_forward(usp_model *m)
     return model_drop_weights(m, L);
 }
 
+/* The logits of local row `row` into host[V]; with the tiled loss the caller has the lm_head's bucket in use,
+ * and the row is computed again from the final norm's output (the [n, V] logits never exist). */
+static usp_status download_row(usp_model *m, int64_t row, float *host)
+{
+    const float *logits = m->logits + row * m->V;
+    if (m->s.tiled_loss) {
+        USP_CHECK(model_linear(m, 1, m->logits, model_at(m, m->lnf, row * m->C), lm_head(m), NULL, m->C, m->V));
+        logits = m->logits;
+    }
+    return usp_buffer_download(BE, host, logits, (size_t)m->V * sizeof *host, ST);
+}
+
+/* Brackets reading rows: the tiled loss recomputes them from the lm_head's weights (a gather with ZeRO 3). */
+static usp_status begin_rows(usp_model *m) { return m->s.tiled_loss ? model_use_weights(m, head_layer(m)) : USP_OK; }
+
+static usp_status end_rows(usp_model *m, usp_status s)
+{
+    usp_status d = m->s.tiled_loss ? model_drop_weights(m, head_layer(m)) : USP_OK;
+    return s == USP_OK ? d : s;
+}
+
+usp_status usp_model_logits(usp_model *m, const int64_t *rows, int n, float *out)
+{
+    if (!usp_backend_has_numerics(BE))
+        return usp_error(USP_ERR_CONFIG, "the logits of a forward on the %s backend: it runs on shapes only and "
+                         "computes no numbers", usp_backend_name(BE));
+    for (int i = 0; i < n; i++)
+        if (rows[i] < 0 || rows[i] >= m->n)
+            return usp_error(USP_ERR_CONFIG, "logits of row %lld: this rank holds rows 0 to %lld", (long long)rows[i],
+                             (long long)m->n - 1);
+    usp_status s = begin_rows(m);
+    for (int i = 0; i < n && s == USP_OK; i++)
+        s = download_row(m, rows[i], out + (size_t)i * (size_t)m->V);
+    return end_rows(m, s);
+}
+
 usp_status usp_model_argmax(usp_model *m, const int64_t *rows, int n, int32_t *out)
 {
     if (!usp_backend_has_numerics(BE)) { /* no logits to read: no token */
@@ -60,27 +96,19 @@ usp_status usp_model_argmax(usp_model *m, const int64_t *rows, int n, int32_t *o
     float *row = malloc((size_t)m->V * sizeof *row);
     if (!row)
         return usp_error(USP_ERR_RUNTIME, "out of memory reading logits");
-    usp_status s = m->s.tiled_loss ? model_use_weights(m, head_layer(m)) : USP_OK;
+    usp_status s = begin_rows(m);
     for (int i = 0; i < n && s == USP_OK; i++) {
-        const float *logits = m->logits + rows[i] * m->V;
-        if (m->s.tiled_loss) { /* the row's logits, computed again */
-            s = model_linear(m, 1, m->logits, model_at(m, m->lnf, rows[i] * m->C), lm_head(m), NULL, m->C, m->V);
-            logits = m->logits;
-        }
-        if (s == USP_OK)
-            s = usp_buffer_download(BE, row, logits, (size_t)m->V * sizeof *row, ST);
+        s = download_row(m, rows[i], row);
+        if (s != USP_OK)
+            break;
         int32_t best = 0;
         for (int64_t v = 1; v < m->V; v++)
             if (row[v] > row[best])
                 best = (int32_t)v;
         out[i] = best;
     }
-    if (m->s.tiled_loss) {
-        usp_status d = model_drop_weights(m, head_layer(m));
-        s = s == USP_OK ? d : s;
-    }
     free(row);
-    return s;
+    return end_rows(m, s);
 }
 
 /* Cross-entropy of rows [r, r + rows) whose logits are in `logits`, then (with_grad) the lm_head's backward. */

@@ -11,7 +11,7 @@
 #include "core/data/data.h"
 #include "core/model/model.h"
 
-#define EVAL_SAMPLE_BASE ((int64_t)1 << 40) /* held-out samples: never drawn in training */
+/* held-out samples: USP_TRAIN_HELD_OUT_FIRST + k (train.h), never drawn in training; usp generate's too */
 
 typedef struct trainer {
     const usp_rank_ctx *ctx;
@@ -279,7 +279,7 @@ static usp_status evaluate(trainer *t, double *loss_out, double *accuracy)
     usp_status s = USP_OK;
     for (int64_t i = 0; i < batches && s == USP_OK; i++) {
         double loss = 0;
-        s = read_batch(t, EVAL_SAMPLE_BASE + i * t->per_call, t->shards);
+        s = read_batch(t, USP_TRAIN_HELD_OUT_FIRST + i * t->per_call, t->shards);
         if (s == USP_OK)
             s = eval_forward(t, &loss, t->data.kind == USP_DATA_PASSKEY ? digits : NULL);
         if (s == USP_OK && t->data.kind == USP_DATA_PASSKEY)

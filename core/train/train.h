@@ -1,5 +1,6 @@
-/* Room core/train/: the training and evaluation loop of one rank (this file) and the
- * selftest schedule (selftest.h). It may use: every room of core/.
+/* Room core/train/: the training and evaluation loop of one rank (this file), the
+ * selftest schedule (selftest.h) and generation from a checkpoint (generate.h).
+ * It may use: every room of core/.
  *
  * The training (and evaluation) loop of one rank (train.c; the config's defaults,
  * schedule and checks: train_config.c).
@@ -32,6 +33,10 @@
 #include "core/parallel/mesh.h"
 #include "core/model/model_config.h"
 #include "core/runtime/rank.h"
+
+/* The data sample of held-out sample 0: the evaluation reads samples USP_TRAIN_HELD_OUT_FIRST + k, k = 0, 1, ...
+ * in order (whatever the mesh), and training never draws one (sample (step - 1) B + b stays below it). */
+#define USP_TRAIN_HELD_OUT_FIRST ((int64_t)1 << 40)
 
 /* One rank's figures of the last step it ran (for usp plan). */
 typedef struct usp_train_step_stats {
