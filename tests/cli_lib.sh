@@ -2,6 +2,7 @@
 # binary's path: sets `usp`, a scratch directory `work` (removed on exit), the pass / fail
 # counters, the short runs `short` and `one`, and `expect` and `check`.
 usp=$1
+unset COLUMNS # help wraps to it (tools/cli.c); the tests grep whole lines
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 passed=0 failed=0

@@ -201,6 +201,12 @@ check "train leaves no temporary or stray files" test -z "$(ls "$tr" | grep -v -
 # usp plan: the modelled step, its timeline for Perfetto
 expect 0 "does not fit" -- plan --model llama-7b --seq 1048576 --world 8 --topology dgx-h100
 expect 0 "would fit with --dtype bf16" -- plan --model llama-7b --seq 1048576 --world 8 --topology dgx-h100
+# help wraps to the terminal ($COLUMNS here, a pipe being none): no line over 60 columns but the usage line;
+# without a width, an option a line as written, for grep
+long=$(COLUMNS=60 "$usp" plan --help | awk 'NR > 1 && length($0) > 60' | wc -l)
+flat=$("$usp" plan --help | grep -c -- '--attention-kernel fa2|fa3|sdpa attention kernel whose published rates the model charges')
+if [[ $long -eq 0 && $flat -eq 1 ]]; then passed=$((passed + 1)); else
+    failed=$((failed + 1)); echo "FAIL: plan --help: $long lines over 60 columns at COLUMNS=60, $flat unwrapped"; fi
 # --require-fit: exit 5 after the whole report when the step (with --sweep: every split) does not fit; 0 when it fits
 expect 5 "--require-fit: the step does not fit (exit 5)" -- plan --model llama-7b --seq 1048576 --world 8 --require-fit
 expect 5 "would fit with --dtype bf16" -- plan --model llama-7b --seq 1048576 --world 8 --require-fit

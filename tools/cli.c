@@ -5,6 +5,8 @@
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
+#include <unistd.h>
 
 #include "core/runtime/launcher_env.h"
 #include "tools/cli_config.h"
@@ -63,20 +65,84 @@ static usp_status read_arg(const cli_command *c, int argc, char **argv, int *i, 
     return USP_OK;
 }
 
-/* Prints "usage", the command's paragraph and a line per option (the refused ones left out). */
+/* The width help wraps to: the terminal's when `out` is one, else $COLUMNS, else 0: a pipe or a file gets
+ * an option a line, as written, for grep. */
+static int help_width(FILE *out)
+{
+    struct winsize w;
+    if (isatty(fileno(out)) && ioctl(fileno(out), TIOCGWINSZ, &w) == 0 && w.ws_col > 0)
+        return w.ws_col;
+    const char *columns = getenv("COLUMNS");
+    return columns && atoi(columns) > 0 ? atoi(columns) : 0;
+}
+
+/* Writes `text` from column `col` on, its words wrapped before `width` (0: no wrapping; a newline of the text
+ * is a space), each new line indented to column `indent`; returns the column it ends at. */
+static int print_wrapped(FILE *out, const char *text, int col, int indent, int width)
+{
+    int first = 1;
+    for (const char *p = text; *p;) {
+        while (*p == ' ' || *p == '\n')
+            p++;
+        int len = (int)strcspn(p, " \n");
+        if (!len)
+            break;
+        if (!first && width && col + 1 + len > width && col > indent)
+            col = fprintf(out, "\n%*s", indent, "") - 1;
+        else if (!first)
+            col += fprintf(out, " ");
+        col += fprintf(out, "%.*s", len, p);
+        first = 0;
+        p += len;
+    }
+    return col;
+}
+
+enum { NAME_COLUMN = 22, HELP_COLUMN = 2 + NAME_COLUMN + 1 };
+
+/* One option's line: its name and value in the first column, its help wrapped in the second. */
+static void print_option(FILE *out, const char *left, const char *help, int width)
+{
+    int col = HELP_COLUMN;
+    if (width && (int)strlen(left) > NAME_COLUMN) /* a long name: its help starts on the next line, in the column */
+        fprintf(out, "  %s\n%*s", left, HELP_COLUMN, "");
+    else
+        col = fprintf(out, "  %-*s ", NAME_COLUMN, left);
+    print_wrapped(out, help, col, HELP_COLUMN, width);
+    fputc('\n', out);
+}
+
+/* Prints "usage", the command's paragraph and a line per option (the refused ones left out), wrapped to the
+ * terminal (help_width). */
 static void print_help(FILE *out, const cli_command *c)
 {
-    fprintf(out, "usage: %s\n\n%s\n\noptions:\n", c->usage, c->about);
+    int width = help_width(out);
+    if (width && width < HELP_COLUMN + 30)
+        width = HELP_COLUMN + 30; /* a help column of a word or two would read worse than long lines */
+    fprintf(out, "usage: %s\n\n", c->usage);
+    if (width) { /* each paragraph re-flowed: their own line breaks are for a pipe */
+        char *about = strdup(c->about);
+        for (char *p = about, *end; p; p = end ? end + 2 : NULL) {
+            if ((end = strstr(p, "\n\n")))
+                *end = '\0';
+            print_wrapped(out, p, 0, 0, width);
+            fputs(end ? "\n\n" : "", out);
+        }
+        free(about);
+    } else {
+        fputs(c->about, out);
+    }
+    fprintf(out, "\n\noptions:\n");
     for (const cli_option *o = c->options; o->name; o++) {
         if (!o->target)
             continue;
         char left[64];
         snprintf(left, sizeof left, "%s%s%s", o->name, o->metavar ? " " : "", o->metavar ? o->metavar : "");
-        fprintf(out, "  %-22s %s\n", left, o->help);
+        print_option(out, left, o->help, width);
     }
-    fprintf(out, "  %-22s %s\n", "--config FILE", CLI_CONFIG_HELP);
-    fprintf(out, "  %-22s %s\n", "--print-config", CLI_PRINT_CONFIG_HELP);
-    fprintf(out, "  %-22s %s\n", "-h, --help", "this help");
+    print_option(out, "--config FILE", CLI_CONFIG_HELP, width);
+    print_option(out, "--print-config", CLI_PRINT_CONFIG_HELP, width);
+    print_option(out, "-h, --help", "this help", width);
 }
 
 void cli_error(FILE *err, const char *command, const char *format, ...)
