@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
-# usp generate (docs/CONTRACT.md): a passkey model trained here (one rank, 1000 steps: about 15 s on 2
-# cores) answers its held-out samples, generation agrees with usp eval sample for sample, a draw at a
-# temperature depends on its seed alone, and bad inputs are exit 2 naming the input.
+# usp generate (docs/CONTRACT.md): on a passkey model trained here (one rank, 1000 steps: about 15 s on 2
+# cores) generation agrees with usp eval sample for sample; a byte-level model trained on a repeated
+# sentence continues it; a draw at a temperature depends on its seed alone; bad inputs are exit 2 naming
+# the input. Whether the passkey model has learnt the key by step 1000 depends on the CPU's vector width
+# (on this seed: yes with the AVX-512 kernels, no with AVX2 or SSE2, measured), so no check here needs it:
+# the agreement holds either way, and the sentence is learnt on every path by step 200.
 # Usage: generate_test.sh PATH/TO/usp
 set -u
 source "$(dirname "$0")/cli_lib.sh" "$1"
@@ -9,8 +12,9 @@ source "$(dirname "$0")/cli_lib.sh" "$1"
 # json_field FIELD: the value of "FIELD" in the JSON on stdin (numbers and plain strings)
 json_field() { sed -n "s/.*\"$1\":\"\{0,1\}\([^,\"}]*\).*/\1/p"; }
 
-# The default task on one rank: on this seed the key is learnt between steps 775 and 800 (eval: 0 of 32
-# held-out samples at 775, 31 at 800, 32 at 1000). --keep 2 leaves pk (step 1000) and pk-step-800.
+# The default task on one rank (with the AVX-512 kernels the key is learnt between steps 775 and 800:
+# eval 0 of 32 held-out samples at 775, 31 at 800, 32 at 1000). --keep 2 leaves pk (step 1000) and
+# pk-step-800.
 limit=120 expect 0 "saved to $work/pk (step 1000)" -- train --world 1 --steps 1000 --save-every 200 --keep 2 \
     --save "$work/pk" --eval-samples 0 --log-every 1000
 
@@ -29,15 +33,8 @@ for ckpt in "$work/pk-step-800" "$work/pk"; do
     eval_right=$(awk -v a="$accuracy" -v n=$samples 'BEGIN { printf "%d", a * n + 0.5 }')
     check "$ckpt: generate got $right of $samples keys, eval ${accuracy:-nothing} ($eval_right)" \
         test -n "$accuracy" -a "$right" = "$eval_right"
-    last_right=$right
 done
-check "the model trained 1000 steps generates the key on 24 or more of $samples held-out samples: $last_right" \
-    test "$last_right" -ge 24
-expect 0 "key 59870, generated 59870 (5 of 5 digits)" -- generate --resume "$work/pk"
-# the model retrieves a key it never saw in a sample: the same question with a key of our own (--prompt:
-# the passkey characters are bytes, and the tiny model's vocabulary is 256)
-question="pass key=13579.een and the sky is blue what is the pass key="
-expect 0 "generated (5 tokens): 13579" -- generate --resume "$work/pk" --prompt "$question" --tokens 5
+expect 0 "key 59870, generated " -- generate --resume "$work/pk"
 
 # a draw at a temperature: the same seed gives the same tokens
 a=$("$usp" generate --resume "$work/pk-step-800" --temperature 1.5 --seed 7 --json 2>&1)
@@ -48,11 +45,15 @@ expect 0 '"prompt_tokens":5,"prompt":"hello"' -- generate --resume "$work/pk" --
 out=$("$usp" generate --resume "$work/pk" --prompt hello --tokens 12 --json 2>&1)
 check "--tokens 12 gives 12 tokens: $out" test "$(grep -o '"tokens":\[[0-9,]*\]' <<<"$out" | tr -cd ,)" = ,,,,,,,,,,,
 
-# a byte-level model trained on text: --prompt's bytes are its tokens
+# a byte-level model trained on a repeated sentence (200 steps) continues it: --prompt's bytes are its
+# tokens, and after "on the" (not after the first "the") comes " mat." (the loss is 0.03-0.04 at step 200
+# on the AVX-512, AVX2 and SSE2 paths, each of which generates this, measured)
 for ((i = 0; i < 100; i++)); do printf 'the cat sat on the mat. '; done >"$work/cat.txt"
-"$usp" train --data "text:$work/cat.txt" --world 1 --steps 2 --seq 32 --batch 2 --eval-samples 0 \
+"$usp" train --data "text:$work/cat.txt" --world 1 --steps 200 --seq 32 --batch 4 --eval-samples 0 \
     --save "$work/text" >/dev/null 2>&1
 expect 0 "prompt (7 tokens): the cat" -- generate --resume "$work/text" --prompt "the cat" --seq 32
+expect 0 "generated (12 tokens):  mat. the ca" -- generate --resume "$work/text" --prompt "the cat sat on the" \
+    --seq 32 --tokens 12
 
 # bad inputs: exit 2, naming the input and what would work
 expect 2 "usp generate needs --resume DIR" -- generate
