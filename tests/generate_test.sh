@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# usp generate (docs/CONTRACT.md): on a passkey model trained here (one rank, 1000 steps: about 15 s on 2
+# usp generate (docs/RUNS.md): on a passkey model trained here (one rank, 1000 steps: about 15 s on 2
 # cores) generation agrees with usp eval sample for sample; a byte-level model trained on a repeated
 # sentence continues it; a draw at a temperature depends on its seed alone; bad inputs are exit 2 naming
 # the input. Whether the passkey model has learnt the key by step 1000 depends on the CPU's vector width
