@@ -48,25 +48,26 @@ static void train_steps(int world, int ulysses, int ring, int64_t batch, int64_t
 #define STEPS 10
 #define SWITCHES_MAX 200
 
+/* STEPS steps of a mesh, after one that makes the pool and the allocator, make fewer than SWITCHES_MAX. */
+static void assert_wakes_no_worker(const char *mesh, int world, int ulysses, int ring, int64_t batch)
+{
+    train_steps(world, ulysses, ring, batch, 1);
+    long before = voluntary_switches();
+    train_steps(world, ulysses, ring, batch, STEPS);
+    long switches = voluntary_switches() - before;
+    ck_assert_msg(switches < SWITCHES_MAX, "%d steps of %s made %ld voluntary context switches (at most %d)", STEPS,
+                  mesh, switches, SWITCHES_MAX);
+}
+
 START_TEST(a_ring_of_small_blocks_wakes_no_worker)
 {
-    train_steps(4, 1, 4, 16, 1); /* warm: the pool and the allocator are made */
-    long before = voluntary_switches();
-    train_steps(4, 1, 4, 16, STEPS);
-    long switches = voluntary_switches() - before;
-    ck_assert_msg(switches < SWITCHES_MAX, "%d steps of --ring 4 made %ld voluntary context switches (at most %d)",
-                  STEPS, switches, SWITCHES_MAX);
+    assert_wakes_no_worker("--ring 4", 4, 1, 4, 16);
 }
 END_TEST
 
 START_TEST(the_readme_hybrid_wakes_no_worker)
 {
-    train_steps(8, 2, 2, 8, 1);
-    long before = voluntary_switches();
-    train_steps(8, 2, 2, 8, STEPS);
-    long switches = voluntary_switches() - before;
-    ck_assert_msg(switches < SWITCHES_MAX, "%d steps of the hybrid 2 x 2, DP 2 made %ld voluntary context "
-                  "switches (at most %d)", STEPS, switches, SWITCHES_MAX);
+    assert_wakes_no_worker("the hybrid 2 x 2, DP 2", 8, 2, 2, 8);
 }
 END_TEST
 

@@ -4,11 +4,10 @@
 #include "tools/runtime_registry.h"
 
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 
-#include "sim/sim_runtime.h"
 #include "core/runtime/launcher_env.h"
+#include "sim/sim_runtime.h"
 #ifdef USP_HAVE_MPI
 #include "backends/mpi/mpi_runtime.h"
 #endif
@@ -102,8 +101,9 @@ usp_status runtime_registry_check_launcher(const char *name, const char *command
 int runtime_registry_default_world(const char *name)
 {
 #ifdef USP_HAVE_MPI
-    if ((strcmp(name, "mpi") == 0 || strcmp(name, "nccl") == 0) && usp_launcher_processes(NULL) > 0)
-        return usp_launcher_processes(NULL);
+    int launched = usp_launcher_processes(NULL);
+    if ((strcmp(name, "mpi") == 0 || strcmp(name, "nccl") == 0) && launched > 0)
+        return launched;
 #endif
     return strcmp(name, "nccl") == 0 ? 1 : 4; /* GPUs: one unless a launcher started more */
 }

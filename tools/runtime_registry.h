@@ -28,7 +28,6 @@ void runtime_registry_describe(char *buf, size_t size);
  * printed once per process. The message names --backend mpi. */
 usp_status runtime_registry_check_launcher(const char *name, const char *command);
 
-
 /* The world size when --world is not given: the launcher's process count for
  * a runtime that a launcher starts (mpi), else 4. */
 int runtime_registry_default_world(const char *name);

@@ -10,8 +10,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "core/runtime/launcher_env.h"
 #include "core/base/strbuf.h"
+#include "core/runtime/launcher_env.h"
 
 #ifndef USP_MPIEXEC /* CMake's MPIEXEC_EXECUTABLE, baked in by backends/mpi/CMakeLists.txt */
 #define USP_MPIEXEC ""
@@ -193,7 +193,8 @@ usp_status mpi_self_launch(const mpi_self_launch_request *r)
     if (getenv(MPI_SELF_LAUNCH_MARKER)) { /* launched by usp, yet no launcher is seen: never launch again */
         launch_lines(r, lines, sizeof lines);
         return usp_error(USP_ERR_CONFIG, "--backend %s %s %d: this process was started by usp's own mpirun (%s is "
-                         "set), yet finds no launcher in its environment (" USP_LAUNCHER_VARIABLES "): that mpirun did not set them (is it Open MPI's?); not launching again: unset %s "
+                         "set), yet finds no launcher in its environment (" USP_LAUNCHER_VARIABLES "): that mpirun did not "
+                         "set them (is it Open MPI's?); not launching again: unset %s "
                          "and start the processes yourself: %s", r->backend, r->count_option, r->processes,
                          MPI_SELF_LAUNCH_MARKER, MPI_SELF_LAUNCH_MARKER, lines);
     }
