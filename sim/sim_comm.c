@@ -18,6 +18,7 @@
 #include <string.h>
 
 #include "sim/sim_internal.h"
+#include "sim/schedule_log.h"
 #include "sim/virtual_streams.h"
 
 usp_status sim_group_create(sim_world *w, const char *name, int size, const int *members, sim_group **out)
@@ -34,6 +35,7 @@ usp_status sim_group_create(sim_world *w, const char *name, int size, const int 
     if (!g)
         return usp_error(USP_ERR_RUNTIME, "out of memory creating group %s", name);
     snprintf(g->name, sizeof g->name, "%s", name);
+    g->id = w->n_groups;
     g->size = size;
     g->members = malloc((size_t)size * sizeof *g->members);
     g->posted = calloc((size_t)size, sizeof *g->posted);
@@ -363,6 +365,7 @@ static usp_status post_and_wait(sim_comm *sc, usp_comm_op *op)
     r->op = op;
     r->op_comm = sc;
     r->op_seq = ++sc->group->calls[sc->local];
+    sim_sched_note_call(r, sc->group, sc->local, op, r->op_seq, sim_stream_lane(r, op->stream));
     r->state = RANK_BLOCKED;
     r->wake = USP_OK;
     if (is_collective(op->kind))

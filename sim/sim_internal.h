@@ -15,6 +15,7 @@ typedef enum sim_rank_state { RANK_READY, RANK_BLOCKED, RANK_DONE } sim_rank_sta
 
 /* A process group, shared by its members' handles. */
 typedef struct sim_group {
+    int id;                  /* its index in the world's groups */
     char name[USP_COMM_NAME_MAX];
     int size;
     int *members;            /* [size] world ranks */
@@ -62,6 +63,8 @@ typedef struct sim_rank {
     struct sim_side_call *side_calls; /* calls on lanes > 0 that lane 0's compute may still run beside */
     int n_side_calls, cap_side_calls;
     double hidden_comm_s, hidden_wait_s; /* parts of comm_s and wait_s that ran beside compute */
+
+    struct sim_sched_log *sched; /* what the rank enqueued, for exploration (sim/schedule_log.h); NULL: not logged */
 
     sim_comm **comms;        /* the rank's live handles (the world frees those a rank left open) */
     int n_comms, cap_comms;

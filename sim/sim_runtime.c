@@ -65,6 +65,7 @@ usp_status sim_runtime_create(const usp_runtime_options *o, usp_runtime_t **out)
     if (o->shapes_only) /* docs/planning.md */
         rt->config.make_backend = usp_backend_meta_create;
     rt->config.faults = faults, rt->config.n_faults = o->n_inject, rt->config.trace = o->trace;
+    rt->config.record_schedule = o->record_schedule;
     if (s == USP_OK && (o->cluster || o->nodes))
         s = sim_topology_for_world(o->cluster, o->nodes, o->world_size, &rt->config.cost.topology);
     if (s == USP_OK)

@@ -5,15 +5,18 @@
 #include <stdlib.h>
 
 #include "sim/backend_forwarding.h"
+#include "sim/schedule_log.h"
 #include "sim/sim_internal.h"
 
-/* A stream handle: only its lane. An event handle: only the time it marks. */
+/* A stream handle: only its lane. An event handle: the time it marks, and its record in the
+ * schedule log (sim/schedule_log.h) when the rank logs one. */
 typedef struct lane_stream {
     int lane;
 } lane_stream;
 
 typedef struct lane_event {
     double t;
+    long record;
 } lane_event;
 
 /* A call on a lane > 0, kept until lane 0 has passed its end. */
@@ -101,6 +104,9 @@ static double *clock_of(void *ctx, usp_stream_t *stream)
 static usp_status vs_synchronize(void *ctx, usp_stream_t *stream)
 {
     sim_rank *r = rank_of(ctx);
+    /* The log keeps what the cuda backend does: NULL is its own compute stream (non-blocking), and
+     * cudaStreamSynchronize waits for that stream alone; the clocks join every lane (what the host reads). */
+    sim_sched_note_sync(r, sim_stream_lane(r, stream));
     double until = stream ? *clock_of(ctx, stream) : sim_lanes_end(r);
     r->clock = until > r->clock ? until : r->clock;
     return USP_OK;
@@ -141,6 +147,7 @@ static usp_status vs_event_create(void *ctx, usp_event_t **out)
     if (!e)
         return usp_error(USP_ERR_RUNTIME, "out of memory creating an event of rank %d", rank_of(ctx)->id);
     e->t = 0.0; /* never recorded: waiting on it waits for nothing, as in CUDA */
+    e->record = -1;
     *out = (usp_event_t *)(void *)e;
     return USP_OK;
 }
@@ -153,14 +160,18 @@ static void vs_event_destroy(void *ctx, usp_event_t *event)
 
 static usp_status vs_event_record(void *ctx, usp_event_t *event, usp_stream_t *stream)
 {
-    ((lane_event *)(void *)event)->t = *clock_of(ctx, stream);
+    lane_event *e = (lane_event *)(void *)event;
+    e->t = *clock_of(ctx, stream);
+    e->record = sim_sched_note_record(rank_of(ctx), sim_stream_lane(rank_of(ctx), stream));
     return USP_OK;
 }
 
 static usp_status vs_stream_wait_event(void *ctx, usp_stream_t *stream, usp_event_t *event)
 {
-    double *lane = clock_of(ctx, stream), t = ((const lane_event *)(void *)event)->t;
+    const lane_event *e = (const lane_event *)(void *)event;
+    double *lane = clock_of(ctx, stream), t = e->t;
     *lane = t > *lane ? t : *lane;
+    sim_sched_note_wait(rank_of(ctx), sim_stream_lane(rank_of(ctx), stream), e->record);
     return USP_OK;
 }
 

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "backends/cpu/cpu_backend.h"
+#include "sim/schedule_log.h"
 #include "sim/sim_internal.h"
 #include "sim/virtual_streams.h"
 
@@ -85,6 +86,8 @@ static usp_status make_ranks(sim_world *w)
         sim_rank *r = &w->ranks[i];
         r->id = i;
         r->world = w;
+        if (w->config.record_schedule)
+            USP_CHECK(usp_calloc((void **)&r->sched, 1, sizeof *r->sched, "a rank's schedule log"));
         USP_CHECK((w->config.make_backend ? w->config.make_backend : usp_backend_cpu_create)(&r->backend));
         /* A backend that completes every op at once gets streams in virtual time, so that what the
          * code runs beside compute overlaps here too; one with streams of its own keeps them. */
@@ -359,6 +362,7 @@ void sim_world_destroy(sim_world *w)
         free(r->comms);
         usp_backend_destroy(r->backend);
         sim_lanes_free(r);
+        sim_sched_log_free(r->sched);
         sim_fiber_destroy(r->fiber);
     }
     for (int g = 0; g < w->n_groups; g++) {

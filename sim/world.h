@@ -33,6 +33,7 @@ typedef struct sim_config {
     sim_backend_factory make_backend; /* NULL: the cpu backend */
     size_t stack_bytes;               /* each rank's fiber stack; 0: 16 MiB */
     int trace;                        /* 1: record trace events */
+    int record_schedule;              /* 1: log what each rank enqueues, for sim_explore (sim/explore.h) */
 } sim_config;
 
 /* A config for `world_size` ranks: cpu backend, enough dgx-h100 nodes (BF16), trace on, no faults. */

@@ -12,6 +12,7 @@
 #include "core/train/selftest.h"
 #include "tools/cli.h"
 #include "tools/commands.h"
+#include "tools/explore_cli.h"
 #include "tools/output_path.h"
 #include "tools/runtime_registry.h"
 #include "viz/chrome_trace.h"
@@ -26,6 +27,8 @@ typedef struct selftest_options {
     const char *trace, *dot, *topology;
     int nodes;
     cli_list inject;
+    const char *overlap;
+    explore_options explore;
 } selftest_options;
 
 /* The calls and bytes come from the trace (the runtime records one), the rest
@@ -100,6 +103,13 @@ static usp_status run_selftest(const selftest_options *o, int *exit_code)
     USP_CHECK(usp_mesh_shape_make(o->world, o->ulysses > 0 ? o->ulysses : o->world / o->ring, o->ring, &shape));
     usp_selftest_run run = {.config = usp_selftest_default(&shape)};
     usp_selftest_config *c = &run.config;
+    USP_CHECK(explore_options_check(&o->explore, NULL));
+    if (o->overlap && strcmp(o->overlap, "ordered") == 0)
+        c->overlap = USP_SELFTEST_OVERLAP_ORDERED;
+    else if (o->overlap && strcmp(o->overlap, "unordered") == 0)
+        c->overlap = USP_SELFTEST_OVERLAP_UNORDERED;
+    else if (o->overlap && strcmp(o->overlap, "none") != 0)
+        return usp_error(USP_ERR_CONFIG, "--overlap %s: not a mode; use none, ordered or unordered", o->overlap);
     if (o->layers >= 0) c->layers = o->layers;
     if (o->heads > 0) c->heads = o->heads;
     if (o->kv_heads > 0) c->kv_heads = o->kv_heads;
@@ -121,7 +131,8 @@ static usp_status run_selftest(const selftest_options *o, int *exit_code)
                          SELFTEST_Q_BYTES_MAX / 1e6);
     /* the summary counts the calls in the trace: it is always on */
     usp_runtime_options ro = {.world_size = shape.world, .cluster = o->topology, .nodes = o->nodes,
-                              .inject = o->inject.items, .n_inject = o->inject.n, .trace = 1};
+                              .inject = o->inject.items, .n_inject = o->inject.n, .trace = 1,
+                              .record_schedule = o->explore.explore};
     usp_runtime_t *rt;
     USP_CHECK(runtime_registry_create("sim", &ro, &rt));
     usp_status s = usp_calloc((void **)&run.stats, (size_t)shape.world, sizeof *run.stats, "selftest stats");
@@ -133,14 +144,19 @@ static usp_status run_selftest(const selftest_options *o, int *exit_code)
     usp_status output_status = USP_OK;
     if (o->trace && trace) /* the trace of a failed run is whole too: it helps to debug it */
         output_status = viz_trace_write(trace, o->trace);
-    if (o->dot && output_status == USP_OK)
+    int explore_code = 0;
+    if (s == USP_OK && o->explore.explore) /* its --dot is the wait-for graph of a deadlock it finds */
+        output_status = explore_after_run(rt, &o->explore, "selftest", o->dot, stdout, stderr, &explore_code);
+    if (o->dot && output_status == USP_OK && !explore_code)
         output_status = write_picture(rt, s, o, &shape);
-    if (s == USP_OK && output_status == USP_OK)
+    if (s == USP_OK && output_status == USP_OK && !explore_code)
         print_summary(trace, &run, o);
+    if (s == USP_OK && explore_code)
+        s = (usp_status)explore_code;
     *exit_code = s != USP_OK ? (int)s : (int)output_status;
     if (s != USP_OK && *usp_runtime_report(rt))
         cli_error(stderr, "selftest", "%s", usp_runtime_report(rt));
-    else if (s != USP_OK)
+    else if (s != USP_OK && !explore_code) /* the exploration printed its findings */
         cli_error(stderr, "selftest", "%s\n", run_message);
     if (output_status != USP_OK)
         cli_error(stderr, "selftest", "%s\n", usp_error_message());
@@ -151,7 +167,7 @@ static usp_status run_selftest(const selftest_options *o, int *exit_code)
 
 int cmd_selftest(int argc, char **argv)
 {
-    selftest_options o = {.world = 4, .ring = 1, .layers = -1};
+    selftest_options o = {.world = 4, .ring = 1, .layers = -1, .explore = {.slots = 1}};
     const cli_option options[] = {
         {"--world", CLI_INT, &o.world, "W", "simulated GPUs (default 4)", 1, 4096},
         {"--ulysses", CLI_INT, &o.ulysses, "U", "Ulysses degree (default W/R)", 1, 4096},
@@ -171,6 +187,10 @@ int cmd_selftest(int argc, char **argv)
         {"--dot", CLI_STRING, &o.dot, "FILE",
          "picture (.dot, .svg, .png, .pdf): the wait-for graph of a deadlock/mismatch, else the traffic map", 0, -1},
         {"--json", CLI_FLAG, &o.json, NULL, "print the summary as one JSON object", 0, -1},
+        {"--overlap", CLI_STRING, &o.overlap, "MODE",
+         "gradient buckets all-reduced on a stream of their own during the backward: none (default), ordered "
+         "(the next all-to-all waits for each), unordered (no event between them: a planted order bug)", 0, -1},
+        EXPLORE_CLI_OPTIONS(o.explore),
         {0},
     };
     const cli_command c = {

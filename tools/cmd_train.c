@@ -27,6 +27,7 @@
 #include "tools/output_path.h"
 #include "tools/runtime_registry.h"
 #include "tools/train_report.h"
+#include "tools/explore_cli.h"
 #include "viz/chrome_trace.h"
 #include "viz/render.h"
 #include "viz/run_picture.h"
@@ -41,6 +42,7 @@ typedef struct train_options {
     double lr;
     cli_list inject;
     memory_options memory;
+    explore_options explore;
 } train_options;
 
 /* The Ulysses degree the user did not type (W / R) must split the model's heads; if it does not, the
@@ -327,7 +329,8 @@ static usp_status run_config(const char *command, const train_options *o, char *
                               .inject = o->inject.items, .n_inject = o->inject.n,
                               .trace = o->trace != NULL || o->dot != NULL,
                               .check_collectives = o->check_collectives, .timeout_s = o->timeout,
-                              .dump_dir = o->dump_dir, .stop = c->eval_only ? NULL : &stop_signal};
+                              .dump_dir = o->dump_dir, .stop = c->eval_only ? NULL : &stop_signal,
+                              .record_schedule = o->explore.explore};
     /* without a launcher, mpi and nccl start their processes here (after the checks above, so that a bad
      * option is one message, not one per process); the launched ones pass through */
     USP_CHECK(runtime_registry_launch(o->backend, &ro, argv));
@@ -358,6 +361,12 @@ static usp_status run_config(const char *command, const train_options *o, char *
     c->stop = ro.stop;
     if (s == USP_OK)
         s = usp_runtime_run(rt, usp_train_rank, &runarg);
+    int explore_code = 0;
+    train_options shown = *o; /* an explored deadlock's wait-for picture takes --dot's place */
+    if (s == USP_OK && o->explore.explore)
+        s = explore_after_run(rt, &o->explore, command, o->dot, out, log->err, &explore_code);
+    if (explore_code)
+        shown.dot = NULL;
     if (s == USP_OK) {
         if (prints)
             train_report_summary(&report, c, &result, usp_runtime_cluster_of(rt));
@@ -369,10 +378,11 @@ static usp_status run_config(const char *command, const train_options *o, char *
         cli_error(log->err, command, *usp_runtime_report(rt) ? "%s" : "%s\n",
                   *usp_runtime_report(rt) ? usp_runtime_report(rt) : usp_error_message());
     }
-    usp_status os = prints ? write_outputs(rt, s, command, o, c, log) : USP_OK;
+    usp_status os = prints ? write_outputs(rt, s, command, &shown, c, log) : USP_OK;
     /* a process of the world that was not signalled itself stopped with the others: it says SIGTERM's code */
     int stopped_code = 128 + (atomic_load(&stop_signal) ? atomic_load(&stop_signal) : SIGTERM);
-    *exit_code = s != USP_OK ? (int)s : os != USP_OK ? (int)os : result.stopped ? stopped_code : 0;
+    *exit_code = s != USP_OK ? (int)s : os != USP_OK ? (int)os : explore_code ? explore_code
+                 : result.stopped ? stopped_code : 0;
     train_report_free(&report);
     free(result.peak_bytes);
     usp_runtime_destroy(rt);
@@ -475,8 +485,9 @@ int cmd_train(int argc, char **argv)
 {
     const char *command = argv[1];
     train_options o = {.backend = "sim", .data = "passkey", .attention = "sp", .world = 0,
-                       .ring = 1, .seq = 64, .batch = 16, .steps = 4000, .warmup = -1, .log_every = 250,
-                       .eval_samples = 64, .seed = -1, .lr = 1e-2, .memory = MEMORY_OPTIONS_DEFAULTS};
+                       .ring = 1, .seq = 64, .batch = 16, .steps = -1, .warmup = -1, .log_every = 250,
+                       .eval_samples = 64, .seed = -1, .lr = 1e-2, .memory = MEMORY_OPTIONS_DEFAULTS,
+                       .explore = {.slots = 1}};
     const cli_option options[] = {
         {"--backend", CLI_STRING, &o.backend, "sim|mpi|nccl",
          "where the ranks run: sim (default, one process), mpi (one process per rank, on the CPU), nccl (one "
@@ -502,7 +513,8 @@ int cmd_train(int argc, char **argv)
         {"--seq", CLI_INT, &o.seq, "N", "sequence length (default 64: 16 tokens per rank by default)", 2, 1 << 30},
         {"--pad", CLI_FLAG, &o.pad, NULL, "pad a length that does not divide (padding is masked out of the loss)", 0, -1},
         {"--batch", CLI_INT, &o.batch, "B", "global batch: sequences per step over all DP replicas (default 16)", 1, 1 << 20},
-        {"--steps", CLI_INT, &o.steps, "S", "training steps: the length of the LR schedule (default 4000)", 0, 1 << 30},
+        {"--steps", CLI_INT, &o.steps, "S", "training steps: the length of the LR schedule (default 4000; 1 with "
+         "--explore)", 0, 1 << 30},
         {"--until", CLI_INT, &o.until, "K", "stop after step K of the schedule (to --save and --resume later)", 0, 1 << 30},
         {"--lr", CLI_DOUBLE, &o.lr, "X", "peak learning rate (default 1e-2; warmup then cosine to 10%)", 0, -1},
         {"--warmup", CLI_INT, &o.warmup, "S", "warmup steps (default 10% of --steps)", 0, 1 << 30},
@@ -528,6 +540,7 @@ int cmd_train(int argc, char **argv)
          "(sim only)", 0, -1},
         {"--json", CLI_FLAG, &o.json, NULL, "one JSON object per line: per-step records, then a summary", 0, -1},
         {"--meta", CLI_FLAG, &o.meta, NULL, "run on shapes only (meta backend): modelled time and memory, no loss", 0, -1},
+        EXPLORE_CLI_OPTIONS(o.explore),
         {"--check-collectives", CLI_FLAG, &o.check_collectives, NULL,
          "real backends: ranks exchange each call's fingerprint first, so a mismatch is a report (exit 3), not a hang "
          "(the simulator always checks)", 0, -1},
@@ -544,6 +557,10 @@ int cmd_train(int argc, char **argv)
     if (s != USP_OK || done)
         return s != USP_OK ? cli_fail(command, s) : 0;
     s = resolve_world(&o);
+    if (o.steps < 0) /* not given: an exploration replays one step, a run trains the passkey task */
+        o.steps = o.explore.explore ? 1 : 4000;
+    if (s == USP_OK)
+        s = explore_options_check(&o.explore, o.backend);
     if (s == USP_OK)
         s = runtime_registry_check_launcher(o.backend, command);
     int code = 0;

@@ -38,6 +38,7 @@ typedef struct usp_runtime_options {
     const char *const *inject;  /* fault specs, KIND:rank=R[,op=OP][,call=K][,group=G] */
     int n_inject;
     int trace;                  /* record a trace of every call and op (usp_runtime_trace) */
+    int record_schedule;        /* the simulator: log what each rank enqueues, for --explore (sim/explore.h) */
     /* Real backends (the simulator checks every call and never hangs, so it needs none of them): */
     int check_collectives;      /* exchange call fingerprints before each call: a mismatch is a report, not a hang */
     double timeout_s;           /* the watchdog: a call not complete after this many seconds ends the run (0: 600) */

@@ -23,6 +23,11 @@ typedef struct selftest {
     size_t capacity;        /* elements of each buffer */
     float *dev_send, *dev_recv;
     float *host;
+    /* --overlap: the gradient buckets (one per layer), their stream, and its events */
+    float *dev_grad;
+    size_t bucket_n;
+    usp_stream_t *grad_stream;
+    usp_event_t *written, *reduced;
 } selftest;
 
 static float payload(int src, int dst, int tag, size_t idx)
@@ -96,6 +101,49 @@ static usp_status ring_pass(selftest *t, size_t block, int tag, const char *what
     return USP_OK;
 }
 
+/* --overlap: layer `layer`'s gradient bucket, all-reduced over the world (the group that shares the
+ * gradient) on the gradient stream once the backward has written it, beside the next layer's backward. */
+static usp_status bucket_reduce(selftest *t, const usp_selftest_config *c, int layer)
+{
+    usp_backend_t *be = t->ctx->backend;
+    float *bucket = t->dev_grad + (size_t)layer * t->bucket_n;
+    for (size_t i = 0; i < t->bucket_n; i++)
+        t->host[i] = payload(t->ctx->rank, 0, 200 + layer, i);
+    USP_CHECK(usp_buffer_copy(be, bucket, t->host, t->bucket_n * sizeof(float), USP_COPY_HOST_TO_DEVICE,
+                              t->ctx->stream));
+    USP_CHECK(usp_event_record(be, t->written, t->ctx->stream)); /* the reduction reads what the backward wrote */
+    USP_CHECK(usp_stream_wait_event(be, t->grad_stream, t->written));
+    USP_CHECK(usp_comm_all_reduce(t->ctx->world, bucket, bucket, t->bucket_n, USP_F32, USP_REDUCE_SUM,
+                                  t->grad_stream));
+    USP_CHECK(usp_event_record(be, t->reduced, t->grad_stream));
+    /* Ordered: the compute stream's next collective waits for this one, so every GPU starts the two in the
+     * order they were issued. Unordered, nothing links the streams: each GPU starts whichever is ready. */
+    if (c->overlap == USP_SELFTEST_OVERLAP_ORDERED)
+        USP_CHECK(usp_stream_wait_event(be, t->ctx->stream, t->reduced));
+    return USP_OK;
+}
+
+static float group_sum(usp_comm_t *g, int tag, size_t i);
+
+/* --overlap: after the backward, the compute stream waits for the last bucket, and every bucket holds the
+ * sum over the world. */
+static usp_status check_buckets(selftest *t, const usp_selftest_config *c)
+{
+    USP_CHECK(usp_stream_wait_event(t->ctx->backend, t->ctx->stream, t->reduced));
+    for (int layer = 0; layer < c->layers; layer++) {
+        USP_CHECK(usp_buffer_download(t->ctx->backend, t->host, t->dev_grad + (size_t)layer * t->bucket_n,
+                                      t->bucket_n * sizeof(float), t->ctx->stream));
+        size_t i = 0;
+        while (i < t->bucket_n && usp_backend_has_numerics(t->ctx->backend) &&
+               t->host[i] == group_sum(t->ctx->world, 200 + layer, i))
+            i++;
+        t->stats->elements_checked += i;
+        tally(t, i == t->bucket_n || !usp_backend_has_numerics(t->ctx->backend), "gradient bucket all-reduce",
+              i, i < t->bucket_n ? t->host[i] : 0, i < t->bucket_n ? group_sum(t->ctx->world, 200 + layer, i) : 0);
+    }
+    return USP_OK;
+}
+
 static usp_status attention_layers(selftest *t, const usp_selftest_config *c)
 {
     const int U = c->shape.ulysses;
@@ -115,8 +163,10 @@ static usp_status attention_layers(selftest *t, const usp_selftest_config *c)
         USP_CHECK(exchange(t, t->mesh.ulysses, o_block, tag + 1, "ulysses all-to-all of dO"));
         USP_CHECK(ring_pass(t, kv_ring_block, tag + 2, "ring step of dK/dV"));
         USP_CHECK(exchange(t, t->mesh.ulysses, qkv_block, tag + 3, "ulysses all-to-all of dQ/dK/dV"));
+        if (c->overlap != USP_SELFTEST_OVERLAP_NONE)
+            USP_CHECK(bucket_reduce(t, c, layer));
     }
-    return USP_OK;
+    return c->overlap != USP_SELFTEST_OVERLAP_NONE && c->layers > 0 ? check_buckets(t, c) : USP_OK;
 }
 
 /* Sum over the members of g of payload(world rank, 0, tag, i). */
@@ -283,12 +333,27 @@ usp_status usp_selftest_rank(const usp_rank_ctx *ctx, void *arg)
     USP_CHECK_GOTO(usp_buffer_alloc(ctx->backend, t.capacity * sizeof(float), "comm", (void **)&t.dev_send), s, done);
     USP_CHECK_GOTO(usp_buffer_alloc(ctx->backend, t.capacity * sizeof(float), "comm", (void **)&t.dev_recv), s, done);
     USP_CHECK_GOTO(usp_malloc((void **)&t.host, t.capacity * sizeof(float), "selftest host buffer"), s, done);
+    if (c->overlap != USP_SELFTEST_OVERLAP_NONE) {
+        t.bucket_n = tokens * d * 4; /* at most `other` above: the host buffer holds one */
+        USP_CHECK_GOTO(usp_buffer_alloc(ctx->backend, ((size_t)c->layers + 1) * t.bucket_n * sizeof(float), "grad",
+                                        (void **)&t.dev_grad), s, done);
+        USP_CHECK_GOTO(usp_stream_create(ctx->backend, &t.grad_stream), s, done);
+        USP_CHECK_GOTO(usp_event_create(ctx->backend, &t.written), s, done);
+        USP_CHECK_GOTO(usp_event_create(ctx->backend, &t.reduced), s, done);
+    }
     s = run_schedule(&t, c);
     if (s == USP_OK) /* every rank got here: a wrong check does not stop a rank */
         s = usp_rank_gather(ctx, &mine, sizeof mine, run->stats);
     if (s == USP_OK && mine.buffers_wrong)
         s = USP_ERR_RUNTIME; /* the message of the first wrong check is still in this rank's error slot */
 done:
+    if (t.grad_stream) /* it synchronises: nothing is left in flight on the buffers freed below */
+        (void)usp_stream_destroy(ctx->backend, t.grad_stream);
+    if (t.written)
+        usp_event_destroy(ctx->backend, t.written);
+    if (t.reduced)
+        usp_event_destroy(ctx->backend, t.reduced);
+    usp_buffer_free(ctx->backend, t.dev_grad);
     free(t.host);
     usp_buffer_free(ctx->backend, t.dev_send);
     usp_buffer_free(ctx->backend, t.dev_recv);

@@ -18,8 +18,18 @@
 #include "core/parallel/mesh.h"
 #include "core/runtime/rank.h"
 
+/* Gradient buckets reduced during the backward (selftest --overlap): none; on a stream of their own that the
+ * next all-to-all waits for (ordered: every GPU starts the two in the order they were issued); or with no
+ * event between them (unordered: the planted bug of tutorial 08, whose order is each GPU's choice). */
+typedef enum usp_selftest_overlap {
+    USP_SELFTEST_OVERLAP_NONE,
+    USP_SELFTEST_OVERLAP_ORDERED,
+    USP_SELFTEST_OVERLAP_UNORDERED,
+} usp_selftest_overlap;
+
 typedef struct usp_selftest_config {
     usp_mesh_shape shape;
+    usp_selftest_overlap overlap;
     int layers;          /* attention layers in the step */
     int heads, kv_heads; /* query and key/value heads */
     int head_dim;
