@@ -172,11 +172,18 @@ static int settle_host(const xmodel *m, xstate *s, int rank)
 void xsettle(const xmodel *m, xstate *s)
 {
     long ready[64];
-    for (int moved = 1; moved;) {
-        moved = 0;
+    for (;;) {
+        /* first every move that starts nothing, to the end: an event wait that passes can make a second head
+         * ready, and a head started alone before it would hide the GPU's choice */
+        for (int moved = 1; moved;) {
+            moved = 0;
+            for (int r = 0; r < m->n; r++) {
+                moved |= settle_lanes(m, s, r);
+                moved |= settle_host(m, s, r);
+            }
+        }
+        int started = 0;
         for (int r = 0; r < m->n; r++) {
-            moved |= settle_lanes(m, s, r);
-            moved |= settle_host(m, s, r);
             int free_slots = m->slots - xrunning(m, s, r);
             if (free_slots <= 0 || m->ranks[r].lanes > 64)
                 continue;
@@ -184,9 +191,11 @@ void xsettle(const xmodel *m, xstate *s)
             if (n > 0 && n <= free_slots) { /* every ready head starts: no choice to make */
                 for (int i = 0; i < n; i++)
                     xstart(m, s, r, ready[i]);
-                moved = 1;
+                started = 1;
             }
         }
+        if (!started)
+            return;
     }
 }
 

@@ -61,18 +61,52 @@ static int concurrent(const sim_world *w, const xrank *x, const int *know, long 
     return know[b * lanes + ia->lane] <= x->lane_pos[a] && know[a * lanes + ib->lane] <= x->lane_pos[b];
 }
 
-static void describe_pair(usp_strbuf *b, int rank, const xrank *x, long first, long second)
+/* A rank's first pair, for the report. */
+typedef struct finding {
+    long a, b; /* -1: none */
+} finding;
+
+/* Two findings name the same pair of call sites on the same streams. */
+static int same_sites(const xmodel *m, int r, finding f, int q, finding g)
 {
-    usp_strbuf_printf(b, "  rank %d: ", rank);
-    xdescribe_call(b, &x->log->items[first]);
-    usp_strbuf_printf(b, " [stream %d] and ", x->log->items[first].lane);
-    xdescribe_call(b, &x->log->items[second]);
-    usp_strbuf_printf(b, " [stream %d] may be in flight at once: no event or synchronize orders them\n",
-                      x->log->items[second].lane);
+    const sim_sched_item *a = xitem(m, r, f.a), *b = xitem(m, r, f.b), *c = xitem(m, q, g.a), *d = xitem(m, q, g.b);
+    return a->call.site.line == c->call.site.line && b->call.site.line == d->call.site.line &&
+           a->lane == c->lane && b->lane == d->lane && strcmp(a->call.site.file, c->call.site.file) == 0 &&
+           strcmp(b->call.site.file, d->call.site.file) == 0;
 }
 
-/* Finds rank r's pairs; prints the first few over all ranks (*shown counts them). */
-static usp_status lint_rank(const sim_world *w, const xrank *x, int r, sim_lint_result *out, int *shown)
+/* "  ranks 0-3, 5: X [stream 1] and Y [stream 0] may be in flight at once ..." for rank r's pair and the
+ * ranks after it with the same sites (marked done). */
+static void describe_group(usp_strbuf *out, const xmodel *m, const finding *f, int r, char *done)
+{
+    usp_strbuf list = {0};
+    int ranks = 0;
+    for (int q = r; q < m->n; q++) {
+        if (done[q] || f[q].a < 0 || !same_sites(m, r, f[r], q, f[q]))
+            continue;
+        done[q] = 1;
+        int last = q; /* a run of ranks q..last prints as q-last */
+        while (last + 1 < m->n && !done[last + 1] && f[last + 1].a >= 0 && same_sites(m, r, f[r], last + 1, f[last + 1]))
+            done[++last] = 1;
+        usp_strbuf_printf(&list, ranks ? ", %d" : "%d", q);
+        if (last > q)
+            usp_strbuf_printf(&list, "-%d", last);
+        ranks += last - q + 1;
+        q = last;
+    }
+    usp_strbuf_printf(out, "  rank%s %s", ranks > 1 ? "s" : "", usp_strbuf_text(&list));
+    usp_strbuf_free(&list);
+    const sim_sched_item *a = xitem(m, r, f[r].a), *b = xitem(m, r, f[r].b);
+    usp_strbuf_printf(out, ": ");
+    xdescribe_call(out, a);
+    usp_strbuf_printf(out, " [stream %d] and ", a->lane);
+    xdescribe_call(out, b);
+    usp_strbuf_printf(out, " [stream %d] (rank %d's) may be in flight at once: no event or synchronize orders "
+                      "them\n", b->lane, r);
+}
+
+/* Counts rank r's pairs; its first is f. */
+static usp_status lint_rank(const sim_world *w, const xrank *x, sim_lint_result *out, finding *f)
 {
     size_t n = x->log->n;
     int *know = calloc(n * (size_t)x->lanes + 1, sizeof *know);
@@ -80,14 +114,15 @@ static usp_status lint_rank(const sim_world *w, const xrank *x, int r, sim_lint_
         return usp_error(USP_ERR_RUNTIME, "out of memory linting a schedule");
     usp_status s = clocks(x, know);
     uint64_t found = 0;
+    *f = (finding){-1, -1};
     for (size_t b = 0; b < n && s == USP_OK; b++) {
         if (x->log->items[b].kind != SIM_SCHED_CALL)
             continue;
         for (size_t a = 0; a < b; a++) {
             if (x->log->items[a].kind != SIM_SCHED_CALL || !concurrent(w, x, know, (long)a, (long)b))
                 continue;
-            if (found++ == 0 && (*shown)++ < SHOWN_MAX)
-                describe_pair(&out->report, r, x, (long)a, (long)b);
+            if (found++ == 0)
+                *f = (finding){(long)a, (long)b};
         }
     }
     out->pairs += found;
@@ -101,13 +136,15 @@ usp_status sim_schedule_lint(const sim_world *w, sim_lint_result *out)
     memset(out, 0, sizeof *out);
     xmodel m;
     USP_CHECK(xmodel_build(w, 1, &m));
-    usp_status s = USP_OK;
-    int shown = 0;
+    finding *f = calloc((size_t)m.n, sizeof *f);
+    char *done = calloc((size_t)m.n, 1);
+    usp_status s = f && done ? USP_OK : usp_error(USP_ERR_RUNTIME, "out of memory linting a schedule");
     for (int r = 0; r < m.n && s == USP_OK; r++)
-        s = lint_rank(w, &m.ranks[r], r, out, &shown);
-    if (s == USP_OK && out->pairs > 0 && out->ranks > shown)
-        usp_strbuf_printf(&out->report, "  (the first pair of %d of the %d ranks with one)\n",
-                          shown < SHOWN_MAX ? shown : SHOWN_MAX, out->ranks);
+        s = lint_rank(w, &m.ranks[r], out, &f[r]);
+    for (int r = 0, shown = 0; r < m.n && s == USP_OK; r++)
+        if (!done[r] && f[r].a >= 0 && shown++ < SHOWN_MAX)
+            describe_group(&out->report, &m, f, r, done);
+    free(f), free(done);
     xmodel_free(&m);
     return s;
 }
