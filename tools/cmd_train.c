@@ -411,9 +411,11 @@ static usp_status run(const char *command, const train_options *o, char **argv, 
     return USP_OK;
 }
 
-/* Options of training that `usp eval` has no use for: it runs no step, keeps no schedule and writes nothing. */
+/* Options of training that `usp eval` has no use for: it runs no step, keeps no schedule and writes nothing
+ * (and has no step's streams to explore). */
 static const char *const training_only[] = {"--steps", "--until", "--lr", "--warmup", "--save", "--save-every",
-                                            "--keep", "--log-every", "--eval-every", NULL};
+                                            "--keep", "--log-every", "--eval-every", "--explore", "--gpu-slots",
+                                            "--explore-states", NULL};
 
 static int is_training_only(const char *name)
 {
@@ -465,9 +467,13 @@ static usp_status parse(const char *command, int argc, char **argv, const cli_op
     return s;
 }
 
-/* --world from --gpus (the nccl runtime's name for it) or the backend's default. */
+/* --world from --gpus (the nccl runtime's name for it) or the backend's default; --steps not given: one step
+ * for an exploration, the passkey task's 4000 for a run; --explore's options checked. */
 static usp_status resolve_world(train_options *o)
 {
+    if (o->steps < 0)
+        o->steps = o->explore.explore ? 1 : 4000;
+    USP_CHECK(explore_options_check(&o->explore, o->backend));
     if (o->gpus && strcmp(o->backend, "nccl") != 0)
         return usp_error(USP_ERR_CONFIG, "--gpus %d with --backend %s: --gpus counts GPUs of --backend nccl; ranks "
                          "of %s are --world", o->gpus, o->backend, o->backend);
@@ -484,15 +490,14 @@ static usp_status resolve_world(train_options *o)
 int cmd_train(int argc, char **argv)
 {
     const char *command = argv[1];
-    train_options o = {.backend = "sim", .data = "passkey", .attention = "sp", .world = 0,
-                       .ring = 1, .seq = 64, .batch = 16, .steps = -1, .warmup = -1, .log_every = 250,
-                       .eval_samples = 64, .seed = -1, .lr = 1e-2, .memory = MEMORY_OPTIONS_DEFAULTS,
-                       .explore = {.slots = 1}};
+    train_options o = {.backend = "sim", .data = "passkey", .attention = "sp", .ring = 1, .seq = 64, .batch = 16,
+                       .steps = -1, .warmup = -1, .log_every = 250, .eval_samples = 64, .seed = -1, .lr = 1e-2,
+                       .memory = MEMORY_OPTIONS_DEFAULTS, .explore = {.slots = 1}};
     const cli_option options[] = {
         {"--backend", CLI_STRING, &o.backend, "sim|mpi|nccl",
-         "where the ranks run: sim (default, one process), mpi (one process per rank, on the CPU), nccl (one "
-         "process per GPU: cuda kernels and cuBLAS, NCCL); mpi and nccl start their processes under mpirun "
-         "unless a launcher (mpirun, srun) started this one", 0, -1},
+         "where the ranks run: sim (default, one process), mpi (one process per rank, on the CPU), nccl (one process "
+         "per GPU: cuda kernels and cuBLAS, NCCL); mpi and nccl start their processes under mpirun unless a launcher "
+         "(mpirun, srun) started this one", 0, -1},
         {"--world", CLI_INT, &o.world, "W", "ranks (simulated GPUs; default 4, or the launcher's process count)", 1, 4096},
         {"--gpus", CLI_INT, &o.gpus, "G", "--backend nccl: GPUs, one rank each (the same as --world; default 1, or the "
          "launcher's process count)", 1, 4096},
@@ -513,8 +518,7 @@ int cmd_train(int argc, char **argv)
         {"--seq", CLI_INT, &o.seq, "N", "sequence length (default 64: 16 tokens per rank by default)", 2, 1 << 30},
         {"--pad", CLI_FLAG, &o.pad, NULL, "pad a length that does not divide (padding is masked out of the loss)", 0, -1},
         {"--batch", CLI_INT, &o.batch, "B", "global batch: sequences per step over all DP replicas (default 16)", 1, 1 << 20},
-        {"--steps", CLI_INT, &o.steps, "S", "training steps: the length of the LR schedule (default 4000; 1 with "
-         "--explore)", 0, 1 << 30},
+        {"--steps", CLI_INT, &o.steps, "S", "training steps: the LR schedule's length (default 4000; 1 with --explore)", 0, 1 << 30},
         {"--until", CLI_INT, &o.until, "K", "stop after step K of the schedule (to --save and --resume later)", 0, 1 << 30},
         {"--lr", CLI_DOUBLE, &o.lr, "X", "peak learning rate (default 1e-2; warmup then cosine to 10%)", 0, -1},
         {"--warmup", CLI_INT, &o.warmup, "S", "warmup steps (default 10% of --steps)", 0, 1 << 30},
@@ -557,10 +561,6 @@ int cmd_train(int argc, char **argv)
     if (s != USP_OK || done)
         return s != USP_OK ? cli_fail(command, s) : 0;
     s = resolve_world(&o);
-    if (o.steps < 0) /* not given: an exploration replays one step, a run trains the passkey task */
-        o.steps = o.explore.explore ? 1 : 4000;
-    if (s == USP_OK)
-        s = explore_options_check(&o.explore, o.backend);
     if (s == USP_OK)
         s = runtime_registry_check_launcher(o.backend, command);
     int code = 0;
