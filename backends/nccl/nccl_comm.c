@@ -98,7 +98,12 @@ static usp_status split(nccl_handle *h, usp_comm_op *op)
     if (s == USP_OK && (nc == NULL) != (child == MPI_COMM_NULL))
         s = usp_error(USP_ERR_RUNTIME, "split on %s at %s:%d: NCCL and MPI disagree on whether this rank is in a "
                       "group", h->self->name, op->site.file, op->site.line);
-    if (s == USP_OK && nc && (ncclCommUserRank(nc, &nccl_rank) != ncclSuccess || nccl_rank != rank))
+    if (s == USP_OK && nc && (s = nccl_process_lock(h->process, "ncclCommUserRank")) == USP_OK) {
+        if (ncclCommUserRank(nc, &nccl_rank) != ncclSuccess)
+            nccl_rank = -1;
+        nccl_process_unlock(h->process);
+    }
+    if (s == USP_OK && nc && nccl_rank != rank)
         s = usp_error(USP_ERR_RUNTIME, "split on %s at %s:%d: NCCL gives this rank index %d in %s, MPI %d",
                       h->self->name, op->site.file, op->site.line, nccl_rank, op->name, rank);
     if (s == USP_OK && nc)

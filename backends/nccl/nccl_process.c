@@ -280,19 +280,17 @@ void nccl_process_close(nccl_process *p, ncclComm_t comm)
 {
     if (nccl_process_lock(p, "closing a communicator") != USP_OK)
         return; /* ncclCommAbort freed it */
+    ncclResult_t r = ncclCommFinalize(comm); /* non-blocking: flushes what was enqueued on it, polled below */
+    nccl_process_unlock(p);
+    if ((r == ncclSuccess || r == ncclInProgress) && nccl_process_wait(p, comm, "ncclCommFinalize") != USP_OK)
+        fprintf(stderr, "usp: %s\n", usp_error_message());
+    if (nccl_process_lock(p, "destroying a communicator") != USP_OK)
+        return; /* aborted while it finalised: the abort, which still listed it, freed it */
     for (int i = 0; i < MAX_COMMS; i++)
         if (p->comms[i] == comm)
             p->comms[i] = NULL;
-    ncclResult_t r = ncclCommFinalize(comm); /* non-blocking: flushes what was enqueued on it, polled below */
+    ncclCommDestroy(comm);
     nccl_process_unlock(p);
-    if (r == ncclSuccess || r == ncclInProgress) {
-        if (nccl_process_wait(p, comm, "ncclCommFinalize") != USP_OK)
-            fprintf(stderr, "usp: %s\n", usp_error_message());
-    }
-    if (nccl_process_lock(p, "destroying a communicator") == USP_OK) {
-        ncclCommDestroy(comm);
-        nccl_process_unlock(p);
-    }
 }
 
 void nccl_process_destroy(nccl_process *p)
