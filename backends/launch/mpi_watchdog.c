@@ -49,9 +49,6 @@ struct mpi_watchdog {
     mpi_watchdog_abort_fn abort;  /* (optional) ends the rank's communicators */
     void *abort_ctx;
     atomic_int told;              /* this rank wrote the marker: finding it is no news from a peer */
-    atomic_int armed;             /* the end timer: 1 while it may end the process ... */
-    atomic_int armed_code;        /* ... with this exit code ... */
-    struct timespec armed_until;  /* ... at this time (CLOCK_MONOTONIC) */
 };
 
 /* The self-pipe: a signal handler may only write(2), and any thread of the
@@ -102,40 +99,62 @@ static void sleep_seconds(double s)
     }
 }
 
-/* The end timer's thread: once armed, it ends the process at armed_until unless disarmed first. Only
- * write(2) and _exit(2) after the wait: what it cuts short may hold any lock. */
-static void *end_timer(void *arg)
+/* An armed end timer: its thread ends the process with `code` at `until` unless disarmed first. The
+ * thread owns it (and frees it once disarmed): it outlives the watchdog, which may be freed meanwhile. */
+typedef struct end_timer {
+    int rank, code;
+    struct timespec until;        /* CLOCK_MONOTONIC */
+    atomic_int armed;
+} end_timer;
+
+/* Only write(2) and _exit(2) once the time has come: what it cuts short may hold any lock. */
+static void *run_end_timer(void *arg)
 {
-    mpi_watchdog *w = arg;
-    while (atomic_load(&w->armed) && !passed(&w->armed_until))
+    end_timer *t = arg;
+    while (atomic_load(&t->armed) && !passed(&t->until))
         sleep_seconds(0.02);
-    if (!atomic_load(&w->armed))
+    if (!atomic_load(&t->armed)) {
+        free(t);
         return NULL;
+    }
     char line[160];
     int n = snprintf(line, sizeof line, "usp: rank %d: the dump and abort did not finish within %d s; the "
-                     "process ends now (exit %d)\n", w->rank, MPI_WATCHDOG_END_BOUND_S, atomic_load(&w->armed_code));
+                     "process ends now (exit %d)\n", t->rank, MPI_WATCHDOG_END_BOUND_S, t->code);
     if (n > 0 && write(STDERR_FILENO, line, (size_t)n) < 0) { /* nothing left to tell it to */
     }
-    _exit(atomic_load(&w->armed_code));
+    _exit(t->code);
 }
 
-/* Arms the end timer: the process ends with `code` bound_s seconds from now. Without a thread (none can
- * be made), SIGALRM's default action ends it instead: a signal's exit, but an end. */
-static void arm(mpi_watchdog *w, int code, double bound_s)
+/* Arms an end timer: the process ends with `code` bound_s seconds from now. Without a thread (or the
+ * memory for one), SIGALRM's default action ends it instead (NULL returned): a signal's exit, but an end. */
+static end_timer *arm(const mpi_watchdog *w, int code, double bound_s)
 {
-    clock_gettime(CLOCK_MONOTONIC, &w->armed_until);
-    w->armed_until.tv_sec += (time_t)bound_s;
-    atomic_store(&w->armed_code, code);
-    atomic_store(&w->armed, 1);
-    pthread_t t;
-    if (pthread_create(&t, NULL, end_timer, w) == 0) {
-        pthread_detach(t);
-    } else {
-        signal(SIGALRM, SIG_DFL);
-        alarm((unsigned)bound_s + 1);
+    end_timer *t = calloc(1, sizeof *t);
+    pthread_t thread;
+    if (t) {
+        t->rank = w->rank, t->code = code;
+        clock_gettime(CLOCK_MONOTONIC, &t->until);
+        t->until.tv_sec += (time_t)bound_s;
+        atomic_store(&t->armed, 1);
+        if (pthread_create(&thread, NULL, run_end_timer, t) == 0) {
+            pthread_detach(thread);
+            return t;
+        }
+        free(t);
     }
+    signal(SIGALRM, SIG_DFL);
+    alarm((unsigned)bound_s + 1);
+    return NULL;
 }
 
+/* The abort returned in time: the timer (whose thread then frees it) lets the process live. */
+static void disarm(end_timer *t)
+{
+    if (t)
+        atomic_store(&t->armed, 0);
+    else
+        alarm(0);
+}
 
 /* Tells every other rank that this one ends the run with `code` (the marker: written whole or not at all). */
 static void tell_peers(mpi_watchdog *w, int code, const char *why)
@@ -220,7 +239,7 @@ static void run_abort(mpi_watchdog *w)
  * ends the process with `code`. */
 static void end_process(mpi_watchdog *w, const char *why, const char *reason, int code, int tell, int linger_s)
 {
-    arm(w, code, MPI_WATCHDOG_END_BOUND_S + linger_s);
+    (void)arm(w, code, MPI_WATCHDOG_END_BOUND_S + linger_s); /* never disarmed: the process ends either way */
     char where[600] = "";
     if (w->dump_dir) {
         if (mpi_watchdog_dump(w, reason) == USP_OK)
@@ -360,9 +379,9 @@ void mpi_watchdog_abort(mpi_watchdog *w, int code, const char *why)
     if (!w)
         return;
     tell_peers(w, code, why);
-    arm(w, code, MPI_WATCHDOG_END_BOUND_S);
+    end_timer *t = arm(w, code, MPI_WATCHDOG_END_BOUND_S);
     run_abort(w);
-    atomic_store(&w->armed, 0); /* the abort returned: the rank ends its own way */
+    disarm(t); /* the abort returned: the rank ends its own way */
 }
 
 void mpi_watchdog_started(mpi_watchdog *w, double t)
