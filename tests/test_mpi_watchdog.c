@@ -14,6 +14,7 @@
 
 #include "backends/launch/mpi_watchdog.h"
 #include "tests/check_main.h"
+#include "tests/harness.h"
 
 static int ticks;
 
@@ -95,13 +96,7 @@ static char *read_dump(const char *dir)
 {
     char path[512];
     snprintf(path, sizeof path, "%s/rank-0.usp-flight.json", dir);
-    FILE *f = fopen(path, "r");
-    if (!f)
-        return NULL;
-    char *text = calloc(1, 1 << 16);
-    size_t n = fread(text, 1, (1 << 16) - 1, f);
-    text[n] = '\0';
-    fclose(f);
+    char *text = harness_read_file(path, NULL);
     remove(path);
     return text;
 }

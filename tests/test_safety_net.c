@@ -20,6 +20,7 @@
 
 #include "backends/launch/mpi_watchdog.h"
 #include "tests/check_main.h"
+#include "tests/harness.h"
 #include "tests/scratch_dir.h"
 
 #define TIMEOUT_S 0.3
@@ -34,17 +35,7 @@ static const char *in_dir(const char *name)
 }
 
 /* The whole file (malloc'd), or NULL when it does not exist. */
-static char *slurp(const char *path)
-{
-    FILE *f = fopen(path, "r");
-    if (!f)
-        return NULL;
-    char *text = calloc(1, 1 << 16);
-    size_t n = fread(text, 1, (1 << 16) - 1, f);
-    text[n] = '\0';
-    fclose(f);
-    return text;
-}
+static char *slurp(const char *path) { return harness_read_file(path, NULL); }
 
 static int exists(const char *path)
 {
