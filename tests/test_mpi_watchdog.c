@@ -14,6 +14,7 @@
 
 #include "backends/launch/mpi_watchdog.h"
 #include "tests/check_main.h"
+#include "tests/harness.h"
 
 static int ticks;
 
@@ -47,7 +48,7 @@ START_TEST(an_enqueued_call_stays_posted_until_its_transport_completes_it)
 {
     usp_flight_recorder *r = recorder_with_world();
     mpi_watchdog *w = NULL;
-    ck_assert_int_eq(mpi_watchdog_start(0, 600, NULL, r, &w), USP_OK);
+    ck_assert_int_eq(mpi_watchdog_start(0, 2, 600, NULL, r, &w), USP_OK);
     usp_comm_fingerprint fp = {.op = USP_OP_ALL_REDUCE, .dtype = USP_F32, .count = 4, .peer = -1, .recv_peer = -1,
                                .group = "world", .site = {"test.c", 1}};
     uint64_t entry = mpi_watchdog_enter(w, &fp, 1.0);
@@ -74,7 +75,7 @@ static int run_child(usp_status poll_status, int clear_first, const char *dir)
     if (pid == 0) {
         usp_flight_recorder *r = recorder_with_world();
         mpi_watchdog *w = NULL;
-        if (mpi_watchdog_start(0, 600, dir, r, &w) != USP_OK)
+        if (mpi_watchdog_start(0, 2, 600, dir, r, &w) != USP_OK)
             _exit(90);
         static usp_status status;
         status = poll_status;
@@ -95,13 +96,7 @@ static char *read_dump(const char *dir)
 {
     char path[512];
     snprintf(path, sizeof path, "%s/rank-0.usp-flight.json", dir);
-    FILE *f = fopen(path, "r");
-    if (!f)
-        return NULL;
-    char *text = calloc(1, 1 << 16);
-    size_t n = fread(text, 1, (1 << 16) - 1, f);
-    text[n] = '\0';
-    fclose(f);
+    char *text = harness_read_file(path, NULL);
     remove(path);
     return text;
 }

@@ -548,12 +548,16 @@ static usp_status setup(cuda_ctx *c)
     return cuda_check(cudaMallocHost((void **)&c->sum_host, sizeof *c->sum_host), "cudaMallocHost");
 }
 
-cudaStream_t usp_cuda_stream(usp_backend_t *backend, usp_stream_t *stream)
+usp_status usp_cuda_stream(usp_backend_t *backend, usp_stream_t *stream, cudaStream_t *out)
 {
     const cuda_ctx *c = usp_backend_context_of(backend, &cuda_backend_iface);
-    if (stream)
-        return (cudaStream_t)stream;
-    return c ? c->stream : NULL;
+    *out = NULL;
+    if (!c)
+        return usp_error(USP_ERR_RUNTIME, "usp_cuda_stream of a %s backend: only a cuda backend has CUDA streams "
+                         "(a communicator on NULL would be unordered against compute)",
+                         backend ? usp_backend_name(backend) : "missing");
+    *out = stream ? (cudaStream_t)stream : c->stream;
+    return USP_OK;
 }
 
 usp_status usp_backend_cuda_create(int device, usp_backend_t **out)

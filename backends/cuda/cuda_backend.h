@@ -28,9 +28,10 @@ int usp_cuda_device_count(char *why, size_t why_size);
 void usp_cuda_device_describe(int device, char *buf, size_t size);
 
 /* The CUDA stream behind `stream` of cuda backend `backend` (NULL: the
- * backend's own default stream): where a communicator (NCCL) enqueues a
- * call so that it runs in order with the backend's ops. NULL when `backend`
- * is not a cuda backend (and stream is NULL). */
-cudaStream_t usp_cuda_stream(usp_backend_t *backend, usp_stream_t *stream);
+ * backend's own default stream), into *out: where a communicator (NCCL)
+ * enqueues a call so that it runs in order with the backend's ops. A backend
+ * that is not cuda is USP_ERR_RUNTIME (never the NULL stream, which would
+ * leave the call unordered against compute). */
+usp_status usp_cuda_stream(usp_backend_t *backend, usp_stream_t *stream, cudaStream_t *out);
 
 #endif

@@ -29,6 +29,9 @@ usp_status mpi_launch_issue(mpi_comm_process *p, usp_comm_t *self, mpi_call_coun
                             mpi_transport_fn run, void *handle)
 {
     op->issued_on = self;
+    if (mpi_launch_aborted(p)) /* the watchdog or a failure aborted the communicators: never touch them again */
+        return usp_error(USP_ERR_RANK_FAILED, "%s on %s at %s:%d: not issued: the rank's communicators were "
+                         "aborted", usp_comm_kind_name(op->kind), self->name, op->site.file, op->site.line);
     if (p->backend) /* the send buffer holds what the stream wrote */
         USP_CHECK(usp_backend_synchronize(p->backend, op->stream));
     if (p->decorator && p->recorder) { /* a fault fired on the way here: a hang's record names it */
@@ -42,13 +45,61 @@ usp_status mpi_launch_issue(mpi_comm_process *p, usp_comm_t *self, mpi_call_coun
     int p2p = op->kind == USP_OP_SEND || op->kind == USP_OP_RECV || op->kind == USP_OP_SENDRECV;
     uint64_t collective = p2p ? n->collectives : ++n->collectives;
     usp_status s = p->check ? mpi_check_call(p->check, self, op, &fp, collective) : USP_OK;
+    if (s == USP_OK)
+        launch_fault_before_call(p->faults, op->kind); /* a stall never returns: posted, never started */
     op->t_start = MPI_Wtime() - p->t0;
+    if (s == USP_OK && !p->asynchronous) /* MPI: started means handed to MPI, which is what happens now */
+        mpi_watchdog_started(p->watchdog, op->t_start);
     if (s == USP_OK)
         s = run(handle, op, entry);
     op->t_end = MPI_Wtime() - p->t0;
     /* an asynchronous transport completes the entry when the device has run the call (a split blocks) */
     mpi_watchdog_leave(p->watchdog, op->t_end, s, !p->asynchronous || op->kind == USP_OP_SPLIT);
     return s;
+}
+
+usp_status mpi_launch_init_enter(mpi_comm_process *p, int op, usp_call_site site)
+{
+    usp_comm_fingerprint fp = {.op = op, .peer = -1, .recv_peer = -1, .root = 0, .seq = ++p->init_calls,
+                               .site = site};
+    snprintf(fp.group, sizeof fp.group, "%s", MPI_LAUNCH_INIT_GROUP);
+    double t = MPI_Wtime() - p->t0;
+    if (launch_fault_init_crash(p->faults)) { /* dies before its part: the others wait inside the step */
+        usp_flight_recorder_crashed(p->recorder, &fp, 0, "crashed (injected) while the world communicator was "
+                                    "made", t);
+        return usp_error(USP_ERR_RANK_FAILED, "crashed (injected: init-crash) while the world communicator was made, "
+                         "before %s #%llu on %s at %s:%d", usp_comm_kind_name((usp_comm_kind)op),
+                         (unsigned long long)fp.seq, fp.group, site.file, site.line);
+    }
+    mpi_watchdog_enter(p->watchdog, &fp, t);
+    mpi_watchdog_started(p->watchdog, t); /* a step of the world's making is under way once entered */
+    return USP_OK;
+}
+
+void mpi_launch_init_leave(mpi_comm_process *p, usp_status s)
+{
+    mpi_watchdog_leave(p->watchdog, MPI_Wtime() - p->t0, s, 1);
+}
+
+int mpi_launch_aborted(const mpi_comm_process *p) { return atomic_load(&p->aborted); }
+
+/* The launch's abort (the watchdog's hook, after the record is written): marks the communicators
+ * aborted, so that no call touches them again, then aborts the backend's (NCCL's), once. */
+static void launch_abort(void *ctx)
+{
+    mpi_comm_process *p = ctx;
+    if (atomic_exchange(&p->aborted, 1))
+        return;
+    launch_fault_in_abort(p->faults); /* abort-hang: never returns; the watchdog's end timer ends the process */
+    if (p->abort_backend)
+        p->abort_backend(p->abort_ctx);
+}
+
+void mpi_launch_set_backend_abort(mpi_comm_process *p, mpi_watchdog_abort_fn abort, void *ctx)
+{
+    mpi_watchdog_set_abort(p->watchdog, NULL, NULL); /* waits for an abort under way */
+    p->abort_backend = abort, p->abort_ctx = ctx;
+    mpi_watchdog_set_abort(p->watchdog, launch_abort, p);
 }
 
 usp_status mpi_launch_split_members(MPI_Comm parent, int color, int key, MPI_Comm *child, int *rank, int *size,
@@ -121,14 +172,15 @@ static void record_end(mpi_launch *l, usp_status s, const char *message)
     uint64_t call = 0;
     double t = MPI_Wtime() - l->process.t0;
     int crashed = usp_comm_decorator_crashed(l->decorator, l->rank, &at, &call);
+    int init_crash = s != USP_OK && launch_fault_init_crash(l->process.faults); /* recorded where it died */
     const char *error = s == USP_OK ? NULL : message;
     if (crashed)
         usp_flight_recorder_crashed(l->recorder, &at, call, error, t);
-    else
+    else if (!init_crash)
         usp_flight_recorder_exited(l->recorder, s, error, t);
     usp_status rs = usp_flight_recorder_set_injected(l->recorder, usp_comm_decorator_injected(l->decorator));
     if (rs == USP_OK && s != USP_OK)
-        rs = mpi_watchdog_dump(l->watchdog, crashed ? "crash" : "failed");
+        rs = mpi_watchdog_dump(l->watchdog, crashed || init_crash ? "crash" : "failed");
     if (s == USP_OK) /* stopped cleanly, or never asked: no record */
         mpi_watchdog_forget(l->watchdog);
     if (rs != USP_OK)
@@ -137,12 +189,17 @@ static void record_end(mpi_launch *l, usp_status s, const char *message)
 
 usp_status mpi_launch_end_rank(mpi_launch *l, usp_status s, int had_world)
 {
+    int run_failed = s != USP_OK; /* not a fault that never fired, found after the run: no peer waits for that */
     if (s == USP_OK && had_world)
         s = usp_comm_decorator_check_fired(l->decorator);
+    if (s == USP_OK && had_world)
+        s = launch_faults_check_fired(l->process.faults);
     char message[USP_ERROR_MESSAGE_MAX]; /* kept: writing the record may set another */
     snprintf(message, sizeof message, "%s", s == USP_OK ? "" : usp_error_message());
-    if (had_world)
+    if (l->recorder) /* with or without a world: a rank that failed making it says so too */
         record_end(l, s, message);
+    if (run_failed) /* the record is written: tell the others, then abort (bounded) what its peers may wait in */
+        mpi_watchdog_abort(l->watchdog, s, message);
     if (s != USP_OK) /* the message names the rank: every process prints its own */
         s = strncmp(message, "rank ", 5) == 0 ? usp_error(s, "%s", message)
                                               : usp_error(s, "rank %d: %s", l->rank, message);
@@ -180,11 +237,13 @@ void mpi_launch_stop(mpi_launch *l)
     l->recorder = NULL;
     usp_trace_destroy(l->process.trace);
     l->process.trace = NULL;
+    launch_faults_destroy(l->process.faults);
+    l->process.faults = NULL;
     int initialized = 0, finalized = 0;
     MPI_Initialized(&initialized);
     MPI_Finalized(&finalized);
     if (initialized && !finalized) {
-        if (l->gather_comm != MPI_COMM_NULL)
+        if (l->gather_comm != MPI_COMM_NULL && !mpi_launch_aborted(&l->process)) /* aborted: left untouched */
             MPI_Comm_free(&l->gather_comm);
         /* A failed rank does not finalise: its peers may be inside a call with it, and a
          * process that exits unfinalised with an error makes the launcher end the job. */
@@ -211,17 +270,53 @@ static void share_the_node(mpi_launch *l)
         omp_set_num_threads(l->threads);
 }
 
-/* The faults of --inject, and the decorator that injects them. */
+/* The faults of --inject: the safety net's own (launch_fault.h), and the decorator that injects the others. */
 static usp_status make_decorator(mpi_launch *l, const usp_runtime_options *o)
 {
     usp_fault *faults = NULL;
+    int n = 0;
     usp_status s = o->n_inject > 0 ? usp_calloc((void **)&faults, (size_t)o->n_inject, sizeof *faults, "the faults")
                                    : USP_OK;
     for (int i = 0; i < o->n_inject && s == USP_OK; i++)
-        s = usp_fault_parse(o->inject[i], &faults[i]);
+        if (!launch_fault_is_ours(o->inject[i]))
+            s = usp_fault_parse(o->inject[i], &faults[n++]);
     if (s == USP_OK)
-        s = usp_comm_decorator_create(faults, o->n_inject, l->size, &l->decorator);
+        s = launch_faults_create(o->inject, o->n_inject, l->rank, l->size, &l->process.faults);
+    if (s == USP_OK)
+        s = usp_comm_decorator_create(faults, n, l->size, &l->decorator);
     free(faults);
+    return s;
+}
+
+/* The dump directory, and (rank 0, before the launch's first collective: no rank's watchdog runs yet)
+ * no marker of an earlier run in it. */
+static usp_status prepare_dump_dir(const mpi_launch *l)
+{
+    if (!l->dump_dir)
+        return USP_OK;
+    if (mkdir(l->dump_dir, 0777) != 0 && errno != EEXIST)
+        return usp_error(USP_ERR_CONFIG, "--dump-dir %s: cannot create it (%s)", l->dump_dir, strerror(errno));
+    char marker[4096];
+    if (l->rank == 0 && snprintf(marker, sizeof marker, "%s/" MPI_WATCHDOG_MARKER, l->dump_dir) < (int)sizeof marker)
+        unlink(marker);
+    return USP_OK;
+}
+
+/* The flight recorder (which knows the "init" group and that this backend marks starts) and its watchdog. */
+static usp_status start_watching(mpi_launch *l, const usp_runtime_options *o)
+{
+    USP_CHECK(usp_flight_recorder_create(l->rank, l->size, RECORDED_CALLS, &l->recorder));
+    usp_flight_recorder_records_starts(l->recorder);
+    int *all;
+    USP_CHECK(usp_malloc((void **)&all, (size_t)l->size * sizeof *all, "the world's ranks"));
+    for (int j = 0; j < l->size; j++)
+        all[j] = j;
+    usp_status s = usp_flight_recorder_add_group(l->recorder, MPI_LAUNCH_INIT_GROUP, l->size, all, l->rank);
+    free(all);
+    if (s == USP_OK)
+        s = mpi_watchdog_start(l->rank, l->size, l->timeout_s, l->dump_dir, l->recorder, &l->watchdog);
+    if (s == USP_OK)
+        mpi_watchdog_set_stop(l->watchdog, o->stop);
     return s;
 }
 
@@ -249,21 +344,20 @@ usp_status mpi_launch_start(mpi_launch *l, const usp_runtime_options *o, mpi_lau
         return usp_error(USP_ERR_CONFIG, "%s %d: the launcher started %d processes; give %s %d, or start "
                          "%d processes", names.count_option, o->world_size, l->size, names.count_option, l->size,
                          o->world_size);
+    usp_status s = prepare_dump_dir(l); /* before any collective (MPI_Comm_dup is one): see prepare_dump_dir */
+    if (s != USP_OK)
+        return s;
     if (MPI_Comm_dup(MPI_COMM_WORLD, &l->gather_comm) != MPI_SUCCESS)
         return usp_error(USP_ERR_RUNTIME, "MPI_Comm_dup for the runtime's gathers failed");
     share_the_node(l);
-    if (l->dump_dir && mkdir(l->dump_dir, 0777) != 0 && errno != EEXIST)
-        return usp_error(USP_ERR_CONFIG, "--dump-dir %s: cannot create it (%s)", l->dump_dir, strerror(errno));
-    usp_status s = make_decorator(l, o);
+    s = make_decorator(l, o);
     if (s == USP_OK && o->check_collectives)
         s = mpi_check_create(MPI_COMM_WORLD, l->decorator, l->process.t0, &l->check);
     if (s == USP_OK)
-        s = usp_flight_recorder_create(l->rank, l->size, RECORDED_CALLS, &l->recorder);
+        s = start_watching(l, o);
+    mpi_comm_process *p = &l->process;
+    p->watchdog = l->watchdog, p->check = l->check, p->recorder = l->recorder, p->decorator = l->decorator;
     if (s == USP_OK)
-        s = mpi_watchdog_start(l->rank, l->timeout_s, l->dump_dir, l->recorder, &l->watchdog);
-    if (s == USP_OK)
-        mpi_watchdog_set_stop(l->watchdog, o->stop);
-    l->process = (mpi_comm_process){.watchdog = l->watchdog, .check = l->check, .recorder = l->recorder,
-                                    .decorator = l->decorator, .t0 = l->process.t0};
+        mpi_launch_set_backend_abort(p, NULL, NULL); /* the launch's abort: MPI's communicators are only marked */
     return s;
 }

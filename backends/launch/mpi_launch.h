@@ -25,6 +25,7 @@
 
 #include <mpi.h>
 
+#include "backends/launch/launch_fault.h"
 #include "backends/launch/mpi_check.h"
 #include "backends/launch/mpi_watchdog.h"
 #include "core/safety/comm_decorator.h"
@@ -45,7 +46,15 @@ typedef struct mpi_comm_process {
     size_t injected_seen;    /* bytes of the decorator's fault lines the record has */
     double t0;               /* MPI_Wtime at the start: the clock of t_post, t_start, t_end */
     usp_trace_t *trace;      /* --trace: this rank's calls, ops and steps (NULL: none) */
+    launch_faults *faults;   /* --inject's stall, abort-hang, init-crash of this rank (NULL: none) */
+    atomic_int aborted;      /* 1 once the communicators were aborted: no call touches them after */
+    mpi_watchdog_abort_fn abort_backend; /* what aborts the backend's communicators (NULL: nothing, MPI's) */
+    void *abort_ctx;
+    uint64_t init_calls;     /* the watched steps of making the world ("init" group) so far */
 } mpi_comm_process;
+
+/* The flight recorder's group of the steps that make the world communicator (every rank of the world). */
+#define MPI_LAUNCH_INIT_GROUP "init"
 
 /* A handle's count of the calls it issued, and of those, collectives (they
  * match among themselves: point-to-point calls between them may differ by rank). */
@@ -63,6 +72,23 @@ typedef usp_status (*mpi_transport_fn)(void *handle, usp_comm_op *op, uint64_t e
  * nccl communicators. */
 usp_status mpi_launch_issue(mpi_comm_process *p, usp_comm_t *self, mpi_call_counts *n, usp_comm_op *op,
                             mpi_transport_fn run, void *handle);
+
+/* One step of making the world communicator (MPI_Comm_dup; NCCL's id broadcast, ncclCommInitRank) as a
+ * watched call of kind `op` on the group "init": posted, started (it is under way now) and timed by the
+ * watchdog like any call. An init-crash fault of this rank fires here instead: the rank dies before its
+ * part (its record says where), USP_ERR_RANK_FAILED. */
+usp_status mpi_launch_init_enter(mpi_comm_process *p, int op, usp_call_site site);
+
+/* The step entered last ended with `s`. */
+void mpi_launch_init_leave(mpi_comm_process *p, usp_status s);
+
+/* Sets what aborts the backend's communicators (NULL: nothing); the launch's abort, run by the watchdog
+ * after the record is written or by a failed rank, sets `aborted` first, then calls it. Clearing waits
+ * for an abort under way. */
+void mpi_launch_set_backend_abort(mpi_comm_process *p, mpi_watchdog_abort_fn abort, void *ctx);
+
+/* 1 once the communicators were aborted (nothing may touch them). */
+int mpi_launch_aborted(const mpi_comm_process *p);
 
 /* The split of `parent` by (color, key), MPI_Comm_split's order (NCCL's too):
  * *child (MPI_COMM_NULL for USP_SPLIT_NOCOLOR), this rank's index, the size,

@@ -257,7 +257,7 @@ static void mpi_destroy(void *ctx)
         return;
     int finalized = 0;
     MPI_Finalized(&finalized);
-    if (!finalized && h->comm != MPI_COMM_NULL)
+    if (!finalized && h->comm != MPI_COMM_NULL && !mpi_launch_aborted(h->process)) /* aborted: left untouched */
         MPI_Comm_free(&h->comm);
     free(h);
 }
@@ -282,9 +282,13 @@ usp_status mpi_comm_world(mpi_comm_process *p, MPI_Comm comm, usp_comm_t **out)
     usp_status s = usp_calloc((void **)&h, 1, sizeof *h, "an MPI group handle");
     if (s == USP_OK) {
         *h = (mpi_handle){.process = p, .comm = MPI_COMM_NULL};
-        if (MPI_Comm_dup(comm, &h->comm) != MPI_SUCCESS)
-            s = usp_error(USP_ERR_RUNTIME, "MPI_Comm_dup of the world failed");
-        else
+        s = mpi_launch_init_enter(p, USP_OP_SPLIT, USP_HERE); /* the world's making is watched: a collective */
+    }
+    if (s == USP_OK) {
+        int rc = MPI_Comm_dup(comm, &h->comm);
+        s = rc == MPI_SUCCESS ? USP_OK : usp_error(USP_ERR_RANK_FAILED, "MPI_Comm_dup of the world failed");
+        mpi_launch_init_leave(p, s);
+        if (s == USP_OK)
             MPI_Comm_set_errhandler(h->comm, MPI_ERRORS_RETURN);
     }
     if (s == USP_OK)

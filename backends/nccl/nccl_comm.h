@@ -17,13 +17,13 @@
  * Every call goes through mpi_launch_issue (backends/launch/mpi_launch.h), the
  * path of the mpi communicator: --inject's decorator above, the flight
  * recorder and the watchdog, --check-collectives' fingerprint exchange over
- * MPI before the NCCL call. Since a call only enqueues, the host's watch
- * ends when it returns; the device's part is watched by a CUDA event
- * recorded after each call: the watchdog's poll (nccl_process_poll) completes
- * the recorder's entries as their events complete, and aborts every
- * communicator of the process (ncclCommAbort) when one reports an
- * asynchronous error (ncclCommGetAsyncError) or a call is not complete after
- * --timeout; the watchdog then writes the flight record and ends the process.
+ * MPI before the NCCL call. The communicators are non-blocking, the calls
+ * polled until enqueued, each between a start and an end CUDA event whose
+ * firing the watchdog's poll records (nccl_process.h); on a timeout or an
+ * asynchronous error the watchdog writes the flight record first, then the
+ * launch's abort calls nccl_process_abort (ncclCommAbort of every
+ * communicator, after which nothing touches them), bounded by the watchdog's
+ * end timer.
  *
  * Errors name the NCCL call, the op, the group and its call site, with
  * NCCL's own last error text; they are USP_ERR_RANK_FAILED (exit 4). */
@@ -33,31 +33,13 @@
 #include <mpi.h>
 
 #include "backends/launch/mpi_launch.h"
+#include "backends/nccl/nccl_process.h"
 #include "core/comm/comm_impl.h"
 
-typedef struct nccl_process nccl_process;
-
-/* The NCCL state of this process on GPU `device` of cuda backend `backend`,
- * behind the safety net `guard` (set asynchronous by this call; it must
- * outlive the process state). */
-usp_status nccl_process_create(mpi_comm_process *guard, usp_backend_t *backend, int device, nccl_process **out);
-
-/* The world group ("world"): ncclCommInitRank of every rank of `comm`, with
- * the ncclUniqueId rank 0 makes broadcast over MPI. */
+/* The world group ("world"): rank 0's ncclUniqueId broadcast over MPI, then
+ * ncclCommInitRankConfig of every rank of `comm` (non-blocking, polled): both
+ * watched steps of the "init" group (mpi_launch_init_enter), so a rank that
+ * never comes, or an init that never ends, is a hang the watchdog ends. */
 usp_status nccl_comm_world(nccl_process *p, MPI_Comm comm, usp_comm_t **out);
-
-/* The watchdog's poll (mpi_watchdog_poll_fn over a nccl_process). */
-usp_status nccl_process_poll(void *process, double timeout_s, char *why, size_t why_size);
-
-/* The end of a rank's run: waits for every enqueued call, then asks each
- * communicator for an asynchronous error. */
-usp_status nccl_process_finish(nccl_process *p);
-
-/* Aborts every communicator of the process (ncclCommAbort): after a failure,
- * when peers may never come. */
-void nccl_process_abort(nccl_process *p);
-
-/* Destroys the communicators still open and frees the state (NULL: nothing). */
-void nccl_process_destroy(nccl_process *p);
 
 #endif

@@ -29,8 +29,10 @@ static usp_status nccl_runtime_run(void *ctx, usp_rank_main_fn fn, void *arg)
     usp_status s = usp_backend_cuda_create(rt->gpu, &backend);
     if (s == USP_OK)
         s = nccl_process_create(&l->process, backend, rt->gpu, &nccl);
-    if (s == USP_OK) /* the watchdog now also watches the GPU's side of each call */
+    if (s == USP_OK) { /* the watchdog now also watches the GPU's side of each call, and aborts NCCL's */
         mpi_watchdog_set_poll(l->watchdog, nccl_process_poll, nccl);
+        mpi_launch_set_backend_abort(&l->process, nccl_process_abort, nccl);
+    }
     if (s == USP_OK)
         s = nccl_comm_world(nccl, MPI_COMM_WORLD, &inner);
     if (s == USP_OK)
@@ -44,10 +46,10 @@ static usp_status nccl_runtime_run(void *ctx, usp_rank_main_fn fn, void *arg)
             s = nccl_process_finish(nccl);
     }
     s = mpi_launch_trace_gather(l, backend, s); /* every rank takes part, failed or not */
-    if (s != USP_OK) /* peers may never come to what this rank left enqueued */
-        nccl_process_abort(nccl);
+    /* a failed rank's record first, then the abort (peers may never come to what it left enqueued) */
     s = mpi_launch_end_rank(l, s, world != NULL);
     mpi_watchdog_set_poll(l->watchdog, NULL, NULL);
+    mpi_launch_set_backend_abort(&l->process, NULL, NULL); /* waits for an abort under way */
     usp_comm_destroy(world);
     nccl_process_destroy(nccl);
     usp_backend_destroy(backend);

@@ -90,12 +90,12 @@ static json_t *record_json(const usp_flight_record *rec, const char *reason)
                         ? json_pack("{s:I, s:o}", "call", (json_int_t)rec->crash_call, "at",
                                     fingerprint_json(&rec->crash_at))
                         : json_null();
-    return json_pack("{s:s, s:i, s:i, s:i, s:s, s:s, s:i, s:s, s:s, s:f, s:I, s:o, s:o, s:o, s:I, s:o, s:o}",
+    return json_pack("{s:s, s:i, s:i, s:i, s:s, s:s, s:i, s:s, s:s, s:f, s:I, s:b, s:o, s:o, s:o, s:I, s:o, s:o}",
                      "format", USP_FLIGHT_FORMAT_NAME, "version", USP_FLIGHT_FORMAT_VERSION, "world_rank",
                      rec->world_rank, "world_size", rec->world_size, "reason", reason ? reason : rec->reason ? rec->reason : "",
                      "state", usp_flight_rank_state_name(rec->state), "result", (int)rec->result, "result_name",
                      usp_status_name(rec->result), "error", rec->error ? rec->error : "", "clock", rec->clock,
-                     "calls", (json_int_t)rec->calls, "current",
+                     "calls", (json_int_t)rec->calls, "starts", rec->starts, "current",
                      rec->has_current ? entry_json(&rec->current) : json_null(), "crash", crash, "groups", groups,
                      "entries_lost", (json_int_t)rec->entries_lost, "entries", entries, "injected",
                      injected_json(rec->injected));
@@ -419,6 +419,7 @@ static usp_status read_record(const json_t *root, const char *where, usp_flight_
     if (rec->clock < 0)
         return usp_error(USP_ERR_CONFIG, "%s: field 'clock' is null; expected seconds", where);
     USP_CHECK(read_u64(root, a, "calls", &rec->calls));
+    rec->starts = json_is_true(json_object_get(root, "starts")); /* absent in older records: starts unknown */
     USP_CHECK(field(root, a, "current", JSON_OBJECT, 1, "the call the rank is in (an object) or null", &current));
     if (current) {
         USP_CHECK(read_entry(rec, current, (at){where, "current"}, &rec->current));

@@ -54,6 +54,8 @@ typedef struct usp_flight_record {
     char *error;                 /* exited with an error or crashed: the message ("" when none) */
     double clock;                /* the last time the recorder was given */
     uint64_t calls;              /* calls posted, splits aside (dropped ones included) */
+    int starts;                  /* 1: the backend marks each call started (mpi: handed to MPI; nccl: the stream
+                                    reached it), so a posted call never started was queued; 0: unknown */
     int has_current;             /* blocked: `current` is the call it is in */
     usp_flight_entry current;
     usp_comm_fingerprint crash_at; /* crashed: the call it died at (op -1 otherwise) */

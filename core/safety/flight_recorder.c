@@ -144,6 +144,8 @@ static void mark(usp_flight_recorder *r, uint64_t id, usp_flight_call_state stat
 {
     pthread_mutex_lock(&r->lock);
     usp_flight_entry *e = entry_of(r, id);
+    if (e && state == USP_FLIGHT_STARTED && e->state != USP_FLIGHT_POSTED)
+        e = NULL; /* a start learnt after the end (or the drop) changes nothing */
     if (e) {
         e->state = state;
         if (state == USP_FLIGHT_STARTED)
@@ -163,6 +165,13 @@ static void mark(usp_flight_recorder *r, uint64_t id, usp_flight_call_state stat
 }
 
 void usp_flight_recorder_started(usp_flight_recorder *r, uint64_t id, double t) { mark(r, id, USP_FLIGHT_STARTED, t); }
+
+void usp_flight_recorder_records_starts(usp_flight_recorder *r)
+{
+    pthread_mutex_lock(&r->lock);
+    r->rec.starts = 1;
+    pthread_mutex_unlock(&r->lock);
+}
 
 void usp_flight_recorder_completed(usp_flight_recorder *r, uint64_t id, double t)
 {

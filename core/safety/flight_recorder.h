@@ -59,8 +59,13 @@ usp_status usp_flight_recorder_add_group(usp_flight_recorder *r, const char *nam
  * entry takes that seq). An unregistered group is USP_ERR_RUNTIME naming it. */
 usp_status usp_flight_recorder_post(usp_flight_recorder *r, const usp_comm_fingerprint *fp, double t, uint64_t *id);
 
-/* Call `id` has all its parties (the backend knows; optional). */
+/* Call `id` started (optional): handed to the backend (MPI), or reached on its stream (NCCL's start
+ * event); the backend's own definition, stated by usp_flight_recorder_records_starts. */
 void usp_flight_recorder_started(usp_flight_recorder *r, uint64_t id, double t);
+
+/* The backend calls usp_flight_recorder_started for every call: the record says so ("starts": true),
+ * and a call posted but never started reads as queued rather than unknown. */
+void usp_flight_recorder_records_starts(usp_flight_recorder *r);
 
 /* Call `id` is complete; the rank is no longer in it. */
 void usp_flight_recorder_completed(usp_flight_recorder *r, uint64_t id, double t);

@@ -328,17 +328,90 @@ static void describe_running(const usp_postmortem *pm, usp_strbuf *text)
     }
 }
 
+/* A blocked rank whose backend marks starts (flight_record.h, `starts`) and whose call was posted and never
+ * started: it was queued behind work that did not end, and never reached the backend. */
+static int queued(const usp_postmortem *pm, int rank)
+{
+    const usp_flight_record *f = usp_postmortem_record(pm, rank);
+    return f && f->starts && f->state == USP_FLIGHT_BLOCKED && f->current.state == USP_FLIGHT_POSTED;
+}
+
+/* "ranks 0, 2 and 3" of the blocked ranks for which queued() is `want`, into b; how many. */
+static int name_ranks(const usp_postmortem *pm, const usp_rank_record *r, int want, usp_strbuf *b)
+{
+    int n = 0, total = 0;
+    for (int i = 0; i < pm->world_size; i++)
+        total += r[i].state == USP_RANK_BLOCKED && queued(pm, i) == want;
+    for (int i = 0; i < pm->world_size; i++)
+        if (r[i].state == USP_RANK_BLOCKED && queued(pm, i) == want)
+            usp_strbuf_printf(b, "%s%d", n == 0 ? (total == 1 ? "rank " : "ranks ") : n + 1 == total ? " and " : ", ",
+                              i), n++;
+    return n;
+}
+
+/* Every blocked rank is in a call all its members issued (no one waits for another), so the wait-for
+ * graph has no cause: the call itself never completes. With starts recorded, the ranks that never started
+ * it are the cause (queued behind work that did not end); else the backend does not complete it. The
+ * stall report follows its own first line. */
+static usp_status report_never_completes(usp_postmortem *pm, const usp_rank_record *r, const char *faults,
+                                         usp_strbuf *out)
+{
+    int first = 0;
+    while (r[first].state != USP_RANK_BLOCKED)
+        first++;
+    const usp_comm_fingerprint *c = &r[first].call;
+    usp_strbuf late = {0}, inside = {0}, stall = {0};
+    int n_late = name_ranks(pm, r, 1, &late), n_inside = name_ranks(pm, r, 0, &inside);
+    usp_strbuf_printf(out, "a call that never completes: %s #%llu on %s (%s:%d) has every member's call, ",
+                      usp_comm_kind_name((usp_comm_kind)c->op), (unsigned long long)c->seq, c->group, c->site.file,
+                      c->site.line);
+    if (n_late)
+        usp_strbuf_printf(out, "but %s never started it (queued behind work that never ended: the call never "
+                          "reached the backend)%s%s %s inside it, waiting\n", usp_strbuf_text(&late),
+                          n_inside ? "; " : "", usp_strbuf_text(&inside), n_inside == 1 ? "is" : n_inside ? "are" : "");
+    else
+        usp_strbuf_printf(out, "and %s inside it: the backend (or the network) does not complete it\n",
+                          usp_strbuf_text(&inside));
+    usp_status s = usp_report_stall(&pm->snap, r, pm->world_size, faults, &stall);
+    const char *rest = strchr(usp_strbuf_text(&stall), '\n');
+    usp_strbuf_printf(out, "%s", rest ? rest + 1 : "");
+    usp_strbuf_free(&late), usp_strbuf_free(&inside), usp_strbuf_free(&stall);
+    return s == USP_ERR_COLLECTIVE ? s : USP_ERR_RANK_FAILED;
+}
+
+/* Where each blocked rank's call was when its record was taken, for records whose backend marks starts. */
+static void describe_in_flight(const usp_postmortem *pm, const usp_rank_record *r, usp_strbuf *out)
+{
+    int any = 0;
+    for (int i = 0; i < pm->world_size; i++) {
+        const usp_flight_record *f = usp_postmortem_record(pm, i);
+        if (!f || !f->starts || r[i].state != USP_RANK_BLOCKED)
+            continue;
+        if (!any++)
+            usp_strbuf_printf(out, "calls in flight (started: handed to the backend; queued: posted, never "
+                                   "started):\n");
+        usp_strbuf_printf(out, "  rank %d: %s #%llu on %s: ", i, usp_comm_kind_name((usp_comm_kind)f->current.call.op),
+                          (unsigned long long)f->current.call.seq, f->current.call.group);
+        if (queued(pm, i))
+            usp_strbuf_printf(out, "queued (posted at t=%.6f s, never started)\n", f->current.posted);
+        else
+            usp_strbuf_printf(out, "inside it (posted at t=%.6f s, started at t=%.6f s)\n", f->current.posted,
+                              f->current.started);
+    }
+}
+
 usp_status usp_postmortem_report(usp_postmortem *pm, usp_strbuf *text)
 {
     usp_rank_record *r;
     usp_rank_wait *pool;
     USP_CHECK(make_records(pm, &r, &pool));
     usp_strbuf injected = {0};
-    int n = pm->world_size, blocked = 0, lost = 0, failed = 0, running = 0, a, b;
+    int n = pm->world_size, blocked = 0, lost = 0, failed = 0, running = 0, waiting = 0, a, b;
     for (int i = 0; i < n; i++) {
         if (usp_postmortem_record(pm, i))
             usp_strbuf_printf(&injected, "%s", pm->records[i].injected);
         blocked += r[i].state == USP_RANK_BLOCKED;
+        waiting += r[i].state == USP_RANK_BLOCKED && r[i].n_waits > 0;
         lost += r[i].state == USP_RANK_CRASHED || r[i].state == USP_RANK_MISSING;
         failed += r[i].state == USP_RANK_EXITED && r[i].result != USP_OK;
         running += r[i].state == USP_RANK_RUNNABLE;
@@ -351,6 +424,8 @@ usp_status usp_postmortem_report(usp_postmortem *pm, usp_strbuf *text)
     if ((why = find_mismatch(pm, r, &a, &b)) != NULL) {
         usp_report_mismatch(&pm->snap, r, n, faults, r[a].call.group, a, b, why, out);
         s = USP_ERR_COLLECTIVE;
+    } else if (blocked && !waiting && !lost && !failed) {
+        s = report_never_completes(pm, r, faults, out);
     } else if (blocked) {
         s = usp_report_stall(&pm->snap, r, n, faults, out);
         s = s == USP_ERR_COLLECTIVE ? s : USP_ERR_RANK_FAILED; /* a failed rank's own status is not the run's */
@@ -364,6 +439,7 @@ usp_status usp_postmortem_report(usp_postmortem *pm, usp_strbuf *text)
         usp_strbuf_printf(out, "all %d ranks exited OK: nothing hung or failed\n", n);
         s = USP_OK;
     }
+    describe_in_flight(pm, r, out);
     usp_strbuf_printf(text, "%s", usp_strbuf_text(out));
     if (out->failed || injected.failed)
         s = usp_error(USP_ERR_RUNTIME, "out of memory writing the postmortem report");
