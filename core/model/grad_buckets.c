@@ -1,0 +1,156 @@
+/* Gradient buckets all-reduced during backward (see grad_buckets.h). */
+#include "core/model/grad_buckets.h"
+
+#include <stdlib.h>
+
+typedef struct bucket_span {
+    int first_part, last_part; /* parts first_part .. last_part (table order) */
+    int64_t start, len;        /* its range of the gradient, in elements */
+} bucket_span;
+
+struct usp_grad_buckets {
+    usp_grad_buckets_config c;
+    bucket_span *buckets;   /* [n_buckets], from the head down: the order they are launched in */
+    int n_buckets;
+    int *bucket_of;         /* [n_parts] */
+    unsigned char *done;    /* [n_parts]: backward has finished the part since the last begin */
+    int next;               /* the next bucket to launch */
+    int in_flight;          /* launched buckets the compute stream has not waited for */
+    usp_stream_t *comm;     /* NULL on backends that complete every op at once */
+    usp_event_t *ready, *finished;
+    int calls;              /* collectives launched since the last begin, and their bytes */
+    int64_t bytes;
+};
+
+static unsigned skipped_waits; /* usp_grad_buckets_skip_waits_for_tests */
+
+void usp_grad_buckets_skip_waits_for_tests(unsigned mask) { skipped_waits = mask; }
+
+/* Buckets from the last part down, each within the cap unless one part exceeds it. */
+static usp_status group_parts(usp_grad_buckets *g)
+{
+    const usp_grad_buckets_config *c = &g->c;
+    const int64_t cap = c->cap_bytes > 0 ? c->cap_bytes : USP_GRAD_BUCKET_DEFAULT_BYTES;
+    const int64_t elem = (int64_t)usp_dtype_size(c->storage);
+    USP_CHECK(usp_calloc((void **)&g->buckets, (size_t)c->n_parts, sizeof *g->buckets, "gradient buckets"));
+    USP_CHECK(usp_calloc((void **)&g->bucket_of, (size_t)c->n_parts, sizeof *g->bucket_of, "gradient buckets"));
+    USP_CHECK(usp_calloc((void **)&g->done, (size_t)c->n_parts, 1, "gradient buckets"));
+    for (int p = c->n_parts - 1; p >= 0; p--) {
+        bucket_span *b = g->n_buckets > 0 ? &g->buckets[g->n_buckets - 1] : NULL;
+        if (!b || (b->len + c->part_len[p]) * elem > cap) {
+            b = &g->buckets[g->n_buckets++];
+            *b = (bucket_span){.last_part = p, .start = c->part_start[p] + c->part_len[p]};
+        }
+        USP_ASSERT(c->part_len[p] == 0 || c->part_start[p] + c->part_len[p] == b->start,
+                   "gradient part %d does not end where the bucket above it starts", p);
+        b->first_part = p, b->len += c->part_len[p];
+        b->start = c->part_len[p] > 0 ? c->part_start[p] : b->start;
+        g->bucket_of[p] = g->n_buckets - 1;
+    }
+    return USP_OK;
+}
+
+usp_status usp_grad_buckets_create(const usp_grad_buckets_config *c, usp_grad_buckets **out)
+{
+    *out = NULL;
+    usp_grad_buckets *g;
+    USP_CHECK(usp_calloc((void **)&g, 1, sizeof *g, "gradient buckets"));
+    g->c = *c;
+    usp_status s = group_parts(g);
+    if (s == USP_OK)
+        s = usp_stream_create(c->backend, &g->comm);
+    if (s == USP_OK)
+        s = usp_event_create(c->backend, &g->ready);
+    if (s == USP_OK)
+        s = usp_event_create(c->backend, &g->finished);
+    if (s != USP_OK) {
+        usp_grad_buckets_destroy(g);
+        return s;
+    }
+    *out = g;
+    return USP_OK;
+}
+
+/* The compute stream waits for every bucket launched so far (the comm stream runs them in order). */
+static usp_status join(usp_grad_buckets *g)
+{
+    if (!g->in_flight)
+        return USP_OK;
+    g->in_flight = 0;
+    USP_CHECK(usp_event_record(g->c.backend, g->finished, g->comm));
+    if (skipped_waits & 2)
+        return USP_OK;
+    return usp_stream_wait_event(g->c.backend, g->c.stream, g->finished);
+}
+
+void usp_grad_buckets_destroy(usp_grad_buckets *g)
+{
+    if (!g)
+        return;
+    (void)join(g); /* the buffers the calls use outlive them */
+    usp_event_destroy(g->c.backend, g->ready);
+    usp_event_destroy(g->c.backend, g->finished);
+    (void)usp_stream_destroy(g->c.backend, g->comm);
+    free(g->buckets), free(g->bucket_of), free(g->done);
+    free(g);
+}
+
+usp_status usp_grad_buckets_begin(usp_grad_buckets *g)
+{
+    USP_CHECK(join(g));
+    for (int p = 0; p < g->c.n_parts; p++)
+        g->done[p] = 0;
+    g->next = 0, g->calls = 0, g->bytes = 0;
+    return USP_OK;
+}
+
+/* The next bucket's all-reduce on the comm stream, after the gradient writes enqueued so far. */
+static usp_status launch_next(usp_grad_buckets *g)
+{
+    const bucket_span *b = &g->buckets[g->next++];
+    if (b->len == 0)
+        return USP_OK;
+    usp_stream_t *on = g->comm ? g->comm : g->c.stream;
+    USP_CHECK(usp_event_record(g->c.backend, g->ready, g->c.stream));
+    if (!(skipped_waits & 1))
+        USP_CHECK(usp_stream_wait_event(g->c.backend, on, g->ready));
+    float *at = usp_elem_at(g->c.grads, g->c.storage, (size_t)b->start);
+    USP_CHECK(usp_comm_all_reduce(g->c.group, at, at, (size_t)b->len, g->c.storage, USP_REDUCE_SUM, on));
+    g->in_flight = 1, g->calls++;
+    g->bytes += b->len * (int64_t)usp_dtype_size(g->c.storage);
+    return USP_OK;
+}
+
+static int bucket_complete(const usp_grad_buckets *g, int k)
+{
+    for (int p = g->buckets[k].first_part; p <= g->buckets[k].last_part; p++)
+        if (!g->done[p])
+            return 0;
+    return 1;
+}
+
+usp_status usp_grad_buckets_part_done(usp_grad_buckets *g, int part)
+{
+    USP_ASSERT(part >= 0 && part < g->c.n_parts, "gradient part %d of %d", part, g->c.n_parts);
+    if (g->bucket_of[part] < g->next) /* its sum is under way: a write now would race with it */
+        return usp_error(USP_ERR_RUNTIME, "gradient part %d was written again after its bucket was all-reduced "
+                         "in this backward", part);
+    g->done[part] = 1;
+    while (g->next < g->n_buckets && bucket_complete(g, g->next))
+        USP_CHECK(launch_next(g));
+    return USP_OK;
+}
+
+usp_status usp_grad_buckets_finish(usp_grad_buckets *g)
+{
+    while (g->next < g->n_buckets)
+        USP_CHECK(launch_next(g));
+    return join(g);
+}
+
+int usp_grad_buckets_count(const usp_grad_buckets *g) { return g->n_buckets; }
+
+void usp_grad_buckets_launched(const usp_grad_buckets *g, int *calls, int64_t *bytes)
+{
+    *calls = g->calls, *bytes = g->bytes;
+}
