@@ -84,8 +84,8 @@ usp_status usp_train_check(const usp_train_config *c, int64_t *padded_len)
     USP_CHECK(check_optimizer(c));
     USP_CHECK(check_eval_every(c));
     if (!isfinite(c->bucket_mb) || c->bucket_mb < 0)
-        return usp_error(USP_ERR_CONFIG, "--bucket-mb %g: a gradient bucket's size is a finite number of MiB above "
-                         "0, e.g. --bucket-mb 25", c->bucket_mb);
+        return usp_error(USP_ERR_CONFIG, "--bucket-mb %g: a gradient bucket's size is a finite number of MiB, "
+                         "e.g. --bucket-mb 25 (0: the default, 25)", c->bucket_mb);
     if (c->batch < 1 || c->batch % c->shape.dp != 0)
         return usp_error(USP_ERR_CONFIG, "--batch %lld is not a multiple of the %d data-parallel replicas "
                          "(W / (U R)); use --batch %d or a multiple", (long long)c->batch, c->shape.dp, c->shape.dp);
