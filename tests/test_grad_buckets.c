@@ -11,6 +11,7 @@
  *   2-3: a reduce-scatter per store bucket, whose input is padded to W equal
  *   shards), counted by the store and, independently, in the simulator's trace
  *   by call site; where it was an all-reduce over sp, then one over dp, twice.
+ *   Both run on the reducer's stream: the waits are tested at every stage.
  * - The bucket size changes no bit: an element is summed over the same ranks in
  *   the same order whatever bucket carries it. */
 #include <check.h>
@@ -78,10 +79,12 @@ static float *weights_of(const usp_train_config *c, sim_backend_factory factory)
     return w;
 }
 
-/* DP 2 x U 2 at ZeRO 0 (the buckets' all-reduce), then U 2 x R 2 at ZeRO 1. */
+/* DP 2 x U 2 at ZeRO 0 (the buckets' all-reduce), U 2 x R 2 at ZeRO 1; the reduce-scatters of DP 2 x U 2
+ * at ZeRO 2, and at ZeRO 3 with two micro-batches (each pass's shard added to the one kept). */
 START_TEST(each_wait_of_the_overlap_is_needed)
 {
-    usp_train_config c = config_for(2, _i == 0 ? 1 : 2, _i, PER_LAYER_MB);
+    usp_train_config c = config_for(2, _i == 1 ? 2 : 1, _i, PER_LAYER_MB);
+    c.micro_batches = _i == 3 ? 2 : 1, c.batch = _i == 3 ? 4 : 2; /* two sequences a replica, one a pass */
     const size_t bytes = (size_t)table_total(&c.model) * sizeof(float);
     float *ref = weights_of(&c, usp_backend_cpu_create), *lazy = weights_of(&c, usp_backend_lazy_create);
     ck_assert_msg(memcmp(ref, lazy, bytes) == 0, "the lazy backend's weights are not the cpu backend's");
@@ -143,11 +146,11 @@ START_TEST(a_step_sends_the_gradient_in_once)
         ck_assert_int_eq(r.grad_collectives, parts);
         ck_assert_int_eq(r.grad_bytes, 4 * P); /* sp then dp was 2 x 4 P */
         ck_assert_int_eq(traced(w, "grad_buckets.c", USP_OP_ALL_REDUCE), r.grad_collectives);
-        ck_assert_int_eq(traced(w, "param_store.c", USP_OP_ALL_REDUCE), 0);
+        ck_assert_int_eq(traced(w, "param_store.c", USP_OP_ALL_REDUCE), 0); /* the old sp, then dp */
     } else {
         ck_assert_int_eq(r.grad_collectives, parts);
         ck_assert_int_eq(r.grad_bytes, 4 * padded_elems(&c.model, 4));
-        ck_assert_int_eq(traced(w, "param_store.c", USP_OP_REDUCE_SCATTER), r.grad_collectives);
+        ck_assert_int_eq(traced(w, "grad_buckets.c", USP_OP_REDUCE_SCATTER), r.grad_collectives);
     }
     sim_world_destroy(w);
     if (zero < 2) { /* the default cap (25 MiB) holds the whole small model: one all-reduce */
@@ -175,7 +178,7 @@ int main(void)
     Suite *s = suite_create("grad_buckets");
     TCase *tc = tcase_create("grad_buckets");
     tcase_set_timeout(tc, 120);
-    tcase_add_loop_test(tc, each_wait_of_the_overlap_is_needed, 0, 2);
+    tcase_add_loop_test(tc, each_wait_of_the_overlap_is_needed, 0, 4);
     tcase_add_loop_test(tc, a_step_sends_the_gradient_in_once, 0, 3);
     tcase_add_loop_test(tc, the_bucket_size_changes_no_bit, 0, 2);
     suite_add_tcase(s, tc);

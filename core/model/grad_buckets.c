@@ -18,8 +18,10 @@ struct usp_grad_buckets {
     int in_flight;          /* launched buckets the compute stream has not waited for */
     usp_stream_t *comm;     /* NULL on backends that complete every op at once */
     usp_event_t *ready, *finished;
-    int calls;              /* collectives launched since the last begin, and their bytes */
+    int calls;              /* all-reduces launched since the last begin, and their bytes */
     int64_t bytes;
+    float *work, *sum, *shard; /* a reduce-scatter in flight: its input, and where its shard goes (sum: to be */
+    size_t shard_count;        /* added into shard), kept until the compute stream has waited for it */
 };
 
 static unsigned skipped_waits; /* usp_grad_buckets_skip_waits_for_tests */
@@ -71,23 +73,36 @@ usp_status usp_grad_buckets_create(const usp_grad_buckets_config *c, usp_grad_bu
     return USP_OK;
 }
 
-/* The compute stream waits for every bucket launched so far (the comm stream runs them in order). */
-static usp_status join(usp_grad_buckets *g)
+/* After the compute stream has waited for a reduce-scatter: its shard added in (accumulating), its buffers freed. */
+static usp_status complete_scatter(usp_grad_buckets *g)
+{
+    usp_status s = USP_OK;
+    if (g->sum)
+        s = usp_accumulate_2d(g->c.backend, g->shard, g->shard_count, g->sum, g->shard_count, g->shard_count, 1,
+                              g->c.stream);
+    usp_buffer_free(g->c.backend, g->sum);
+    usp_buffer_free(g->c.backend, g->work);
+    g->work = g->sum = g->shard = NULL;
+    return s;
+}
+
+/* The compute stream waits for every call launched so far (the comm stream runs them in order). */
+static usp_status join(usp_grad_buckets *g, int skippable)
 {
     if (!g->in_flight)
         return USP_OK;
     g->in_flight = 0;
     USP_CHECK(usp_event_record(g->c.backend, g->finished, g->comm));
-    if (skipped_waits & 2)
-        return USP_OK;
-    return usp_stream_wait_event(g->c.backend, g->c.stream, g->finished);
+    if (!(skippable && (skipped_waits & 2)))
+        USP_CHECK(usp_stream_wait_event(g->c.backend, g->c.stream, g->finished));
+    return complete_scatter(g);
 }
 
 void usp_grad_buckets_destroy(usp_grad_buckets *g)
 {
     if (!g)
         return;
-    (void)join(g); /* the buffers the calls use outlive them */
+    (void)join(g, 0); /* the buffers the calls use outlive them */
     usp_event_destroy(g->c.backend, g->ready);
     usp_event_destroy(g->c.backend, g->finished);
     (void)usp_stream_destroy(g->c.backend, g->comm);
@@ -97,7 +112,7 @@ void usp_grad_buckets_destroy(usp_grad_buckets *g)
 
 usp_status usp_grad_buckets_begin(usp_grad_buckets *g)
 {
-    USP_CHECK(join(g));
+    USP_CHECK(join(g, 1));
     for (int p = 0; p < g->c.n_parts; p++)
         g->done[p] = 0;
     g->next = 0, g->calls = 0, g->bytes = 0;
@@ -145,7 +160,29 @@ usp_status usp_grad_buckets_finish(usp_grad_buckets *g)
 {
     while (g->next < g->n_buckets)
         USP_CHECK(launch_next(g));
-    return join(g);
+    return join(g, 1);
+}
+
+usp_status usp_grad_buckets_wait(usp_grad_buckets *g) { return join(g, 1); }
+
+usp_status usp_grad_buckets_scatter(usp_grad_buckets *g, float *work, float *shard, float *sum, size_t count)
+{
+    usp_stream_t *on = g->comm ? g->comm : g->c.stream;
+    usp_status s = usp_event_record(g->c.backend, g->ready, g->c.stream); /* after the bucket's gradient */
+    if (s == USP_OK) /* the previous bucket's scatter, done beside this bucket's backward */
+        s = join(g, 1);
+    if (s == USP_OK && !(skipped_waits & 1))
+        s = usp_stream_wait_event(g->c.backend, on, g->ready);
+    if (s == USP_OK)
+        s = usp_comm_reduce_scatter(g->c.group, work, sum ? sum : shard, count, g->c.storage, USP_REDUCE_SUM, on);
+    if (s != USP_OK) { /* not launched: nothing will read them */
+        usp_buffer_free(g->c.backend, sum);
+        usp_buffer_free(g->c.backend, work);
+        return s;
+    }
+    g->work = work, g->shard = shard, g->sum = sum, g->shard_count = count, g->in_flight = 1;
+    /* without a stream of its own the call ran in order on the compute stream: nothing to keep */
+    return g->comm ? USP_OK : join(g, 1);
 }
 
 int usp_grad_buckets_count(const usp_grad_buckets *g) { return g->n_buckets; }

@@ -21,7 +21,13 @@
  * rank issues the same collectives in the same order. Each element is summed
  * once over the group in rank order (the backends' reductions), where the sum
  * used to be over sp, then over dp: the same bits where one of them has one
- * rank, another grouping of the same sum where both have several. */
+ * rank, another grouping of the same sum where both have several.
+ *
+ * Stages 2-3 (the gradient sharded) use the same stream for each store bucket's
+ * reduce-scatter over the world (usp_grad_buckets_scatter): launched when
+ * backward closes the bucket, waited for by the compute stream when the next
+ * one is launched, so one runs beside the next bucket's backward and two
+ * buckets' whole gradients are alive at a time instead of one. */
 #ifndef USP_GRAD_BUCKETS_H
 #define USP_GRAD_BUCKETS_H
 
@@ -60,6 +66,16 @@ usp_status usp_grad_buckets_part_done(usp_grad_buckets *g, int part);
 /* Launches the buckets not launched yet (in order), then makes the compute
  * stream wait for all of them: after it, the gradients are the sums. */
 usp_status usp_grad_buckets_finish(usp_grad_buckets *g);
+
+/* Makes the compute stream wait for what is in flight (stages 2-3: the last reduce-scatter). */
+usp_status usp_grad_buckets_wait(usp_grad_buckets *g);
+
+/* Stages 2-3: reduce-scatters `work` (W x count elements, the bucket's whole gradient) into this rank's
+ * `shard` (count), or into `sum` when not NULL (accumulating: added into `shard` afterwards), on the comm
+ * stream after the gradient writes enqueued so far. The compute stream waits for it when the next one is
+ * launched (so one runs beside the backward of the next bucket), or at _wait and _begin; then `sum` is
+ * added and `work` and `sum` are freed (they are the callee's from this call on, even on failure). */
+usp_status usp_grad_buckets_scatter(usp_grad_buckets *g, float *work, float *shard, float *sum, size_t count);
 
 /* The number of buckets. */
 int usp_grad_buckets_count(const usp_grad_buckets *g);

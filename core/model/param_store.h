@@ -7,7 +7,8 @@
  *   stage 1  Adam's moments are sharded: each rank updates its 1/W of the
  *            weights from the all-reduced gradient, then the weights are all-gathered;
  *   stage 2  gradients too: each bucket's gradient is reduce-scattered as soon
- *            as backward has finished it, so only one bucket is ever whole;
+ *            as backward has finished it, beside the backward of the next one
+ *            (grad_buckets.h), so only two buckets are ever whole;
  *   stage 3  weights too: a bucket is all-gathered before it is used (forward,
  *            and again in backward) and dropped after.
  * Buckets are contiguous ranges of the parameter table: 0 = the embeddings,
