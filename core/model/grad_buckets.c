@@ -22,6 +22,8 @@ struct usp_grad_buckets {
     int64_t bytes;
     float *work, *sum, *shard; /* a reduce-scatter in flight: its input, and where its shard goes (sum: to be */
     size_t shard_count;        /* added into shard), kept until the compute stream has waited for it */
+    void **unsafe_to_free;     /* tests skipping the wait: buffers a late delivery may still write, freed at */
+    int n_unsafe, cap_unsafe;  /* destroy, after the comm stream has drained */
 };
 
 static unsigned skipped_waits; /* usp_grad_buckets_skip_waits_for_tests */
@@ -73,17 +75,37 @@ usp_status usp_grad_buckets_create(const usp_grad_buckets_config *c, usp_grad_bu
     return USP_OK;
 }
 
+/* Frees a buffer the comm stream used, once the compute stream has waited for it; a test that skipped the
+ * wait keeps it until destroy, so that the data arriving late land in live memory (the test looks at the
+ * wrong values, not at memory reused). */
+static usp_status release(usp_grad_buckets *g, void *buffer, int waited)
+{
+    if (waited || !buffer) {
+        usp_buffer_free(g->c.backend, buffer);
+        return USP_OK;
+    }
+    if (g->n_unsafe == g->cap_unsafe) {
+        int cap = g->cap_unsafe ? 2 * g->cap_unsafe : 16;
+        void **grown = realloc(g->unsafe_to_free, (size_t)cap * sizeof *grown);
+        if (!grown)
+            return usp_error(USP_ERR_RUNTIME, "out of memory keeping a gradient buffer");
+        g->unsafe_to_free = grown, g->cap_unsafe = cap;
+    }
+    g->unsafe_to_free[g->n_unsafe++] = buffer;
+    return USP_OK;
+}
+
 /* After the compute stream has waited for a reduce-scatter: its shard added in (accumulating), its buffers freed. */
-static usp_status complete_scatter(usp_grad_buckets *g)
+static usp_status complete_scatter(usp_grad_buckets *g, int waited)
 {
     usp_status s = USP_OK;
     if (g->sum)
         s = usp_accumulate_2d(g->c.backend, g->shard, g->shard_count, g->sum, g->shard_count, g->shard_count, 1,
                               g->c.stream);
-    usp_buffer_free(g->c.backend, g->sum);
-    usp_buffer_free(g->c.backend, g->work);
+    usp_status r = release(g, g->sum, waited);
+    usp_status w = release(g, g->work, waited);
     g->work = g->sum = g->shard = NULL;
-    return s;
+    return s != USP_OK ? s : r != USP_OK ? r : w;
 }
 
 /* The compute stream waits for every call launched so far (the comm stream runs them in order). */
@@ -93,9 +115,10 @@ static usp_status join(usp_grad_buckets *g, int skippable)
         return USP_OK;
     g->in_flight = 0;
     USP_CHECK(usp_event_record(g->c.backend, g->finished, g->comm));
-    if (!(skippable && (skipped_waits & 2)))
+    const int wait = !(skippable && (skipped_waits & 2));
+    if (wait)
         USP_CHECK(usp_stream_wait_event(g->c.backend, g->c.stream, g->finished));
-    return complete_scatter(g);
+    return complete_scatter(g, wait);
 }
 
 void usp_grad_buckets_destroy(usp_grad_buckets *g)
@@ -105,7 +128,10 @@ void usp_grad_buckets_destroy(usp_grad_buckets *g)
     (void)join(g, 0); /* the buffers the calls use outlive them */
     usp_event_destroy(g->c.backend, g->ready);
     usp_event_destroy(g->c.backend, g->finished);
-    (void)usp_stream_destroy(g->c.backend, g->comm);
+    (void)usp_stream_destroy(g->c.backend, g->comm); /* drains it: nothing arrives after */
+    for (int i = 0; i < g->n_unsafe; i++)
+        usp_buffer_free(g->c.backend, g->unsafe_to_free[i]);
+    free(g->unsafe_to_free);
     free(g->buckets), free(g->bucket_of), free(g->done);
     free(g);
 }
