@@ -1,4 +1,5 @@
-/* Gradient buckets all-reduced during backward (see grad_buckets.h). */
+/* Gradients reduced during backward on a stream of their own: all-reduced in buckets, or reduce-scattered
+ * store bucket by store bucket (see grad_buckets.h). */
 #include "core/model/grad_buckets.h"
 
 #include <stdlib.h>

@@ -17,7 +17,11 @@
  * `ready` orders the all-reduce after the writes of the bucket's gradient;
  * `done`, recorded after the last bucket, orders every later read of the
  * gradients (the norm, clipping, AdamW) and the next step's zeroing after the
- * sums. Buckets are launched in bucket order, which every rank follows, so every
+ * sums. The compute stream also waits for the buckets in flight before it
+ * issues a collective of another group (the next layer's attention exchanges:
+ * usp_param_store_order_grad_comm): a GPU may start either of two NCCL calls
+ * of two groups on two unordered streams first, and two GPUs that chose
+ * differently wait for each other for ever (NVIDIA/nccl issues 195 and 783). Buckets are launched in bucket order, which every rank follows, so every
  * rank issues the same collectives in the same order. Each element is summed
  * once over the group in rank order (the backends' reductions), where the sum
  * used to be over sp, then over dp: the same bits where one of them has one

@@ -272,6 +272,16 @@ void usp_param_store_accumulate(usp_param_store *s, int on) { s->accumulate = on
 
 void usp_param_store_reduce_in_backward(usp_param_store *s, int on) { s->reduce_in_backward = on; }
 
+usp_status usp_param_store_order_grad_comm(usp_param_store *s)
+{
+    return s->reducer ? usp_grad_buckets_wait(s->reducer) : USP_OK;
+}
+
+usp_status usp_param_store_end_backward(usp_param_store *s)
+{
+    return s->reducer && s->c.zero_stage >= 2 ? usp_grad_buckets_wait(s->reducer) : USP_OK;
+}
+
 void usp_param_store_grad_traffic(const usp_param_store *s, int *calls, int64_t *bytes)
 {
     *calls = s->scatters, *bytes = s->scattered_bytes;

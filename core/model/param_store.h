@@ -88,6 +88,14 @@ float *usp_param_store_tensor_grads(const usp_param_store *s, const usp_param_te
  * 0-1 all-reduce its gradient bucket once all of the bucket's layers are done, unless told to wait). */
 usp_status usp_param_store_grads_done(usp_param_store *s, int bucket);
 
+/* Before the compute stream issues a collective of another group (a Ulysses all-to-all, a ring transfer):
+ * makes it wait for the gradient collectives in flight on their own stream, so every GPU starts the two in
+ * the order they were issued (two NCCL calls of two groups on two unordered streams may deadlock). */
+usp_status usp_param_store_order_grad_comm(usp_param_store *s);
+
+/* Backward ended: stages 2-3 wait for the last reduce-scatter before the next pass's collectives. */
+usp_status usp_param_store_end_backward(usp_param_store *s);
+
 /* Stages 0-1: whether this backward's gradients are the step's last, summed over the ranks during it (on,
  * the default), or a micro-batch's to accumulate on, summed with the last one's (off). */
 void usp_param_store_reduce_in_backward(usp_param_store *s, int on);
