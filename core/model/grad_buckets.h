@@ -21,17 +21,21 @@
  * issues a collective of another group (the next layer's attention exchanges:
  * usp_param_store_order_grad_comm): a GPU may start either of two NCCL calls
  * of two groups on two unordered streams first, and two GPUs that chose
- * differently wait for each other for ever (NVIDIA/nccl issues 195 and 783). Buckets are launched in bucket order, which every rank follows, so every
- * rank issues the same collectives in the same order. Each element is summed
+ * differently wait for each other for ever (NVIDIA/nccl issues 195 and 783).
+ * So a bucket runs beside the MLP and output-projection backward of the layer
+ * below it (the whole backward where the attention exchanges nothing). Buckets
+ * are launched in bucket order, which every rank follows, so every rank issues
+ * the same collectives in the same order. Each element is summed
  * once over the group in rank order (the backends' reductions), where the sum
  * used to be over sp, then over dp: the same bits where one of them has one
  * rank, another grouping of the same sum where both have several.
  *
  * Stages 2-3 (the gradient sharded) use the same stream for each store bucket's
  * reduce-scatter over the world (usp_grad_buckets_scatter): launched when
- * backward closes the bucket, waited for by the compute stream when the next
- * one is launched, so one runs beside the next bucket's backward and two
- * buckets' whole gradients are alive at a time instead of one. */
+ * backward closes the bucket, waited for by the compute stream at the next
+ * layer's attention exchanges or when the next one is launched, so it runs
+ * beside part of the next bucket's backward, and up to two buckets' whole
+ * gradients are alive at a time instead of one. */
 #ifndef USP_GRAD_BUCKETS_H
 #define USP_GRAD_BUCKETS_H
 

@@ -432,7 +432,8 @@ static usp_status setup(trainer *t)
     USP_CHECK(usp_param_table_make(&c->model, &t->table));
     usp_param_store_config pc = {.backend = BE, .stream = ST, .table = &t->table, .n_layer = (int)c->model.n_layer,
                                  .zero_stage = c->zero_stage, .world = t->ctx->world,
-                                 .grad_group = t->ctx->world, .bucket_bytes = usp_train_bucket_bytes(c), .optimizer = 1, .storage = c->storage,
+                                 .grad_group = t->ctx->world, /* the ranks sharing the gradient: dp x sp */
+                                 .bucket_bytes = usp_train_bucket_bytes(c), .optimizer = 1, .storage = c->storage,
                                  .offload_optimizer = c->offload_optimizer};
     USP_CHECK(usp_param_store_create(&pc, &t->store));
     usp_model_setup ms = {.config = &c->model, .backend = BE, .stream = ST, .mesh = &t->mesh,
