@@ -64,11 +64,13 @@ static const bench_config full_configs[] = {
     {"tiny-n16384-w4", "tiny", 16384, 1, 4, 4, 1},
     {"gpt2-124m-b4-n1024-w1", "gpt2-124m", 1024, 4, 1, 1, 1},
     {"gpt2-124m-b4-n1024-w4", "gpt2-124m", 1024, 4, 4, 4, 1},
+    {"gpt2-124m-b4-n1024-w4-dp2", "gpt2-124m", 1024, 4, 4, 2, 1}, /* DP 2 x U 2 */
 };
 
 static const bench_config quick_configs[] = {
     {"tiny-n1024-w1", "tiny", 1024, 1, 1, 1, 2},
     {"tiny-n1024-w4", "tiny", 1024, 1, 4, 4, 2},
+    {"tiny-n1024-w4-dp2", "tiny", 1024, 2, 4, 2, 2}, /* DP 2 x U 2: the gradients cross both groups' ranks */
 };
 
 typedef struct bench_opts {
@@ -85,6 +87,8 @@ typedef struct bench_result {
     double sgemm_gflops;                /* mean of the calls between the timed steps */
     double sgemm_min, sgemm_max;
     double peak_bytes;                  /* the largest rank's peak */
+    int grad_collectives;               /* rank 0's gradient collectives in the last step */
+    double grad_bytes;                  /* the gradient bytes they took in (one pass: 4 P) */
 } bench_result;
 
 static void usage(FILE *f)
@@ -96,7 +100,8 @@ static void usage(FILE *f)
             "One training step (core/train/train.c: forward, loss, backward, gradient all-reduce,\n"
             "AdamW) on the simulated cluster (sim, cpu backend, passkey data), for\n"
             "  tiny at N = 4096 and 16384 (batch 1), and gpt2-124m at batch 4, N = 1024,\n"
-            "each on one rank (W = 1) and on W = 4 ranks with Ulysses U = 4.\n"
+            "each on one rank (W = 1) and on W = 4 ranks with Ulysses U = 4 (and gpt2-124m on\n"
+            "W = 4 = DP 2 x U 2).\n"
             "Per configuration: one warm-up step, then K timed steps (3 at N = 4096, else 1).\n"
             "Beside each, OpenBLAS sgemm %d^3 on all threads: the mean of K + 1 calls made\n"
             "between the steps, one after each record from the warm-up's on (their time is\n"
@@ -110,7 +115,7 @@ static void usage(FILE *f)
             "           P = all parameters; ignores the causal mask (2x the attention work).\n"
             "\n"
             "  --json     one JSON object per configuration instead of the table\n"
-            "  --quick    tiny at N = 1024 on W = 1 and W = 4, 2 timed steps (a smoke run)\n"
+            "  --quick    tiny at N = 1024 on W = 1, W = 4 and DP 2 x U 2, 2 timed steps (a smoke run)\n"
             "  --threads  instead: usp train's meshes (ring 4, the README's hybrid, the default\n"
             "             Ulysses 4; tiny, N = 64) at all threads beside one thread, in turn,\n"
             "             median of 5 rounds of 40 steps, and the ratio (the default must be fast);\n"
@@ -120,7 +125,8 @@ static void usage(FILE *f)
             "  --help     this text\n"
             "\n"
             "Configuration ids: tiny-n4096-w1, tiny-n4096-w4, tiny-n16384-w1, tiny-n16384-w4,\n"
-            "  gpt2-124m-b4-n1024-w1, gpt2-124m-b4-n1024-w4 (--quick: tiny-n1024-w1, -w4).\n"
+            "  gpt2-124m-b4-n1024-w1, gpt2-124m-b4-n1024-w4, gpt2-124m-b4-n1024-w4-dp2\n"
+            "  (--quick: tiny-n1024-w1, -w4, -w4-dp2).\n"
             "\n"
             "JSON fields, per configuration: bench (\"train\"), id, model, seq, batch, world,\n"
             "  ulysses, ring, threads, wait_policy (OMP_WAIT_POLICY or \"default\"), cpu_vectors,\n"
@@ -131,7 +137,9 @@ static void usage(FILE *f)
             "  ops_attention_share (fractions of ops_flops_per_step), conv_flops_per_step\n"
             "  (6P+attn), ops_gflops, conv_gflops (per second of wall time), sgemm_gflops\n"
             "  (the mean), sgemm_min_gflops, sgemm_max_gflops (the spread of the K + 1 calls),\n"
-            "  ops_ratio (= ops_gflops / sgemm_gflops), conv_ratio, peak_bytes (largest rank).\n"
+            "  ops_ratio (= ops_gflops / sgemm_gflops), conv_ratio, peak_bytes (largest rank),\n"
+            "  grad_collectives_per_step and grad_bytes_per_step (rank 0's gradient all-reduces and\n"
+            "  the bytes they take in), grad_passes (= grad_bytes_per_step / 4 P: 1 is one pass).\n"
             "Threads: OMP_NUM_THREADS (the OpenMP build of OpenBLAS shares them).\n",
             SGEMM_N, MAX_STEPS - 1);
 }
@@ -285,6 +293,7 @@ static usp_status run_config(const bench_config *bc, int timed, const sgemm_ref 
         const double tokens = (double)bc->batch * (double)bc->seq;
         r->conv_flops = tokens * (6.0 * (double)r->params +
                                   12.0 * (double)(c.model.n_layer * c.model.d_model) * (double)bc->seq);
+        r->grad_collectives = result.grad_collectives, r->grad_bytes = (double)result.grad_bytes;
         r->peak_bytes = 0;
         for (int i = 0; i < bc->world; i++)
             if ((double)sim_world_peak_bytes(w, i) > r->peak_bytes)
@@ -321,8 +330,11 @@ static void print_header(void)
            "per token (llm.c/PaLM, non-causal)\n");
     printf("sgemm: OpenBLAS %d^3, mean of the calls between the steps of each row; target ops/sgemm >= 0.40\n\n",
            SGEMM_N);
-    printf("%-22s %5s %8s %9s %9s %5s %5s %8s %8s %8s %6s %6s %9s %9s\n", "config", "steps", "step s", "tokens/s",
-           "ops GF", "gemm", "attn", "ops GF/s", "6P+a GF/s", "sgemm", "ops/sg", "6Pa/sg", "sim ms", "peak MiB");
+    printf("grad: the gradient collectives of a step (rank 0) and the bytes they take in, in passes over the "
+           "gradient (4 P bytes; 1 = each byte once)\n\n");
+    printf("%-22s %5s %8s %9s %9s %5s %5s %8s %8s %8s %6s %6s %9s %9s %5s %6s\n", "config", "steps", "step s",
+           "tokens/s", "ops GF", "gemm", "attn", "ops GF/s", "6P+a GF/s", "sgemm", "ops/sg", "6Pa/sg", "sim ms",
+           "peak MiB", "grad", "passes");
 }
 
 static void print_row(const bench_config *bc, const bench_result *r, int json)
@@ -354,17 +366,20 @@ static void print_row(const bench_config *bc, const bench_result *r, int json)
         json_object_set_new(j, "ops_ratio", json_real(ops_gf / r->sgemm_gflops));
         json_object_set_new(j, "conv_ratio", json_real(conv_gf / r->sgemm_gflops));
         json_object_set_new(j, "peak_bytes", json_integer((json_int_t)r->peak_bytes));
+        json_object_set_new(j, "grad_collectives_per_step", json_integer(r->grad_collectives));
+        json_object_set_new(j, "grad_bytes_per_step", json_integer((json_int_t)r->grad_bytes));
+        json_object_set_new(j, "grad_passes", json_real(r->grad_bytes / (4.0 * (double)r->params)));
         char *text = json_dumps(j, JSON_COMPACT | JSON_REAL_PRECISION(6));
         if (text)
             puts(text);
         free(text);
         json_decref(j);
     } else {
-        printf("%-22s %5lld %8.3f %9.0f %9.1f %4.0f%% %4.0f%% %8.1f %9.1f %8.1f %6.2f %6.2f %9.3f %9.1f\n", bc->id,
-               (long long)r->timed, r->step_s, tokens / r->step_s, r->ops_flops / 1e9,
+        printf("%-22s %5lld %8.3f %9.0f %9.1f %4.0f%% %4.0f%% %8.1f %9.1f %8.1f %6.2f %6.2f %9.3f %9.1f %5d %6.3f\n",
+               bc->id, (long long)r->timed, r->step_s, tokens / r->step_s, r->ops_flops / 1e9,
                100 * r->gemm_flops / r->ops_flops, 100 * r->attention_flops / r->ops_flops, ops_gf, conv_gf,
                r->sgemm_gflops, ops_gf / r->sgemm_gflops, conv_gf / r->sgemm_gflops, 1e3 * r->sim_step_s,
-               r->peak_bytes / MIB);
+               r->peak_bytes / MIB, r->grad_collectives, r->grad_bytes / (4.0 * (double)r->params));
     }
     fflush(stdout);
 }

@@ -52,10 +52,10 @@ static double overlap(double a0, double a1, double b0, double b1)
     return hi > lo ? hi - lo : 0.0;
 }
 
-void sim_lanes_compute(sim_rank *r, int lane, double start, double end)
+/* Lane 0 was busy over [start, end] (compute, or a call of its own): what of the calls on other lanes
+ * ran then is hidden, so that step = compute + communication + waiting - hidden holds. */
+static void hide_beside_lane0(sim_rank *r, double start, double end)
 {
-    if (lane != 0 || r->n_side_calls == 0)
-        return;
     int kept = 0;
     for (int i = 0; i < r->n_side_calls; i++) {
         const sim_side_call *c = &r->side_calls[i];
@@ -67,8 +67,16 @@ void sim_lanes_compute(sim_rank *r, int lane, double start, double end)
     r->n_side_calls = kept;
 }
 
+void sim_lanes_compute(sim_rank *r, int lane, double start, double end)
+{
+    if (lane == 0 && r->n_side_calls > 0)
+        hide_beside_lane0(r, start, end);
+}
+
 usp_status sim_lanes_call_done(sim_rank *r, int lane, double t_post, double t_start, double t_end)
 {
+    if (lane == 0 && r->n_side_calls > 0) /* e.g. an all-to-all beside a gradient bucket's all-reduce */
+        hide_beside_lane0(r, t_post, t_end);
     if (lane == 0 || t_end <= r->clock) /* lane 0 is past it already: nothing can run beside it */
         return USP_OK;
     if (r->n_side_calls == r->cap_side_calls) {

@@ -20,7 +20,9 @@ summary() {
 }
 
 # --- the same losses as the simulator, bit for bit -----------------------------
-for mesh in "--ulysses 4" "--ring 4" "--ulysses 2 --ring 2" "--ulysses 2"; do
+# (the last two: DP 2 with the gradients all-reduced over the world in a bucket a layer, during backward)
+for mesh in "--ulysses 4" "--ring 4" "--ulysses 2 --ring 2" "--ulysses 2" "--ulysses 2 --zero 1 --bucket-mb 0.01" \
+    "--ring 2 --bucket-mb 0.01"; do
     args=(train $mesh --steps 50 --log-every 10 --json)
     sim=$("$usp" "${args[@]}" 2>&1)
     got=$(timeout 120 "${mpi[@]}" "$usp" "${args[@]}" --backend mpi 2>&1)

@@ -119,8 +119,8 @@ static void print_time(const plan_result *r, int forward_only)
     printf("  waiting for peers      %10.4f s  %5.1f%%\n", r->wait_time_s, 100 * r->wait_time_s / step);
     printf("  exposed communication  %10.4f s  %5.1f%%  (step - compute)\n", r->exposed_comm_s,
            100 * r->exposed_comm_s / step);
-    printf("communication: %.4g s not overlapped, %.4g s hidden behind compute (ring transfers)\n", r->comm_exposed_s,
-           r->comm_hidden_s);
+    printf("communication: %.4g s not overlapped, %.4g s hidden behind compute (ring transfers, gradient buckets)\n",
+           r->comm_exposed_s, r->comm_hidden_s);
     printf("tokens/s: %.0f\n", r->tokens_per_s);
     printf("FLOPs: forward %.4g PFLOP, step %.4g PFLOP (all ranks", r->fwd_flops / 1e15, r->step_flops / 1e15);
     if (r->recompute_flops > 0)
@@ -213,6 +213,7 @@ static usp_status print_report_json(const plan_options *o, const usp_train_confi
         json_object_set_new(j, "loss", json_string(c->eager_loss ? "eager" : "fused"));
         json_object_set_new(j, "forward_only", json_boolean(c->forward_only));
         json_object_set_new(j, "micro_batches", json_integer(c->micro_batches > 1 ? c->micro_batches : 1));
+        json_object_set_new(j, "bucket_mb", json_real(c->bucket_mb > 0 ? c->bucket_mb : 25));
         json_object_set_new(j, "ring_merge", json_string(c->eager_ring_merge ? "eager" : "fused"));
         json_object_set_new(j, "would_fit_with", p->fit.found ? json_string(p->fit.options) : json_null());
         if (p->fit.found && p->fit.other_split) /* another split of the same GPUs */

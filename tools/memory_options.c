@@ -24,5 +24,6 @@ usp_status memory_options_apply(const memory_options *o, usp_train_config *c)
     c->zero_stage = o->zero, c->recompute_layers = o->recompute;
     c->selective_recompute = o->selective_recompute, c->micro_batches = o->micro_batches;
     c->tiled_mlp = o->tiled_mlp, c->tiled_loss = o->tiled_loss, c->tile_rows = o->tile_rows;
+    c->bucket_mb = o->bucket_mb;
     return USP_OK;
 }

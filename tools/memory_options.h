@@ -9,11 +9,13 @@
 
 typedef struct memory_options {
     int zero, recompute, selective_recompute, tiled_mlp, tiled_loss, tile_rows, micro_batches;
+    double bucket_mb;
     const char *dtype, *offload, *loss, *ring_merge;
 } memory_options;
 
 #define MEMORY_OPTIONS_DEFAULTS                                                                                    \
-    {.dtype = "fp32", .offload = "none", .loss = "fused", .ring_merge = "fused", .tile_rows = 1024, .micro_batches = 1}
+    {.dtype = "fp32", .offload = "none", .loss = "fused", .ring_merge = "fused", .tile_rows = 1024,               \
+     .micro_batches = 1, .bucket_mb = 25}
 
 /* The options' table entries, to put in a command's cli_option array. */
 #define MEMORY_OPTIONS(o)                                                                                          \
@@ -30,6 +32,9 @@ typedef struct memory_options {
     {"--micro-batches", CLI_INT, &(o).micro_batches, "M",                                                        \
      "gradient accumulation: run a replica's sequences of a step in M passes, one optimizer step (default 1)", \
      1, 1 << 20},                                                                                                  \
+    {"--bucket-mb", CLI_DOUBLE, &(o).bucket_mb, "MB",                                                            \
+     "ZeRO 0-1: gradients all-reduced once over all ranks during backward, in buckets of whole layers of at "   \
+     "most MB MiB (a larger layer alone; default 25, as PyTorch DDP)", 0, -1},                                    \
     {"--tiled-mlp", CLI_FLAG, &(o).tiled_mlp, NULL,                                                                \
      "run the MLP --tile-rows rows at a time, keeping none of its hidden for backward", 0, -1},                    \
     {"--tiled-loss", CLI_FLAG, &(o).tiled_loss, NULL,                                                              \

@@ -325,6 +325,17 @@ static usp_status attention_backward(usp_model *m, int l, layer_acts *a)
                                         m->d_v, 0, ST);
 }
 
+/* The compute stream is about to issue the attention's exchanges (Ulysses, ring): the gradient collectives
+ * still in flight on their own stream go first on every GPU (usp_param_store_order_grad_comm). They have
+ * run beside the backward since their bucket was closed: the MLP's and the output projection's. */
+static usp_status before_attention_exchanges(usp_model *m)
+{
+    const usp_mesh_shape *sh = &m->s.mesh->shape;
+    if (m->s.attention_local || (sh->ulysses == 1 && sh->ring == 1)) /* no exchange: nothing to order */
+        return USP_OK;
+    return usp_param_store_order_grad_comm(m->store);
+}
+
 /* d_x holds the gradient of the layer's output; on return, that of its input. */
 static usp_status layer_backward(usp_model *m, int l)
 {
@@ -335,6 +346,7 @@ static usp_status layer_backward(usp_model *m, int l)
     USP_CHECK(model_open_grads(m, l));
     if (m->s.recompute_layers) { /* the same ops on the same input: the same activations, bit for bit */
         const double start = usp_backend_flops(BE);
+        USP_CHECK(before_attention_exchanges(m));
         USP_CHECK(attention_block_forward(m, l, a, x));
         if (!m->s.tiled_mlp)
             USP_CHECK(mlp_recompute(m, l, a, a->ln2));
@@ -354,6 +366,7 @@ static usp_status layer_backward(usp_model *m, int l)
     /* attention: mid = x + att Wo^T */
     USP_CHECK(linear_backward(m, m->d_att, 0, model_grad(m, USP_P_ATTN_O_W, l), model_grad(m, USP_P_ATTN_O_B, l),
                               m->d_x, a->att, model_param(m, USP_P_ATTN_O_W, l), qd, C));
+    USP_CHECK(before_attention_exchanges(m));
     USP_CHECK(attention_backward(m, l, a));
     if (m->c.positions == USP_POS_ROPE) {
         const float theta = m->c.rope_theta;
@@ -386,5 +399,7 @@ usp_status usp_model_backward(usp_model *m)
                                           d_wpe ? m->positions : NULL, m->n, m->C, ST);
     USP_CHECK(s);
     USP_CHECK(model_close_grads(m, -1));
-    return m->c.tied_embeddings ? model_close_grads(m, -1) : USP_OK; /* the loss's opening of the tied lm_head */
+    if (m->c.tied_embeddings) /* the loss's opening of the tied lm_head */
+        USP_CHECK(model_close_grads(m, -1));
+    return usp_param_store_end_backward(m->store);
 }

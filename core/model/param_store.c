@@ -1,6 +1,8 @@
 /* Weights, gradients and AdamW state, whole or sharded (see param_store.h). */
 #include "core/model/param_store.h"
 
+#include "core/model/grad_buckets.h"
+
 #include <math.h>
 #include <stdlib.h>
 
@@ -25,6 +27,10 @@ struct usp_param_store {
     float *master;          /* fp32 weights when the weights are stored narrower; sharded as Adam's */
     double *scalar;         /* backend memory for the norm's all-reduce */
     int accumulate;         /* backward adds to the gradients kept (usp_param_store_accumulate) */
+    usp_grad_buckets *reducer; /* the gradient's reduction on a stream of its own (grad_buckets.h) */
+    int reduce_in_backward; /* stages 0-1: launch the buckets as backward completes them */
+    int scatters;           /* stages 2-3: reduce-scatters since the step's first backward, and their bytes */
+    int64_t scattered_bytes;
 };
 
 #define BE (s->c.backend)
@@ -97,6 +103,23 @@ static usp_status make_buckets(usp_param_store *s)
     return USP_OK;
 }
 
+/* Stages 0-1: the gradient all-reduced in buckets of whole store buckets; 2-3: each store bucket
+ * reduce-scattered; both on the reducer's stream (grad_buckets.h). */
+static usp_status make_reducer(usp_param_store *s)
+{
+    int64_t *range;
+    USP_CHECK(usp_calloc((void **)&range, 2 * (size_t)s->n_buckets, sizeof *range, "gradient buckets"));
+    for (int i = 0; i < s->n_buckets; i++)
+        range[i] = s->buckets[i].start, range[s->n_buckets + i] = s->buckets[i].len;
+    usp_comm_t *group = s->c.zero_stage >= 2 ? s->c.world : s->c.grad_group;
+    usp_grad_buckets_config g = {.backend = BE, .stream = ST, .group = group, .grads = s->grads,
+                                 .storage = s->c.storage, .n_parts = s->n_buckets, .part_start = range,
+                                 .part_len = range + s->n_buckets, .cap_bytes = s->c.bucket_bytes};
+    usp_status st = usp_grad_buckets_create(&g, &s->reducer);
+    free(range);
+    return st;
+}
+
 usp_status usp_param_store_create(const usp_param_store_config *c, usp_param_store **out)
 {
     *out = NULL;
@@ -125,6 +148,9 @@ usp_status usp_param_store_create(const usp_param_store_config *c, usp_param_sto
         USP_CHECK_GOTO(alloc_array(s, &s->adam_v, n, USP_F32, "optimizer"), st, fail);
     }
     USP_CHECK_GOTO(usp_buffer_alloc(BE, sizeof(double), "comm", (void **)&s->scalar), st, fail);
+    s->reduce_in_backward = 1;
+    if (c->zero_stage >= 2 || c->grad_group) /* stages 2-3 reduce-scatter over the world */
+        USP_CHECK_GOTO(make_reducer(s), st, fail);
     if (c->zero_stage >= 3) /* the padding of the shards stays zero */
         USP_CHECK_GOTO(usp_buffer_zero(BE, s->weights, bytes_of(s, s->weights, s->shard_total), ST), st, fail);
     *out = s;
@@ -138,6 +164,7 @@ void usp_param_store_destroy(usp_param_store *s)
 {
     if (!s)
         return;
+    usp_grad_buckets_destroy(s->reducer);
     for (int i = 0; s->buckets && i < s->n_buckets; i++) {
         usp_buffer_free(BE, s->buckets[i].gathered);
         usp_buffer_free(BE, s->buckets[i].grad_work);
@@ -233,10 +260,34 @@ usp_status usp_param_store_weights_done(usp_param_store *s, int bucket_id)
 
 usp_status usp_param_store_begin_backward(usp_param_store *s)
 {
-    return s->accumulate ? USP_OK : usp_buffer_zero(BE, s->grads, bytes_of(s, s->grads, array_elems(s, s->grads)), ST);
+    if (s->reducer) /* joins a reduction still in flight before the gradients are written again */
+        USP_CHECK(usp_grad_buckets_begin(s->reducer));
+    if (s->accumulate)
+        return USP_OK;
+    s->scatters = 0, s->scattered_bytes = 0;
+    return usp_buffer_zero(BE, s->grads, bytes_of(s, s->grads, array_elems(s, s->grads)), ST);
 }
 
 void usp_param_store_accumulate(usp_param_store *s, int on) { s->accumulate = on; }
+
+void usp_param_store_reduce_in_backward(usp_param_store *s, int on) { s->reduce_in_backward = on; }
+
+usp_status usp_param_store_order_grad_comm(usp_param_store *s)
+{
+    return s->reducer ? usp_grad_buckets_wait(s->reducer) : USP_OK;
+}
+
+usp_status usp_param_store_end_backward(usp_param_store *s)
+{
+    return s->reducer && s->c.zero_stage >= 2 ? usp_grad_buckets_wait(s->reducer) : USP_OK;
+}
+
+void usp_param_store_grad_traffic(const usp_param_store *s, int *calls, int64_t *bytes)
+{
+    *calls = s->scatters, *bytes = s->scattered_bytes;
+    if (s->reducer && s->c.zero_stage < 2)
+        usp_grad_buckets_launched(s->reducer, calls, bytes);
+}
 
 usp_status usp_param_store_grads(usp_param_store *s, int bucket_id)
 {
@@ -252,19 +303,19 @@ usp_status usp_param_store_grads_done(usp_param_store *s, int bucket_id)
 {
     bucket *b = &s->buckets[bucket_id];
     USP_ASSERT(b->grad_users > 0, "bucket %d: gradient closed more often than opened", bucket_id);
-    if (--b->grad_users > 0 || s->c.zero_stage < 2)
+    if (--b->grad_users > 0)
         return USP_OK;
-    float *shard = at(s, s->grads, b->shard_at), *sum = NULL;
+    if (s->c.zero_stage < 2)
+        return s->reducer && s->reduce_in_backward ? usp_grad_buckets_part_done(s->reducer, bucket_id) : USP_OK;
+    s->scatters++, s->scattered_bytes += (int64_t)bytes_of(s, s->grads, b->shard * s->W);
+    float *shard = at(s, s->grads, b->shard_at), *sum = NULL, *work = b->grad_work;
+    b->grad_work = NULL; /* the reducer's now: freed once its reduce-scatter is done */
     usp_status st = s->accumulate ? alloc_array(s, &sum, b->shard, s->c.storage, "gradients") : USP_OK;
-    if (st == USP_OK) /* accumulating: into a fresh shard, then added to the one kept */
-        st = usp_comm_reduce_scatter(s->c.world, b->grad_work, sum ? sum : shard, (size_t)b->shard, s->c.storage,
-                                     USP_REDUCE_SUM, ST);
-    if (st == USP_OK && sum)
-        st = usp_accumulate_2d(BE, shard, (size_t)b->shard, sum, (size_t)b->shard, (size_t)b->shard, 1, ST);
-    usp_buffer_free(BE, sum);
-    usp_buffer_free(BE, b->grad_work);
-    b->grad_work = NULL;
-    return st;
+    if (st != USP_OK) {
+        usp_buffer_free(BE, work);
+        return st;
+    } /* accumulating: into a fresh shard, then added to the one kept */
+    return usp_grad_buckets_scatter(s->reducer, work, shard, sum, (size_t)b->shard);
 }
 
 usp_status usp_param_store_reduce_grads(usp_param_store *s, double *norm)
@@ -272,12 +323,11 @@ usp_status usp_param_store_reduce_grads(usp_param_store *s, double *norm)
     size_t n = (size_t)array_elems(s, s->grads);
     double sq;
     if (s->c.zero_stage < 2) {
-        if (s->c.sp)
-            USP_CHECK(usp_comm_all_reduce(s->c.sp, s->grads, s->grads, n, s->c.storage, USP_REDUCE_SUM, ST));
-        if (s->c.dp)
-            USP_CHECK(usp_comm_all_reduce(s->c.dp, s->grads, s->grads, n, s->c.storage, USP_REDUCE_SUM, ST));
+        if (s->reducer)
+            USP_CHECK(usp_grad_buckets_finish(s->reducer));
         USP_CHECK(usp_sum_squares(BE, &sq, s->grads, (int64_t)n, ST));
     } else { /* each rank holds a disjoint shard of the summed gradient: add their squares */
+        USP_CHECK(usp_grad_buckets_wait(s->reducer));
         USP_CHECK(usp_sum_squares(BE, &sq, s->grads, (int64_t)n, ST));
         USP_CHECK(usp_buffer_copy(BE, s->scalar, &sq, sizeof sq, USP_COPY_HOST_TO_DEVICE, ST));
         USP_CHECK(usp_comm_all_reduce(s->c.world, s->scalar, s->scalar, 1, USP_F64, USP_REDUCE_SUM, ST));

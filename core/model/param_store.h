@@ -2,11 +2,13 @@
  * every rank of the world (the dp x sp ranks), as ZeRO does (Rajbhandari et
  * al., "ZeRO: Memory Optimizations Toward Training Trillion Parameter Models",
  * SC 2020):
- *   stage 0  every rank holds everything; gradients are all-reduced over sp, then dp;
+ *   stage 0  every rank holds everything; gradients are all-reduced over the world once, in
+ *            buckets of whole layers launched during backward (grad_buckets.h);
  *   stage 1  Adam's moments are sharded: each rank updates its 1/W of the
  *            weights from the all-reduced gradient, then the weights are all-gathered;
  *   stage 2  gradients too: each bucket's gradient is reduce-scattered as soon
- *            as backward has finished it, so only one bucket is ever whole;
+ *            as backward has finished it, beside the backward of the next one
+ *            (grad_buckets.h), so only two buckets are ever whole;
  *   stage 3  weights too: a bucket is all-gathered before it is used (forward,
  *            and again in backward) and dropped after.
  * Buckets are contiguous ranges of the parameter table: 0 = the embeddings,
@@ -36,7 +38,8 @@ typedef struct usp_param_store_config {
     int n_layer;
     int zero_stage;       /* 0..3 */
     usp_comm_t *world;    /* the ranks shards are spread over (stages 1-3) */
-    usp_comm_t *sp, *dp;  /* stages 0-1 all-reduce gradients over sp, then dp (NULL: no reduction) */
+    usp_comm_t *grad_group; /* stages 0-1 all-reduce gradients over it, in buckets (NULL: no reduction) */
+    int64_t bucket_bytes; /* stages 0-1: a gradient bucket's bytes at most (<= 0: 25 MiB, as DDP) */
     int optimizer;        /* 0: no Adam state (a model alone, in tests) */
     int offload_optimizer; /* master weights and Adam state on the host (ZeRO-Offload; shapes only, stages 1-3) */
     usp_dtype storage;    /* weights and gradients: USP_F32 (0), or USP_BF16 with fp32 master weights */
@@ -81,11 +84,29 @@ usp_status usp_param_store_grads(usp_param_store *s, int bucket);
 const float *usp_param_store_tensor_weights(const usp_param_store *s, const usp_param_tensor *t);
 float *usp_param_store_tensor_grads(const usp_param_store *s, const usp_param_tensor *t);
 
-/* Ends the bucket's gradient (stages 2-3 reduce-scatter it into the shards after the last use). */
+/* Ends the bucket's gradient (stages 2-3 reduce-scatter it into the shards after the last use; stages
+ * 0-1 all-reduce its gradient bucket once all of the bucket's layers are done, unless told to wait). */
 usp_status usp_param_store_grads_done(usp_param_store *s, int bucket);
 
-/* After backward: sums the gradients over the ranks (stages 0-1 all-reduce;
- * 2-3 have reduce-scattered them already) and returns their global L2 norm. */
+/* Before the compute stream issues a collective of another group (a Ulysses all-to-all, a ring transfer):
+ * makes it wait for the gradient collectives in flight on their own stream, so every GPU starts the two in
+ * the order they were issued (two NCCL calls of two groups on two unordered streams may deadlock). */
+usp_status usp_param_store_order_grad_comm(usp_param_store *s);
+
+/* Backward ended: stages 2-3 wait for the last reduce-scatter before the next pass's collectives. */
+usp_status usp_param_store_end_backward(usp_param_store *s);
+
+/* Stages 0-1: whether this backward's gradients are the step's last, summed over the ranks during it (on,
+ * the default), or a micro-batch's to accumulate on, summed with the last one's (off). */
+void usp_param_store_reduce_in_backward(usp_param_store *s, int on);
+
+/* The gradient collectives issued since the start of the step's first backward (the last with the
+ * accumulation off), and the gradient bytes they sent in (a reduce-scatter's whole input, padding included). */
+void usp_param_store_grad_traffic(const usp_param_store *s, int *calls, int64_t *bytes);
+
+/* After backward: sums the gradients over the ranks (stages 0-1 all-reduce the buckets not yet
+ * launched and make the compute stream wait for all of them; 2-3 have reduce-scattered them
+ * already) and returns their global L2 norm. */
 usp_status usp_param_store_reduce_grads(usp_param_store *s, double *norm);
 
 /* Multiplies every gradient by `scale` (clipping). */

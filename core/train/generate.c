@@ -125,8 +125,8 @@ static usp_status setup(generator *t)
     t->has_mesh = 1;
     USP_CHECK(usp_param_table_make(&g->model, &t->table));
     usp_param_store_config pc = {.backend = be, .stream = t->ctx->stream, .table = &t->table,
-                                 .n_layer = (int)g->model.n_layer, .world = t->ctx->world, .sp = t->mesh.sp,
-                                 .dp = t->mesh.dp, .optimizer = 1, .storage = USP_F32};
+                                 .n_layer = (int)g->model.n_layer, .world = t->ctx->world,
+                                 .grad_group = t->ctx->world, .optimizer = 1, .storage = USP_F32};
     USP_CHECK(usp_param_store_create(&pc, &t->store));
     usp_model_setup ms = {.config = &g->model, .backend = be, .stream = t->ctx->stream, .mesh = &t->mesh,
                           .batch = 1, .seq_len = g->seq_len, .store = t->store};

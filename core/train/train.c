@@ -169,6 +169,7 @@ static usp_status step_passes(trainer *t, int64_t first_sample, double *loss, do
     *fwd = *recompute = 0;
     for (int64_t m = 0; m < t->M; m++) {
         usp_param_store_accumulate(t->store, m > 0);
+        usp_param_store_reduce_in_backward(t->store, m == t->M - 1); /* the sums once, with the last pass */
         double part, f, r;
         USP_CHECK(usp_model_forward(t->model, t->shards + m * t->B_local));
         USP_CHECK(usp_model_loss(t->model, grad_scale, with_grad, &part));
@@ -179,6 +180,7 @@ static usp_status step_passes(trainer *t, int64_t first_sample, double *loss, do
         sum += part, *fwd += f, *recompute += r;
     }
     usp_param_store_accumulate(t->store, 0);
+    usp_param_store_reduce_in_backward(t->store, 1);
     *loss = sum / count;
     return USP_OK;
 }
@@ -429,8 +431,9 @@ static usp_status setup(trainer *t)
                          c->data, (long long)t->data.vocab - 1, c->model.name, (long long)c->model.vocab);
     USP_CHECK(usp_param_table_make(&c->model, &t->table));
     usp_param_store_config pc = {.backend = BE, .stream = ST, .table = &t->table, .n_layer = (int)c->model.n_layer,
-                                 .zero_stage = c->zero_stage, .world = t->ctx->world, .sp = t->mesh.sp,
-                                 .dp = t->mesh.dp, .optimizer = 1, .storage = c->storage,
+                                 .zero_stage = c->zero_stage, .world = t->ctx->world,
+                                 .grad_group = t->ctx->world, /* the ranks sharing the gradient: dp x sp */
+                                 .bucket_bytes = usp_train_bucket_bytes(c), .optimizer = 1, .storage = c->storage,
                                  .offload_optimizer = c->offload_optimizer};
     USP_CHECK(usp_param_store_create(&pc, &t->store));
     usp_model_setup ms = {.config = &c->model, .backend = BE, .stream = ST, .mesh = &t->mesh,
@@ -521,6 +524,8 @@ static usp_status run(trainer *t)
                                         .steps_done = t->step,
                                         .clock_s = clock_now(t),
                                         .seq_len_padded = t->N, .peak_bytes = t->result->peak_bytes};
+    if (s == USP_OK && t->ctx->rank == 0 && t->result)
+        usp_param_store_grad_traffic(t->store, &t->result->grad_collectives, &t->result->grad_bytes);
     if (s == USP_OK && t->result)
         t->result->stopped = t->stopping; /* every rank's process decides its exit code by it */
     if (s == USP_OK && t->result && t->result->peak_bytes) {

@@ -104,6 +104,8 @@ typedef struct usp_train_config {
     int eager_loss;            /* the loss as PyTorch's eager cross-entropy holds it (shapes only; model.h) */
     int forward_only;          /* a step is the forward and the loss, no backward or update (shapes only: planning) */
     int64_t micro_batches;     /* a replica's sequences run in this many passes a step, gradients accumulated (0, 1: one) */
+    double bucket_mb;          /* ZeRO 0-1: gradients all-reduced during backward in buckets of at most this many
+                                  MiB of whole layers, a larger layer alone (0: 25, as PyTorch DDP; grad_buckets.h) */
     int eager_ring_merge;      /* ring attention's merge as PyTorch frameworks run it (shapes only; core/parallel/ring.h) */
     usp_dtype storage;         /* USP_F32, or USP_BF16 mixed precision (shapes only: see usp_buffer_alloc_as) */
     const char *save_dir, *resume_dir;
@@ -140,6 +142,8 @@ typedef struct usp_train_result {
     int stopped;               /* the run stopped early at `stop` (set on every rank, not on rank 0 alone) */
     int64_t seq_len_padded;
     double first_loss;         /* the loss of the first step run */
+    int grad_collectives;      /* the last step's gradient collectives on rank 0 (all-reduces at ZeRO 0-1, */
+    int64_t grad_bytes;        /* reduce-scatters at 2-3) and the gradient bytes they took in: one pass */
     size_t *peak_bytes;        /* when set (on every rank or none), [world]: every rank's peak memory over
                                   the run, gathered to rank 0 (usp_rank_gather) */
 } usp_train_result;
@@ -161,6 +165,9 @@ usp_status usp_train_check(const usp_train_config *c, int64_t *padded_len);
 
 /* One rank of a training or evaluation run (arg: usp_train_run *). */
 usp_status usp_train_rank(const usp_rank_ctx *ctx, void *arg);
+
+/* The gradient bucket cap in bytes of c->bucket_mb (0: the store's default, 25 MiB; at least 1 byte otherwise). */
+int64_t usp_train_bucket_bytes(const usp_train_config *c);
 
 /* The learning rate at step t (1-based) of the schedule. */
 double usp_train_lr(const usp_train_config *c, int64_t t);

@@ -73,10 +73,19 @@ static usp_status check_eval_every(const usp_train_config *c)
     return USP_OK;
 }
 
+int64_t usp_train_bucket_bytes(const usp_train_config *c)
+{
+    double bytes = c->bucket_mb * 1048576.0;
+    return c->bucket_mb > 0 ? (bytes < 1 ? 1 : bytes > 0x1p62 ? (int64_t)1 << 62 : (int64_t)bytes) : 0;
+}
+
 usp_status usp_train_check(const usp_train_config *c, int64_t *padded_len)
 {
     USP_CHECK(check_optimizer(c));
     USP_CHECK(check_eval_every(c));
+    if (!isfinite(c->bucket_mb) || c->bucket_mb < 0)
+        return usp_error(USP_ERR_CONFIG, "--bucket-mb %g: a gradient bucket's size is a finite number of MiB, "
+                         "e.g. --bucket-mb 25 (0: the default, 25)", c->bucket_mb);
     if (c->batch < 1 || c->batch % c->shape.dp != 0)
         return usp_error(USP_ERR_CONFIG, "--batch %lld is not a multiple of the %d data-parallel replicas "
                          "(W / (U R)); use --batch %d or a multiple", (long long)c->batch, c->shape.dp, c->shape.dp);
