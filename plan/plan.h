@@ -79,6 +79,12 @@ usp_status plan_result_check(const plan_result *r);
  * non-finite figure (plan_result_check). */
 usp_status plan_run(const usp_train_config *train, const sim_cost_model *cost, const char *trace, plan_result *out);
 
+/* plan_run with each simulated rank standing for `share` ranks of its Ulysses group (sim_config.mirrors):
+ * 1 simulates every rank; 0 (plan_run's choice) the Ulysses degree when there is no trace. A run whose
+ * mirrors break their symmetry is simulated again rank by rank, so the figures are those of share 1. */
+usp_status plan_run_sharing(const usp_train_config *train, const sim_cost_model *cost, const char *trace, int share,
+                            plan_result *out);
+
 /* Frees what plan_run allocated in r (a zeroed result is fine). */
 void plan_result_free(plan_result *r);
 
