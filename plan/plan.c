@@ -223,17 +223,22 @@ usp_status plan_run_sharing(const usp_train_config *train, const sim_cost_model 
                             plan_result *out)
 {
     /* The ranks of a Ulysses group (one position of the ring) do the same on shapes: one of them runs
-     * for all (sim/mirrors.c), unless the run is traced (every rank's events) or the symmetry breaks. */
-    if (share == 0)
-        share = trace == NULL && train->shape.ulysses > 1 ? train->shape.ulysses : 1;
+     * for all (sim/mirrors.c), unless the run is traced (every rank's events), ZeRO shards the optimizer
+     * (each rank updates its own shard, in ops of other sizes: a mirror would end some ulps apart, and
+     * the plan's wait with it), or the symmetry breaks. */
+    int sharded = share == PLAN_SHARE_EXACT && (train->zero_stage > 0 || train->offload_optimizer);
+    if (share <= 0)
+        share = trace == NULL && !sharded && train->shape.ulysses > 1 ? train->shape.ulysses : 1;
     int failed;
     usp_status s = run_step(train, cost, trace, share, out, &failed);
     if (s != USP_OK && failed && share > 1)
-        s = run_step(train, cost, trace, 1, out, &failed);
+        s = run_step(train, cost, trace, share = 1, out, &failed);
+    if (s == USP_OK)
+        out->simulated_ranks = train->shape.world / share;
     return s;
 }
 
 usp_status plan_run(const usp_train_config *train, const sim_cost_model *cost, const char *trace, plan_result *out)
 {
-    return plan_run_sharing(train, cost, trace, 0, out);
+    return plan_run_sharing(train, cost, trace, PLAN_SHARE_EXACT, out);
 }
