@@ -9,6 +9,7 @@
  * nodes of 8), which must fall back to simulating every rank, as ZeRO must
  * (each rank updates its own shard of the optimizer, in ops of other sizes). */
 #include <check.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -128,6 +129,33 @@ START_TEST(a_zero_plan_runs_every_rank)
 }
 END_TEST
 
+/* The fit search's share (PLAN_SHARE_ROUNDED) mirrors ZeRO plans: the peaks are every rank's, bit for
+ * bit, and the step time within 1e-12 relative (the ulps a shard's own ops move a clock by; the search
+ * prints 4 digits). */
+START_TEST(a_rounded_zero_plan_keeps_the_bytes_and_the_printed_time)
+{
+    for (int zero = 1; zero <= 3; zero++) {
+        usp_train_config c = config_of(&cases[3]);
+        c.zero_stage = zero;
+        sim_cost_model m = cluster(cases[3].cluster, cases[3].nodes);
+        plan_result mirrored, full;
+        ck_assert_msg(plan_run_sharing(&c, &m, NULL, PLAN_SHARE_ROUNDED, &mirrored) == USP_OK, "%s",
+                      usp_error_message());
+        ck_assert_msg(plan_run_sharing(&c, &m, NULL, 1, &full) == USP_OK, "%s", usp_error_message());
+        ck_assert_int_eq(mirrored.simulated_ranks, c.shape.world / c.shape.ulysses);
+        ck_assert_uint_eq(mirrored.peak_bytes[mirrored.peak_rank], full.peak_bytes[full.peak_rank]);
+        for (int r = 0; r < c.shape.world; r++)
+            ck_assert_uint_eq(mirrored.peak_bytes[r], full.peak_bytes[r]);
+        ck_assert_int_eq(mirrored.fits, full.fits);
+        ck_assert_msg(fabs(mirrored.step_time_s - full.step_time_s) <= 1e-12 * full.step_time_s,
+                      "--zero %d: step %.17g mirrored, %.17g every rank", zero, mirrored.step_time_s,
+                      full.step_time_s);
+        plan_result_free(&mirrored);
+        plan_result_free(&full);
+    }
+}
+END_TEST
+
 /* A traced plan records every rank's events: every rank runs. */
 START_TEST(a_traced_plan_runs_every_rank)
 {
@@ -154,6 +182,7 @@ int main(void)
                         (int)(sizeof cases / sizeof cases[0]));
     tcase_add_test(t, lanes_that_route_differently_fall_back_to_every_rank);
     tcase_add_test(t, a_zero_plan_runs_every_rank);
+    tcase_add_test(t, a_rounded_zero_plan_keeps_the_bytes_and_the_printed_time);
     tcase_add_test(t, a_traced_plan_runs_every_rank);
     suite_add_tcase(s, t);
     return check_main_run(s);
