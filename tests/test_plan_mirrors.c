@@ -73,19 +73,27 @@ static void assert_same_plan(const plan_result *a, const plan_result *b, const c
         SAME(peak_bytes[r]);
 }
 
+/* Plans c on m with `share` into *shared and with every rank into *full; the first ran
+ * `simulated` ranks. */
+static void plan_both(const usp_train_config *c, const sim_cost_model *m, int share, int simulated,
+                      plan_result *shared, plan_result *full)
+{
+    ck_assert_msg(plan_run_sharing(c, m, NULL, share, shared) == USP_OK, "%s", usp_error_message());
+    ck_assert_msg(plan_run_sharing(c, m, NULL, 1, full) == USP_OK, "%s", usp_error_message());
+    ck_assert_int_eq(shared->simulated_ranks, simulated);
+    ck_assert_int_eq(full->simulated_ranks, c->shape.world);
+}
+
 START_TEST(a_mirrored_plan_reports_every_figure_of_the_full_one)
 {
     const mirror_case *k = &cases[_i];
     usp_train_config c = config_of(k);
     sim_cost_model m = cluster(k->cluster, k->nodes);
     plan_result mirrored, full;
-    ck_assert_msg(plan_run_sharing(&c, &m, NULL, 0, &mirrored) == USP_OK, "%s", usp_error_message());
-    ck_assert_msg(plan_run_sharing(&c, &m, NULL, 1, &full) == USP_OK, "%s", usp_error_message());
+    plan_both(&c, &m, PLAN_SHARE_EXACT, k->world / k->ulysses, &mirrored, &full); /* the mirrors stood in */
     char what[128];
     snprintf(what, sizeof what, "%s x %d, W %d = U %d x R %d x DP %d", k->cluster, k->nodes, k->world, k->ulysses,
              k->ring, c.shape.dp);
-    ck_assert_int_eq(mirrored.simulated_ranks, k->world / k->ulysses); /* the mirrors stood in */
-    ck_assert_int_eq(full.simulated_ranks, k->world);
     ck_assert(full.step_time_s > 0 && full.comm_time_s > 0); /* a step that talks, not an empty one */
     assert_same_plan(&mirrored, &full, what);
     plan_result_free(&mirrored);
@@ -102,9 +110,7 @@ START_TEST(lanes_that_route_differently_fall_back_to_every_rank)
     usp_train_config c = config_of(&k);
     sim_cost_model m = cluster(k.cluster, k.nodes);
     plan_result mirrored, full;
-    ck_assert_msg(plan_run_sharing(&c, &m, NULL, 0, &mirrored) == USP_OK, "%s", usp_error_message());
-    ck_assert_msg(plan_run_sharing(&c, &m, NULL, 1, &full) == USP_OK, "%s", usp_error_message());
-    ck_assert_int_eq(mirrored.simulated_ranks, k.world);
+    plan_both(&c, &m, PLAN_SHARE_EXACT, k.world, &mirrored, &full);
     assert_same_plan(&mirrored, &full, "pcie-gen4 x 2, W 12 = U 3 x R 4");
     plan_result_free(&mirrored);
     plan_result_free(&full);
@@ -120,9 +126,7 @@ START_TEST(a_zero_plan_runs_every_rank)
     c.zero_stage = 1;
     sim_cost_model m = cluster(cases[3].cluster, cases[3].nodes);
     plan_result auto_share, full;
-    ck_assert_msg(plan_run_sharing(&c, &m, NULL, 0, &auto_share) == USP_OK, "%s", usp_error_message());
-    ck_assert_msg(plan_run_sharing(&c, &m, NULL, 1, &full) == USP_OK, "%s", usp_error_message());
-    ck_assert_int_eq(auto_share.simulated_ranks, c.shape.world);
+    plan_both(&c, &m, PLAN_SHARE_EXACT, c.shape.world, &auto_share, &full);
     assert_same_plan(&auto_share, &full, "--zero 1");
     plan_result_free(&auto_share);
     plan_result_free(&full);
@@ -139,11 +143,7 @@ START_TEST(a_rounded_zero_plan_keeps_the_bytes_and_the_printed_time)
         c.zero_stage = zero;
         sim_cost_model m = cluster(cases[3].cluster, cases[3].nodes);
         plan_result mirrored, full;
-        ck_assert_msg(plan_run_sharing(&c, &m, NULL, PLAN_SHARE_ROUNDED, &mirrored) == USP_OK, "%s",
-                      usp_error_message());
-        ck_assert_msg(plan_run_sharing(&c, &m, NULL, 1, &full) == USP_OK, "%s", usp_error_message());
-        ck_assert_int_eq(mirrored.simulated_ranks, c.shape.world / c.shape.ulysses);
-        ck_assert_uint_eq(mirrored.peak_bytes[mirrored.peak_rank], full.peak_bytes[full.peak_rank]);
+        plan_both(&c, &m, PLAN_SHARE_ROUNDED, c.shape.world / c.shape.ulysses, &mirrored, &full);
         for (int r = 0; r < c.shape.world; r++)
             ck_assert_uint_eq(mirrored.peak_bytes[r], full.peak_bytes[r]);
         ck_assert_int_eq(mirrored.fits, full.fits);
