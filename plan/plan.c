@@ -137,8 +137,8 @@ static usp_status check_rank_layers(const usp_train_config *c, int share, int64_
     /* the largest world of whole SP groups (DP replicas) within the cap */
     int sp = sh->ulysses * sh->ring > 0 ? sh->ulysses * sh->ring : 1;
     long long fits = (long long)floor((double)PLAN_RANK_LAYERS_MAX / per_rank) * share / sp * sp;
-    usp_strbuf_printf(&why, " = %.0f rank-layers to simulate, more than the planner's %lld (every rank's program "
-                      "runs in full on shapes: this one would take minutes): use", rank_layers,
+    usp_strbuf_printf(&why, " = %.0f rank-layers to simulate, more than the planner's %lld (each simulated "
+                      "rank's program runs in full on shapes: this one would take minutes): use", rank_layers,
                       PLAN_RANK_LAYERS_MAX);
     if (fits >= sp)
         usp_strbuf_printf(&why, " --world %lld (DP %lld of U %d x R %d) and compare,", fits, fits / sp, sh->ulysses,
