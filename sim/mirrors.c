@@ -50,9 +50,9 @@ usp_status sim_mirrors_setup(sim_world *w)
     if (w->n % w->mirrors != 0)
         return usp_error(USP_ERR_CONFIG, "mirrors in blocks of %d ranks do not divide the world of %d",
                          w->mirrors, w->n);
-    if (w->config.trace || w->config.n_faults > 0)
-        return usp_error(USP_ERR_CONFIG, "mirrors in blocks of %d ranks with a trace or faults: every rank's "
-                         "events are its own there, so every rank must run", w->mirrors);
+    if (w->config.trace || w->config.n_faults > 0 || w->config.record_schedule)
+        return usp_error(USP_ERR_CONFIG, "mirrors in blocks of %d ranks with a trace, faults or a schedule log: "
+                         "every rank's events are its own there, so every rank must run", w->mirrors);
     w->mirror_flows = lanes_share_links(&w->config.cost.topology);
     USP_CHECK(usp_malloc((void **)&w->local_scratch, (size_t)w->n * sizeof *w->local_scratch, "the mirrors"));
     for (int i = 0; i < w->n; i++)
