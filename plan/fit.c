@@ -85,7 +85,7 @@ static usp_status climb(usp_train_config c, const sim_cost_model *cost, plan_fit
             snprintf(flag, sizeof flag, "%s", ladder[i].flag);
         add_flag(out->options, sizeof out->options, flag);
         plan_result r;
-        USP_CHECK(plan_run(&c, cost, NULL, &r));
+        USP_CHECK(plan_run_sharing(&c, cost, NULL, PLAN_SHARE_ROUNDED, &r));
         out->tries++;
         out->peak_bytes = r.peak_bytes[r.peak_rank];
         out->step_time_s = r.step_time_s;
@@ -102,7 +102,7 @@ static usp_status climb(usp_train_config c, const sim_cost_model *cost, plan_fit
 static usp_status fits_as_is(const usp_train_config *c, const sim_cost_model *cost, plan_fit *out, int *fits)
 {
     plan_result r;
-    usp_status s = plan_run(c, cost, NULL, &r);
+    usp_status s = plan_run_sharing(c, cost, NULL, PLAN_SHARE_ROUNDED, &r);
     *fits = 0;
     if (s != USP_OK)
         return s;

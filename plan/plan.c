@@ -67,25 +67,33 @@ static void read_run(const sim_world *w, const sim_cost_model *cost, const usp_t
     read_breakdown(w, out->peak_rank, out);
 }
 
-usp_status plan_check_ring_steps(const usp_train_config *c, int64_t passes, const char *passes_what)
+/* "--world W" or, when each simulated rank stands for `share` (its Ulysses group), "--world W / U". */
+static void world_simulated(usp_strbuf *why, const usp_mesh_shape *sh, int share)
+{
+    usp_strbuf_printf(why, share > 1 ? "(--world %d / --ulysses %d simulated ranks)" : "--world %d", sh->world,
+                      share);
+}
+
+/* plan_check_ring_steps when each simulated rank stands for `share` ranks. */
+static usp_status check_ring_steps(const usp_train_config *c, int share, int64_t passes, const char *passes_what)
 {
     const usp_mesh_shape *sh = &c->shape;
     int64_t seqs = sh->dp > 0 && c->batch > sh->dp ? (c->batch + sh->dp - 1) / sh->dp : 1; /* per replica */
     int64_t layers = c->model.n_layer > 1 ? c->model.n_layer : 1;
     passes = passes > 1 ? passes : 1;
     double per_ring = (double)layers * (double)seqs * (double)passes; /* in doubles: W x R x this overflows */
-    double ring_steps = (double)sh->world * sh->ring * per_ring;
+    double ring_steps = (double)(sh->world / share) * sh->ring * per_ring;
     if (ring_steps <= (double)PLAN_RING_STEPS_MAX)
         return USP_OK;
     usp_strbuf why = {0};
-    usp_strbuf_printf(&why, "--world %d x --ring %d x %lld layers (--model %s)", sh->world, sh->ring,
-                      (long long)layers, c->model.name);
+    world_simulated(&why, sh, share);
+    usp_strbuf_printf(&why, " x --ring %d x %lld layers (--model %s)", sh->ring, (long long)layers, c->model.name);
     if (seqs > 1)
         usp_strbuf_printf(&why, " x %lld sequences per replica (--batch %lld over %d replicas)", (long long)seqs,
                           (long long)c->batch, sh->dp);
     if (passes > 1)
         usp_strbuf_printf(&why, " x %lld %s", (long long)passes, passes_what);
-    double per_world = floor((double)PLAN_RING_STEPS_MAX / per_ring);
+    double per_world = floor((double)PLAN_RING_STEPS_MAX / per_ring) * share;
     usp_strbuf_printf(&why, " = %.0f ring steps to simulate, more than the simulator's %lld: use",
                       ring_steps, PLAN_RING_STEPS_MAX);
     if (per_world >= 1)
@@ -102,18 +110,25 @@ usp_status plan_check_ring_steps(const usp_train_config *c, int64_t passes, cons
     return s;
 }
 
-usp_status plan_check_rank_layers(const usp_train_config *c, int64_t passes, const char *passes_what)
+usp_status plan_check_ring_steps(const usp_train_config *c, int64_t passes, const char *passes_what)
+{
+    return check_ring_steps(c, 1, passes, passes_what);
+}
+
+/* plan_check_rank_layers when each simulated rank stands for `share` ranks. */
+static usp_status check_rank_layers(const usp_train_config *c, int share, int64_t passes, const char *passes_what)
 {
     const usp_mesh_shape *sh = &c->shape;
     int64_t seqs = sh->dp > 0 && c->batch > sh->dp ? (c->batch + sh->dp - 1) / sh->dp : 1; /* per replica */
     int64_t layers = c->model.n_layer > 1 ? c->model.n_layer : 1;
     passes = passes > 1 ? passes : 1;
     double per_rank = (double)layers * (double)seqs * (double)passes;
-    double rank_layers = (double)sh->world * per_rank;
+    double rank_layers = (double)(sh->world / share) * per_rank;
     if (rank_layers <= (double)PLAN_RANK_LAYERS_MAX)
         return USP_OK;
     usp_strbuf why = {0};
-    usp_strbuf_printf(&why, "--world %d x %lld layers (--model %s)", sh->world, (long long)layers, c->model.name);
+    world_simulated(&why, sh, share);
+    usp_strbuf_printf(&why, " x %lld layers (--model %s)", (long long)layers, c->model.name);
     if (seqs > 1)
         usp_strbuf_printf(&why, " x %lld sequences per replica (--batch %lld over %d replicas)", (long long)seqs,
                           (long long)c->batch, sh->dp);
@@ -121,9 +136,9 @@ usp_status plan_check_rank_layers(const usp_train_config *c, int64_t passes, con
         usp_strbuf_printf(&why, " x %lld %s", (long long)passes, passes_what);
     /* the largest world of whole SP groups (DP replicas) within the cap */
     int sp = sh->ulysses * sh->ring > 0 ? sh->ulysses * sh->ring : 1;
-    long long fits = (long long)floor((double)PLAN_RANK_LAYERS_MAX / per_rank) / sp * sp;
-    usp_strbuf_printf(&why, " = %.0f rank-layers to simulate, more than the planner's %lld (every rank's program "
-                      "runs in full on shapes: this one would take minutes): use", rank_layers,
+    long long fits = (long long)floor((double)PLAN_RANK_LAYERS_MAX / per_rank) * share / sp * sp;
+    usp_strbuf_printf(&why, " = %.0f rank-layers to simulate, more than the planner's %lld (each simulated "
+                      "rank's program runs in full on shapes: this one would take minutes): use", rank_layers,
                       PLAN_RANK_LAYERS_MAX);
     if (fits >= sp)
         usp_strbuf_printf(&why, " --world %lld (DP %lld of U %d x R %d) and compare,", fits, fits / sp, sh->ulysses,
@@ -136,6 +151,11 @@ usp_status plan_check_rank_layers(const usp_train_config *c, int64_t passes, con
     usp_status s = usp_error(USP_ERR_CONFIG, "%s", usp_strbuf_text(&why));
     usp_strbuf_free(&why);
     return s;
+}
+
+usp_status plan_check_rank_layers(const usp_train_config *c, int64_t passes, const char *passes_what)
+{
+    return check_rank_layers(c, 1, passes, passes_what);
 }
 
 usp_status plan_result_check(const plan_result *r)
@@ -157,11 +177,15 @@ usp_status plan_result_check(const plan_result *r)
     return USP_OK;
 }
 
-usp_status plan_run(const usp_train_config *train, const sim_cost_model *cost, const char *trace, plan_result *out)
+/* One simulated step, each simulated rank standing for `share` (sim_config.mirrors); *mirrors_failed = 1
+ * when the mirrors could not stand in. */
+static usp_status run_step(const usp_train_config *train, const sim_cost_model *cost, const char *trace, int share,
+                           plan_result *out, int *mirrors_failed)
 {
     *out = (plan_result){.shape = train->shape};
-    USP_CHECK(plan_check_ring_steps(train, 1, NULL));
-    USP_CHECK(plan_check_rank_layers(train, 1, NULL));
+    *mirrors_failed = 0;
+    USP_CHECK(check_ring_steps(train, share, 1, NULL));
+    USP_CHECK(check_rank_layers(train, share, 1, NULL));
     int64_t padded; /* a shape the ranks would refuse is refused before W ranks are built (W = 4096: 0.5 GB) */
     USP_CHECK(usp_train_check(train, &padded));
     usp_train_config c = *train;
@@ -173,7 +197,7 @@ usp_status plan_run(const usp_train_config *train, const sim_cost_model *cost, c
     c.step_stats = stats;
     usp_status s = usp_calloc((void **)&out->peak_bytes, (size_t)W, sizeof *out->peak_bytes, "the peaks");
     sim_config sc = sim_config_default(W);
-    sc.cost = *cost, sc.trace = trace != NULL, sc.make_backend = usp_backend_meta_create;
+    sc.cost = *cost, sc.trace = trace != NULL, sc.make_backend = usp_backend_meta_create, sc.mirrors = share;
     sim_world *w = NULL;
     if (s == USP_OK)
         s = sim_world_create(&sc, &w);
@@ -181,6 +205,7 @@ usp_status plan_run(const usp_train_config *train, const sim_cost_model *cost, c
     usp_train_run run = {.config = &c, .result = &result};
     if (s == USP_OK)
         s = sim_world_run(w, usp_train_rank, &run);
+    *mirrors_failed = w && sim_world_mirrors_failed(w);
     if (s == USP_OK)
         read_run(w, cost, &c, stats, out);
     if (s == USP_OK)
@@ -192,4 +217,28 @@ usp_status plan_run(const usp_train_config *train, const sim_cost_model *cost, c
     if (s != USP_OK)
         plan_result_free(out);
     return s;
+}
+
+usp_status plan_run_sharing(const usp_train_config *train, const sim_cost_model *cost, const char *trace, int share,
+                            plan_result *out)
+{
+    /* The ranks of a Ulysses group (one position of the ring) do the same on shapes: one of them runs
+     * for all (sim/mirrors.c), unless the run is traced (every rank's events), ZeRO shards the optimizer
+     * (each rank updates its own shard, in ops of other sizes: a mirror would end some ulps apart, and
+     * the plan's wait with it), or the symmetry breaks. */
+    int sharded = share == PLAN_SHARE_EXACT && (train->zero_stage > 0 || train->offload_optimizer);
+    if (share <= 0)
+        share = trace == NULL && !sharded && train->shape.ulysses > 1 ? train->shape.ulysses : 1;
+    int failed;
+    usp_status s = run_step(train, cost, trace, share, out, &failed);
+    if (s != USP_OK && failed && share > 1)
+        s = run_step(train, cost, trace, share = 1, out, &failed);
+    if (s == USP_OK)
+        out->simulated_ranks = train->shape.world / share;
+    return s;
+}
+
+usp_status plan_run(const usp_train_config *train, const sim_cost_model *cost, const char *trace, plan_result *out)
+{
+    return plan_run_sharing(train, cost, trace, PLAN_SHARE_EXACT, out);
 }

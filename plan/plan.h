@@ -38,6 +38,7 @@ typedef struct plan_result {
     double mfu;                    /* model FLOPs (step - recompute) / (step_time x world x peak_flops) */
     size_t *peak_bytes;            /* [world] */
     int peak_rank;                 /* the rank with the largest peak (lowest on ties) */
+    int simulated_ranks;           /* ranks whose program ran: world, or world / ulysses (plan_run_sharing) */
     int n_categories;              /* that rank's memory by category at its peak, largest first */
     const char *category[PLAN_CATEGORIES_MAX];
     size_t category_bytes[PLAN_CATEGORIES_MAX];
@@ -78,6 +79,21 @@ usp_status plan_result_check(const plan_result *r);
  * before the world is built where usp_train_check can); USP_ERR_RUNTIME for a
  * non-finite figure (plan_result_check). */
 usp_status plan_run(const usp_train_config *train, const sim_cost_model *cost, const char *trace, plan_result *out);
+
+/* The share plan_run picks: one rank a Ulysses group runs (sim/mirrors.c) where that gives every figure
+ * of the run of every rank, bit for bit: no trace, and no ZeRO or optimizer offload (each rank updates
+ * its own shard, in ops of other sizes, so its clock ends some ulps from its Ulysses peers'). */
+#define PLAN_SHARE_EXACT 0
+/* Mirrors under ZeRO too, for searches that print a step's time to 4 digits and its peak bytes
+ * (plan/fit.c): the times then differ from every rank's run by some ulps (1e-14 s at W = 512), the
+ * bytes not at all (every rank allocates shards of one padded size). */
+#define PLAN_SHARE_ROUNDED (-1)
+
+/* plan_run with each simulated rank standing for `share` ranks of its Ulysses group (sim_config.mirrors):
+ * 1 simulates every rank; PLAN_SHARE_EXACT or PLAN_SHARE_ROUNDED the Ulysses degree where they allow it.
+ * A run whose mirrors break their symmetry is simulated again rank by rank. */
+usp_status plan_run_sharing(const usp_train_config *train, const sim_cost_model *cost, const char *trace, int share,
+                            plan_result *out);
 
 /* Frees what plan_run allocated in r (a zeroed result is fine). */
 void plan_result_free(plan_result *r);

@@ -220,7 +220,7 @@ static usp_status move_collective(usp_comm_op **ops, int size)
 usp_status sim_move_collective(sim_world *w, sim_group *g)
 {
     for (int i = 0; i < g->size; i++)
-        USP_CHECK(check_buffers(&w->ranks[g->members[i]], g->posted[i], i, g->size));
+        USP_CHECK(check_buffers(sim_mirror_source(w, g->members[i]), g->posted[i], i, g->size));
     if (!usp_backend_has_numerics(w->ranks[g->members[0]].backend))
         return USP_OK;
     usp_comm_op **ops = g->posted;

@@ -23,6 +23,10 @@ usp_status sim_rank_gather(const usp_rank_ctx *ctx, const void *mine, size_t byt
 {
     sim_rank *r = ctx->gather_ctx;
     sim_world *w = r->world;
+    if (sim_is_mirror(w, r->id)) { /* it parked at its first call (sim/mirrors.c): it gathers nothing */
+        sim_mirrors_fail(w, "a mirror gathered", r->id);
+        return usp_error(USP_ERR_RUNTIME, "rank %d is a mirror: its first rank gathers for it", r->id);
+    }
     uint64_t k = r->gathers++;
     if (k >= w->n_gathers) { /* ranks make the same calls, so k is at most one past the end */
         size_t n = w->n_gathers ? 2 * w->n_gathers : 8;
@@ -41,10 +45,11 @@ usp_status sim_rank_gather(const usp_rank_ctx *ctx, const void *mine, size_t byt
                          "%zu: every rank must gather the same figures", r->id, bytes, (unsigned long long)k + 1,
                          slot->bytes);
     }
-    memcpy(slot->held + (size_t)r->id * bytes, mine, bytes);
+    for (int l = 0; l < w->mirrors; l++) /* its mirrors' figures are its own (sim/mirrors.c) */
+        memcpy(slot->held + (size_t)(r->id + l) * bytes, mine, bytes);
     if (r->id == 0)
         slot->dest = all;
-    if (++slot->arrived == w->n) {
+    if ((slot->arrived += w->mirrors) == w->n) {
         memcpy(slot->dest, slot->held, (size_t)w->n * bytes);
         free(slot->held);
         slot->held = NULL;

@@ -45,6 +45,7 @@ usp_status sim_group_create(sim_world *w, const char *name, int size, const int 
     if (!g->members || !g->posted || !g->calls || !g->collectives)
         return usp_error(USP_ERR_RUNTIME, "out of memory creating group %s", name);
     memcpy(g->members, members, (size_t)size * sizeof *members);
+    USP_CHECK(sim_mirrors_index(w, g));
     *out = g;
     return USP_OK;
 }
@@ -147,7 +148,7 @@ static usp_status complete_split(sim_world *w, sim_group *g)
  * The traffic is a list of the pairs that move bytes (usp_comm_op_peers): a ring
  * collective over n members is n entries, where an n x n matrix was 128 MB and
  * n^2 steps at every world collective of W = 4096. */
-static usp_status collective_seconds(sim_world *w, sim_group *g, double *seconds)
+static usp_status price_collective(sim_world *w, sim_group *g, double *seconds)
 {
     size_t n = (size_t)g->size;
     usp_comm_kind kind = g->posted[0]->kind;
@@ -175,6 +176,33 @@ static usp_status collective_seconds(sim_world *w, sim_group *g, double *seconds
     return s;
 }
 
+/* price_collective, remembered per group: the price is a function of the group, the cluster and the
+ * traffic, and every kind's traffic but all_to_all_v's is a function of (kind, count, dtype, root),
+ * on which the members agree (post_collective). A layer's collectives repeat on the same groups with
+ * the same shapes: pricing a Ulysses all-to-all of U members routes U^2 transfers through the flow
+ * model, a third of a plan's time at W = 4096 before it was remembered. */
+static usp_status collective_seconds(sim_world *w, sim_group *g, double *seconds)
+{
+    const usp_comm_op *op = g->posted[0];
+    sim_group_price key = {.kind = op->kind, .dtype = op->dtype, .count = op->count, .root = op->root};
+    int cacheable = op->kind != USP_OP_ALL_TO_ALL_V;
+    for (int i = 0; cacheable && i < g->n_prices; i++) {
+        const sim_group_price *p = &g->prices[i];
+        if (p->kind == key.kind && p->dtype == key.dtype && p->count == key.count && p->root == key.root) {
+            *seconds = p->seconds;
+            return USP_OK;
+        }
+    }
+    USP_CHECK(price_collective(w, g, seconds));
+    if (cacheable) {
+        key.seconds = *seconds;
+        g->prices[g->next_price] = key;
+        g->next_price = (g->next_price + 1) % SIM_GROUP_PRICES;
+        g->n_prices += g->n_prices < SIM_GROUP_PRICES;
+    }
+    return USP_OK;
+}
+
 static void complete_collective(sim_world *w, sim_group *g)
 {
     double start = 0.0, seconds = 0.0;
@@ -193,6 +221,10 @@ static void complete_collective(sim_world *w, sim_group *g)
     double end = start + seconds;
     for (int i = 0; i < g->size; i++) {
         sim_rank *r = &w->ranks[g->members[i]];
+        if (kind != USP_OP_SPLIT && sim_is_mirror(w, r->id)) { /* its first rank's op stood in (sim/mirrors.c) */
+            g->posted[i] = NULL;
+            continue;
+        }
         r->op->t_start = start;
         r->op->t_end = end;
         finish_op(r);
@@ -255,7 +287,8 @@ static void post_collective(sim_world *w, sim_rank *r, sim_comm *sc)
     g->posted[sc->local] = r->op;
     if (g->n_posted == 0 || sc->local < g->first_posted)
         g->first_posted = sc->local;
-    if (++g->n_posted == g->size)
+    g->n_posted += 1 + sim_mirrors_post(w, g, sc->local, r->op);
+    if (g->n_posted == g->size)
         complete_collective(w, g);
 }
 
@@ -292,7 +325,10 @@ static void try_transfer(sim_world *w, sim_group *g, sim_rank *sender, sim_rank 
      * (sim/virtual_streams.h), never needed by the ring, which posts at its compute stream's time. */
     double flows_now = sim_p2p_flows_now(w->p2p);
     start = start > flows_now ? start : flows_now;
-    st = sim_p2p_flows_submit(w->p2p, start, sender->id, receiver->id, s->count * usp_dtype_size(s->dtype));
+    uint64_t bytes = s->count * usp_dtype_size(s->dtype);
+    st = sim_p2p_flows_submit(w->p2p, start, sender->id, receiver->id, bytes);
+    if (st == USP_OK) /* the mirrors' copies of the transfer share the links with it (sim/mirrors.c) */
+        st = sim_mirrors_submit(w, start, sender->id, receiver->id, bytes);
     if (st != USP_OK) {
         usp_strbuf_printf(&w->report, "transfer on %s failed: %s\n", g->name, usp_error_message());
         sim_abort(w, st);
@@ -327,6 +363,8 @@ typedef struct transfer_done_ctx {
 static void transfer_done(void *ctx, int src, int dst, double t_end)
 {
     transfer_done_ctx *c = ctx;
+    if (sim_mirrors_flow_done(c->w, src, dst, t_end))
+        return;
     transfer_part_done(&c->w->ranks[src], t_end, c->woke, c->woke_ctx);
     transfer_part_done(&c->w->ranks[dst], t_end, c->woke, c->woke_ctx);
 }
@@ -334,7 +372,10 @@ static void transfer_done(void *ctx, int src, int dst, double t_end)
 usp_status sim_transfers_advance(sim_world *w, double t, void (*woke)(void *ctx, int rank), void *ctx)
 {
     transfer_done_ctx c = {w, woke, ctx};
-    return sim_p2p_flows_advance(w->p2p, t, transfer_done, &c);
+    USP_CHECK(sim_p2p_flows_advance(w->p2p, t, transfer_done, &c));
+    if (w->mirrors_failed) /* found while the flows moved: the scheduler aborts the run */
+        return usp_error(USP_ERR_RUNTIME, "the mirrors broke their symmetry");
+    return USP_OK;
 }
 
 static void post_p2p(sim_world *w, sim_rank *r, sim_comm *sc)
@@ -397,7 +438,9 @@ static usp_status sim_comm_issue(void *ctx, usp_comm_op *op)
         return usp_error(w->abort_status, "%s on %s at %s:%d: the run was aborted: %s",
                          usp_comm_kind_name(op->kind), sc->group->name, op->site.file, op->site.line,
                          w->abort_reason ? w->abort_reason : "the run was aborted");
-    return post_and_wait(sc, op);
+    int handled;
+    usp_status s = sim_mirrors_intercept(w, r, sc, op, &handled);
+    return handled ? s : post_and_wait(sc, op);
 }
 
 const usp_comm_i sim_comm_iface = {

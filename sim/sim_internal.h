@@ -11,7 +11,19 @@
 #include "sim/p2p_flows.h"
 #include "sim/world.h"
 
-typedef enum sim_rank_state { RANK_READY, RANK_BLOCKED, RANK_DONE } sim_rank_state;
+/* RANK_PARKED: a mirror (sim/mirrors.c) stopped at its first call; its rank's run stands for it. */
+typedef enum sim_rank_state { RANK_READY, RANK_BLOCKED, RANK_DONE, RANK_PARKED } sim_rank_state;
+
+/* A collective's price on a group, kept for the next one of the same shape (sim_comm.c). */
+typedef struct sim_group_price {
+    usp_comm_kind kind;
+    usp_dtype dtype;
+    size_t count;
+    int root;
+    double seconds;
+} sim_group_price;
+
+#define SIM_GROUP_PRICES 4
 
 /* A process group, shared by its members' handles. */
 typedef struct sim_group {
@@ -24,6 +36,10 @@ typedef struct sim_group {
     int first_posted;        /* the lowest member index posted (valid while n_posted > 0) */
     uint64_t *calls;         /* [size] calls each member issued on the group */
     uint64_t *collectives;   /* [size] collectives each member posted */
+    int *mirror_locals;      /* [size x (mirrors - 1)]: member i's mirrors' indices here (-1: not a member);
+                                NULL when the world has no mirrors (sim/mirrors.c) */
+    sim_group_price prices[SIM_GROUP_PRICES]; /* the last collectives priced here, newest at next_price - 1 */
+    int n_prices, next_price;
 } sim_group;
 
 /* The context of one rank's handle of a group. */
@@ -55,6 +71,8 @@ typedef struct sim_rank {
     usp_status wake;         /* what the call returns when the rank is resumed */
 
     uint64_t gathers;        /* usp_rank_gather calls the rank made (sim/rank_gather.c) */
+    double mirror_end;       /* sim/mirrors.c: the end of this rank's send and its mirrors' (the first seen) */
+    int mirror_ends;         /* how many of those M sends have ended */
 
     /* Virtual streams (sim/virtual_streams.h): lane 0 is the default stream, its clock `clock`. */
     int virtual_streams;     /* 1: the backend is wrapped, its streams are lanes; 0: one clock for everything */
@@ -92,6 +110,10 @@ struct sim_world {
     /* Work the collectives cost the simulator (sim_world_work): the traffic entries priced and
      * the pairs of posted calls compared; each O(n) per collective but for the all-to-alls. */
     uint64_t traffic_entries, match_checks, ready_offers;
+    int mirrors;             /* sim_config.mirrors (1: none) */
+    int *local_scratch;      /* [n] -1, or a member's index while a group is indexed (sim/mirrors.c) */
+    int mirrors_failed;      /* 1: the run broke the mirrors' symmetry (sim_world_mirrors_failed) */
+    int mirror_flows;        /* 1: the mirrors' transfers are queued (lanes may share links: sim/mirrors.c) */
 };
 
 /* rank_gather.c: usp_rank_ctx.gather of a simulated rank (gather_ctx: its sim_rank). */
@@ -110,6 +132,29 @@ usp_status sim_transfers_advance(struct sim_world *w, double t, void (*woke)(voi
 /* collectives.c: moves the data of a matched collective / transfer; checks the buffers first. */
 usp_status sim_move_collective(struct sim_world *w, sim_group *g);
 usp_status sim_move_p2p(struct sim_world *w, const sim_rank *sender, const sim_rank *receiver);
+
+/* mirrors.c: ranks that stand in for others (sim_config.mirrors). */
+/* 1 when `rank` is a mirror: its block's first rank runs for it. */
+static inline int sim_is_mirror(const struct sim_world *w, int rank) { return w->mirrors > 1 && rank % w->mirrors; }
+/* The rank whose run `rank` reports: itself, or its block's first rank when it is a mirror. */
+const sim_rank *sim_mirror_source(const struct sim_world *w, int rank);
+/* Checks the config allows mirrors and allocates their index (sim_world_create). */
+usp_status sim_mirrors_setup(struct sim_world *w);
+/* Indexes the mirrors among g's members (sim_group_create). */
+usp_status sim_mirrors_index(struct sim_world *w, sim_group *g);
+/* Posts `op` (posted by member `local`) for that member's mirrors in g; returns how many. */
+int sim_mirrors_post(struct sim_world *w, sim_group *g, int local, usp_comm_op *op);
+/* Queues the mirrors' copies of the transfer src -> dst (both first ranks of their blocks). */
+usp_status sim_mirrors_submit(struct sim_world *w, double start, int src, int dst, uint64_t bytes);
+/* Notes a finished transfer; returns 1 when it was a mirror's (nobody waits for it). */
+int sim_mirrors_flow_done(struct sim_world *w, int src, int dst, double t_end);
+/* *handled = 1 and the call's status when r's call is not posted: r is a mirror (it parks), or the call
+ * breaks the mirrors' symmetry (the run aborts). */
+usp_status sim_mirrors_intercept(struct sim_world *w, sim_rank *r, sim_comm *sc, const usp_comm_op *op, int *handled);
+/* Ends the symmetry: the run aborts and sim_world_mirrors_failed says so. */
+void sim_mirrors_fail(struct sim_world *w, const char *why, int rank);
+/* After the run: the parked mirrors return from their calls and unwind; the sends' ends are checked. */
+void sim_mirrors_finish(struct sim_world *w);
 
 /* report.c: fills the backend-neutral reports (core/safety/comm_report.h) from the simulator's state */
 void sim_abort(struct sim_world *w, usp_status status);

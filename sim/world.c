@@ -26,6 +26,7 @@ usp_status sim_world_create(const sim_config *config, sim_world **out)
     w->n = config->world_size;
     usp_status s;
     USP_CHECK_GOTO(usp_calloc((void **)&w->ranks, (size_t)w->n, sizeof *w->ranks, "the ranks"), s, fail);
+    USP_CHECK_GOTO(sim_mirrors_setup(w), s, fail); /* before the decorator takes the faults */
     USP_CHECK_GOTO(usp_comm_decorator_create(config->faults, config->n_faults, w->n, &w->decorator), s, fail);
     w->config.faults = NULL, w->config.n_faults = 0; /* the decorator holds the copy */
     if (config->trace)
@@ -89,6 +90,9 @@ static usp_status make_ranks(sim_world *w)
         if (w->config.record_schedule)
             USP_CHECK(usp_calloc((void **)&r->sched, 1, sizeof *r->sched, "a rank's schedule log"));
         USP_CHECK((w->config.make_backend ? w->config.make_backend : usp_backend_cpu_create)(&r->backend));
+        if (w->mirrors > 1 && usp_backend_has_numerics(r->backend)) /* a mirror's data would be its own */
+            return usp_error(USP_ERR_CONFIG, "mirrors with the %s backend: only a run on shapes has ranks "
+                             "that do the same", usp_backend_name(r->backend));
         /* A backend that completes every op at once gets streams in virtual time, so that what the
          * code runs beside compute overlaps here too; one with streams of its own keeps them. */
         if (!w->config.cost.no_overlap && !usp_backend_defers(r->backend))
@@ -309,6 +313,7 @@ usp_status sim_world_run(sim_world *w, usp_rank_main_fn fn, void *arg)
     w->main_arg = arg;
     USP_CHECK(make_ranks(w));
     run_scheduler(w);
+    sim_mirrors_finish(w);
     if (w->abort_status != USP_OK)
         return usp_error(w->abort_status, "%s", usp_strbuf_text(&w->report));
     for (int i = 0; i < w->n; i++)
@@ -317,7 +322,7 @@ usp_status sim_world_run(sim_world *w, usp_rank_main_fn fn, void *arg)
             return usp_error(USP_ERR_RANK_FAILED, "%s", usp_strbuf_text(&w->report));
         }
     for (int i = 0; i < w->n; i++)
-        if (w->ranks[i].result != USP_OK)
+        if (w->ranks[i].result != USP_OK && !sim_is_mirror(w, i))
             return usp_error(w->ranks[i].result, "rank %d: %s", i, w->ranks[i].error.message);
     return usp_comm_decorator_check_fired(w->decorator); /* a fault that never fired would let a failing test pass */
 }
@@ -328,14 +333,15 @@ const usp_trace_t *sim_world_trace(const sim_world *w) { return w->trace; }
 
 size_t sim_world_peak_bytes(const sim_world *w, int rank)
 {
-    return w->ranks[rank].backend ? usp_backend_peak_bytes(w->ranks[rank].backend) : 0;
+    const sim_rank *r = sim_mirror_source(w, rank);
+    return r->backend ? usp_backend_peak_bytes(r->backend) : 0;
 }
 
-double sim_world_time(const sim_world *w, int rank) { return sim_lanes_end(&w->ranks[rank]); }
+double sim_world_time(const sim_world *w, int rank) { return sim_lanes_end(sim_mirror_source(w, rank)); }
 
 sim_rank_times sim_world_rank_times(const sim_world *w, int rank)
 {
-    const sim_rank *r = &w->ranks[rank];
+    const sim_rank *r = sim_mirror_source(w, rank);
     return (sim_rank_times){.compute_s = r->compute_s, .comm_s = r->comm_s, .wait_s = r->wait_s,
                             .end_s = sim_lanes_end(r), .hidden_comm_s = r->hidden_comm_s,
                             .hidden_wait_s = r->hidden_wait_s};
@@ -347,8 +353,9 @@ sim_work sim_world_work(const sim_world *w)
                       .ready_offers = w->ready_offers};
 }
 
-const usp_backend_t *sim_world_backend(const sim_world *w, int rank) { return w->ranks[rank].backend; }
-usp_status sim_world_rank_status(const sim_world *w, int rank) { return w->ranks[rank].result; }
+const usp_backend_t *sim_world_backend(const sim_world *w, int rank) { return sim_mirror_source(w, rank)->backend; }
+usp_status sim_world_rank_status(const sim_world *w, int rank) { return sim_mirror_source(w, rank)->result; }
+int sim_world_mirrors_failed(const sim_world *w) { return w->mirrors_failed; }
 
 void sim_world_destroy(sim_world *w)
 {
@@ -367,10 +374,12 @@ void sim_world_destroy(sim_world *w)
     }
     for (int g = 0; g < w->n_groups; g++) {
         sim_group *grp = w->groups[g];
-        free(grp->members), free(grp->posted), free(grp->calls), free(grp->collectives), free(grp);
+        free(grp->members), free(grp->posted), free(grp->calls), free(grp->collectives), free(grp->mirror_locals);
+        free(grp);
     }
     free(w->groups);
     free(w->ranks);
+    free(w->local_scratch);
     sim_p2p_flows_destroy(w->p2p);
     usp_comm_decorator_destroy(w->decorator); /* after the backend's handles: it frees only its wrappers */
     sim_gathers_free(w);

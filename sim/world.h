@@ -34,6 +34,13 @@ typedef struct sim_config {
     size_t stack_bytes;               /* each rank's fiber stack; 0: 16 MiB */
     int trace;                        /* 1: record trace events */
     int record_schedule;              /* 1: log what each rank enqueues, for sim_explore (sim/explore.h) */
+    /* Ranks in blocks of `mirrors` (0 or 1: none) that run the same program on the same clocks (the
+     * Ulysses group of a ring position on shapes: rank % U is its Ulysses index): only each block's first
+     * rank runs; the others post their splits, then stand in its calls and transfers (their transfers
+     * still share the links) and report its figures. A call or a transfer that breaks the symmetry
+     * aborts the run (sim_world_mirrors_failed). Shapes only (no numerics), no trace, no faults, no
+     * schedule log. */
+    int mirrors;
 } sim_config;
 
 /* A config for `world_size` ranks: cpu backend, enough dgx-h100 nodes (BF16), trace on, no faults. */
@@ -114,6 +121,9 @@ typedef struct sim_work {
 } sim_work;
 
 sim_work sim_world_work(const sim_world *w);
+
+/* 1 when the run aborted because its mirrors could not stand in (sim_config.mirrors): simulate every rank. */
+int sim_world_mirrors_failed(const sim_world *w);
 
 /* A rank's compute backend (its memory and FLOP counters), NULL before the run made it. */
 const usp_backend_t *sim_world_backend(const sim_world *w, int rank);

@@ -123,11 +123,16 @@ limit=$([[ -n ${ASAN_OPTIONS:-} ]] && echo 120 || echo 60) expect 0 "planned in"
 # 7 s here, 48 s under the sanitizers (scripts/test.sh sets ASAN_OPTIONS there); before: minutes and 16.8 GB
 limit=$([[ -n ${ASAN_OPTIONS:-} ]] && echo 150 || echo 60) expect 0 "planned in" -- plan --seq 1073741824
 limit=20 expect 2 "--world 4096 with 4096 heads" -- selftest --world 4096
-# issue 15: every rank's program runs in full, so a world past the planner's cap on rank-layers is refused at
-# once, naming the largest world that runs (before: 88-140 s and 1.1 GB; after the O(W) collectives: 70 s)
+# issue 15: each simulated rank's program runs in full, so a world past the planner's cap on rank-layers is
+# refused at once, naming the largest world that runs (before: 88-140 s and 1.1 GB; after the O(W) collectives:
+# 70 s). With ZeRO every rank runs; without, one a Ulysses group (issue 28: sim/mirrors.c), so U 32 plans
+# W = 4096 (15 s here) and U 2 is refused at W / U = 2048 simulated ranks
 limit=5 expect 2 "usp plan: --world 4096 x 32 layers (--model llama-7b) = 131072 rank-layers to simulate, more than the planner's 32768" -- \
-    plan --world 4096 --ulysses 32 --model llama-7b --seq 8192
-limit=5 expect 2 "use --world 1024 (DP 32 of U 32 x R 1)" -- plan --world 4096 --ulysses 32 --model llama-7b --seq 8192
+    plan --world 4096 --ulysses 32 --model llama-7b --seq 8192 --zero 1
+limit=5 expect 2 "use --world 1024 (DP 32 of U 32 x R 1)" -- plan --world 4096 --ulysses 32 --model llama-7b --seq 8192 --zero 1
+limit=5 expect 2 "(--world 4096 / --ulysses 2 simulated ranks) x 32 layers (--model llama-7b) = 65536 rank-layers" -- \
+    plan --world 4096 --ulysses 2 --model llama-7b --seq 8192
+limit=5 expect 2 "use --world 2048 (DP 1024 of U 2 x R 1)" -- plan --world 4096 --ulysses 2 --model llama-7b --seq 8192
 limit=5 expect 2 "rank-layers to simulate" -- train --meta --world 4096 --ulysses 32 --model llama-7b --seq 8192 --steps 1 --batch 128
 # issue 16: the attention kernel is a named choice, printed and in the JSON; FA3 only on Hopper
 expect 0 "attention kernel: fa2 (FlashAttention-2 rates), 35% / 30%" -- plan
