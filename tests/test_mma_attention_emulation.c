@@ -2,7 +2,8 @@
  * ldmatrix, mma.sync and swizzled tiles through backends/cuda/cuda_mma_maps.h), against the cpu
  * attention (backends/cpu, fp32, sharing none of this code): forward and backward, causal and full,
  * GQA, head_dim 64 and 128, lengths off the 64-tile grid, ring blocks placed by offsets, rows that
- * see no key; and the grid run backwards gives the same bits (no CTA depends on another's order).
+ * see no key (lse -inf on both sides, o and dq within 1e-6 of the cpu's zeros); and the grid run
+ * backwards gives the same bits (no CTA depends on another's order).
  *
  * Inputs are bf16 values (random, rounded to nearest even), given to both sides; the cpu's o is
  * rounded to bf16 for the emulated backward (the kernel reads a bf16 O). So every difference comes
@@ -225,24 +226,6 @@ START_TEST(emulated_mma_kernels_match_cpu_attention)
 }
 END_TEST
 
-/* Rows that see no key: o = 0, lse = -inf, and no gradient through them. */
-START_TEST(rows_that_see_no_key_stay_empty)
-{
-    case_data c;
-    case_run(&c, shape(1, 40, 40, 2, 1, 64, 1, 0, 25), 5); /* queries 0..24 see nothing */
-    for (int64_t h = 0; h < 2; h++)
-        for (int64_t i = 0; i < 40; i++) {
-            const float l = c.e_lse[attn_row_index(&c.s, 0, h, i)];
-            ck_assert(i < 25 ? (isinf(l) && l < 0) : isfinite(l));
-            for (int64_t d = 0; d < 64 && i < 25; d++) {
-                ck_assert(c.eo[attn_q_index(&c.s, 0, i, h, d)] == 0.0f);
-                ck_assert(c.edq[attn_q_index(&c.s, 0, i, h, d)] == 0.0f);
-            }
-        }
-    case_free(&c);
-}
-END_TEST
-
 /* Each output element is written by one CTA in a fixed order (dQ in its own pass, no atomics), so
  * running the grids backwards gives the same bits. */
 START_TEST(grid_order_does_not_change_a_bit)
@@ -267,7 +250,6 @@ static Suite *mma_emulation_suite(void)
     TCase *t = tcase_create("emulation");
     tcase_set_timeout(t, 300);
     tcase_add_test(t, emulated_mma_kernels_match_cpu_attention);
-    tcase_add_test(t, rows_that_see_no_key_stay_empty);
     tcase_add_test(t, grid_order_does_not_change_a_bit);
     suite_add_tcase(s, t);
     return s;
