@@ -319,7 +319,8 @@ static void emu_rows_store(float *dst, int64_t first, int64_t stride, const frag
             for (int i = 0; i < MMA_C_ELEMS; i++) {
                 const mma_rc p = mma_c_elem(lane, i);
                 const int64_t r = 16 * warp + p.row;
-                if (row0 + r < n_rows) dst[first + r * stride + 8 * db + p.col] = round_bf16(factor * acc[db].x[lane][i]);
+                if (row0 + r < n_rows)
+                    dst[first + r * stride + 8 * db + p.col] = round_bf16(factor * acc[db].x[lane][i]);
             }
 }
 
