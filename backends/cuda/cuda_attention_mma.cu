@@ -134,6 +134,17 @@ static __device__ __forceinline__ void load_block(uint32_t r[4], const bf16_bits
     ldsm_x4<KIND == MMA_LD_B_KN>(r, tile + mma_smem_offset(row0 + p.row, col0 + p.col, D));
 }
 
+/* acc0 += a b0, acc1 += a b1: the two B fragments (n8 blocks) one ldmatrix.x4 reads at (row0, col0). */
+template <int D, mma_ld_kind KIND>
+static __device__ __forceinline__ void mma_pair(float acc0[4], float acc1[4], const uint32_t a[4],
+                                                const bf16_bits *tile, int row0, int col0, int lane)
+{
+    uint32_t b[4];
+    load_block<D, KIND>(b, tile, row0, col0, lane);
+    mma_bf16(acc0, a, b[0], b[1]);
+    mma_bf16(acc1, a, b[2], b[3]);
+}
+
 /* acc = (rows 16 warp.. of a_tile) x b_tile^T over k = D; b_tile stored [n][k]. */
 template <int D>
 static __device__ __forceinline__ void scores(float acc[MMA_SBLOCKS][4], const bf16_bits *a_tile,
@@ -146,12 +157,8 @@ static __device__ __forceinline__ void scores(float acc[MMA_SBLOCKS][4], const b
         uint32_t a[4];
         load_block<D, MMA_LD_A>(a, a_tile, 16 * warp, 16 * ks, lane);
 #pragma unroll
-        for (int nb2 = 0; nb2 < MMA_SBLOCKS / 2; nb2++) {
-            uint32_t b[4];
-            load_block<D, MMA_LD_B_NK>(b, b_tile, 16 * nb2, 16 * ks, lane);
-            mma_bf16(acc[2 * nb2], a, b[0], b[1]);
-            mma_bf16(acc[2 * nb2 + 1], a, b[2], b[3]);
-        }
+        for (int nb2 = 0; nb2 < MMA_SBLOCKS / 2; nb2++)
+            mma_pair<D, MMA_LD_B_NK>(acc[2 * nb2], acc[2 * nb2 + 1], a, b_tile, 16 * nb2, 16 * ks, lane);
     }
 }
 
@@ -168,12 +175,8 @@ static __device__ __forceinline__ void accumulate_product(float acc[D / MMA_N][4
             a[r] = pack_bf16(p[2 * ks2 + mma_a_from_c_tile(2 * r)][mma_a_from_c_elem(2 * r)],
                              p[2 * ks2 + mma_a_from_c_tile(2 * r + 1)][mma_a_from_c_elem(2 * r + 1)]);
 #pragma unroll
-        for (int db2 = 0; db2 < D / 16; db2++) {
-            uint32_t b[4];
-            load_block<D, MMA_LD_B_KN>(b, tile, 16 * ks2, 16 * db2, lane);
-            mma_bf16(acc[2 * db2], a, b[0], b[1]);
-            mma_bf16(acc[2 * db2 + 1], a, b[2], b[3]);
-        }
+        for (int db2 = 0; db2 < D / 16; db2++)
+            mma_pair<D, MMA_LD_B_KN>(acc[2 * db2], acc[2 * db2 + 1], a, tile, 16 * ks2, 16 * db2, lane);
     }
 }
 
