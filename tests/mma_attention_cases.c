@@ -31,7 +31,6 @@ float *mma_case_array(size_t n, int random_bf16)
     return x;
 }
 
-
 usp_attention_shape mma_case_shape(int64_t batch, int64_t n_q, int64_t n_kv, int64_t heads, int64_t kv_heads,
                                    int64_t D, int causal, int64_t q_offset, int64_t kv_offset)
 {

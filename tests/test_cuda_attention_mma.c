@@ -69,7 +69,8 @@ static void gpu_run(mma_case *c)
 START_TEST(mma_kernels_match_cpu_attention)
 {
     const double worst_o = mma_case_run_all(gpu_run, 1000);
-    ck_assert_msg(worst_o > 0.02, "o within %.4f of its bf16 tolerance: is P rounded to bf16?", worst_o);
+    /* Without bf16 rounding (of P, of the stored o) o would be within ~1e-6 of the cpu: 1e-3 of its tolerance. */
+    ck_assert_msg(worst_o > 0.02, "o within %.4f of its bf16 tolerance: is anything rounded to bf16?", worst_o);
 }
 END_TEST
 
