@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # --explore (docs/explore.md): the planted order bug of `usp selftest --overlap unordered` passes the plain
 # simulator and is found by the exploration and by the lint, exit 3, naming both groups and both call sites;
-# its fix (--overlap ordered) and every mesh the training tests run (U, R, U x R, DP x U, ZeRO 0-3) pass
-# with K = 1; bad options are exit 2 naming the option.
+# its fix (--overlap ordered) and every mesh the training tests run (U, R, U x R, DP x U, ZeRO 0-3, with the
+# gradient buckets one layer each) pass with K = 1; bad options are exit 2 naming the option.
 # Usage: explore_test.sh PATH/TO/usp
 set -u
 source "$(dirname "$0")/cli_lib.sh" "$1"
@@ -35,6 +35,13 @@ for mesh in "--world 4" "--world 4 --ring 4" "--world 4 --ring 2" "--world 4 --u
     for zero in 0 1 2 3; do
         expect 0 "usp train: explored every order" -- train $mesh --zero $zero --explore --seq 64 --batch 4 \
             --eval-samples 0
+    done
+done
+# the gradient buckets at one layer each, overlapped with the backward's exchanges (issue 26's overlap)
+for mesh in "--world 4 --ulysses 2" "--world 8 --ulysses 2 --ring 2"; do
+    for zero in 0 3; do
+        expect 0 "usp train: lint: no two calls" -- train $mesh --zero $zero --bucket-mb 0.001 --micro-batches 2 \
+            --explore --seq 64 --batch 4 --eval-samples 0
     done
 done
 expect 0 "usp train: lint: no two calls" -- train --world 4 --ring 2 --recompute --tiled-mlp --micro-batches 2 \
