@@ -2,16 +2,22 @@
 # The cuda backend on one GPU, in one script (under 8 minutes on an H100/H200):
 #   bench/gpu.sh [BUILD_DIR]   (default build/gpu; needs nvcc, cuBLAS and a GPU)
 #   bench/gpu.sh --build-only [BUILD_DIR]   step 1 alone, no GPU needed (CI runs it wherever nvcc is)
-# 1. builds usp with the cuda backend (Release, sm_90 unless CMAKE_CUDA_ARCHITECTURES is set);
+# 1. builds usp with the cuda backend (Release, sm_90 unless CMAKE_CUDA_ARCHITECTURES is set), and
+#    prints ptxas' registers and spills of the tensor-core attention kernels (issue 27: none spill);
 # 2. the op-conformance table on cuda: every slot against the cpu backend, fp32 within the
-#    table's tolerances, bf16 cases within their stated bounds (tests/conformance_bf16.c);
+#    table's tolerances, bf16 cases within their stated bounds (tests/conformance_bf16.c); then the
+#    tensor-core attention against the cpu attention, and two runs bit for bit
+#    (tests/test_cuda_attention_mma.c, the tolerances of tests/mma_attention_cases.h);
 # 3. trains the default passkey task on one GPU (usp train --backend nccl --gpus 1) and
 #    prints its accuracy (the goal: 100%);
 # 4. bench/gpu: cuBLAS fp32/bf16 TFLOP/s, flash attention forward/backward TFLOP/s (bf16,
 #    causal, head_dim 128, N 16384 and 65536) beside the GEMM, llama-1b at N 32768: tokens/s, MFU.
 # With more than one GPU (issue 13), also:
 # 5. usp train --backend nccl --gpus N (usp starts its N processes under mpirun) on the passkey
-#    task against the simulator's losses on the same mesh (fp32: within 1e-3 of each);
+#    task against the simulator's losses on the same mesh (fp32: within 1e-3 of each), a Ulysses,
+#    a ring and a DP 2 mesh, the last with one gradient bucket per layer (issue 26's overlap); then
+#    the safety net: a call stalled on rank 1 ends the job (exit 3) with every rank's flight record,
+#    and usp postmortem names the call that rank 1 never started;
 # 6. usp calibrate --backend nccl: all_to_all / all_reduce / sendrecv busbw (compare with the
 #    nccl-tests figures for the machine) and the kernels, written to a topology file;
 # 7. a Ulysses and a ring mesh trained with --trace, then usp plan --compare with the calibrated
@@ -34,13 +40,22 @@ gpus=${gpus:-0}
 mpi=OFF
 (( gpus > 1 )) && mpi=ON # several GPUs are launched under mpirun
 cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DUSP_WITH_CUDA=ON -DUSP_WITH_MPI=$mpi >/dev/null
-cmake --build "$build" -j"$(nproc)" --target usp test_backend_conformance bench_gpu >/dev/null
+cmake --build "$build" -j"$(nproc)" --target usp test_backend_conformance test_cuda_attention_mma bench_gpu \
+    >"$build/build.log" 2>&1 || { tail -40 "$build/build.log"; exit 1; }
 echo "built in $((SECONDS - t0)) s"
+# ptxas -v of the tensor-core attention (a file compiled again only when it changed: the lines are kept)
+if grep -q "ptxas info.*attention_mma\|ptxas info.*mma_" "$build/build.log"; then
+    grep -A3 "Compiling entry function.*mma" "$build/build.log" | grep -E "entry function|Used [0-9]+ registers|spill" |
+        sed -E "s/.*entry function '([^']*)'.*/\1:/; s/^ptxas info +: +/    /" >"$build/ptxas.txt"
+fi
+[[ -s $build/ptxas.txt ]] && { echo "tensor-core attention, ptxas for sm_90:"; cat "$build/ptxas.txt"; }
 if ((build_only)); then
     exit 0
 fi
 echo "== 2. conformance table on cuda"
 CK_FORK=no "$build/tests/test_backend_conformance" --backend cuda
+echo "== 2b. tensor-core attention against the cpu attention (bf16 tolerances), twice bit for bit"
+CK_FORK=no "$build/tests/test_cuda_attention_mma"
 echo "== 3. usp train --backend nccl --gpus 1 (the default passkey task)"
 "$build/tools/usp" train --backend nccl --gpus 1
 echo "== 4. kernels and a training step"
@@ -50,7 +65,9 @@ if (( gpus > 1 )); then
     work=$(mktemp -d)
     trap 'rm -rf "$work"' EXIT
     echo "== 5. usp train --backend nccl --gpus $gpus against the simulator (losses)"
-    for mesh in "--ulysses $gpus" "--ring $gpus"; do
+    meshes=("--ulysses $gpus" "--ring $gpus")
+    (( gpus % 2 == 0 )) && meshes+=("--ulysses $((gpus / 2)) --bucket-mb 0.001")
+    for mesh in "${meshes[@]}"; do
         a=$("$usp" train $mesh --world "$gpus" --steps 20 --log-every 5 --json | grep -o '"loss":[^,]*' | cut -d: -f2)
         b=$("$usp" train $mesh --backend nccl --gpus "$gpus" --steps 20 --log-every 5 --json |
             grep -o '"loss":[^,]*' | cut -d: -f2)
@@ -58,6 +75,12 @@ if (( gpus > 1 )); then
             { d = $1 - $2; if (d < 0) d = -d; if (d > worst) worst = d; n++ }
             END { printf "%s: %d losses, worst |sim - nccl| %.2e\n", mesh, n, worst; exit !(n > 0 && worst < 1e-3) }'
     done
+    echo "== 5b. the safety net: rank 1's all-to-all never starts"
+    rc=0
+    "$usp" train --backend nccl --gpus "$gpus" --steps 2 --inject stall:rank=1,op=all_to_all --timeout 20 \
+        --dump-dir "$work/dumps" >/dev/null 2>"$work/stall.txt" || rc=$?
+    echo "exit $rc (expected 3), $(ls "$work"/dumps/rank-*.usp-flight.json 2>/dev/null | wc -l) of $gpus records"
+    "$usp" postmortem "$work/dumps" | head -3 || true
     echo "== 6. usp calibrate --backend nccl (busbw beside nccl-tests' figures for this machine)"
     "$usp" calibrate --backend nccl --world "$gpus" --out "$work/calibrated.json"
     echo "== 7. predicted (calibrated file) against measured, a Ulysses and a ring mesh"
