@@ -12,9 +12,10 @@
  * --gpus-per-node; the model puts rank r on node r / gpus_per_node, so ranks
  * placed otherwise are refused with the launch option that fixes it.
  *
- * Timing, per call and size: one warm-up call, a barrier, the rank's clock,
- * `iters` calls, a synchronisation of the backend, the clock again (the
- * mean of the calls; nccl-tests' "time"). Each rank's figures are gathered to
+ * Timing, per call and size: one warm-up call, a barrier, then `iters`
+ * calls, each timed on the rank's clock to its completion (the backend
+ * synchronised): the median call (nccl-tests takes the mean; on a machine
+ * shared with other work the median is not one stalled call's). Each rank's figures are gathered to
  * rank 0 (usp_rank_gather), which takes the slowest rank's. */
 #ifndef USP_TOOLS_CALIBRATE_MEASURE_H
 #define USP_TOOLS_CALIBRATE_MEASURE_H
