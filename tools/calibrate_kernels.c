@@ -342,17 +342,19 @@ static double worst_error(const calibrate_run *run, int world, const sim_kernel_
 void calibrate_print_kernels(const calibrate_run *run, int world, const sim_kernel_model *m)
 {
     printf("\nkernel classes, %d cases (the slowest rank's median of %d): t = call + outputs x ns/output + work / "
-           "rate(bytes),\nwork the flops (GFLOP/s) of gemm and attention, else the bytes (GB/s); the rate at each "
-           "size, interpolated in log(bytes) (-: no cost):\n", run->records[0].n_points, REPS);
-    printf("  %-19s %5s %8s %9s", "op", "cases", "call(us)", "ns/output");
-    for (int j = 0; j < SIM_KERNEL_TABLE; j++)
-        printf("   %5.0eB", m->n ? m->fits[0].table_bytes[j] : 0.0);
-    printf(" %9s\n", "worst err");
+           "rate(bytes),\nwork the flops (rate in GFLOP/s) of gemm and attention (+ bytes / GB/s), else the bytes (GB/s); the "
+           "rate at up to 4 sizes\nfrom the smallest measured to the largest, interpolated in log(bytes) (-: no cost):\n",
+           run->records[0].n_points, REPS);
+    printf("  %-19s %5s %8s %9s %8s %17s %8s %8s %8s %8s %9s\n", "op", "cases", "call(us)", "ns/output", "GB/s",
+           "sizes(B)", "rate 1", "rate 2", "rate 3", "rate 4", "worst err");
     for (int k = 0; k < m->n; k++) {
         const sim_kernel_fit *f = &m->fits[k];
         int cases;
         double worst = worst_error(run, world, f, &cases);
-        printf("  %-19s %5d %8.2f %9.3g", f->op, cases, f->call_s * 1e6, f->per_output_s * 1e9);
+        char sizes[32];
+        snprintf(sizes, sizeof sizes, "%.2g..%.2g", f->table_bytes[0], f->table_bytes[f->n_table - 1]);
+        printf("  %-19s %5d %8.2f %9.3g %8.3g %17s", f->op, cases, f->call_s * 1e6, f->per_output_s * 1e9,
+               f->per_byte_s > 0 ? 1e-9 / f->per_byte_s : 0.0, sizes); /* GB/s: a flop-priced class's traffic */
         for (int j = 0; j < SIM_KERNEL_TABLE; j++)
             if (j < f->n_table && f->table_per_work_s[j] > 0)
                 printf(" %8.3g", 1e-9 / f->table_per_work_s[j]);
