@@ -435,7 +435,7 @@ usp_status usp_copy_2d(usp_backend_t *be, void *dst, size_t dst_stride, const vo
         return USP_OK;
     USP_CHECK(check_range(be, "usp_copy_2d", "source", src, (rows - 1) * src_stride + row_bytes));
     USP_CHECK(check_range(be, "usp_copy_2d", "destination", dst, (rows - 1) * dst_stride + row_bytes));
-    ops_report_cost(be, "copy", 0, 2.0 * (double)row_bytes * (double)rows, stream);
+    ops_report_cost_outputs(be, "copy", 0, 2.0 * (double)row_bytes * (double)rows, (double)rows, stream);
     return OPS_TIMED(be, stream,
                      be->iface->copy_2d(be->context, dst, dst_stride, src, src_stride, row_bytes, rows, stream));
 }
@@ -450,7 +450,7 @@ usp_status usp_accumulate_2d(usp_backend_t *be, float *dst, size_t dst_stride, c
     USP_CHECK(ops_view(be, op, "dst", dst, (int64_t)((rows - 1) * dst_stride + row_elems), OPS_STORED, 0, &d));
     USP_CHECK(ops_view(be, op, "src", src, (int64_t)((rows - 1) * src_stride + row_elems), OPS_STORED, 0, &s));
     double n = (double)row_elems * (double)rows;
-    ops_report_cost(be, "accumulate", n, 12.0 * n, stream);
+    ops_report_cost_outputs(be, "accumulate", n, 12.0 * n, (double)rows, stream);
     return OPS_TIMED(be, stream, be->iface->accumulate_2d(be->context, d, dst_stride, s, src_stride,
                                                          row_elems, rows, stream));
 }

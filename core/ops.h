@@ -64,7 +64,8 @@ typedef struct usp_op_cost {
     const char *op; /* "gemm", "copy", ... */
     double flops;
     double bytes; /* memory traffic: bytes read + bytes written */
-    double outputs; /* gemm: elements of C (m n batch); attention: scores (batch heads visible pairs); else 0 */
+    double outputs; /* gemm: elements of C (m n batch); attention: scores (batch heads visible pairs); a 2-D
+                       copy or accumulate: its rows; else 0 (sim/kernel_model.h prices a cost an output) */
     usp_stream_t *stream; /* the stream it is enqueued on (NULL: the default): the simulator's lane */
 } usp_op_cost;
 

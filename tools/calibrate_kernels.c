@@ -15,7 +15,7 @@
 #define REPS 3
 
 enum kind {
-    K_GEMM, K_ATTENTION_FORWARD, K_ATTENTION_BACKWARD, K_COPY, K_ZERO, K_ACCUMULATE, K_CONVERT, K_SCALE,
+    K_GEMM, K_ATTENTION_FORWARD, K_ATTENTION_BACKWARD, K_COPY, K_COPY_2D, K_ACCUMULATE_2D, K_ZERO, K_ACCUMULATE, K_CONVERT, K_SCALE,
     K_SUM_SQUARES, K_ADD_BIAS, K_BIAS_BACKWARD, K_GELU_FORWARD, K_GELU_BACKWARD, K_SWIGLU_FORWARD,
     K_SWIGLU_BACKWARD, K_LAYERNORM_FORWARD, K_LAYERNORM_BACKWARD, K_RMSNORM_FORWARD, K_RMSNORM_BACKWARD,
     K_ROPE_FORWARD, K_ROPE_BACKWARD, K_CROSS_ENTROPY, K_ADAMW, K_KINDS
@@ -23,7 +23,7 @@ enum kind {
 
 /* The op name each kind reports (core/ops.c, core/ops_layers.c). */
 static const char *const op_names[K_KINDS] = {
-    "gemm", "attention_forward", "attention_backward", "copy", "zero", "accumulate", "convert", "scale",
+    "gemm", "attention_forward", "attention_backward", "copy", "copy", "accumulate", "zero", "accumulate", "convert", "scale",
     "sum_squares", "add_bias", "bias_backward", "gelu_tanh_forward", "gelu_tanh_backward", "swiglu_forward",
     "swiglu_backward", "layernorm_forward", "layernorm_backward", "rmsnorm_forward", "rmsnorm_backward",
     "rope_forward", "rope_backward", "cross_entropy", "adamw_step",
@@ -64,10 +64,15 @@ static int make_cases(kcase *out, int max, int bf16)
     for (int k = K_COPY; k < K_KINDS; k++) {
         if (k == K_CONVERT && !bf16)
             continue;
-        int two_widths = k >= K_LAYERNORM_FORWARD && k <= K_CROSS_ENTROPY;
+        /* two row widths: the norms, RoPE, cross-entropy; the strided copies (Ulysses' layouts) at rows of 16
+         * and 256 elements */
+        int two_widths = (k >= K_LAYERNORM_FORWARD && k <= K_CROSS_ENTROPY) || k == K_COPY_2D || k == K_ACCUMULATE_2D;
         for (int w = 0; w < (two_widths ? 2 : 1); w++)
             for (int i = 0; i < 5; i++) {
-                int64_t width = k == K_CROSS_ENTROPY ? (w ? 8192 : 256) : w ? 768 : 64;
+                int64_t width = k == K_CROSS_ENTROPY                  ? (w ? 8192 : 256)
+                                : k == K_COPY_2D || k == K_ACCUMULATE_2D ? (w ? 256 : 16)
+                                : w                                    ? 768
+                                                                       : 64;
                 ADD((enum kind)k, sizes[i] < width ? width : sizes[i], 0, width, 0);
             }
     }
@@ -77,11 +82,12 @@ static int make_cases(kcase *out, int max, int bf16)
 
 enum { A, B, C, D, E, F, G, H, I, BUFS };
 
-/* The pool every case draws on: float buffers of `elems`, int32 ids (all 0: a valid token, target and position),
- * and a bf16 buffer where the backend stores bf16. */
+/* The pool every case draws on: float buffers of `elems`, int32 ids and positions, and a bf16 buffer where the
+ * backend stores bf16. */
 typedef struct pool {
     float *f[BUFS];
-    int32_t *ids;
+    int32_t *ids;       /* 0, 1, ..., 255, 0, ...: tokens and targets of any vocabulary of 256 or more */
+    int32_t *positions; /* 0, 1, ..., 8191, 0, ...: RoPE's positions in sequences of 8K tokens */
     void *half;
     int64_t elems;
 } pool;
@@ -103,10 +109,24 @@ static usp_status pool_make(const usp_rank_ctx *ctx, int64_t elems, pool *p)
         if (s == USP_OK)
             s = usp_buffer_copy(ctx->backend, p->f[b], host, bytes, USP_COPY_HOST_TO_DEVICE, ctx->stream);
     }
+    if (s == USP_OK) /* the copies have read the host data (a stream-ordered backend's included) */
+        s = usp_backend_synchronize(ctx->backend, ctx->stream);
+    int32_t *ids = (int32_t *)host; /* the host copy becomes the ids */
+    for (int64_t i = 0; s == USP_OK && i < elems; i++)
+        ids[i] = (int32_t)(i % 256);
     if (s == USP_OK)
         s = usp_buffer_alloc(ctx->backend, bytes, "calibrate", (void **)&p->ids);
     if (s == USP_OK)
-        s = usp_buffer_zero(ctx->backend, p->ids, bytes, ctx->stream);
+        s = usp_buffer_copy(ctx->backend, p->ids, ids, bytes, USP_COPY_HOST_TO_DEVICE, ctx->stream);
+    if (s == USP_OK)
+        s = usp_backend_synchronize(ctx->backend, ctx->stream);
+    for (int64_t i = 0; s == USP_OK && i < elems; i++) /* a sequence of 8K tokens: angles up to 8K radians (sincos
+                                                         * of a larger argument takes another, slower reduction) */
+        ids[i] = (int32_t)(i % 8192);
+    if (s == USP_OK)
+        s = usp_buffer_alloc(ctx->backend, bytes, "calibrate", (void **)&p->positions);
+    if (s == USP_OK)
+        s = usp_buffer_copy(ctx->backend, p->positions, ids, bytes, USP_COPY_HOST_TO_DEVICE, ctx->stream);
     if (s == USP_OK && usp_backend_stores_bf16(ctx->backend))
         s = usp_buffer_alloc_as(ctx->backend, (size_t)elems, USP_BF16, "calibrate", &p->half);
     if (s == USP_OK)
@@ -120,6 +140,7 @@ static void pool_free(const usp_rank_ctx *ctx, pool *p)
     for (int b = 0; b < BUFS; b++)
         usp_buffer_free(ctx->backend, p->f[b]);
     usp_buffer_free(ctx->backend, p->ids);
+    usp_buffer_free(ctx->backend, p->positions);
     usp_buffer_free(ctx->backend, p->half);
 }
 
@@ -155,6 +176,12 @@ static usp_status run_elementwise(const usp_rank_ctx *ctx, const pool *p, const 
     case K_COPY: return usp_buffer_copy(be, f[B], f[A], (size_t)n * sizeof(float), USP_COPY_DEVICE_TO_DEVICE, st);
     case K_ZERO: return usp_buffer_zero(be, f[B], (size_t)n * sizeof(float), st);
     case K_ACCUMULATE: return usp_accumulate_2d(be, f[B], (size_t)n, f[A], (size_t)n, (size_t)n, 1, st);
+    case K_COPY_2D: /* rows of w elements out of rows twice as wide: a head's slice of a row of heads */
+        return usp_copy_2d(be, f[B], (size_t)w * sizeof(float), f[A], 2 * (size_t)w * sizeof(float),
+                           (size_t)w * sizeof(float), (size_t)(rows / 2 ? rows / 2 : 1), st);
+    case K_ACCUMULATE_2D:
+        return usp_accumulate_2d(be, f[B], (size_t)w, f[A], 2 * (size_t)w, (size_t)w, (size_t)(rows / 2 ? rows / 2 : 1),
+                                 st);
     case K_CONVERT: return usp_buffer_convert(be, p->half, f[A], (size_t)n, st);
     case K_SCALE: return usp_scale(be, f[B], 1.0f, n, st);
     case K_SUM_SQUARES: return usp_sum_squares(be, &sum, f[A], n, st);
@@ -170,9 +197,9 @@ static usp_status run_elementwise(const usp_rank_ctx *ctx, const pool *p, const 
     case K_RMSNORM_FORWARD: return usp_rmsnorm_forward(be, f[B], f[E], f[A], f[C], rows, w, 1e-5f, st);
     case K_RMSNORM_BACKWARD: return usp_rmsnorm_backward(be, f[B], f[G], f[A], f[C], f[F], f[E], rows, w, st);
     case K_ROPE_FORWARD: /* H x D = w: heads of 16 (tiny's) at w 64, of 64 (GPT-2's) at 768 */
-        return usp_rope_forward(be, f[B], p->ids, rows, w / (w > 64 ? 64 : 16), w > 64 ? 64 : 16, 1e4f, NULL, st);
+        return usp_rope_forward(be, f[B], p->positions, rows, w / (w > 64 ? 64 : 16), w > 64 ? 64 : 16, 1e4f, NULL, st);
     case K_ROPE_BACKWARD:
-        return usp_rope_backward(be, f[B], p->ids, rows, w / (w > 64 ? 64 : 16), w > 64 ? 64 : 16, 1e4f, NULL, st);
+        return usp_rope_backward(be, f[B], p->positions, rows, w / (w > 64 ? 64 : 16), w > 64 ? 64 : 16, 1e4f, NULL, st);
     case K_CROSS_ENTROPY: return usp_cross_entropy(be, f[D], f[B], f[A], p->ids, rows, w, 1.0f, st);
     case K_ADAMW: return usp_adamw_step(be, f[B], f[A], f[G], f[H], n, 1e-4f, 0.9f, 0.999f, 1e-8f, 0.0f, 1, st);
     default: return usp_error(USP_ERR_RUNTIME, "calibrate: kernel kind %d has no runner", (int)c->kind);
