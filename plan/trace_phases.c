@@ -193,19 +193,27 @@ typedef struct step_list {
     int out_of_memory;
 } step_list;
 
+/* Room for one more item of `size` bytes in a list of n of *cap at *items (doubling); 0 when out of memory. */
+static int room_for_one(void **items, size_t *cap, size_t n, size_t size)
+{
+    if (n < *cap)
+        return 1;
+    size_t grown_cap = *cap ? 2 * *cap : 64;
+    void *grown = realloc(*items, grown_cap * size);
+    if (!grown)
+        return 0;
+    *items = grown, *cap = grown_cap;
+    return 1;
+}
+
 static void collect_step(const slice *s, void *ctx)
 {
     step_list *l = ctx;
     if (s->tid != TID_STEPS || l->out_of_memory)
         return;
-    if (l->n == l->cap) {
-        size_t cap = l->cap ? 2 * l->cap : 64;
-        step_span *grown = realloc(l->spans, cap * sizeof *grown);
-        if (!grown) {
-            l->out_of_memory = 1;
-            return;
-        }
-        l->spans = grown, l->cap = cap;
+    if (!room_for_one((void **)&l->spans, &l->cap, l->n, sizeof *l->spans)) {
+        l->out_of_memory = 1;
+        return;
     }
     l->spans[l->n++] = (step_span){s->pid, s->step, s->start, s->end};
 }
@@ -250,14 +258,9 @@ static void collect_call(const slice *s, void *ctx)
     call_list *l = ctx;
     if (s->tid != TID_COMM || s->depth > 0 || !s->group || l->out_of_memory)
         return;
-    if (l->n == l->cap) {
-        size_t cap = l->cap ? 2 * l->cap : 256;
-        call_post *grown = realloc(l->calls, cap * sizeof *grown);
-        if (!grown) {
-            l->out_of_memory = 1;
-            return;
-        }
-        l->calls = grown, l->cap = cap;
+    if (!room_for_one((void **)&l->calls, &l->cap, l->n, sizeof *l->calls)) {
+        l->out_of_memory = 1;
+        return;
     }
     l->calls[l->n++] = (call_post){s->group, s->seq, s->pid, comm_phase(s->op ? s->op : s->name), s->start, s->end};
 }

@@ -65,7 +65,7 @@ fi
 
 # --- the loop closes on this machine: calibrate, train, compare (issue 28) -----------------
 # 2 processes: a full calibration, then tiny at 1024 tokens traced, then plan --compare on the calibrated file.
-# The bound is loose (within 3x, each compute phase and the step) because CI machines are shared: the note of
+# The bound is loose (within 4x, each compute phase and the step) because CI machines are shared: the note of
 # issue 28 gives the figures on a quiet machine.
 out=$(timeout 300 mpirun --oversubscribe -np 2 "$usp" calibrate --backend mpi --out here.json 2>&1)
 rc=$?
@@ -79,10 +79,10 @@ import json, sys
 j = json.loads(sys.stdin.read())
 rows = {p['phase']: p for p in j['phases']}
 bad = [k for k in ('attention', 'gemm', 'other_compute', 'step')
-       if not (rows[k]['ratio'] is not None and 1 / 3 < rows[k]['ratio'] < 3)]
+       if not (rows[k]['ratio'] is not None and 1 / 4 < rows[k]['ratio'] < 4)]
 a2a = rows['all_to_all']
 assert a2a['measured_wait_s'] <= a2a['measured_s'] and 'predicted_wait_s' in a2a
-print('ok' if not bad else 'outside 3x: ' + ', '.join('%s %.3g' % (k, rows[k]['ratio'] or 0) for k in bad))
+print('ok' if not bad else 'outside 4x: ' + ', '.join('%s %.3g' % (k, rows[k]['ratio'] or 0) for k in bad))
 " 2>&1)
 if [[ $rc -eq 0 && $trc -eq 0 && $crc -eq 0 && $verdict == ok && $out == *"kernel classes"* ]]; then
     ok
