@@ -70,9 +70,15 @@ static size_t upper_bound(const usp_backend_t *be, uintptr_t addr)
 
 void ops_report_cost(usp_backend_t *be, const char *op, double flops, double bytes, usp_stream_t *stream)
 {
-    be->flops += flops;
+    ops_report_cost_outputs(be, op, flops, bytes, 0, stream);
+}
+
+void ops_report_cost_outputs(usp_backend_t *be, const char *op, double flops, double bytes, double outputs,
+                             usp_stream_t *stream)
+{
+    be->flops += flops, be->bytes += bytes, be->outputs += outputs;
     if (be->cost_fn) {
-        usp_op_cost cost = {.op = op, .flops = flops, .bytes = bytes, .stream = stream};
+        usp_op_cost cost = {.op = op, .flops = flops, .bytes = bytes, .outputs = outputs, .stream = stream};
         be->cost_fn(be->cost_ctx, &cost);
     }
     if (be->timer)
@@ -239,6 +245,11 @@ int usp_backend_peak_breakdown(const usp_backend_t *be, const char **names, size
 }
 
 double usp_backend_flops(const usp_backend_t *be) { return be->flops; }
+
+void usp_backend_work(const usp_backend_t *be, double *bytes, double *outputs)
+{
+    *bytes = be->bytes, *outputs = be->outputs;
+}
 
 void usp_backend_set_cost_sink(usp_backend_t *be, usp_cost_sink_fn fn, void *ctx)
 {
@@ -413,7 +424,7 @@ usp_status usp_gemm(usp_backend_t *be, const usp_gemm_desc *g, usp_stream_t *str
     double bytes = 4.0 * mats * ((double)g->m * g->k + (double)g->k * g->n + c_passes * g->m * g->n);
     usp_view a, b, c;
     USP_CHECK(gemm_views(be, g, &a, &b, &c));
-    ops_report_cost(be, "gemm", flops, bytes, stream);
+    ops_report_cost_outputs(be, "gemm", flops, bytes, (double)g->m * (double)g->n * mats, stream);
     return OPS_TIMED(be, stream, be->iface->gemm(be->context, g, a, b, c, stream));
 }
 
@@ -424,7 +435,7 @@ usp_status usp_copy_2d(usp_backend_t *be, void *dst, size_t dst_stride, const vo
         return USP_OK;
     USP_CHECK(check_range(be, "usp_copy_2d", "source", src, (rows - 1) * src_stride + row_bytes));
     USP_CHECK(check_range(be, "usp_copy_2d", "destination", dst, (rows - 1) * dst_stride + row_bytes));
-    ops_report_cost(be, "copy", 0, 2.0 * (double)row_bytes * (double)rows, stream);
+    ops_report_cost_outputs(be, "copy", 0, 2.0 * (double)row_bytes * (double)rows, (double)rows, stream);
     return OPS_TIMED(be, stream,
                      be->iface->copy_2d(be->context, dst, dst_stride, src, src_stride, row_bytes, rows, stream));
 }
@@ -439,7 +450,7 @@ usp_status usp_accumulate_2d(usp_backend_t *be, float *dst, size_t dst_stride, c
     USP_CHECK(ops_view(be, op, "dst", dst, (int64_t)((rows - 1) * dst_stride + row_elems), OPS_STORED, 0, &d));
     USP_CHECK(ops_view(be, op, "src", src, (int64_t)((rows - 1) * src_stride + row_elems), OPS_STORED, 0, &s));
     double n = (double)row_elems * (double)rows;
-    ops_report_cost(be, "accumulate", n, 12.0 * n, stream);
+    ops_report_cost_outputs(be, "accumulate", n, 12.0 * n, (double)rows, stream);
     return OPS_TIMED(be, stream, be->iface->accumulate_2d(be->context, d, dst_stride, s, src_stride,
                                                          row_elems, rows, stream));
 }
@@ -467,12 +478,13 @@ double usp_attention_visible_pairs(const usp_attention_shape *s)
  * (two matmuls) forward; backward 2.5x forward. Bytes: inputs and outputs once. */
 static void attention_cost(usp_backend_t *be, const usp_attention_shape *s, int backward, usp_stream_t *stream)
 {
-    double flops = 4.0 * (double)s->batch * (double)s->n_heads * (double)s->head_dim * usp_attention_visible_pairs(s);
+    double scores = (double)s->batch * (double)s->n_heads * usp_attention_visible_pairs(s);
+    double flops = 4.0 * scores * (double)s->head_dim;
     double q_bytes = 4.0 * (double)(s->batch * s->n_q * s->n_heads * s->head_dim);
     double kv_bytes = 4.0 * (double)(s->batch * s->n_kv * s->n_kv_heads * s->head_dim);
     double bytes = backward ? 4 * q_bytes + 4 * kv_bytes : 2 * q_bytes + 2 * kv_bytes;
-    ops_report_cost(be, backward ? "attention_backward" : "attention_forward", backward ? 2.5 * flops : flops, bytes,
-                    stream);
+    ops_report_cost_outputs(be, backward ? "attention_backward" : "attention_forward", backward ? 2.5 * flops : flops,
+                            bytes, scores, stream);
 }
 
 static usp_status check_attention_shape(const usp_attention_shape *s)

@@ -64,6 +64,8 @@ typedef struct usp_op_cost {
     const char *op; /* "gemm", "copy", ... */
     double flops;
     double bytes; /* memory traffic: bytes read + bytes written */
+    double outputs; /* gemm: elements of C (m n batch); attention: scores (batch heads visible pairs); a 2-D
+                       copy or accumulate: its rows; else 0 (sim/kernel_model.h prices a cost an output) */
     usp_stream_t *stream; /* the stream it is enqueued on (NULL: the default): the simulator's lane */
 } usp_op_cost;
 
@@ -211,6 +213,9 @@ int usp_backend_peak_breakdown(const usp_backend_t *be, const char **names, size
 
 /* The FLOPs every op has reported so far (the sum the cost sink saw). */
 double usp_backend_flops(const usp_backend_t *be);
+
+/* The memory traffic and the outputs (usp_op_cost) every op has reported so far, summed. */
+void usp_backend_work(const usp_backend_t *be, double *bytes, double *outputs);
 
 /* Sends the cost of every op to `fn(ctx, cost)` (NULL: nobody listens). */
 void usp_backend_set_cost_sink(usp_backend_t *be, usp_cost_sink_fn fn, void *ctx);

@@ -48,6 +48,7 @@ struct usp_backend {
     category_use categories[CATEGORIES_MAX];
     int n_categories;
     double flops; /* every op's reported flops, summed */
+    double bytes, outputs; /* and their memory traffic and outputs (usp_op_cost) */
     usp_cost_sink_fn cost_fn;
     void *cost_ctx;
     struct ops_timer *timer; /* usp_backend_time_ops (NULL: ops are not timed) */
@@ -69,6 +70,10 @@ usp_status ops_view(const usp_backend_t *be, const char *op, const char *name, c
 
 /* Counts the op's flops and sends its cost, with the stream it is enqueued on, to the backend's cost sink (if any). */
 void ops_report_cost(usp_backend_t *be, const char *op, double flops, double bytes, usp_stream_t *stream);
+
+/* ops_report_cost of an op with outputs (usp_op_cost.outputs: a GEMM's, an attention's). */
+void ops_report_cost_outputs(usp_backend_t *be, const char *op, double flops, double bytes, double outputs,
+                             usp_stream_t *stream);
 
 /* The cost of the op about to run, for its span when ops are timed (ops_report_cost passes it). */
 void ops_timer_note(struct ops_timer *timer, const char *op, double flops, double bytes);

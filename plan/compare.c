@@ -145,21 +145,25 @@ usp_status plan_compare_run(const plan_compare_options *o, plan_comparison *out)
     return s;
 }
 
-/* One row: a name and the two sides' seconds. */
+/* One row: a name and the two sides' seconds (and of them, a collective's wait for the last peer). */
 typedef struct row {
     const char *name;
     double predicted, measured;
+    double predicted_wait, measured_wait; /* -1: not a collective */
 } row;
 
 /* The phases, then compute, communication and the step: n rows into rows[PLAN_PHASES + 3]. */
 static int rows_of(const plan_comparison *c, row *rows)
 {
     int n = 0;
-    for (int p = 0; p < PLAN_PHASES; p++)
-        rows[n++] = (row){plan_phase_name((plan_phase)p), c->predicted.phase_s[p], c->measured.phase_s[p]};
-    rows[n++] = (row){"compute", c->predicted.compute_s, c->measured.compute_s};
-    rows[n++] = (row){"communication", c->predicted.comm_s, c->measured.comm_s};
-    rows[n++] = (row){"step", c->predicted.step_s, c->measured.step_s};
+    for (int p = 0; p < PLAN_PHASES; p++) {
+        int comm = plan_phase_is_comm((plan_phase)p);
+        rows[n++] = (row){plan_phase_name((plan_phase)p), c->predicted.phase_s[p], c->measured.phase_s[p],
+                          comm ? c->predicted.wait_s[p] : -1, comm ? c->measured.wait_s[p] : -1};
+    }
+    rows[n++] = (row){"compute", c->predicted.compute_s, c->measured.compute_s, -1, -1};
+    rows[n++] = (row){"communication", c->predicted.comm_s, c->measured.comm_s, -1, -1};
+    rows[n++] = (row){"step", c->predicted.step_s, c->measured.step_s, -1, -1};
     return n;
 }
 
@@ -175,6 +179,38 @@ static const char *fmt_seconds(char *buf, size_t size, double s)
     else
         snprintf(buf, size, "%.3f s", s);
     return buf;
+}
+
+static void ratio_text(char *buf, size_t size, double measured, double predicted)
+{
+    if (predicted > 0)
+        snprintf(buf, size, "%.3g", measured / predicted);
+    else
+        snprintf(buf, size, "%s", measured > 0 ? "(none)" : "-");
+}
+
+/* Each collective phase split into its transfer and its wait for the last peer, both sides. */
+static void print_waits(FILE *out, const plan_comparison *c)
+{
+    const plan_step_phases *p = &c->predicted, *m = &c->measured;
+    int any = 0;
+    char a[32], b[32], r[32], d[32], e[32], f[32];
+    for (int k = 0; k < PLAN_PHASES; k++) {
+        if (!plan_phase_is_comm((plan_phase)k) || (p->phase_s[k] == 0 && m->phase_s[k] == 0))
+            continue;
+        if (!any++)
+            fprintf(out, "\n  %-18s %12s %12s %10s %12s %12s %10s\n", "collective", "transfer:", "measured",
+                    "ratio", "wait: pred.", "measured", "ratio");
+        double pt = p->phase_s[k] - p->wait_s[k], mt = m->phase_s[k] - m->wait_s[k];
+        ratio_text(r, sizeof r, mt, pt);
+        ratio_text(f, sizeof f, m->wait_s[k], p->wait_s[k]);
+        fprintf(out, "  %-18s %12s %12s %10s %12s %12s %10s\n", plan_phase_name((plan_phase)k),
+                fmt_seconds(a, sizeof a, pt), fmt_seconds(b, sizeof b, mt), r, fmt_seconds(d, sizeof d, p->wait_s[k]),
+                fmt_seconds(e, sizeof e, m->wait_s[k]), f);
+    }
+    if (any)
+        fprintf(out, "wait: from a call's post to the last member's post of the same call (group and sequence number\n"
+                "on every rank's track; the processes' clocks, no barrier added); transfer: the rest of the call.\n");
 }
 
 void plan_comparison_print(FILE *out, const plan_comparison *c)
@@ -203,6 +239,7 @@ void plan_comparison_print(FILE *out, const plan_comparison *c)
     }
     fprintf(out, "\nratio: measured / predicted. A phase: the mean over the ranks of the step's time in it (a call\n"
             "from post to completion, waiting included); step: the longest rank's.\n");
+    print_waits(out, c);
 }
 
 usp_status plan_comparison_print_json(FILE *out, const plan_comparison *c, const char *trace)
@@ -212,9 +249,12 @@ usp_status plan_comparison_print_json(FILE *out, const plan_comparison *c, const
     int n = rows_of(c, rows);
     for (int i = 0; phases && i < n; i++) {
         json_t *ratio = rows[i].predicted > 0 ? json_real(rows[i].measured / rows[i].predicted) : json_null();
-        if (json_array_append_new(phases, json_pack("{s:s, s:f, s:f, s:o}", "phase", rows[i].name, "predicted_s",
-                                                    rows[i].predicted, "measured_s", rows[i].measured, "ratio",
-                                                    ratio)) != 0)
+        json_t *r = json_pack("{s:s, s:f, s:f, s:o}", "phase", rows[i].name, "predicted_s", rows[i].predicted,
+                              "measured_s", rows[i].measured, "ratio", ratio);
+        if (r && rows[i].predicted_wait >= 0) /* a collective: its wait for the last peer, and the transfer */
+            json_object_update_new(r, json_pack("{s:f, s:f}", "predicted_wait_s", rows[i].predicted_wait,
+                                                "measured_wait_s", rows[i].measured_wait));
+        if (!r || json_array_append_new(phases, r) != 0)
             json_decref(phases), phases = NULL;
     }
     json_t *j = phases ? json_pack("{s:s, s:s, s:s, s:i, s:i, s:i, s:i, s:I, s:I, s:I, s:I, s:i, s:s, s:b, s:s, "

@@ -101,6 +101,8 @@ usp_status plan_trace_parse(const char *name, const char *text, plan_trace *out)
 typedef struct slice {
     int pid, tid;
     const char *name, *op; /* op: a call's args.op (NULL for compute and step slices) */
+    const char *group;     /* a call's args.group, and its args.seq: which call of the group it is */
+    int64_t seq;
     int64_t step;          /* a step slice's args.step */
     double start, end;     /* microseconds */
     int depth;             /* 0: top level on its thread */
@@ -148,6 +150,8 @@ static usp_status each_slice(const plan_trace *t, int world, void (*visit)(const
         const json_t *b = top[--depth[track]].begin, *args = json_object_get(b, "args");
         slice sl = {.pid = pid, .tid = tid, .name = json_string_value(json_object_get(b, "name")),
                     .op = json_string_value(json_object_get(args, "op")),
+                    .group = json_string_value(json_object_get(args, "group")),
+                    .seq = json_integer_value(json_object_get(args, "seq")),
                     .step = json_integer_value(json_object_get(args, "step")),
                     .start = json_number_value(json_object_get(b, "ts")),
                     .end = json_number_value(json_object_get(e, "ts")), .depth = depth[track]};
@@ -189,19 +193,27 @@ typedef struct step_list {
     int out_of_memory;
 } step_list;
 
+/* Room for one more item of `size` bytes in a list of n of *cap at *items (doubling); 0 when out of memory. */
+static int room_for_one(void **items, size_t *cap, size_t n, size_t size)
+{
+    if (n < *cap)
+        return 1;
+    size_t grown_cap = *cap ? 2 * *cap : 64;
+    void *grown = realloc(*items, grown_cap * size);
+    if (!grown)
+        return 0;
+    *items = grown, *cap = grown_cap;
+    return 1;
+}
+
 static void collect_step(const slice *s, void *ctx)
 {
     step_list *l = ctx;
     if (s->tid != TID_STEPS || l->out_of_memory)
         return;
-    if (l->n == l->cap) {
-        size_t cap = l->cap ? 2 * l->cap : 64;
-        step_span *grown = realloc(l->spans, cap * sizeof *grown);
-        if (!grown) {
-            l->out_of_memory = 1;
-            return;
-        }
-        l->spans = grown, l->cap = cap;
+    if (!room_for_one((void **)&l->spans, &l->cap, l->n, sizeof *l->spans)) {
+        l->out_of_memory = 1;
+        return;
     }
     l->spans[l->n++] = (step_span){s->pid, s->step, s->start, s->end};
 }
@@ -220,6 +232,63 @@ static void add_to_phase(const slice *s, void *ctx)
         return; /* a nested slice ("waiting for peers") is inside its call, already counted */
     plan_phase phase = s->tid == TID_COMPUTE ? compute_phase(s->name) : comm_phase(s->op ? s->op : s->name);
     p->phase_us[(size_t)s->pid * PLAN_PHASES + phase] += s->end - s->start;
+}
+
+/* Pass 3: each call's wait for the last peer. A call of a group is known across the ranks by its group and
+ * sequence number (args.group, args.seq); the last member to post it is the one the others waited for, so a
+ * member's wait is max(post over the members) - its own post, at most its call's time; the rest is transfer.
+ * The clocks of the processes must agree (MPI_Wtime on one host, or the simulator's): an estimate with no
+ * barrier added to the run. */
+typedef struct call_post {
+    const char *group;
+    int64_t seq;
+    int rank;
+    plan_phase phase;
+    double start, end;
+} call_post;
+
+typedef struct call_list {
+    call_post *calls;
+    size_t n, cap;
+    int out_of_memory;
+} call_list;
+
+static void collect_call(const slice *s, void *ctx)
+{
+    call_list *l = ctx;
+    if (s->tid != TID_COMM || s->depth > 0 || !s->group || l->out_of_memory)
+        return;
+    if (!room_for_one((void **)&l->calls, &l->cap, l->n, sizeof *l->calls)) {
+        l->out_of_memory = 1;
+        return;
+    }
+    l->calls[l->n++] = (call_post){s->group, s->seq, s->pid, comm_phase(s->op ? s->op : s->name), s->start, s->end};
+}
+
+static int by_call(const void *a, const void *b)
+{
+    const call_post *x = a, *y = b;
+    int c = strcmp(x->group, y->group);
+    return c ? c : x->seq < y->seq ? -1 : x->seq > y->seq;
+}
+
+/* Each rank's wait in the window's calls, by phase, into wait_us[world * PLAN_PHASES]. */
+static void add_waits(call_list *l, const step_span *window, double *wait_us)
+{
+    qsort(l->calls, l->n, sizeof *l->calls, by_call);
+    for (size_t first = 0, end; first < l->n; first = end) {
+        double last = l->calls[first].start;
+        for (end = first + 1; end < l->n && by_call(&l->calls[first], &l->calls[end]) == 0; end++)
+            last = l->calls[end].start > last ? l->calls[end].start : last;
+        for (size_t k = first; k < end; k++) {
+            const call_post *c = &l->calls[k];
+            const step_span *w = &window[c->rank];
+            if (c->start < w->start || c->start >= w->end)
+                continue;
+            double wait = last - c->start, took = c->end - c->start;
+            wait_us[(size_t)c->rank * PLAN_PHASES + c->phase] += wait < took ? wait : took;
+        }
+    }
 }
 
 /* The step every rank completed: `want`, or the last common one (0); each rank's span of it into window[]. */
@@ -269,17 +338,29 @@ usp_status plan_trace_step_phases(const plan_trace *t, int64_t want, plan_step_p
     phase_sums sums = {.window = window, .phase_us = phase_us};
     if (s == USP_OK)
         s = each_slice(t, world, add_to_phase, &sums);
+    call_list calls = {0};
+    double *wait_us = calloc((size_t)(world ? world : 1) * PLAN_PHASES, sizeof *wait_us);
+    if (s == USP_OK && !wait_us)
+        s = usp_error(USP_ERR_RUNTIME, "out of memory reading %s", t->name);
+    if (s == USP_OK)
+        s = each_slice(t, world, collect_call, &calls);
+    if (s == USP_OK && calls.out_of_memory)
+        s = usp_error(USP_ERR_RUNTIME, "out of memory reading the calls of %s", t->name);
+    if (s == USP_OK)
+        add_waits(&calls, window, wait_us);
     if (s == USP_OK) {
         *out = (plan_step_phases){.step = step, .steps = common, .ranks = world};
         for (int r = 0; r < world; r++) {
-            for (int p = 0; p < PLAN_PHASES; p++)
+            for (int p = 0; p < PLAN_PHASES; p++) {
                 out->phase_s[p] += 1e-6 * phase_us[(size_t)r * PLAN_PHASES + p] / world;
+                out->wait_s[p] += 1e-6 * wait_us[(size_t)r * PLAN_PHASES + p] / world;
+            }
             double step_s = 1e-6 * (window[r].end - window[r].start);
             out->step_s = step_s > out->step_s ? step_s : out->step_s;
         }
         for (int p = 0; p < PLAN_PHASES; p++)
             *(plan_phase_is_comm((plan_phase)p) ? &out->comm_s : &out->compute_s) += out->phase_s[p];
     }
-    free(l.spans), free(window), free(phase_us);
+    free(l.spans), free(window), free(phase_us), free(wait_us), free(calls.calls);
     return s;
 }

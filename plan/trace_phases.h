@@ -6,10 +6,14 @@
  * A phase sums the durations of the step's slices of one kind: compute ops by
  * their name (attention, GEMMs, the rest), calls by their op (all-to-all,
  * point-to-point ring transfers, all-reduce, the other collectives), each call
- * from when the rank posted it to when it completed (waiting included: a
- * measured call cannot tell its waiting from its transfer). A slice belongs to
- * the step whose span holds its start. Phases are the mean over the ranks, the
- * step the longest rank's. */
+ * from when the rank posted it to when it completed, and of that the wait for
+ * the last member of its group to post the same call (found by the group's
+ * name and the call's sequence number on every rank's track: max post - own
+ * post, no barrier added; on MPI the processes of one host share a clock).
+ * The wait of a point-to-point call is taken over its whole group, an upper
+ * bound for a sendrecv, which waits for one neighbour. A slice belongs to
+ * the step whose span holds its start. Phases are the mean over the ranks,
+ * the step the longest rank's. */
 #ifndef USP_PLAN_TRACE_PHASES_H
 #define USP_PLAN_TRACE_PHASES_H
 
@@ -47,6 +51,8 @@ typedef struct plan_step_phases {
     int64_t steps;                /* how many steps every rank completed */
     int ranks;                    /* ranks with that step */
     double phase_s[PLAN_PHASES];  /* mean over the ranks */
+    double wait_s[PLAN_PHASES];   /* of it, a call's wait for its group's last member to post it (the rest:
+                                     transfer); the mean over the ranks */
     double compute_s, comm_s;     /* the sums of the compute and communication phases */
     double step_s;                /* the longest rank's step */
 } plan_step_phases;

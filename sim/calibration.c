@@ -136,6 +136,8 @@ usp_status sim_calibration_topology(const sim_calibration *c, sim_topology *out)
     g->hbm_bandwidth = clamp(c->copy_bytes_per_s, 1e-3 * TERA, 1e3 * TERA);
     g->memory_efficiency = 1;
     g->memory_bytes = clamp(c->memory_bytes, 1e-6 * GB, 1e5 * GB);
+    g->kernels = c->kernels;
+    t.measured = c->measured;
     USP_CHECK(sim_topology_check(&t));
     *out = t;
     return USP_OK;
@@ -151,10 +153,15 @@ static json_t *gpu_json(const sim_gpu *g)
 {
     json_t *peaks = json_pack("{s:f, s:f, s:f, s:f, s:f}", "bf16", g->peak_bf16 / TERA, "fp32", g->peak_fp32 / TERA,
                               "tf32", g->peak_tf32 / TERA, "fp8", g->peak_fp8 / TERA, "fp64", g->peak_fp64 / TERA);
-    return json_pack("{s:s, s:o, s:f, s:f, s:f, s:f, s:f, s:f}", "name", g->name, "peak_tflops", peaks, "hbm_tbs",
-                     g->hbm_bandwidth / TERA, "memory_gb", g->memory_bytes / GB, "gemm_efficiency", g->gemm_efficiency,
-                     "attention_efficiency", g->attention_efficiency, "attention_backward_efficiency",
-                     g->attention_backward_efficiency, "memory_efficiency", g->memory_efficiency);
+    json_t *j = json_pack("{s:s, s:o, s:f, s:f, s:f, s:f, s:f, s:f}", "name", g->name, "peak_tflops", peaks,
+                          "hbm_tbs", g->hbm_bandwidth / TERA, "memory_gb", g->memory_bytes / GB, "gemm_efficiency",
+                          g->gemm_efficiency, "attention_efficiency", g->attention_efficiency,
+                          "attention_backward_efficiency", g->attention_backward_efficiency, "memory_efficiency",
+                          g->memory_efficiency);
+    json_t *kernels = j && g->kernels.n > 0 ? sim_kernel_model_to_json(&g->kernels) : NULL;
+    if (j && g->kernels.n > 0 && (!kernels || json_object_set_new(j, "kernels", kernels) != 0))
+        json_decref(j), j = NULL;
+    return j;
 }
 
 static json_t *fabric_json(const sim_topology *t)
@@ -184,6 +191,11 @@ json_t *sim_topology_to_json(const sim_topology *t)
     json_t *j = json_pack("{s:s, s:i, s:i, s:f, s:o, s:o}", "name", t->name, "nodes", t->nodes, "gpus_per_node",
                           t->gpus_per_node, "base_latency_us", t->base_latency / US, "gpu", gpu_json(&t->gpu),
                           "fabric", fabric_json(t));
+    json_t *measured = j && t->measured.n > 0 ? sim_collective_tables_to_json(&t->measured) : NULL;
+    if (j && t->measured.n > 0 && (!measured || json_object_set_new(j, "collectives", measured) != 0)) {
+        json_decref(j);
+        return NULL;
+    }
     if (j && t->nics_per_node > 0 &&
         json_object_set_new(j, "network", json_pack("{s:i, s:o}", "nics_per_node", t->nics_per_node, "nic",
                                                     link_json(&t->nic))) != 0) {

@@ -27,7 +27,8 @@
  *   measured figures are already what the backend reaches. The GPU is one
  *   "peak" (the fastest of the measured GEMM and attention rates) with each
  *   kernel's efficiency its rate over that peak, so the roofline gives back
- *   the measured times. */
+ *   the measured times. A full calibration adds the kernels' classes
+ *   (sim/kernel_model.h), which then price every op they have a class for. */
 #ifndef USP_SIM_CALIBRATION_H
 #define USP_SIM_CALIBRATION_H
 
@@ -35,6 +36,7 @@
 
 #include "core/trace/comm_kind.h"
 #include "core/base/status.h"
+#include "sim/kernel_model.h"
 #include "sim/topology.h"
 
 /* nccl-tests' bus-bandwidth factor of `kind` over n ranks: all_to_all (n-1)/n,
@@ -70,6 +72,8 @@ typedef struct sim_calibration {
     double gemm_flops_per_s, attention_flops_per_s, attention_backward_flops_per_s;
     double copy_bytes_per_s; /* read + written by a device-to-device copy */
     double memory_bytes;     /* a rank's memory */
+    sim_kernel_model kernels; /* the kernels' classes fitted over shapes (n 0: the short form, --quick) */
+    sim_collective_tables measured; /* the collectives' measured times, as the file keeps them */
 } sim_calibration;
 
 /* The topology (and its GPU) that prices the measured calls as measured (see

@@ -357,6 +357,13 @@ usp_status sim_cost_collective_traffic(const sim_cost_model *m, usp_comm_kind ki
     size_t flows = 0;
     for (int i = 0; i < n; i++)
         spans_nodes |= sim_topology_node_of(t, members[i]) != sim_topology_node_of(t, members[0]);
+    const sim_collective_table *measured =
+        t->measured.n > 0 ? sim_collective_find(&t->measured, kind, n, spans_nodes) : NULL;
+    if (measured) { /* a calibrated machine's own time for this call (sim/collective_table.h) */
+        *seconds = sim_collective_seconds(measured, sim_collective_key(traffic->n, traffic->src, traffic->dst,
+                                                                       traffic->bytes, n));
+        return USP_OK;
+    }
     for (size_t k = 0; k < traffic->n; k++)
         flows += traffic->bytes[k] > 0 && members[traffic->src[k]] != members[traffic->dst[k]];
     if (ring && spans_nodes)

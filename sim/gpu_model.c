@@ -144,6 +144,11 @@ double sim_gpu_peak_flops(const sim_gpu *gpu, usp_dtype dtype)
 
 double sim_gpu_op_seconds(const sim_gpu *gpu, usp_dtype dtype, const usp_op_cost *cost)
 {
+    if (gpu->kernels.n > 0) { /* a calibrated machine: what its kernels took at this op's work */
+        double t = sim_kernel_seconds(&gpu->kernels, cost);
+        if (t >= 0)
+            return t;
+    }
     double achievable; /* the first letter first: this runs for every op of every simulated rank */
     if (cost->op[0] != 'g' && cost->op[0] != 'a')
         achievable = gpu->peak_fp32;
@@ -228,7 +233,7 @@ usp_status sim_gpu_from_json(const json_t *obj, const char *where, const char *p
 {
     static const char *const known[] = {"name", "peak_tflops", "hbm_tbs", "memory_gb", "gemm_efficiency",
                                         "attention_efficiency", "attention_backward_efficiency",
-                                        "memory_efficiency", NULL};
+                                        "memory_efficiency", "kernels", NULL};
     sim_json_at at = {where, prefix};
     USP_CHECK(sim_json_check_keys(obj, at, known));
     sim_gpu g = {.gemm_efficiency = 0.7, .attention_efficiency = 0.5, .memory_efficiency = 0.85,
@@ -249,6 +254,9 @@ usp_status sim_gpu_from_json(const json_t *obj, const char *where, const char *p
     g.attention_backward_efficiency = g.attention_efficiency;
     USP_CHECK(sim_json_number(obj, at, &attention_backward_eff, 0, &g.attention_backward_efficiency));
     USP_CHECK(sim_json_number(obj, at, &memory_eff, 0, &g.memory_efficiency));
+    const json_t *kernels = json_object_get(obj, "kernels");
+    if (kernels)
+        USP_CHECK(sim_kernel_model_from_json(kernels, where, prefix, &g.kernels));
     *out = g;
     return USP_OK;
 }

@@ -27,6 +27,7 @@
 #include "core/dtype.h"
 #include "core/ops.h"
 #include "core/base/status.h"
+#include "sim/kernel_model.h"
 
 #define SIM_GPU_NAME_MAX 48
 
@@ -56,6 +57,8 @@ typedef struct sim_gpu {
     double memory_efficiency;     /* fraction of the HBM bandwidth a streaming kernel reaches */
     sim_gpu_arch arch;            /* SIM_ARCH_OTHER for a GPU read from a file */
     sim_attention_kernel attention_kernel; /* what the two attention efficiencies stand for */
+    sim_kernel_model kernels;     /* a calibrated file's size-aware kernels (n 0: none): when present they price
+                                     every op they have a class for, instead of the roofline */
 } sim_gpu;
 
 /* "fa2", "fa3", "sdpa", "file". */
@@ -96,7 +99,8 @@ usp_status sim_gpu_check(const sim_gpu *gpu, const char *where, const char *pref
 /* The tensor-core peak FLOP/s for GEMMs in `dtype` (f32 runs as TF32, bf16 as BF16). */
 double sim_gpu_peak_flops(const sim_gpu *gpu, usp_dtype dtype);
 
-/* Seconds an op takes on the GPU when it computes in `dtype` (the roofline above). */
+/* Seconds an op takes on the GPU when it computes in `dtype`: its calibrated class (gpu->kernels) when it has one,
+ * else the roofline above. */
 double sim_gpu_op_seconds(const sim_gpu *gpu, usp_dtype dtype, const usp_op_cost *cost);
 
 #endif

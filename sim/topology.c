@@ -524,7 +524,7 @@ static usp_status read_gpu(const json_t *root, sim_json_at at, sim_gpu *gpu)
 static usp_status read_topology(const json_t *root, const char *where, sim_topology *t)
 {
     static const char *const known[] = {"name", "gpu", "nodes", "gpus_per_node", "base_latency_us", "fabric",
-                                        "network", "host", NULL};
+                                        "network", "host", "collectives", NULL};
     sim_json_at at = {where, ""};
     if (!json_is_object(root))
         return usp_error(USP_ERR_CONFIG, "%s: the file must hold one JSON object (see docs/cluster_model.md), "
@@ -544,6 +544,7 @@ static usp_status read_topology(const json_t *root, const char *where, sim_topol
     USP_CHECK(read_network(root, at, t));
     t->host = sim_host_default(); /* not by the file's name: a file says its host or gets the default */
     USP_CHECK(sim_host_from_json(json_object_get(root, "host"), where, &t->host));
+    USP_CHECK(sim_collective_tables_from_json(json_object_get(root, "collectives"), where, &t->measured));
     return check_topology(t, where);
 }
 

@@ -43,6 +43,7 @@
 #define USP_SIM_TOPOLOGY_H
 
 #include "core/base/status.h"
+#include "sim/collective_table.h"
 #include "sim/gpu_model.h"
 #include "sim/host_model.h"
 
@@ -83,6 +84,7 @@ typedef struct sim_topology {
     double base_latency;           /* seconds every NCCL call costs whatever it moves */
     sim_gpu gpu;                   /* every GPU of the cluster */
     sim_host host;                 /* every node's CPUs, DRAM and GPU-to-CPU links (--offload) */
+    sim_collective_tables measured; /* a calibrated file's collective times (n 0: none; sim/collective_table.h) */
 } sim_topology;
 
 /* The preset called `name` with `nodes` nodes into *out; 0 when there is none. */

@@ -9,9 +9,11 @@
 
 #include "core/comm/comm.h"
 #include "core/ops.h"
+#include "tools/calibrate_kernels.h"
 
 #define HOST_NAME_BYTES 64
 #define MIB ((size_t)1 << 20)
+#define ITERATIONS_MAX 50 /* calls a size, at most (iterations()) */
 
 const char *calibrate_level_name(int level)
 {
@@ -122,17 +124,31 @@ static usp_status issue(const usp_rank_ctx *ctx, usp_comm_t *g, int op, const fl
     }
 }
 
+static int by_value(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* One warm-up call, a barrier, then `iters` calls each timed to its completion (the backend synchronised):
+ * the median call. The median, not nccl-tests' mean: on a machine shared with other work one call in a run
+ * whose process lost its core takes a thousand times the others, and the mean is then that stall's. */
 static usp_status time_op(const usp_rank_ctx *ctx, usp_comm_t *g, int op, size_t count, int iters, const float *send,
                           float *recv, double *seconds)
 {
+    double took[ITERATIONS_MAX];
+    iters = iters < ITERATIONS_MAX ? iters : ITERATIONS_MAX;
     USP_CHECK(issue(ctx, g, op, send, recv, count)); /* warm-up: connections, first touch */
     USP_CHECK(usp_comm_barrier(g, ctx->stream));
     USP_CHECK(usp_backend_synchronize(ctx->backend, ctx->stream));
-    double t0 = clock_now(ctx);
-    for (int i = 0; i < iters; i++)
+    for (int i = 0; i < iters; i++) {
+        double t0 = clock_now(ctx);
         USP_CHECK(issue(ctx, g, op, send, recv, count));
-    USP_CHECK(usp_backend_synchronize(ctx->backend, ctx->stream));
-    *seconds = (clock_now(ctx) - t0) / iters;
+        USP_CHECK(usp_backend_synchronize(ctx->backend, ctx->stream));
+        took[i] = clock_now(ctx) - t0;
+    }
+    qsort(took, (size_t)iters, sizeof *took, by_value);
+    *seconds = took[iters / 2];
     return USP_OK;
 }
 
@@ -217,22 +233,24 @@ static void free_all(const usp_rank_ctx *ctx, float **bufs, int k)
 /* One run of a kernel: the i-th of a timing. */
 typedef usp_status (*kernel_fn)(const usp_rank_ctx *ctx, float **bufs, const void *shape);
 
-/* The fastest of `reps` runs of fn after one warm-up, each synchronised: its seconds and the FLOPs the
- * backend reported for it. The fastest, not the mean: a kernel's rate is what it reaches when nothing
- * else takes its cores (or SMs); collectives, which the whole group waits on, are timed by the mean. */
+/* The fastest of `reps` runs of fn after one warm-up, each synchronised: its seconds and the work (flops,
+ * bytes, outputs) the backend reported for it. The fastest, not the mean: a kernel's rate is what it reaches
+ * when nothing else takes its cores (or SMs); collectives, which the whole group waits on, are timed by the mean. */
 static usp_status time_fastest(const usp_rank_ctx *ctx, kernel_fn fn, float **bufs, const void *shape, int reps,
-                               double *seconds, double *flops)
+                               sim_kernel_point *out)
 {
     USP_CHECK(fn(ctx, bufs, shape));
-    *seconds = INFINITY, *flops = 0;
+    *out = (sim_kernel_point){.seconds = INFINITY};
     for (int i = 0; i < reps; i++) {
         USP_CHECK(usp_backend_synchronize(ctx->backend, ctx->stream));
-        double f0 = usp_backend_flops(ctx->backend), t0 = clock_now(ctx);
+        double f0 = usp_backend_flops(ctx->backend), b0, o0, b1, o1, t0 = clock_now(ctx);
+        usp_backend_work(ctx->backend, &b0, &o0);
         USP_CHECK(fn(ctx, bufs, shape));
         USP_CHECK(usp_backend_synchronize(ctx->backend, ctx->stream));
         double t = clock_now(ctx) - t0;
-        if (t < *seconds)
-            *seconds = t, *flops = usp_backend_flops(ctx->backend) - f0;
+        usp_backend_work(ctx->backend, &b1, &o1);
+        if (t < out->seconds)
+            *out = (sim_kernel_point){usp_backend_flops(ctx->backend) - f0, b1 - b0, o1 - o0, t};
     }
     return USP_OK;
 }
@@ -269,7 +287,8 @@ static usp_status time_gemm(const usp_rank_ctx *ctx, int64_t n, int reps, calibr
     float *m[3] = {0};
     usp_status s = alloc_filled(ctx, m, 3, (size_t)(n * n));
     if (s == USP_OK)
-        s = time_fastest(ctx, run_gemm, m, &n, reps, &rec->gemm_s, &rec->gemm_flops);
+        s = time_fastest(ctx, run_gemm, m, &n, reps, &rec->reference[0]);
+    rec->gemm_s = rec->reference[0].seconds, rec->gemm_flops = rec->reference[0].flops;
     free_all(ctx, m, 3);
     return s;
 }
@@ -286,9 +305,11 @@ static usp_status time_attention(const usp_rank_ctx *ctx, int64_t T, int64_t H, 
     if (s == USP_OK)
         s = usp_buffer_alloc(ctx->backend, (size_t)(H * T) * sizeof(float), "calibrate", (void **)&b[LSE]);
     if (s == USP_OK)
-        s = time_fastest(ctx, run_forward, b, &sh, reps, &rec->attention_s, &rec->attention_flops);
+        s = time_fastest(ctx, run_forward, b, &sh, reps, &rec->reference[1]);
     if (s == USP_OK)
-        s = time_fastest(ctx, run_backward, b, &sh, reps, &rec->backward_s, &rec->backward_flops);
+        s = time_fastest(ctx, run_backward, b, &sh, reps, &rec->reference[2]);
+    rec->attention_s = rec->reference[1].seconds, rec->attention_flops = rec->reference[1].flops;
+    rec->backward_s = rec->reference[2].seconds, rec->backward_flops = rec->reference[2].flops;
     free_all(ctx, b, N_ATTENTION_BUFS);
     return s;
 }
@@ -297,10 +318,11 @@ static usp_status time_attention(const usp_rank_ctx *ctx, int64_t T, int64_t H, 
 static usp_status time_copy(const usp_rank_ctx *ctx, size_t bytes, int reps, calibrate_record *rec)
 {
     float *b[2] = {0};
-    double unused;
+    sim_kernel_point copy = {0};
     usp_status s = alloc_filled(ctx, b, 2, bytes / sizeof(float));
     if (s == USP_OK)
-        s = time_fastest(ctx, run_copy, b, &bytes, reps, &rec->copy_s, &unused);
+        s = time_fastest(ctx, run_copy, b, &bytes, reps, &copy);
+    rec->copy_s = copy.seconds;
     rec->copy_bytes = 2.0 * (double)bytes;
     free_all(ctx, b, 2);
     return s;
@@ -314,7 +336,8 @@ static usp_status kernels(const usp_rank_ctx *ctx, calibrate_run *run, calibrate
     USP_CHECK(usp_comm_barrier(ctx->world, ctx->stream)); /* every rank computes at once, as in a step */
     USP_CHECK(time_gemm(ctx, n, reps, rec));
     USP_CHECK(time_attention(ctx, tokens, 4, 64, reps, rec));
-    return time_copy(ctx, (quick ? 8 : 64) * MIB, reps, rec);
+    USP_CHECK(time_copy(ctx, (quick ? 8 : 64) * MIB, reps, rec));
+    return quick ? USP_OK : calibrate_kernel_sweep(ctx, run, rec);
 }
 
 usp_status calibrate_rank(const usp_rank_ctx *ctx, void *arg)

@@ -12,9 +12,10 @@
  * --gpus-per-node; the model puts rank r on node r / gpus_per_node, so ranks
  * placed otherwise are refused with the launch option that fixes it.
  *
- * Timing, per call and size: one warm-up call, a barrier, the rank's clock,
- * `iters` calls, a synchronisation of the backend, the clock again (the
- * mean of the calls; nccl-tests' "time"). Each rank's figures are gathered to
+ * Timing, per call and size: one warm-up call, a barrier, then `iters`
+ * calls, each timed on the rank's clock to its completion (the backend
+ * synchronised): the median call (nccl-tests takes the mean; on a machine
+ * shared with other work the median is not one stalled call's). Each rank's figures are gathered to
  * rank 0 (usp_rank_gather), which takes the slowest rank's. */
 #ifndef USP_TOOLS_CALIBRATE_MEASURE_H
 #define USP_TOOLS_CALIBRATE_MEASURE_H
@@ -22,8 +23,10 @@
 #include <stddef.h>
 
 #include "core/runtime/rank.h"
+#include "sim/kernel_model.h"
 
 #define CALIBRATE_SIZES_MAX 16
+#define CALIBRATE_POINTS_MAX 384 /* kernel cases of the full sweep (tools/calibrate_kernels.h) */
 
 enum { CAL_LEVEL_WORLD, CAL_LEVEL_NODE, CAL_LEVEL_NETWORK, CAL_LEVELS };
 enum { CAL_OP_ALL_TO_ALL, CAL_OP_ALL_REDUCE, CAL_OP_SENDRECV, CAL_OPS };
@@ -45,6 +48,9 @@ typedef struct calibrate_record {
     double seconds[CAL_LEVELS][CAL_OPS][CALIBRATE_SIZES_MAX]; /* a call's mean; 0: not measured */
     double gemm_s, gemm_flops, attention_s, attention_flops, backward_s, backward_flops;
     double copy_s, copy_bytes;
+    sim_kernel_point reference[3]; /* the gemm, attention forward and backward above: work and seconds */
+    int n_points;                  /* the full sweep's cases (0: --quick) */
+    sim_kernel_point points[CALIBRATE_POINTS_MAX];
 } calibrate_record;
 
 typedef struct calibrate_run {
@@ -56,6 +62,7 @@ typedef struct calibrate_run {
     size_t bytes[CAL_LEVELS][CAL_OPS][CALIBRATE_SIZES_MAX]; /* bytes a rank sent (the size, rounded to elements) */
     int gemm_n, attention_tokens, attention_heads, attention_head_dim;
     char backend[16];
+    const char *point_op[CALIBRATE_POINTS_MAX]; /* the op of each point of the sweep */
 } calibrate_run;
 
 /* The rank main function (core/runtime/rank.h) of `usp calibrate`; arg is a calibrate_run. */

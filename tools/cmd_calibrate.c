@@ -21,6 +21,7 @@
 #include "core/runtime/runtime.h"
 #include "sim/calibration.h"
 #include "sim/cost_model.h"
+#include "tools/calibrate_kernels.h"
 #include "tools/calibrate_measure.h"
 #include "tools/cli.h"
 #include "tools/commands.h"
@@ -129,13 +130,43 @@ static usp_status check_options(const calibrate_options *o, calibrate_plan *p)
     return USP_OK;
 }
 
-/* The slowest rank's time of each call. */
+/* The slowest rank's time of each call, to the 6 digits of microseconds the file keeps of it (the fits take
+ * what a reader of the file sees: calibrate --backend sim on the file then gives it back to the digit). */
 static double slowest(const calibrate_run *run, int world, int level, int op, int i)
 {
     double t = 0;
     for (int r = 0; r < world; r++)
         t = fmax(t, run->records[r].seconds[level][op][i]);
-    return t;
+    char text[32];
+    snprintf(text, sizeof text, "%.6g", t * 1e6);
+    return strtod(text, NULL) * 1e-6;
+}
+
+/* The key a collective table prices a call by (sim_collective_key: the most bytes a member sends to the
+ * others), as usp_comm_op_peers moves it: an all_to_all of S bytes a rank sends S/n to each of n-1 peers; a
+ * ring all_reduce 2(n-1)S/n to its successor. */
+static double table_key(const calibrate_run *run, int level, int op, int i)
+{
+    uint64_t b = run->bytes[level][op][i], n = (uint64_t)run->level_ranks[level];
+    return (double)(op == CAL_OP_ALL_TO_ALL ? (n - 1) * (b / n) : 2 * (n - 1) * b / n);
+}
+
+/* The measured all_to_all and all_reduce of every level as the topology's collective tables. */
+static usp_status measured_tables(const calibrate_run *run, int world, sim_collective_tables *out)
+{
+    *out = (sim_collective_tables){0};
+    for (int level = 0; level < CAL_LEVELS; level++)
+        for (int op = CAL_OP_ALL_TO_ALL; run->level_ranks[level] > 1 && op <= CAL_OP_ALL_REDUCE; op++) {
+            sim_collective_table t = {.kind = op_kinds[op], .ranks = run->level_ranks[level], .n = run->plan->n_sizes,
+                                      .spans_nodes = level == CAL_LEVEL_NETWORK ||
+                                                     (level == CAL_LEVEL_WORLD && run->nodes > 1)};
+            for (int i = 0; i < t.n; i++)
+                t.bytes[i] = table_key(run, level, op, i), t.seconds[i] = slowest(run, world, level, op, i);
+            if (sim_collective_find(out, t.kind, t.ranks, t.spans_nodes))
+                continue; /* one node of one rank each: the world is the network level, measured once */
+            USP_CHECK(sim_collective_add(out, &t));
+        }
+    return USP_OK;
 }
 
 static usp_status fit_level(const calibrate_run *run, int world, int level, sim_level_fit *out)
@@ -181,6 +212,24 @@ static double host_memory_bytes(void)
     return pages > 0 && page > 0 ? (double)pages * (double)page : 0;
 }
 
+/* The GEMM's, the attention's and the copy's rates at the short form's shapes under the fitted classes. */
+static void reference_rates(const calibrate_run *run, sim_calibration *c)
+{
+    static const char *const ops[3] = {"gemm", "attention_forward", "attention_backward"};
+    double *rates[3] = {&c->gemm_flops_per_s, &c->attention_flops_per_s, &c->attention_backward_flops_per_s};
+    for (int k = 0; k < 3; k++) {
+        const sim_kernel_point *p = &run->records[0].reference[k];
+        const sim_kernel_fit *f = sim_kernel_find(&c->kernels, ops[k]);
+        double t = f ? sim_kernel_fit_seconds(f, p->flops, p->bytes, p->outputs) : 0;
+        if (t > 0)
+            *rates[k] = p->flops / t;
+    }
+    const sim_kernel_fit *copy = sim_kernel_find(&c->kernels, "copy");
+    double bytes = run->records[0].copy_bytes, t = copy ? sim_kernel_fit_seconds(copy, 0, bytes, 0) : 0;
+    if (t > 0)
+        c->copy_bytes_per_s = bytes / t;
+}
+
 typedef struct calibrate_result {
     sim_calibration cal;
     sim_topology topology;
@@ -203,8 +252,16 @@ static usp_status fit_all(const calibrate_options *o, const calibrate_run *run, 
     c->attention_flops_per_s = RATE(run, world, attention_flops, attention_s);
     c->attention_backward_flops_per_s = RATE(run, world, backward_flops, backward_s);
     c->copy_bytes_per_s = RATE(run, world, copy_bytes, copy_s);
+    USP_CHECK(calibrate_fit_kernels(run, world, &c->kernels));
+    USP_CHECK(measured_tables(run, world, &c->measured));
+    if (c->kernels.n > 0) /* the classes' rates at the short form's shapes: a function of the file, as the sim gives */
+        reference_rates(run, c);
+    sim_topology modelled;
     if (o->memory_gb > 0)
         c->memory_bytes = o->memory_gb * 1e9, res->memory_from = "--memory-gb";
+    else if (strcmp(o->backend, "sim") == 0 &&
+             sim_topology_for_world(o->topology, o->nodes, world, &modelled) == USP_OK)
+        c->memory_bytes = modelled.gpu.memory_bytes, res->memory_from = "the modelled GPU's";
     else if (strcmp(run->backend, "cpu") == 0 && host_memory_bytes() > 0)
         c->memory_bytes = host_memory_bytes() / run->gpus_per_node, res->memory_from = "host memory / ranks a node";
     else
@@ -212,9 +269,15 @@ static usp_status fit_all(const calibrate_options *o, const calibrate_run *run, 
     return sim_calibration_topology(c, &res->topology);
 }
 
-/* Seconds the calibrated topology gives a call of `op` on the level's first group. */
-static double modelled(const sim_topology *t, const calibrate_run *run, int level, int op, int i)
+/* Seconds the calibrated topology gives a call of `op` on the level's first group (links_only: by its links,
+ * without its tables of measured times). */
+static double modelled(const sim_topology *topology, const calibrate_run *run, int level, int op, int i,
+                       int links_only)
 {
+    static sim_topology t; /* large; rank 0 prints alone */
+    t = *topology;
+    if (links_only)
+        t.measured.n = 0;
     int n = run->level_ranks[level], members[4096];
     if (n > 4096)
         return NAN;
@@ -231,7 +294,7 @@ static double modelled(const sim_topology *t, const calibrate_run *run, int leve
         } else {
             bytes[(size_t)k * n + (k + 1) % n] = op == CAL_OP_ALL_REDUCE ? 2 * (uint64_t)(n - 1) * b / (uint64_t)n : b;
         }
-    sim_cost_model m = sim_cost_model_make(t, USP_F32);
+    sim_cost_model m = sim_cost_model_make(&t, USP_F32);
     double s = NAN;
     if (sim_cost_collective(&m, op_kinds[op], n, members, bytes, &s) != USP_OK)
         s = NAN;
@@ -246,13 +309,13 @@ static void print_table(const calibrate_run *run, int world, const sim_topology 
     printf("\n# %s on %s (%d ranks%s), busbw = algbw x %.3g\n", calibrate_op_name(op), calibrate_level_name(level), n,
            level == CAL_LEVEL_WORLD ? "" : level == CAL_LEVEL_NODE ? " of one node, every node at once"
                                                                     : ", one a node, every group at once", factor);
-    printf("#%12s %12s %6s %11s %12s %12s %11s\n", "size(B)", "count", "type", "time(us)", "algbw(GB/s)",
-           "busbw(GB/s)", "model(us)");
+    printf("#%12s %12s %6s %11s %12s %12s %11s %11s\n", "size(B)", "count", "type", "time(us)", "algbw(GB/s)",
+           "busbw(GB/s)", "model(us)", "links(us)");
     for (int i = 0; i < run->plan->n_sizes; i++) {
         double b = (double)run->bytes[level][op][i], s = slowest(run, world, level, op, i);
-        printf(" %12zu %12zu %6s %11.2f %12.3f %12.3f %11.2f\n", run->bytes[level][op][i],
+        printf(" %12zu %12zu %6s %11.2f %12.3f %12.3f %11.2f %11.2f\n", run->bytes[level][op][i],
                run->bytes[level][op][i] / sizeof(float), "float", s * 1e6, b / s / 1e9, b / s * factor / 1e9,
-               modelled(t, run, level, op, i) * 1e6);
+               modelled(t, run, level, op, i, 0) * 1e6, modelled(t, run, level, op, i, 1) * 1e6);
     }
 }
 
@@ -291,6 +354,10 @@ static void print_text(const calibrate_options *o, const calibrate_run *run, int
     printf("  flash attention bwd  T %d, %d heads x %d, causal %10.3f TFLOP/s\n", run->attention_tokens,
            run->attention_heads, run->attention_head_dim, c->attention_backward_flops_per_s / 1e12);
     printf("  device copy (read + write)  %10.3f GB/s\n", c->copy_bytes_per_s / 1e9);
+    if (c->kernels.n > 0)
+        calibrate_print_kernels(run, world, &c->kernels);
+    else
+        printf("  (--quick: one shape each; without it every kernel class is measured over shapes)\n");
     printf("\ntopology %s: %d node%s x %d, gpu_link %.3f GB/s %.2f us, base latency %.2f us", t->name, t->nodes,
            t->nodes > 1 ? "s" : "", t->gpus_per_node, t->gpu_link.bandwidth / 1e9, t->gpu_link.latency * 1e6,
            t->base_latency * 1e6);
@@ -318,10 +385,12 @@ static json_t *report_json(const calibrate_options *o, const calibrate_run *run,
             json_t *rows = json_array();
             for (int i = 0; rows && i < run->plan->n_sizes; i++) {
                 double b = (double)run->bytes[level][op][i], s = slowest(run, world, level, op, i);
-                double m = modelled(&res->topology, run, level, op, i);
-                json_array_append_new(rows, json_pack("{s:f, s:f, s:f, s:f, s:f}", "bytes", b, "time_us", s * 1e6,
-                                                      "algbw_gbs", b / s / 1e9, "busbw_gbs", b / s * factor / 1e9,
-                                                      "model_us", isfinite(m) ? m * 1e6 : -1.0));
+                double m = modelled(&res->topology, run, level, op, i, 0);
+                double l = modelled(&res->topology, run, level, op, i, 1);
+                json_array_append_new(rows, json_pack("{s:f, s:f, s:f, s:f, s:f, s:f}", "bytes", b, "time_us",
+                                                      s * 1e6, "algbw_gbs", b / s / 1e9, "busbw_gbs",
+                                                      b / s * factor / 1e9, "model_us", isfinite(m) ? m * 1e6 : -1.0,
+                                                      "links_us", isfinite(l) ? l * 1e6 : -1.0));
             }
             json_array_append_new(tables, json_pack("{s:s, s:s, s:i, s:f, s:o}", "level", calibrate_level_name(level),
                                                     "op", calibrate_op_name(op), "ranks", n, "busbw_factor", factor,
@@ -333,6 +402,7 @@ static json_t *report_json(const calibrate_options *o, const calibrate_run *run,
                                                 "attention_tflops", c->attention_flops_per_s / 1e12,
                                                 "attention_backward_tflops", c->attention_backward_flops_per_s / 1e12,
                                                 "copy_gbs", c->copy_bytes_per_s / 1e9));
+    json_object_set_new(j, "kernel_cases", calibrate_kernel_cases_json(run, world, &c->kernels));
     json_object_set_new(j, "topology", json_incref(topology));
     json_object_set_new(j, "out", o->out ? json_string(o->out) : json_null());
     return j;
@@ -377,7 +447,9 @@ static usp_status report(const calibrate_options *o, const calibrate_run *run, i
 
 static usp_status run(const calibrate_options *o, const calibrate_plan *plan, char **argv, int *exit_code)
 {
-    usp_runtime_options ro = {.world_size = o->world, .cluster = o->topology, .nodes = o->nodes};
+    /* the simulator prices ops by their shapes alone: its meta backend computes nothing, so a full sweep is quick */
+    usp_runtime_options ro = {.world_size = o->world, .cluster = o->topology, .nodes = o->nodes,
+                              .shapes_only = strcmp(o->backend, "sim") == 0};
     USP_CHECK(runtime_registry_launch(o->backend, &ro, argv)); /* no launcher: mpi and nccl start their processes */
     usp_runtime_t *rt;
     USP_CHECK(runtime_registry_create(o->backend, &ro, &rt));

@@ -1,0 +1,63 @@
+/* Measured collective times, as usp calibrate wrote them into a topology file
+ * ("collectives"; docs/cluster_model.md, "Calibrated collectives").
+ *
+ * The alpha-beta fit gives the links (sim/calibration.h), which price any
+ * group on the cluster; but a machine's time for one call is not always a
+ * line in its size (MPI over shared memory on a CPU: 17 GB/s at 1 MiB, under
+ * 1 GB/s from 4 MiB, when the messages leave the cache). A table keeps what
+ * was measured: for a kind of collective over a group of `ranks` (within one
+ * node or spanning nodes, as measured), the seconds at each measured size,
+ * interpolated linearly in log(time) over log(size) between them; below the
+ * smallest the smallest's time, above the largest the largest's bandwidth.
+ * A collective the table has (the same kind, ranks and span) is priced by it;
+ * any other by the links.
+ *
+ * The size is the key both sides compute the same way from the traffic
+ * (usp_comm_op_traffic's form): the most bytes one member sends to the others. */
+#ifndef USP_SIM_COLLECTIVE_TABLE_H
+#define USP_SIM_COLLECTIVE_TABLE_H
+
+#include <jansson.h>
+#include <stdint.h>
+
+#include "core/comm/comm.h"
+#include "core/base/status.h"
+
+#define SIM_COLLECTIVE_TABLES_MAX 12
+#define SIM_COLLECTIVE_SIZES_MAX 16
+
+typedef struct sim_collective_table {
+    usp_comm_kind kind;  /* USP_OP_ALL_TO_ALL, USP_OP_ALL_REDUCE */
+    int ranks;           /* the group's size */
+    int spans_nodes;     /* 0: the group is within one node; 1: it spans nodes */
+    int n;               /* sizes, >= 1 */
+    double bytes[SIM_COLLECTIVE_SIZES_MAX];   /* the key, ascending, > 0 */
+    double seconds[SIM_COLLECTIVE_SIZES_MAX]; /* > 0 */
+} sim_collective_table;
+
+typedef struct sim_collective_tables {
+    int n;
+    sim_collective_table tables[SIM_COLLECTIVE_TABLES_MAX];
+} sim_collective_tables;
+
+/* The key of a collective: the most bytes one member sends to another member (bytes[k] from src[k] to
+ * dst[k], k < entries; a member's bytes to itself do not count). */
+double sim_collective_key(size_t entries, const int *src, const int *dst, const uint64_t *bytes, int n);
+
+/* The table for (kind, ranks, spans_nodes), or NULL. */
+const sim_collective_table *sim_collective_find(const sim_collective_tables *t, usp_comm_kind kind, int ranks,
+                                                int spans_nodes);
+
+/* Seconds the table gives a call of key `bytes` (see above). */
+double sim_collective_seconds(const sim_collective_table *t, double bytes);
+
+/* Appends a table (USP_ERR_CONFIG when full, or when one of the same kind, ranks and span is there). */
+usp_status sim_collective_add(sim_collective_tables *t, const sim_collective_table *table);
+
+/* The tables as the topology file's "collectives" array; NULL when out of memory. */
+json_t *sim_collective_tables_to_json(const sim_collective_tables *t);
+
+/* Reads the "collectives" array (absent: none); messages name the file ("where") and the field. */
+usp_status sim_collective_tables_from_json(const json_t *array, const char *where, sim_collective_tables *out);
+
+#endif
