@@ -275,6 +275,8 @@ static int by_call(const void *a, const void *b)
 /* Each rank's wait in the window's calls, by phase, into wait_us[world * PLAN_PHASES]. */
 static void add_waits(call_list *l, const step_span *window, double *wait_us)
 {
+    if (l->n == 0) /* no calls (and no array: qsort's pointer must not be NULL) */
+        return;
     qsort(l->calls, l->n, sizeof *l->calls, by_call);
     for (size_t first = 0, end; first < l->n; first = end) {
         double last = l->calls[first].start;
