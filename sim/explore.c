@@ -9,7 +9,6 @@
 #include "sim/explore_model.h"
 #include "sim/explore_report.h"
 
-#define MAX_READY 64 /* ready heads of one rank: one per lane */
 
 /* The states seen: an arena of states and an open-addressing table of their indices. */
 typedef struct state_set {
@@ -75,7 +74,7 @@ static usp_status remember(state_set *set, const xstate *s, int *added, size_t *
 typedef struct frame {
     size_t state;
     int rank, n_ready, next;
-    long ready[MAX_READY];
+    long ready[XMODEL_MAX_LANES];
 } frame;
 
 typedef struct search {
@@ -159,14 +158,8 @@ usp_status sim_explore(const sim_world *w, const sim_explore_options *o, sim_exp
     clock_gettime(CLOCK_MONOTONIC, &t0);
     xmodel m;
     USP_CHECK(xmodel_build(w, o->slots, &m));
-    for (int r = 0; r < m.n; r++) {
+    for (int r = 0; r < m.n; r++)
         out->items += m.ranks[r].log->n;
-        if (m.ranks[r].lanes > MAX_READY) {
-            xmodel_free(&m);
-            return usp_error(USP_ERR_CONFIG, "rank %d used %d streams; exploration follows at most %d", r,
-                             m.ranks[r].lanes, MAX_READY);
-        }
-    }
     search x = {.m = &m, .out = out, .o = o, .deadlock_state = -1};
     x.seen.ints = m.state_ints;
     xstate *scratch = malloc((size_t)m.state_ints * sizeof *scratch);

@@ -167,6 +167,9 @@ usp_status xmodel_build(const sim_world *w, int slots, xmodel *m)
         if (!w->ranks[r].sched || w->ranks[r].sched->failed)
             return usp_error(USP_ERR_CONFIG, "rank %d logged no schedule to explore (%s)", r,
                              w->ranks[r].sched ? "out of memory while logging" : "the run did not log one");
+        else if (w->ranks[r].sched->lanes > XMODEL_MAX_LANES)
+            return usp_error(USP_ERR_CONFIG, "rank %d used %d streams; exploration follows at most %d", r,
+                             w->ranks[r].sched->lanes, XMODEL_MAX_LANES);
     m->ranks = calloc((size_t)w->n, sizeof *m->ranks);
     by_group *calls = calloc((size_t)w->n, sizeof *calls), *meets = calloc((size_t)w->n, sizeof *meets);
     usp_status s = m->ranks && calls && meets ? USP_OK : usp_error(USP_ERR_RUNTIME, "out of memory modelling a schedule");

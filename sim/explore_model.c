@@ -41,18 +41,22 @@ static int is_p2p(const sim_sched_item *it) { return it->send_to >= 0 || it->rec
 
 static const sim_group *group_of(const xmodel *m, const sim_sched_item *it) { return m->world->groups[it->group]; }
 
+/* 1 when `peer` has not started its call `match` that a transfer needs (-1: it never issues one). */
+static int peer_missing(const xmodel *m, const xstate *s, int peer, long match)
+{
+    return match < 0 || !(xstarted(m, s, peer, match) || xdone(m, s, peer, match));
+}
+
 int xwaits_for(const xmodel *m, const xstate *s, int rank, long item, int *out)
 {
     const sim_sched_item *it = xitem(m, rank, item);
     int n = 0;
     if (is_p2p(it)) {
-        long to = it->send_to >= 0 ? m->p2p_send_match[rank][item] : -2;
-        long from = it->recv_from >= 0 ? m->p2p_recv_match[rank][item] : -2;
-        if (to != -2 && (to < 0 || !(xstarted(m, s, it->send_to, to) || xdone(m, s, it->send_to, to))))
+        if (it->send_to >= 0 && peer_missing(m, s, it->send_to, m->p2p_send_match[rank][item]))
             out[n++] = it->send_to;
-        if (from != -2 && (from < 0 || !(xstarted(m, s, it->recv_from, from) || xdone(m, s, it->recv_from, from))))
-            if (n == 0 || out[0] != it->recv_from)
-                out[n++] = it->recv_from;
+        if (it->recv_from >= 0 && peer_missing(m, s, it->recv_from, m->p2p_recv_match[rank][item]) &&
+            (n == 0 || out[0] != it->recv_from))
+            out[n++] = it->recv_from;
         return n;
     }
     const sim_group *g = group_of(m, it);
@@ -171,7 +175,7 @@ static int settle_host(const xmodel *m, xstate *s, int rank)
 
 void xsettle(const xmodel *m, xstate *s)
 {
-    long ready[64];
+    long ready[XMODEL_MAX_LANES];
     for (;;) {
         /* first every move that starts nothing, to the end: an event wait that passes can make a second head
          * ready, and a head started alone before it would hide the GPU's choice */
@@ -185,7 +189,7 @@ void xsettle(const xmodel *m, xstate *s)
         int started = 0;
         for (int r = 0; r < m->n; r++) {
             int free_slots = m->slots - xrunning(m, s, r);
-            if (free_slots <= 0 || m->ranks[r].lanes > 64)
+            if (free_slots <= 0)
                 continue;
             int n = xready(m, s, r, ready);
             if (n > 0 && n <= free_slots) { /* every ready head starts: no choice to make */

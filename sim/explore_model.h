@@ -11,6 +11,9 @@
 #include "sim/schedule_log.h"
 #include "sim/sim_internal.h"
 
+/* The streams of one rank the model follows (a ready call per stream: the search keeps them in arrays). */
+#define XMODEL_MAX_LANES 64
+
 /* One rank's program. Items are indices into log->items. */
 typedef struct xrank {
     const sim_sched_log *log;
@@ -41,7 +44,8 @@ typedef struct xmodel {
 /* A state: per rank, per lane, 2 * items run + 1 if the head has started; then the host items passed. */
 typedef int32_t xstate;
 
-/* Builds the model of w's logs; USP_ERR_CONFIG when a rank logged nothing usable. */
+/* Builds the model of w's logs; USP_ERR_CONFIG when a rank logged nothing usable or used more than
+ * XMODEL_MAX_LANES streams. */
 usp_status xmodel_build(const sim_world *w, int slots, xmodel *m);
 void xmodel_free(xmodel *m);
 
@@ -58,7 +62,8 @@ int xstarted(const xmodel *m, const xstate *s, int rank, long item);
  * `out` (room for the world); returns how many. */
 int xwaits_for(const xmodel *m, const xstate *s, int rank, long item, int *out);
 
-/* The calls that rank could start now (ready heads, in lane order) into `out`; returns how many. */
+/* The calls that rank could start now (ready heads, in lane order) into `out` (room for XMODEL_MAX_LANES);
+ * returns how many. */
 int xready(const xmodel *m, const xstate *s, int rank, long *out);
 
 /* Collective kernels running on the rank's GPU. */

@@ -4,12 +4,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-void xdescribe_call(usp_strbuf *b, const sim_sched_item *it)
-{
-    usp_strbuf_printf(b, "%s #%llu on %s (%s:%d)", usp_comm_kind_name((usp_comm_kind)it->call.op),
-                      (unsigned long long)it->call.seq, it->call.group, it->call.site.file, it->call.site.line);
-}
-
 /* The started call of `rank` (its lowest lane's), or -1. */
 static long started_call(const xmodel *m, const xstate *s, int rank)
 {
@@ -37,12 +31,12 @@ static void describe_head(usp_strbuf *b, const xmodel *m, const xstate *s, int r
         for (long k = it->record - 1; k >= 0; k--) /* name what the event follows on its stream */
             if (x->log->items[k].kind == SIM_SCHED_CALL && x->log->items[k].lane == rec->lane) {
                 usp_strbuf_printf(b, " after ");
-                xdescribe_call(b, &x->log->items[k]);
+                usp_comm_fingerprint_name(b, &x->log->items[k].call);
                 break;
             }
         return;
     }
-    xdescribe_call(b, it);
+    usp_comm_fingerprint_name(b, &it->call);
     if (xstarted(m, s, rank, item)) {
         int *waits = malloc(((size_t)m->n + 1) * sizeof *waits), n = waits ? xwaits_for(m, s, rank, item, waits) : 0;
         usp_strbuf_printf(b, " started, waiting for rank");
@@ -97,11 +91,11 @@ static long same_call(const xmodel *m, int rank, int other_rank, long item)
 static void describe_order(usp_strbuf *b, const xmodel *m, int rank, long first, long second)
 {
     usp_strbuf_printf(b, "  rank %d's GPU started ", rank);
-    xdescribe_call(b, xitem(m, rank, first));
+    usp_comm_fingerprint_name(b, &xitem(m, rank, first)->call);
     usp_strbuf_printf(b, " [stream %d]", xitem(m, rank, first)->lane);
     if (second >= 0) {
         usp_strbuf_printf(b, " before ");
-        xdescribe_call(b, xitem(m, rank, second));
+        usp_comm_fingerprint_name(b, &xitem(m, rank, second)->call);
         usp_strbuf_printf(b, " [stream %d]%s", xitem(m, rank, second)->lane,
                           second < first ? ", though its host issued that one first" : "");
     }

@@ -10,7 +10,4 @@
 /* Writes the report of the deadlocked state `s` into out->report and out->snapshot. */
 usp_status xreport_deadlock(const xmodel *m, const xstate *s, sim_explore_result *out);
 
-/* Appends "all_to_all #3 on ulysses[0] (core/x.c:75)" for a call or meet item. */
-void xdescribe_call(usp_strbuf *b, const sim_sched_item *it);
-
 #endif

@@ -5,7 +5,6 @@
 #include <string.h>
 
 #include "sim/explore_model.h"
-#include "sim/explore_report.h"
 
 #define SHOWN_MAX 4 /* findings printed in full; the rest are counted */
 
@@ -98,9 +97,9 @@ static void describe_group(usp_strbuf *out, const xmodel *m, const finding *f, i
     usp_strbuf_free(&list);
     const sim_sched_item *a = xitem(m, r, f[r].a), *b = xitem(m, r, f[r].b);
     usp_strbuf_printf(out, ": ");
-    xdescribe_call(out, a);
+    usp_comm_fingerprint_name(out, &a->call);
     usp_strbuf_printf(out, " [stream %d] and ", a->lane);
-    xdescribe_call(out, b);
+    usp_comm_fingerprint_name(out, &b->call);
     usp_strbuf_printf(out, " [stream %d] (rank %d's) may be in flight at once: no event or synchronize orders "
                       "them\n", b->lane, r);
 }

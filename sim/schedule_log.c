@@ -28,27 +28,6 @@ static sim_sched_item *append(sim_rank *r)
     return it;
 }
 
-/* The per-group counter array grown to hold group `g` (0 on failure). */
-static int reach_group(sim_sched_log *log, int g)
-{
-    if (g < log->n_groups)
-        return 1;
-    int n = g + 16;
-    uint64_t *c = realloc(log->collectives, (size_t)n * sizeof *c);
-    if (c)
-        log->collectives = c;
-    uint64_t *m = c ? realloc(log->meets, (size_t)n * sizeof *m) : NULL;
-    if (!c || !m) {
-        log->failed = 1;
-        return 0;
-    }
-    log->meets = m;
-    memset(c + log->n_groups, 0, (size_t)(n - log->n_groups) * sizeof *c);
-    memset(m + log->n_groups, 0, (size_t)(n - log->n_groups) * sizeof *m);
-    log->n_groups = n;
-    return 1;
-}
-
 /* The point-to-point counts of (group, peer), made on first use (NULL on failure). */
 static sim_sched_pair_count *pair(sim_sched_log *log, int group, int peer)
 {
@@ -77,20 +56,18 @@ static void note_lane(sim_sched_log *log, int lane)
 void sim_sched_note_call(sim_rank *r, const sim_group *g, int local, const usp_comm_op *op, uint64_t seq_on_group,
                          int lane)
 {
-    (void)local;
     sim_sched_item *it = append(r);
-    if (!it || !reach_group(r->sched, g->id)) {
-        if (it)
-            r->sched->n--;
+    if (!it)
         return;
-    }
     sim_sched_log *log = r->sched;
     it->group = g->id;
     it->call = usp_comm_fingerprint_of(op, g->name, seq_on_group);
+    /* a collective's (or split's) index among the member's on the group: the simulator's own count, which
+     * its matching of the call is about to advance */
+    it->seq = g->collectives[local];
     if (op->kind == USP_OP_SPLIT) { /* ncclCommSplit: the hosts meet; no stream is involved */
         it->kind = SIM_SCHED_MEET;
         it->lane = -1;
-        it->seq = log->meets[g->id]++;
         return;
     }
     it->kind = SIM_SCHED_CALL;
@@ -98,10 +75,8 @@ void sim_sched_note_call(sim_rank *r, const sim_group *g, int local, const usp_c
     note_lane(log, lane);
     int sends = op->kind == USP_OP_SEND || op->kind == USP_OP_SENDRECV;
     int recvs = op->kind == USP_OP_RECV || op->kind == USP_OP_SENDRECV;
-    if (!sends && !recvs) {
-        it->seq = log->collectives[g->id]++;
+    if (!sends && !recvs)
         return;
-    }
     int to = op->kind == USP_OP_RECV ? -1 : g->members[op->peer];
     int from = op->kind == USP_OP_RECV ? g->members[op->peer]
                : op->kind == USP_OP_SENDRECV ? g->members[op->recv_peer] : -1;
@@ -159,8 +134,6 @@ void sim_sched_log_free(sim_sched_log *log)
     if (!log)
         return;
     free(log->items);
-    free(log->collectives);
-    free(log->meets);
     free(log->pairs);
     free(log);
 }

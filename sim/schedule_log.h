@@ -33,8 +33,8 @@ typedef struct sim_sched_item {
     sim_sched_kind kind;
     int lane;               /* CALL, RECORD, WAIT: the stream's lane (0: the default stream); SYNC: -1 all */
     int group;              /* CALL, MEET: the group's index in the world */
-    uint64_t seq;           /* CALL collective, MEET: the rank's index among its collectives (meets) on the
-                               group, from 0; CALL point to point: the pair's index (below) */
+    uint64_t seq;           /* CALL collective, MEET: the rank's index among its collectives on the group
+                               (splits included), from 0; CALL point to point: unused (below) */
     int send_to, recv_from; /* point to point: the world ranks it sends to / receives from (-1: none) */
     uint64_t send_seq, recv_seq; /* their indices among this rank's sends to send_to (receives from
                                     recv_from) on the group, from 0 */
@@ -52,15 +52,12 @@ typedef struct sim_sched_log {
     sim_sched_item *items;
     size_t n, cap;
     int lanes;                 /* the lanes it used: 1 + the largest */
-    uint64_t *collectives;     /* [n_groups] collectives issued per group; grows with the world's groups */
-    uint64_t *meets;           /* [n_groups] meets per group */
-    int n_groups;
     sim_sched_pair_count *pairs; /* point-to-point counts per (group, peer) */
     int n_pairs, cap_pairs;
     int failed;                /* 1: out of memory; the log is incomplete and must not be explored */
 } sim_sched_log;
 
-/* Notes a call of rank r on group g (member `local`) enqueued on `lane`. */
+/* Notes a call of rank r on group g (member `local`) enqueued on `lane`, before the simulator posts it. */
 void sim_sched_note_call(struct sim_rank *r, const struct sim_group *g, int local, const usp_comm_op *op,
                          uint64_t seq_on_group, int lane);
 

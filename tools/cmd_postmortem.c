@@ -37,11 +37,7 @@ static usp_status write_dot(const usp_postmortem *pm, const char *dir, const cha
     usp_wait_graph g;
     USP_CHECK(usp_postmortem_wait_graph(pm, source, &g));
     *drawn = g.kind != USP_REPORT_NONE;
-    usp_strbuf dot = {0};
-    usp_status s = *drawn ? viz_dot_wait_graph(&g, &dot) : USP_OK;
-    if (s == USP_OK && *drawn)
-        s = viz_write_file("--dot", usp_strbuf_text(&dot), path);
-    usp_strbuf_free(&dot);
+    usp_status s = *drawn ? viz_write_wait_graph(&g, "--dot", path) : USP_OK;
     usp_wait_graph_free(&g);
     return s;
 }

@@ -7,7 +7,6 @@
 #include "sim/schedule_lint.h"
 #include "sim/sim_runtime.h"
 #include "tools/cli.h"
-#include "viz/render.h"
 #include "viz/wait_graph.h"
 
 usp_status explore_options_check(const explore_options *o, const char *backend)
@@ -28,13 +27,9 @@ static usp_status write_wait_graph(const sim_explore_result *res, const char *do
 {
     usp_wait_graph g;
     USP_CHECK(usp_report_wait_graph(&res->snapshot, usp_strbuf_text(&res->report), &g));
-    usp_strbuf text = {0};
-    usp_status s = viz_dot_wait_graph(&g, &text);
-    if (s == USP_OK)
-        s = viz_write_file("--dot", usp_strbuf_text(&text), dot);
+    usp_status s = viz_write_wait_graph(&g, "--dot", dot);
     if (s == USP_OK)
         fprintf(err, "usp %s: wait-for picture of the explored deadlock in %s\n", command, dot);
-    usp_strbuf_free(&text);
     usp_wait_graph_free(&g);
     return s;
 }

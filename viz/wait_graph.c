@@ -7,6 +7,7 @@
 
 #include "core/comm/comm.h"
 #include "viz/dot.h"
+#include "viz/render.h"
 
 #define RED "#cc0000"
 #define ORANGE "#e69138"
@@ -263,4 +264,14 @@ usp_status viz_dot_wait_graph(const usp_wait_graph *g, usp_strbuf *dot)
         }
     viz_dot_end(dot);
     return dot->failed ? usp_error(USP_ERR_RUNTIME, "out of memory writing the wait-for graph") : USP_OK;
+}
+
+usp_status viz_write_wait_graph(const usp_wait_graph *g, const char *option, const char *path)
+{
+    usp_strbuf dot = {0};
+    usp_status s = viz_dot_wait_graph(g, &dot);
+    if (s == USP_OK)
+        s = viz_write_file(option, usp_strbuf_text(&dot), path);
+    usp_strbuf_free(&dot);
+    return s;
 }

@@ -16,4 +16,7 @@
 /* DOT of the wait-for graph `g` (kind USP_REPORT_NONE: an error). */
 usp_status viz_dot_wait_graph(const usp_wait_graph *g, usp_strbuf *dot);
 
+/* The picture of `g` written to `path` (its format by its name: viz_write_file), named `option` in errors. */
+usp_status viz_write_wait_graph(const usp_wait_graph *g, const char *option, const char *path);
+
 #endif

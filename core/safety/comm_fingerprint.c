@@ -36,6 +36,12 @@ uint64_t usp_comm_fingerprint_hash(const usp_comm_fingerprint *fp)
     return mix(h, &fp->seq, sizeof fp->seq);
 }
 
+void usp_comm_fingerprint_name(usp_strbuf *b, const usp_comm_fingerprint *fp)
+{
+    usp_strbuf_printf(b, "%s #%llu on %s (%s:%d)", usp_comm_kind_name((usp_comm_kind)fp->op),
+                      (unsigned long long)fp->seq, fp->group, fp->site.file, fp->site.line);
+}
+
 void usp_comm_fingerprint_describe(usp_strbuf *b, const usp_comm_fingerprint *fp)
 {
     usp_strbuf_printf(b, "%s(", usp_comm_kind_name((usp_comm_kind)fp->op));

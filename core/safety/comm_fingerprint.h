@@ -33,6 +33,9 @@ usp_comm_fingerprint usp_comm_fingerprint_of(const usp_comm_op *op, const char *
  * dtype, count, reduce op, root, group, seq): equal hashes, same collective. */
 uint64_t usp_comm_fingerprint_hash(const usp_comm_fingerprint *fp);
 
+/* Appends the call's name and place, "all_to_all #5 on ulysses[0] (core/x.c:88)", to `b`. */
+void usp_comm_fingerprint_name(usp_strbuf *b, const usp_comm_fingerprint *fp);
+
 /* Appends the op with its arguments, "all_to_all(count=2048, f32)", to `b`. */
 void usp_comm_fingerprint_describe(usp_strbuf *b, const usp_comm_fingerprint *fp);
 

@@ -53,17 +53,12 @@ void usp_report_snapshot_free(usp_report_snapshot *snap)
 #define MISSING_TEXT "no flight record: killed, or never started"
 
 /* "all_to_all #5 on ulysses[0] (core/x.c:88)" for the call a rank is blocked in. */
-static void describe_blocked(usp_strbuf *b, const usp_rank_record *r)
-{
-    usp_strbuf_printf(b, "%s #%llu on %s (%s:%d)", usp_comm_kind_name((usp_comm_kind)r->call.op),
-                      (unsigned long long)r->call.seq, r->call.group, r->call.site.file, r->call.site.line);
-}
+static void describe_blocked(usp_strbuf *b, const usp_rank_record *r) { usp_comm_fingerprint_name(b, &r->call); }
 
 static void describe_crash(usp_strbuf *b, const usp_rank_record *r)
 {
-    usp_strbuf_printf(b, "crashed (injected) at its call %llu: %s #%llu on %s (%s:%d)",
-                      (unsigned long long)r->crash_call, usp_comm_kind_name((usp_comm_kind)r->call.op),
-                      (unsigned long long)r->call.seq, r->call.group, r->call.site.file, r->call.site.line);
+    usp_strbuf_printf(b, "crashed (injected) at its call %llu: ", (unsigned long long)r->crash_call);
+    usp_comm_fingerprint_name(b, &r->call);
 }
 
 /* One line per rank, after the faults that were injected. */

@@ -362,9 +362,9 @@ static usp_status report_never_completes(usp_postmortem *pm, const usp_rank_reco
     const usp_comm_fingerprint *c = &r[first].call;
     usp_strbuf late = {0}, inside = {0}, stall = {0};
     int n_late = name_ranks(pm, r, 1, &late), n_inside = name_ranks(pm, r, 0, &inside);
-    usp_strbuf_printf(out, "a call that never completes: %s #%llu on %s (%s:%d) has every member's call, ",
-                      usp_comm_kind_name((usp_comm_kind)c->op), (unsigned long long)c->seq, c->group, c->site.file,
-                      c->site.line);
+    usp_strbuf_printf(out, "a call that never completes: ");
+    usp_comm_fingerprint_name(out, c);
+    usp_strbuf_printf(out, " has every member's call, ");
     if (n_late)
         usp_strbuf_printf(out, "but %s never started it (queued behind work that never ended: the call never "
                           "reached the backend)%s%s %s inside it, waiting\n", usp_strbuf_text(&late),

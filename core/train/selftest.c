@@ -123,24 +123,16 @@ static usp_status bucket_reduce(selftest *t, const usp_selftest_config *c, int l
     return USP_OK;
 }
 
-static float group_sum(usp_comm_t *g, int tag, size_t i);
+static usp_status check_sum(selftest *t, const float *dev, usp_comm_t *g, size_t n, int tag, const char *what);
 
 /* --overlap: after the backward, the compute stream waits for the last bucket, and every bucket holds the
  * sum over the world. */
 static usp_status check_buckets(selftest *t, const usp_selftest_config *c)
 {
     USP_CHECK(usp_stream_wait_event(t->ctx->backend, t->ctx->stream, t->reduced));
-    for (int layer = 0; layer < c->layers; layer++) {
-        USP_CHECK(usp_buffer_download(t->ctx->backend, t->host, t->dev_grad + (size_t)layer * t->bucket_n,
-                                      t->bucket_n * sizeof(float), t->ctx->stream));
-        size_t i = 0;
-        while (i < t->bucket_n && usp_backend_has_numerics(t->ctx->backend) &&
-               t->host[i] == group_sum(t->ctx->world, 200 + layer, i))
-            i++;
-        t->stats->elements_checked += i;
-        tally(t, i == t->bucket_n || !usp_backend_has_numerics(t->ctx->backend), "gradient bucket all-reduce",
-              i, i < t->bucket_n ? t->host[i] : 0, i < t->bucket_n ? group_sum(t->ctx->world, 200 + layer, i) : 0);
-    }
+    for (int layer = 0; layer < c->layers; layer++)
+        USP_CHECK(check_sum(t, t->dev_grad + (size_t)layer * t->bucket_n, t->ctx->world, t->bucket_n, 200 + layer,
+                            "gradient bucket all-reduce"));
     return USP_OK;
 }
 
@@ -178,9 +170,10 @@ static float group_sum(usp_comm_t *g, int tag, size_t i)
     return sum;
 }
 
-static usp_status check_sum(selftest *t, usp_comm_t *g, size_t n, int tag, const char *what)
+/* Checks dev[0..n) against the sum over g's members of their payloads tagged `tag`. */
+static usp_status check_sum(selftest *t, const float *dev, usp_comm_t *g, size_t n, int tag, const char *what)
 {
-    USP_CHECK(usp_buffer_download(t->ctx->backend, t->host, t->dev_recv, n * sizeof(float), t->ctx->stream));
+    USP_CHECK(usp_buffer_download(t->ctx->backend, t->host, dev, n * sizeof(float), t->ctx->stream));
     size_t i = 0;
     while (i < n && usp_backend_has_numerics(t->ctx->backend) && t->host[i] == group_sum(g, tag, i))
         i++;
@@ -216,7 +209,7 @@ static usp_status reductions(selftest *t, size_t grad_n)
     USP_CHECK(put(t, 0, grad_n, 0, 8));
     USP_CHECK(usp_comm_all_reduce(t->mesh.sp, t->dev_send, t->dev_send, grad_n, USP_F32, USP_REDUCE_SUM, st));
     USP_CHECK(usp_comm_all_reduce(t->mesh.dp, t->dev_send, t->dev_recv, grad_n, USP_F32, USP_REDUCE_SUM, st));
-    return check_sum(t, t->ctx->world, grad_n, 8, "gradient all-reduce over sp then dp");
+    return check_sum(t, t->dev_recv, t->ctx->world, grad_n, 8, "gradient all-reduce over sp then dp");
 }
 
 /* ZeRO-style: reduce-scatter the gradients over dp, all-gather them back. */
@@ -236,7 +229,7 @@ static usp_status sharded(selftest *t, size_t shard)
                               USP_COPY_DEVICE_TO_DEVICE, t->ctx->stream));
     USP_CHECK(usp_comm_all_gather(dp, t->dev_send, t->dev_recv, shard, USP_F32, t->ctx->stream));
     t->stats->elements_checked += i;
-    return check_sum(t, dp, n * shard, 9, "all_gather after reduce_scatter");
+    return check_sum(t, t->dev_recv, dp, n * shard, 9, "all_gather after reduce_scatter");
 }
 
 /* A broadcast from the last rank, then the max of the ranks' ids over the world. */
