@@ -143,7 +143,7 @@ usp_status usp_buffer_alloc_as(usp_backend_t *be, size_t elems, usp_dtype storag
 {
     *out = NULL;
     if (storage != USP_F32 && be->iface->has_numerics && !be->iface->stores_bf16)
-        return usp_error(USP_ERR_CONFIG, "%s storage on the %s backend, which computes in fp32 only: plan %s with "
+        return usp_error(USP_ERR_CONFIG, "%s storage on the %s backend, which stores fp32 only: plan %s with "
                          "--meta or usp plan", usp_dtype_name(storage), be->iface->name, usp_dtype_name(storage));
     return allocate(be, elems * usp_dtype_size(storage), storage, category, out);
 }
@@ -309,7 +309,7 @@ usp_status usp_buffer_convert(usp_backend_t *be, void *dst, const void *src, siz
         return USP_OK;
     USP_CHECK(check_range(be, "usp_buffer_convert", "source", src, src_bytes));
     USP_CHECK(check_range(be, "usp_buffer_convert", "destination", dst, dst_bytes));
-    if (be->iface->has_numerics && !be->iface->convert) /* the cpu backend: it stores fp32 only */
+    if (be->iface->has_numerics && !be->iface->convert) /* a backend that stores fp32 only */
         return usp_error(USP_ERR_CONFIG, "the %s backend cannot convert %s to %s: it stores fp32 only",
                          be->iface->name, usp_dtype_name(from), usp_dtype_name(to));
     usp_view d, s;

@@ -111,7 +111,7 @@ const char *usp_backend_name(const usp_backend_t *be);
 /* 1 when buffers hold real numbers; 0 on the meta backend (shapes only). */
 int usp_backend_has_numerics(const usp_backend_t *be);
 
-/* 1 when buffers may be stored as bf16 (usp_buffer_alloc_as): the cuda backend, and meta (shapes only). */
+/* 1 when buffers may be stored as bf16 (usp_buffer_alloc_as): cpu and lazy (widened for their fp32 kernels), cuda, meta. */
 int usp_backend_stores_bf16(const usp_backend_t *be);
 
 /* 1 when ops may return before their work is done (the stream and event calls then do something). */
@@ -129,7 +129,7 @@ usp_status usp_buffer_alloc(usp_backend_t *be, size_t bytes, const char *categor
  * precision): elems x the storage's size bytes, addressable and counted alike
  * on every backend, and the dtype is kept with the buffer (usp_buffer_dtype).
  * Ops compute in fp32 whatever the storage: a backend with numerics that cannot
- * hold `storage` (the cpu backend: fp32 only) refuses it with USP_ERR_CONFIG. */
+ * hold `storage` (usp_backend_stores_bf16 is 0) refuses it with USP_ERR_CONFIG. */
 usp_status usp_buffer_alloc_as(usp_backend_t *be, size_t elems, usp_dtype storage, const char *category, void **out);
 
 /* Dtype as a property of the buffer. Code that offsets into, or sizes a copy of,

@@ -70,10 +70,10 @@ static usp_status cuda_on_gpu0(usp_backend_t **out) { return usp_backend_cuda_cr
 #endif
 
 static const backend_entry backends[] = {
-    {"cpu", usp_backend_cpu_create, 1, 0},
+    {"cpu", usp_backend_cpu_create, 1, 1},
     {"meta", usp_backend_meta_create, 0, 0},
 #ifdef USP_HAVE_LAZY_BACKEND
-    {"lazy", usp_backend_lazy_create, 1, 0},
+    {"lazy", usp_backend_lazy_create, 1, 1},
 #endif
 #ifdef USP_HAVE_CUDA_BACKEND
     {"cuda", cuda_on_gpu0, 1, 1},

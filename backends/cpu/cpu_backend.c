@@ -15,6 +15,7 @@
 
 #include "backends/cpu/cpu_attention.h"
 #include "backends/cpu/cpu_layers.h"
+#include "backends/cpu/cpu_widen.h"
 #include "core/backend_impl.h"
 
 #include <math.h>
@@ -165,7 +166,7 @@ static void gemm_tile(const usp_gemm_desc *g, int64_t i, int64_t r0, int64_t c0,
                 g->beta, g->c + i * g->stride_c + r0 * g->ldc + c0, (blasint)g->ldc);
 }
 
-/* fp32 only: the views are g's own pointers (the wrapper checked them), so the tiles read g. */
+/* fp32 only (cpu_widen.c gives it bf16 operands): the views are g's own pointers (the wrapper checked them), so the tiles read g. */
 static usp_status cpu_gemm(void *ctx, const usp_gemm_desc *g, usp_view a, usp_view b, usp_view c,
                            usp_stream_t *stream)
 {
@@ -302,7 +303,8 @@ static usp_status cpu_attention_merge(void *ctx, usp_view o_v, usp_view lse_v, u
     return USP_OK;
 }
 
-static const usp_backend_i cpu_backend_iface = {
+/* The fp32 kernels; the backend's table is this one with bf16 operands widened (cpu_widen.h). */
+static const usp_backend_i cpu_fp32_iface = {
     .api_version = USP_BACKEND_API_VERSION,
     .name = "cpu",
     .has_numerics = 1,
@@ -339,9 +341,9 @@ static const usp_backend_i cpu_backend_iface = {
     .destroy = NULL,
 };
 
-const usp_backend_i *usp_backend_cpu_interface(void) { return &cpu_backend_iface; }
+const usp_backend_i *usp_backend_cpu_interface(void) { return cpu_widened_interface(&cpu_fp32_iface); }
 
 usp_status usp_backend_cpu_create(usp_backend_t **out)
 {
-    return usp_backend_create(&cpu_backend_iface, NULL, out);
+    return usp_backend_create(usp_backend_cpu_interface(), NULL, out);
 }

@@ -83,6 +83,14 @@ static usp_status lazy_copy_2d(void *ctx, void *dst, size_t dst_stride, const vo
     return USP_OK;
 }
 
+static usp_status run_convert(const lazy_op *o) { return CPU->convert(NULL, o->v[0], o->v[1], NULL); }
+static usp_status lazy_convert(void *ctx, usp_view dst, usp_view src, usp_stream_t *stream)
+{
+    QUEUE(convert, 2, dst.data, src.data);
+    op->v[0] = dst, op->v[1] = src;
+    return USP_OK;
+}
+
 static usp_status run_accumulate_2d(const lazy_op *o)
 {
     return CPU->accumulate_2d(NULL, o->v[0], o->z[0], o->v[1], o->z[1], o->z[2], o->z[3], NULL);
@@ -414,6 +422,7 @@ static const usp_backend_i lazy_backend_iface = {
     .api_version = USP_BACKEND_API_VERSION,
     .name = "lazy",
     .has_numerics = 1,
+    .stores_bf16 = 1, /* as the cpu kernels it runs (backends/cpu/cpu_widen.h) */
     .alloc = lazy_alloc,
     .free = lazy_free,
     .copy = lazy_copy,
@@ -428,6 +437,7 @@ static const usp_backend_i lazy_backend_iface = {
     .launch_host_func = lazy_launch_host_func,
     .gemm = lazy_gemm,
     .copy_2d = lazy_copy_2d,
+    .convert = lazy_convert,
     .accumulate_2d = lazy_accumulate_2d,
     .attention_workspace_bytes = lazy_attention_workspace,
     .attention_forward = lazy_attention_forward,

@@ -41,7 +41,7 @@ static usp_status alloc_activations(usp_model *m)
     const int sets = m->s.recompute_layers ? 1 : (int)m->c.n_layer, qkv_sets = backward_reads_qkv(m) ? sets : 1;
     const int norm_sets = m->s.selective_recompute ? 1 : sets;
     const char *a_ = "activations";
-    USP_CHECK(model_tensor(m, &m->residual, (m->c.n_layer + 1) * n * C, a_));
+    USP_CHECK(model_buffer(m, &m->residual, (m->c.n_layer + 1) * n * C, a_));
     for (int l = 0; l < sets; l++) {
         layer_acts *a = &m->acts[l];
         if (l < norm_sets) {
@@ -66,7 +66,7 @@ static usp_status alloc_activations(usp_model *m)
         USP_CHECK(model_tensor(m, &a->att, n * qd, a_));
         if (m->s.attention_local)
             USP_CHECK(model_buffer(m, &a->att_lse, m->B * m->H * m->T, a_));
-        USP_CHECK(model_tensor(m, &a->mid, n * C, a_));
+        USP_CHECK(model_buffer(m, &a->mid, n * C, a_));
     }
     USP_CHECK(mlp_alloc(m));
     USP_CHECK(head_alloc(m));

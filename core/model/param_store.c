@@ -25,6 +25,7 @@ struct usp_param_store {
     float *grads;           /* whole at 0-1, shards at 2-3 */
     float *adam_m, *adam_v; /* whole at 0, shards at 1-3 */
     float *master;          /* fp32 weights when the weights are stored narrower; sharded as Adam's */
+    int master_written;     /* the host wrote the master: the next use of the weights rounds it into them */
     double *scalar;         /* backend memory for the norm's all-reduce */
     int accumulate;         /* backward adds to the gradients kept (usp_param_store_accumulate) */
     usp_grad_buckets *reducer; /* the gradient's reduction on a stream of its own (grad_buckets.h) */
@@ -45,10 +46,11 @@ static int is_sharded(const usp_param_store *s, const float *array)
     return s->c.zero_stage >= 1;
 }
 
-/* The dtype an array is stored and moved in. */
+/* The dtype an array is stored and moved in: the weights in the storage dtype, everything else
+ * (gradients, master weights, moments) in fp32. */
 static usp_dtype storage_of(const usp_param_store *s, const float *array)
 {
-    return array == s->weights || array == s->grads ? s->c.storage : USP_F32;
+    return array == s->weights ? s->c.storage : USP_F32;
 }
 
 static int64_t array_elems(const usp_param_store *s, const float *array)
@@ -113,7 +115,7 @@ static usp_status make_reducer(usp_param_store *s)
         range[i] = s->buckets[i].start, range[s->n_buckets + i] = s->buckets[i].len;
     usp_comm_t *group = s->c.zero_stage >= 2 ? s->c.world : s->c.grad_group;
     usp_grad_buckets_config g = {.backend = BE, .stream = ST, .group = group, .grads = s->grads,
-                                 .storage = s->c.storage, .n_parts = s->n_buckets, .part_start = range,
+                                 .storage = USP_F32, .n_parts = s->n_buckets, .part_start = range,
                                  .part_len = range + s->n_buckets, .cap_bytes = s->c.bucket_bytes};
     usp_status st = usp_grad_buckets_create(&g, &s->reducer);
     free(range);
@@ -139,7 +141,8 @@ usp_status usp_param_store_create(const usp_param_store_config *c, usp_param_sto
     const int64_t whole = c->table->total;
     const usp_dtype sd = c->storage;
     USP_CHECK_GOTO(alloc_array(s, &s->weights, c->zero_stage >= 3 ? s->shard_total : whole, sd, "weights"), st, fail);
-    USP_CHECK_GOTO(alloc_array(s, &s->grads, c->zero_stage >= 2 ? s->shard_total : whole, sd, "gradients"), st, fail);
+    USP_CHECK_GOTO(alloc_array(s, &s->grads, c->zero_stage >= 2 ? s->shard_total : whole, USP_F32, "gradients"), st,
+                   fail);
     if (c->optimizer && !c->offload_optimizer) { /* offloaded: on the host, not allocated here */
         int64_t n = c->zero_stage >= 1 ? s->shard_total : whole;
         if (sd != USP_F32)
@@ -216,6 +219,8 @@ static const bucket *bucket_of(const usp_param_store *s, const usp_param_tensor 
     return &s->buckets[t->offset < s->buckets[1].start ? 0 : s->c.n_layer + 1];
 }
 
+static usp_status weights_from(usp_param_store *s, float *updated);
+
 const float *usp_param_store_tensor_weights(const usp_param_store *s, const usp_param_tensor *t)
 {
     const bucket *b = bucket_of(s, t);
@@ -231,13 +236,17 @@ float *usp_param_store_tensor_grads(const usp_param_store *s, const usp_param_te
     const bucket *b = bucket_of(s, t);
     USP_ASSERT(b->grad_users > 0, "the gradient of bucket %d is written outside usp_param_store_grads",
                (int)(b - s->buckets));
-    if (s->c.zero_stage >= 2) /* the bucket's whole gradient, stored as the gradients are */
-        return usp_elem_at(b->grad_work, s->c.storage, (size_t)(t->offset - b->start));
+    if (s->c.zero_stage >= 2) /* the bucket's whole gradient, fp32 as the gradients are */
+        return b->grad_work + (t->offset - b->start);
     return at(s, s->grads, t->offset);
 }
 
 usp_status usp_param_store_weights(usp_param_store *s, int bucket_id)
 {
+    if (s->master_written) { /* every rank wrote (init, a checkpoint): at stages 1-2 every rank gathers */
+        s->master_written = 0;
+        USP_CHECK(weights_from(s, s->master));
+    }
     bucket *b = &s->buckets[bucket_id];
     if (b->weight_users++ == 0 && s->c.zero_stage >= 3) {
         USP_CHECK(alloc_array(s, &b->gathered, b->shard * s->W, s->c.storage, "weights"));
@@ -293,7 +302,7 @@ usp_status usp_param_store_grads(usp_param_store *s, int bucket_id)
 {
     bucket *b = &s->buckets[bucket_id];
     if (b->grad_users++ == 0 && s->c.zero_stage >= 2) {
-        USP_CHECK(alloc_array(s, &b->grad_work, b->shard * s->W, s->c.storage, "gradients"));
+        USP_CHECK(alloc_array(s, &b->grad_work, b->shard * s->W, USP_F32, "gradients"));
         USP_CHECK(usp_buffer_zero(BE, b->grad_work, bytes_of(s, s->grads, b->shard * s->W), ST));
     }
     return USP_OK;
@@ -310,7 +319,7 @@ usp_status usp_param_store_grads_done(usp_param_store *s, int bucket_id)
     s->scatters++, s->scattered_bytes += (int64_t)bytes_of(s, s->grads, b->shard * s->W);
     float *shard = at(s, s->grads, b->shard_at), *sum = NULL, *work = b->grad_work;
     b->grad_work = NULL; /* the reducer's now: freed once its reduce-scatter is done */
-    usp_status st = s->accumulate ? alloc_array(s, &sum, b->shard, s->c.storage, "gradients") : USP_OK;
+    usp_status st = s->accumulate ? alloc_array(s, &sum, b->shard, USP_F32, "gradients") : USP_OK;
     if (st != USP_OK) {
         usp_buffer_free(BE, work);
         return st;
@@ -382,7 +391,7 @@ static usp_status offloaded_adamw(usp_param_store *s)
         owned_range(s, &s->buckets[i], &lo, &count);
         owned += count;
     }
-    USP_CHECK(usp_offloaded_adamw_cost(BE, owned, s->c.storage, s->c.storage, ST));
+    USP_CHECK(usp_offloaded_adamw_cost(BE, owned, USP_F32, s->c.storage, ST));
     return s->c.zero_stage <= 2 ? gather_updated_weights(s, s->weights) : USP_OK;
 }
 
@@ -409,28 +418,38 @@ usp_status usp_param_store_adamw(usp_param_store *s, const usp_adamw_config *a)
                                      a->lr, a->beta1, a->beta2, a->eps, wd, a->step, ST));
         }
     }
+    return weights_from(s, updated);
+}
+
+/* The weights the model reads, from `updated` (the weights themselves, or the fp32 master): stages
+ * 1-2 gather every rank's shard; stages 0 and 3 hold what they updated, rounded from the master when
+ * there is one (it has the weights' shape). */
+static usp_status weights_from(usp_param_store *s, float *updated)
+{
     if (s->c.zero_stage == 1 || s->c.zero_stage == 2)
         return gather_updated_weights(s, updated);
-    if (!s->master) /* stages 0 and 3 updated the weights they hold in place */
+    if (updated == s->weights)
         return USP_OK;
-    int64_t n = array_elems(s, s->weights); /* the master has the weights' shape: round it into them */
-    return usp_buffer_convert(BE, s->weights, s->master, (size_t)n, ST);
+    return usp_buffer_convert(BE, s->weights, updated, (size_t)array_elems(s, s->weights), ST);
 }
 
+/* What the host reads and writes as `which`: for the weights, the fp32 master where there is one
+ * (mixed precision keeps the true weights there; the bf16 copy is derived from it). */
 static float *array_of(usp_param_store *s, usp_param_array which)
 {
-    return which == USP_ARRAY_WEIGHTS ? s->weights : which == USP_ARRAY_ADAM_M ? s->adam_m : s->adam_v;
+    if (which == USP_ARRAY_WEIGHTS)
+        return s->master ? s->master : s->weights;
+    return which == USP_ARRAY_ADAM_M ? s->adam_m : s->adam_v;
 }
 
-/* Host copies are fp32: an array stored narrower (bf16 weights, planned on
- * meta) has no host form yet, so read and write refuse it; below, a checked
- * fp32 array is offset as float *. */
+/* Host copies are fp32: bf16 weights without a master (a store made without optimizer) have no host
+ * form, so read and write refuse them; below, a checked fp32 array is offset as float *. */
 static usp_status check_host_fp32(const usp_param_store *s, const float *array, const char *verb)
 {
     if (storage_of(s, array) == USP_F32)
         return USP_OK;
-    return usp_error(USP_ERR_CONFIG, "%s %s weights from the host: the host copies are fp32 (no backend with "
-                     "numerics stores %s yet)", verb, usp_dtype_name(storage_of(s, array)),
+    return usp_error(USP_ERR_CONFIG, "%s %s weights from the host: the host copies are fp32, kept in the fp32 "
+                     "master weights, which a store without optimizer has not", verb,
                      usp_dtype_name(storage_of(s, array)));
 }
 
@@ -461,6 +480,7 @@ usp_status usp_param_store_write(usp_param_store *s, usp_param_array which, cons
     float *array = array_of(s, which);
     USP_ASSERT(array, "array %d is not held by this store", (int)which);
     USP_CHECK(check_host_fp32(s, array, "writing"));
+    s->master_written |= array == s->master;
     if (!is_sharded(s, array))
         return usp_buffer_copy(BE, array, host, (size_t)s->c.table->total * sizeof(float), USP_COPY_HOST_TO_DEVICE,
                                ST);
@@ -521,6 +541,7 @@ usp_status usp_param_store_write_range(usp_param_store *s, usp_param_array which
     float *array = array_of(s, which);
     USP_ASSERT(array, "array %d is not held by this store", (int)which);
     USP_CHECK(check_host_fp32(s, array, "writing"));
+    s->master_written |= array == s->master;
     if (count == 0)
         return USP_OK;
     if (!is_sharded(s, array))
@@ -542,6 +563,7 @@ usp_status usp_param_store_zero(usp_param_store *s, usp_param_array which)
 {
     float *array = array_of(s, which);
     USP_ASSERT(array, "array %d is not held by this store", (int)which);
+    s->master_written |= array == s->master;
     return usp_buffer_zero(BE, array, bytes_of(s, array, array_elems(s, array)), ST);
 }
 

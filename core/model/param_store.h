@@ -16,12 +16,14 @@
  * elements is split into W shards of ceil(n / W) (the last ones padded with
  * zeros), rank r owning shard r, so collectives move equal counts.
  *
- * Mixed precision (storage USP_BF16, shapes only: usp_buffer_alloc_as): the
- * weights the model reads and the gradients it writes are bf16 (2 + 2 bytes a
- * parameter), AdamW updates fp32 master weights and moments (4 + 4 + 4, counted
- * as "optimizer" and sharded with it), then rounds the master into the bf16
- * weights (usp_buffer_convert): the 2 + 2 + 12 bytes of the ZeRO paper. Every
- * offset into the weights and gradients is in their storage dtype (usp_elem_at). */
+ * Mixed precision (storage USP_BF16): the weights the model reads are bf16 (2 bytes a parameter);
+ * the gradients it writes are fp32 (4: GEMMs accumulate them in fp32, and they are reduced in fp32,
+ * as Megatron-LM's main_grad); AdamW updates fp32 master weights and moments (4 + 4 + 4, counted as
+ * "optimizer" and sharded with it), then rounds the master into the bf16 weights
+ * (usp_buffer_convert): 18 bytes a parameter. The host reads and writes the master as "the
+ * weights"; after a write, the next usp_param_store_weights rounds it into the bf16 copy (at stages
+ * 1-2 a gather: every rank writes, as initialisation and checkpoint loading do). Offsets into the
+ * weights are in their storage dtype (usp_elem_at). */
 #ifndef USP_PARAM_STORE_H
 #define USP_PARAM_STORE_H
 
@@ -42,7 +44,7 @@ typedef struct usp_param_store_config {
     int64_t bucket_bytes; /* stages 0-1: a gradient bucket's bytes at most (<= 0: 25 MiB, as DDP) */
     int optimizer;        /* 0: no Adam state (a model alone, in tests) */
     int offload_optimizer; /* master weights and Adam state on the host (ZeRO-Offload; shapes only, stages 1-3) */
-    usp_dtype storage;    /* weights and gradients: USP_F32 (0), or USP_BF16 with fp32 master weights */
+    usp_dtype storage;    /* weights: USP_F32 (0), or USP_BF16 with fp32 master weights (gradients: fp32) */
 } usp_param_store_config;
 
 /* The optimizer's hyperparameters for one step. */

@@ -402,9 +402,9 @@ static usp_status setup(trainer *t)
                          "save; drop --save or --meta", c->save_dir, usp_backend_name(BE));
     if (c->save_dir) /* before the run, not after hours of it */
         USP_CHECK(usp_checkpoint_check_save_dir(c->save_dir));
-    if (t->numerics && c->storage != USP_F32)
-        return usp_error(USP_ERR_CONFIG, "--dtype %s with the %s backend, which computes in fp32: mixed precision "
-                         "is planned on shapes only (add --meta, or use usp plan)", usp_dtype_name(c->storage),
+    if (t->numerics && c->storage != USP_F32 && !usp_backend_stores_bf16(BE))
+        return usp_error(USP_ERR_CONFIG, "--dtype %s with the %s backend, which stores fp32 only: use the cpu, "
+                         "lazy or cuda backend, or plan it (--meta, usp plan)", usp_dtype_name(c->storage),
                          usp_backend_name(BE));
     if (t->numerics && c->eager_loss)
         return usp_error(USP_ERR_CONFIG, "--loss eager with the %s backend: a framework's loss is planned on shapes "
