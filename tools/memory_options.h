@@ -20,8 +20,8 @@ typedef struct memory_options {
 /* The options' table entries, to put in a command's cli_option array. */
 #define MEMORY_OPTIONS(o)                                                                                          \
     {"--dtype", CLI_STRING, &(o).dtype, "fp32|bf16",                                                               \
-     "storage: fp32 (default), or bf16 mixed precision with fp32 master weights and Adam state (shapes only: "    \
-     "--meta, usp plan)", 0, -1},                                                                                  \
+     "storage: fp32 (default), or bf16 mixed precision: bf16 weights and activations, fp32 master weights, "      \
+     "gradients and Adam state", 0, -1},                                                                           \
     {"--zero", CLI_INT, &(o).zero, "S",                                                                            \
      "ZeRO stage over all ranks: 1 shards Adam state, 2 also gradients, 3 also weights (default 0)", 0, 3},       \
     {"--recompute", CLI_FLAG, &(o).recompute, NULL,                                                                \

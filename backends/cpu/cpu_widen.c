@@ -181,11 +181,41 @@ static usp_status convert(void *ctx, usp_view dst, usp_view src, usp_stream_t *s
     return USP_OK;
 }
 
-/* The fp32 gemm reads g's pointers: the wide copy of g points at the temporaries. */
+/* An fp32 operand rounded to bf16 values, in a temporary (freed as the widened ones are). */
+static usp_view rounded(widening *w, usp_view v)
+{
+    if (w->status != USP_OK || w->n >= MAX_OPERANDS)
+        return v;
+    int owned = 0;
+    float *r = take(v.count, &owned);
+    if (!r) {
+        w->status = usp_error(USP_ERR_RUNTIME, "out of host memory rounding an operand of %lld elements",
+                              (long long)v.count);
+        return v;
+    }
+    const float *x = v.data;
+    #pragma omp parallel for schedule(static) if (v.count > PARALLEL_CONVERT)
+    for (int64_t i = 0; i < v.count; i++)
+        r[i] = usp_bf16_to_f32(usp_f32_to_bf16(x[i]));
+    /* listed as a temporary of no operand (data NULL never matches a written one) */
+    w->narrow[w->n] = (usp_view){.data = NULL, .dtype = USP_F32, .count = v.count};
+    w->wide[w->n] = r, w->owned[w->n] = owned, w->n++;
+    return (usp_view){.data = r, .dtype = USP_F32, .count = v.count};
+}
+
+/* The fp32 gemm reads g's pointers: the wide copy of g points at the temporaries. A bf16 operand
+ * times an fp32 one (the loss's fp32 dlogits by the bf16 lm_head) multiplies the fp32 one rounded
+ * to bf16, as the cuda backend does (cuBLAS takes one input dtype) and as autocast casts. */
 static usp_status gemm(void *ctx, const usp_gemm_desc *g, usp_view a, usp_view b, usp_view c,
                        usp_stream_t *stream)
 {
     widening w = {0};
+    if (g->k > 0 && a.dtype != b.dtype && a.data && b.data) {
+        if (a.dtype == USP_F32)
+            a = rounded(&w, a);
+        else
+            b = rounded(&w, b);
+    }
     usp_view wa = W(a), wb = W(b), wc = W(c);
     usp_gemm_desc wg = *g;
     wg.a = wa.data, wg.b = wb.data, wg.c = wc.data;

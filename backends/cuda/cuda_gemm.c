@@ -82,6 +82,32 @@ static usp_status blas_failed(cublasStatus_t st, const usp_gemm_desc *g)
 
 static cudaDataType_t data_type(usp_dtype t) { return t == USP_BF16 ? CUDA_R_16BF : CUDA_R_32F; }
 
+/* cuda_gemm with the fp32 one of a and b rounded into a bf16 temporary first. */
+static usp_status gemm_rounding_one(void *ctx, const usp_gemm_desc *g, usp_view a, usp_view b, usp_view c_view,
+                                    usp_stream_t *stream)
+{
+    cuda_ctx *c = ctx;
+    cudaStream_t s = cuda_stream_of(c, stream);
+    usp_view *wide = a.dtype == USP_F32 ? &a : &b, narrow = *wide;
+    void *tmp = NULL;
+    if (cudaMallocAsync(&tmp, (size_t)(narrow.count > 0 ? narrow.count : 1) * 2, s) != cudaSuccess)
+        return usp_error(USP_ERR_RUNTIME, "cuda backend: no memory to round a %lld-element fp32 gemm operand to "
+                         "bf16: %s", (long long)narrow.count, cudaGetErrorString(cudaGetLastError()));
+    narrow.data = tmp, narrow.dtype = USP_BF16;
+    usp_status st = cuda_convert((cuda_array){.data = tmp, .dtype = USP_BF16},
+                                 (cuda_array){.data = wide->data, .dtype = USP_F32}, wide->count, s);
+    *wide = narrow;
+    usp_gemm_desc rounded = *g;
+    if (wide == &a)
+        rounded.a = tmp;
+    else
+        rounded.b = tmp;
+    if (st == USP_OK)
+        st = cuda_gemm(ctx, &rounded, a, b, c_view, stream);
+    cudaFreeAsync(tmp, s);
+    return st;
+}
+
 usp_status cuda_gemm(void *ctx, const usp_gemm_desc *g, usp_view a, usp_view b, usp_view c_view,
                      usp_stream_t *stream)
 {
@@ -93,10 +119,11 @@ usp_status cuda_gemm(void *ctx, const usp_gemm_desc *g, usp_view a, usp_view b, 
     if (g->k == 0)
         return cuda_scale_matrices(out, g->beta, g->m, g->n, g->ldc, g->stride_c, g->batch,
                                    cuda_stream_of(c, stream));
+    /* A bf16 operand by an fp32 one (the loss's fp32 dlogits by the bf16 lm_head): cuBLAS takes one
+     * input dtype, so the fp32 one is rounded into bf16 scratch, stream-ordered and freed after the
+     * GEMM on the same stream, as autocast casts (the cpu backend rounds it alike, cpu_widen.c). */
     if (a.dtype != b.dtype)
-        return usp_error(USP_ERR_CONFIG, "cuda backend: gemm of a %s A by a %s B: cuBLAS takes one input dtype; "
-                         "convert one operand (usp_buffer_convert)", usp_dtype_name(a.dtype),
-                         usp_dtype_name(b.dtype));
+        return gemm_rounding_one(ctx, g, a, b, c_view, stream);
     /* cublasGemmEx's table: fp32 A and B give fp32 C only (a bf16 C wants bf16 A and B); refused
      * here by name rather than as cuBLAS's CUBLAS_STATUS_NOT_SUPPORTED. */
     if (a.dtype == USP_F32 && out.dtype != USP_F32)

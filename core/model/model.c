@@ -41,7 +41,7 @@ static usp_status alloc_activations(usp_model *m)
     const int sets = m->s.recompute_layers ? 1 : (int)m->c.n_layer, qkv_sets = backward_reads_qkv(m) ? sets : 1;
     const int norm_sets = m->s.selective_recompute ? 1 : sets;
     const char *a_ = "activations";
-    USP_CHECK(model_buffer(m, &m->residual, (m->c.n_layer + 1) * n * C, a_));
+    USP_CHECK(model_tensor(m, &m->residual, (m->c.n_layer + 1) * n * C, a_));
     for (int l = 0; l < sets; l++) {
         layer_acts *a = &m->acts[l];
         if (l < norm_sets) {
@@ -66,7 +66,7 @@ static usp_status alloc_activations(usp_model *m)
         USP_CHECK(model_tensor(m, &a->att, n * qd, a_));
         if (m->s.attention_local)
             USP_CHECK(model_buffer(m, &a->att_lse, m->B * m->H * m->T, a_));
-        USP_CHECK(model_buffer(m, &a->mid, n * C, a_));
+        USP_CHECK(model_tensor(m, &a->mid, n * C, a_));
     }
     USP_CHECK(mlp_alloc(m));
     USP_CHECK(head_alloc(m));
@@ -74,10 +74,19 @@ static usp_status alloc_activations(usp_model *m)
     USP_CHECK(model_buffer(m, (float **)&m->targets, n, a_));
     USP_CHECK(model_buffer(m, (float **)&m->positions, n, a_));
     const char *g = "gradients";
-    USP_CHECK(model_tensor(m, &m->d_x, n * C, g));
+    /* The residual stream's gradient sums every layer's contribution: fp32, as under PyTorch's autocast
+     * (measured on the default run in bf16: with d_x in bf16 the passkey is learnt ~1300 steps later,
+     * 0% at step 4000; in fp32, 100%). The GEMMs read it rounded to the storage dtype (d_x_low): in d_q's
+     * memory where it is large enough, as d_q is free whenever d_x_low is read (the MLP's and the
+     * attention output's backward, before attention's backward writes d_q). */
+    USP_CHECK(model_buffer(m, &m->d_x, n * C, g));
     USP_CHECK(model_tensor(m, &m->d_h, n * C, g));
     USP_CHECK(model_tensor(m, &m->d_att, n * qd, g));
     USP_CHECK(model_tensor(m, &m->d_q, n * qd, g));
+    if (m->s.storage != USP_F32)
+        m->d_x_low = qd >= C ? m->d_q : NULL;
+    if (m->s.storage != USP_F32 && !m->d_x_low)
+        USP_CHECK(model_tensor(m, &m->d_x_low, n * C, g));
     USP_CHECK(model_tensor(m, &m->d_k, n * kd, g));
     USP_CHECK(model_tensor(m, &m->d_v, n * kd, g));
     if (!usp_backend_has_numerics(BE)) /* meta: no loss to sum, no per-token host memory */
@@ -336,6 +345,14 @@ static usp_status before_attention_exchanges(usp_model *m)
     return usp_param_store_order_grad_comm(m->store);
 }
 
+/* d_x as the GEMMs of the backward read it: itself in fp32; in bf16 storage, rounded into d_x_low
+ * (an autocast matmul's gradient comes in its output's dtype), so every backend rounds it alike. */
+static usp_status d_x_for_gemms(usp_model *m, const float **out)
+{
+    *out = m->d_x_low ? m->d_x_low : m->d_x;
+    return m->d_x_low ? usp_buffer_convert(BE, m->d_x_low, m->d_x, (size_t)(m->n * m->C), ST) : USP_OK;
+}
+
 /* d_x holds the gradient of the layer's output; on return, that of its input. */
 static usp_status layer_backward(usp_model *m, int l)
 {
@@ -360,12 +377,15 @@ static usp_status layer_backward(usp_model *m, int l)
         m->recompute_flops += usp_backend_flops(BE) - start;
     }
     /* MLP: x_out = mid + mlp(ln2); the residual passes d_x on to mid unchanged */
-    USP_CHECK(mlp_backward(m, l, a, a->ln2, m->d_x, m->d_h));
+    const float *d_out;
+    USP_CHECK(d_x_for_gemms(m, &d_out));
+    USP_CHECK(mlp_backward(m, l, a, a->ln2, d_out, m->d_h));
     USP_CHECK(model_norm_backward(m, m->d_x, model_grad(m, USP_P_NORM2_W, l), model_grad(m, USP_P_NORM2_B, l), m->d_h,
                             a->mid, model_param(m, USP_P_NORM2_W, l), a->ln2_mean, a->ln2_rstd));
     /* attention: mid = x + att Wo^T */
+    USP_CHECK(d_x_for_gemms(m, &d_out)); /* again: the norm's backward has added to d_x */
     USP_CHECK(linear_backward(m, m->d_att, 0, model_grad(m, USP_P_ATTN_O_W, l), model_grad(m, USP_P_ATTN_O_B, l),
-                              m->d_x, a->att, model_param(m, USP_P_ATTN_O_W, l), qd, C));
+                              d_out, a->att, model_param(m, USP_P_ATTN_O_W, l), qd, C));
     USP_CHECK(before_attention_exchanges(m));
     USP_CHECK(attention_backward(m, l, a));
     if (m->c.positions == USP_POS_ROPE) {

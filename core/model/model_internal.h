@@ -45,7 +45,9 @@ struct usp_model {
     float *lnf, *lnf_mean, *lnf_rstd, *logits, *losses; /* logits [n, V], or [tile, V] with the tiled loss */
     int32_t *tokens, *targets, *positions; /* device [n] */
     int32_t *host_targets;             /* [n] */
-    float *d_x, *d_h, *d_att, *d_q, *d_k, *d_v; /* backward scratch */
+    float *d_x, *d_h, *d_att, *d_q, *d_k, *d_v; /* backward scratch; d_x, the residual stream's gradient, is fp32 */
+    float *d_x_low;                    /* bf16 storage: d_x rounded for the GEMMs that read it (d_q's memory, or
+                                          its own; NULL in fp32) */
     float *d_up, *d_act;               /* [n, UP], [n, F]; or [tile, ...] with the tiled MLP */
     float *tile_up, *tile_act;         /* tiled MLP: the recomputed hidden of one tile */
     float **owned;                     /* every buffer above, for destroy */

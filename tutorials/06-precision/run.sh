@@ -34,6 +34,16 @@ for mesh in "--ulysses 4" "--ring 4" "--ulysses 2 --ring 2"; do
     claim "4 ranks ($mesh): loss at step 20 $loss = $ref within 1e-5" rel_close "$loss" "$ref" 1e-5
 done
 
+section "bf16: Ulysses still bitwise, Ring one bf16 rounding away"
+run "$USP" train --world 1 --steps 1 --eval-samples 0 --json --dtype bf16
+ref=$(json_num out.txt loss)
+run "$USP" train --world 4 --ulysses 4 --steps 1 --eval-samples 0 --json --dtype bf16
+loss=$(json_num out.txt loss)
+claim "bf16, Ulysses U=4: first loss $loss is one rank's $ref, bit for bit" test "$loss" = "$ref"
+run "$USP" train --world 4 --ring 4 --steps 1 --eval-samples 0 --json --dtype bf16
+loss=$(json_num out.txt loss)
+claim "bf16, Ring R=4: first loss $loss = $ref within 1e-4 (bf16's tolerance)" rel_close "$loss" "$ref" 1e-4
+
 section "One attention layer, bit for bit"
 if [[ -n $PRECISION ]]; then
     program=$(basename "$PRECISION")
