@@ -58,6 +58,7 @@ typedef struct conformance_output {
     int64_t n;
     float *host;   /* downloaded; readable only after usp_backend_synchronize */
     double scalar; /* when host is NULL: a result the op wrote to host memory (usp_sum_squares) */
+    int stored;    /* 1: downloaded from a buffer stored narrower than fp32 (conformance_download_stored) */
 } conformance_output;
 
 /* One case on one backend. */
@@ -82,14 +83,25 @@ typedef struct conformance_case {
      * against the cpu backend in fp32 on the same bf16-rounded inputs; tol is the
      * bound bf16 storage allows. Costs are not compared (the conversions differ). */
     int bf16;
+    /* bf16 cases: the bound for the outputs the backend under test keeps in fp32 (lse, statistics,
+     * weight gradients, an fp32 residual) and for host scalars, which no bf16 rounding excuses;
+     * 0: tol for every output. */
+    double tol_f32;
 } conformance_case;
+
+/* An ulp of bf16 at 1 (8 significant bits): 2^-7. One rounding to bf16 moves an element x by at
+ * most half an ulp of x, at most 2^-8 |x|, so by at most half a BF16_ULP of the largest element:
+ * the error measure (relative to max |ref|) of an output rounded once is <= BF16_ULP / 2. */
+#define BF16_ULP 0x1p-7
 
 extern const conformance_case conformance_cases[];
 extern const int conformance_case_count;
 extern const conformance_case conformance_layer_cases[]; /* tests/conformance_layer_cases.c */
 extern const int conformance_layer_case_count;
-extern const conformance_case conformance_bf16_cases[];
+extern const conformance_case conformance_bf16_cases[]; /* tests/conformance_bf16.c */
 extern const int conformance_bf16_case_count;
+extern const conformance_case conformance_bf16_layer_cases[]; /* tests/conformance_bf16_layers.c */
+extern const int conformance_bf16_layer_case_count;
 
 /* An operand stored in a dtype its op does not take (tests/conformance_dtypes.c): `call` runs
  * the op with every operand f32 but `operand`, stored as `storage`. On a backend that stores bf16
@@ -126,10 +138,18 @@ int32_t *conformance_ids(conformance_run *r, const int32_t *values, int64_t n);
 
 /* n values scale * conformance_rnd() rounded to bf16, in a buffer of r->storage (bf16 cases). */
 float *conformance_input_stored(conformance_run *r, int64_t n, float scale);
+/* The n host values x rounded to bf16 (in place, on the host), in a buffer of r->storage. */
+float *conformance_upload_stored(conformance_run *r, float *x, int64_t n);
 /* n NaN in a buffer of r->storage. */
 float *conformance_output_stored(conformance_run *r, int64_t n);
 /* conformance_download of a buffer of r->storage (converted to fp32 on the backend first). */
 const float *conformance_download_stored(conformance_run *r, const char *name, const float *dev, int64_t n);
+
+/* An operand as a bf16 step stores it: conformance_input_stored (stored = 1: activations, weights,
+ * their gradients) or conformance_input (0: fp32 on every backend: the residual, weight gradients). */
+float *conformance_operand(conformance_run *r, int stored, int64_t n, float scale);
+/* An output as a step stores it: conformance_output_stored (stored = 1) or conformance_output_buffer (0). */
+float *conformance_result(conformance_run *r, int stored, int64_t n);
 
 /* Host memory the run frees after its final synchronize (a host function's argument). */
 void *conformance_staged(conformance_run *r, size_t bytes);

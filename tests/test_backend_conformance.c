@@ -19,7 +19,8 @@
  *
  * `--backend NAME` runs one backend; a backend this build lacks (cuda without
  * nvcc) prints why and exits 77, which ctest's SKIP_RETURN_CODE reports as
- * skipped, not passed. */
+ * skipped, not passed. With USP_CONFORMANCE_ERRORS set, every compared output's
+ * error is printed (in bf16 ulps too): the figures a tolerance is sized from. */
 #include <check.h>
 #include <math.h>
 #include <stddef.h>
@@ -279,32 +280,54 @@ static double conformance_error(const float *got, const float *ref, int64_t n, i
     return err;
 }
 
+/* The bound for one output: a bf16 case's tol_f32 for what the backend under test kept in fp32. */
+static double output_tolerance(const conformance_case *c, const conformance_output *got)
+{
+    return c->bf16 && c->tol_f32 > 0.0 && !got->stored ? c->tol_f32 : c->tol;
+}
+
+/* USP_CONFORMANCE_ERRORS=1: every compared output's error, in bf16 ulps too, to size a tolerance by. */
+static void print_error(const conformance_case *c, const char *backend, const conformance_output *g, double e,
+                        double tol)
+{
+    static int print = -1;
+    if (print < 0)
+        print = getenv("USP_CONFORMANCE_ERRORS") != NULL;
+    if (print)
+        printf("conformance error: %-58s %-5s %-10s %-4s %.3g (%.3f bf16 ulps), tolerance %.3g\n", c->name,
+               backend, g->name, g->stored ? "bf16" : "f32", e, e / BF16_ULP, tol);
+}
+
 static void expect_outputs_match(const conformance_case *c, const case_result *got, const case_result *ref,
                                  const char *backend)
 {
     ck_assert_int_eq(got->run.n_out, ref->run.n_out);
     for (int k = 0; k < ref->run.n_out; k++) {
         const conformance_output *g = &got->run.out[k], *w = &ref->run.out[k];
+        const double tol = output_tolerance(c, g);
         if (!w->host) {
             const double e = fabs(g->scalar - w->scalar) / (w->scalar != 0.0 ? fabs(w->scalar) : 1.0);
-            ck_assert_msg(e <= c->tol,
+            print_error(c, backend, g, e, tol);
+            ck_assert_msg(e <= tol,
                           "case \"%s\" on %s: %s = %.17g, the cpu backend's %.17g: error %g > tolerance %g", c->name,
-                          backend, w->name, g->scalar, w->scalar, e, c->tol);
+                          backend, w->name, g->scalar, w->scalar, e, tol);
             continue;
         }
-        if (c->tol == 0.0) { /* bitwise: copies and single correctly rounded operations */
+        if (tol == 0.0) { /* bitwise: copies and single correctly rounded operations */
             for (int64_t i = 0; i < w->n; i++)
                 ck_assert_msg(memcmp(&g->host[i], &w->host[i], sizeof(float)) == 0,
                               "case \"%s\" on %s: %s[%lld] = %a, the cpu backend's %a (bitwise equal expected)",
                               c->name, backend, w->name, (long long)i, (double)g->host[i], (double)w->host[i]);
+            print_error(c, backend, g, 0.0, tol);
             continue;
         }
         int64_t at;
         const double e = conformance_error(g->host, w->host, w->n, &at);
-        ck_assert_msg(e <= c->tol,
+        print_error(c, backend, g, e, tol);
+        ck_assert_msg(e <= tol,
                       "case \"%s\" on %s: %s error %g > tolerance %g (relative to max |cpu|), worst at [%lld]: %.9g, "
                       "the cpu backend's %.9g",
-                      c->name, backend, w->name, e, c->tol, (long long)at, (double)g->host[at], (double)w->host[at]);
+                      c->name, backend, w->name, e, tol, (long long)at, (double)g->host[at], (double)w->host[at]);
     }
 }
 
@@ -335,16 +358,24 @@ static void expect_named_ops_ran(const conformance_case *c, const case_result *r
     }
 }
 
-#define ALL_CASES (conformance_case_count + conformance_layer_case_count + conformance_bf16_case_count)
+#define ALL_CASES                                                                                         \
+    (conformance_case_count + conformance_layer_case_count + conformance_bf16_case_count +                \
+     conformance_bf16_layer_case_count)
 
 static const conformance_case *case_at(int i)
 {
-    if (i < conformance_case_count)
-        return &conformance_cases[i];
-    i -= conformance_case_count;
-    if (i < conformance_layer_case_count)
-        return &conformance_layer_cases[i];
-    return &conformance_bf16_cases[i - conformance_layer_case_count];
+    const struct {
+        const conformance_case *cases;
+        int count;
+    } tables[] = {{conformance_cases, conformance_case_count},
+                  {conformance_layer_cases, conformance_layer_case_count},
+                  {conformance_bf16_cases, conformance_bf16_case_count},
+                  {conformance_bf16_layer_cases, conformance_bf16_layer_case_count}};
+    for (size_t t = 0; t < sizeof tables / sizeof *tables; i -= tables[t++].count)
+        if (i < tables[t].count)
+            return &tables[t].cases[i];
+    ck_abort_msg("case %d is past the tables' end", i);
+    return NULL;
 }
 
 /* _i: backend under_test[_i / ALL_CASES], case _i % ALL_CASES. */
@@ -423,7 +454,8 @@ START_TEST(a_wrong_dtype_is_refused)
 }
 END_TEST
 
-/* The comparison can fail: an error just above the tolerance, a lost -inf, a NaN. */
+/* The comparison can fail: an error just above the tolerance, a lost -inf, a NaN; an fp32 output of a bf16 case
+ * is not excused by the bf16 bound. */
 START_TEST(the_comparison_rejects_what_it_should)
 {
     const float ref[4] = {2.0f, -1.0f, -INFINITY, 0.5f};
@@ -437,6 +469,11 @@ START_TEST(the_comparison_rejects_what_it_should)
     ck_assert(isinf(conformance_error(got, ref, 4, &at)) && at == 2);
     got[2] = -INFINITY, got[0] = NAN;
     ck_assert(isinf(conformance_error(got, ref, 4, &at)) && at == 0);
+    /* a bf16 case holds what the backend under test stored to tol, what it kept in fp32 to tol_f32 */
+    const conformance_case bf16 = {.tol = BF16_ULP, .bf16 = 1, .tol_f32 = 1e-5}, f32 = {.tol = 1e-6};
+    const conformance_output stored = {.stored = 1}, kept = {.stored = 0};
+    ck_assert(output_tolerance(&bf16, &stored) == BF16_ULP && output_tolerance(&bf16, &kept) == 1e-5);
+    ck_assert(output_tolerance(&f32, &kept) == 1e-6);
 }
 END_TEST
 
