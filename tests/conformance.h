@@ -161,4 +161,15 @@ float *conformance_host_output(conformance_run *r, const char *name, int64_t n);
 /* Records a result the op left in host memory. */
 void conformance_scalar(conformance_run *r, const char *name, double value);
 
+/* Rows that have seen no key yet, as a ring's online-softmax merge meets them: (head h, row i) with
+ * o zeroed and lse -inf in the accumulated part (acc), the new part (part), or both. */
+typedef struct conformance_unseen {
+    int64_t h, i;
+    int acc, part;
+} conformance_unseen;
+
+/* Marks the unseen rows in host o, o_part [n, H, D] and lse, lse_part [H, n]. */
+void conformance_mark_unseen(float *o, float *o_part, float *lse, float *lse_part, int64_t n, int64_t H, int64_t D,
+                             const conformance_unseen *unseen, int count);
+
 #endif

@@ -236,20 +236,8 @@ static void run_attention_merge_bf16(conformance_run *r, const void *params)
     const int64_t n = 16, H = 4, D = 64;
     float *o = conformance_host(r, n * H * D, 1), *o_part = conformance_host(r, n * H * D, 1);
     float *lse = conformance_host(r, H * n, 3), *lse_part = conformance_host(r, H * n, 3);
-    const struct { int64_t h, i; int acc, part; } unseen[] = {{0, 1, 1, 0}, {1, 2, 0, 1}, {3, 7, 1, 1}};
-    for (size_t u = 0; u < sizeof unseen / sizeof *unseen; u++) {
-        const int64_t h = unseen[u].h, i = unseen[u].i;
-        for (int64_t d = 0; d < D; d++) {
-            if (unseen[u].acc)
-                o[(i * H + h) * D + d] = 0.0f;
-            if (unseen[u].part)
-                o_part[(i * H + h) * D + d] = 0.0f;
-        }
-        if (unseen[u].acc)
-            lse[h * n + i] = -INFINITY;
-        if (unseen[u].part)
-            lse_part[h * n + i] = -INFINITY;
-    }
+    const conformance_unseen unseen[] = {{0, 1, 1, 0}, {1, 2, 0, 1}, {3, 7, 1, 1}};
+    conformance_mark_unseen(o, o_part, lse, lse_part, n, H, D, unseen, (int)(sizeof unseen / sizeof *unseen));
     float *d_o = conformance_upload_stored(r, o, n * H * D);
     float *d_part = conformance_upload_stored(r, o_part, n * H * D);
     float *d_lse = conformance_upload(r, lse, H * n), *d_lse_part = conformance_upload(r, lse_part, H * n);

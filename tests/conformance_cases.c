@@ -267,20 +267,8 @@ static void run_attention_merge(conformance_run *r, const void *params)
     const int64_t n = 6, H = 3, D = 32;
     float *o = conformance_host(r, n * H * D, 1), *o_part = conformance_host(r, n * H * D, 1);
     float *lse = conformance_host(r, H * n, 3), *lse_part = conformance_host(r, H * n, 3);
-    const struct { int64_t h, i; int acc, part; } unseen[] = {{0, 1, 1, 0}, {1, 2, 0, 1}, {2, 3, 1, 1}};
-    for (size_t u = 0; u < sizeof unseen / sizeof *unseen; u++) {
-        const int64_t h = unseen[u].h, i = unseen[u].i;
-        for (int64_t d = 0; d < D; d++) {
-            if (unseen[u].acc)
-                o[(i * H + h) * D + d] = 0.0f;
-            if (unseen[u].part)
-                o_part[(i * H + h) * D + d] = 0.0f;
-        }
-        if (unseen[u].acc)
-            lse[h * n + i] = -INFINITY;
-        if (unseen[u].part)
-            lse_part[h * n + i] = -INFINITY;
-    }
+    const conformance_unseen unseen[] = {{0, 1, 1, 0}, {1, 2, 0, 1}, {2, 3, 1, 1}};
+    conformance_mark_unseen(o, o_part, lse, lse_part, n, H, D, unseen, (int)(sizeof unseen / sizeof *unseen));
     float *d_o = conformance_upload(r, o, n * H * D), *d_lse = conformance_upload(r, lse, H * n);
     float *d_part = conformance_upload(r, o_part, n * H * D), *d_lse_part = conformance_upload(r, lse_part, H * n);
     CONFORMANCE_OK(r, usp_attention_merge(r->be, d_o, d_lse, d_part, d_lse_part, n, H, D, NULL));
@@ -329,3 +317,21 @@ const conformance_case conformance_cases[] = {
 };
 
 const int conformance_case_count = (int)(sizeof conformance_cases / sizeof *conformance_cases);
+
+void conformance_mark_unseen(float *o, float *o_part, float *lse, float *lse_part, int64_t n, int64_t H, int64_t D,
+                             const conformance_unseen *unseen, int count)
+{
+    for (int u = 0; u < count; u++) {
+        const int64_t h = unseen[u].h, i = unseen[u].i;
+        for (int64_t d = 0; d < D; d++) {
+            if (unseen[u].acc)
+                o[(i * H + h) * D + d] = 0.0f;
+            if (unseen[u].part)
+                o_part[(i * H + h) * D + d] = 0.0f;
+        }
+        if (unseen[u].acc)
+            lse[h * n + i] = -INFINITY;
+        if (unseen[u].part)
+            lse_part[h * n + i] = -INFINITY;
+    }
+}
