@@ -7,6 +7,7 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
+#include "backends/cuda/cuda_bf16_bits.h"
 #include "backends/cuda/cuda_kernels.h"
 
 /* Element i of a, as fp32. The dtype is uniform over a launch, so the branch costs nothing. */
@@ -20,8 +21,8 @@ static __device__ __forceinline__ float cuda_load(const cuda_array a, int64_t i)
 /* Stores x as element i of a (bf16: rounded to nearest even). */
 static __device__ __forceinline__ void cuda_store(cuda_array a, int64_t i, float x)
 {
-    if (a.dtype == USP_BF16)
-        ((__nv_bfloat16 *)a.data)[i] = __float2bfloat16_rn(x);
+    if (a.dtype == USP_BF16) /* usp's rounding, NaNs included (cuda_bf16_bits.h) */
+        ((uint16_t *)a.data)[i] = cuda_bf16_bits(__float_as_uint(x));
     else
         ((float *)a.data)[i] = x;
 }
