@@ -223,6 +223,9 @@ expect 2 "--require-fit with --compare" -- plan --compare "$work/none.json" --re
 expect 2 "--dtype fp16: expected fp32 or bf16" -- plan --dtype fp16
 expect 2 "--zero" -- train --zero 4 --steps 1
 expect 0 "done: loss" -- train --dtype bf16 --steps 2 --eval-samples 0
+expect 2 "--grad-reduce bf16 with --dtype fp32" -- train --grad-reduce bf16 --steps 1
+expect 2 "--grad-reduce fp16: expected fp32 or bf16" -- train --dtype bf16 --grad-reduce fp16 --steps 1
+expect 0 "done: loss" -- train --dtype bf16 --grad-reduce bf16 --world 4 --ulysses 2 --steps 2 --eval-samples 0
 expect 0 "storage bf16 (fp32 master weights and Adam state), ZeRO 3, recomputed layers, tiled MLP, tiled loss" -- \
     plan --dtype bf16 --zero 3 --recompute --tiled-mlp --tiled-loss --tile-rows 100
 expect 0 "done" -- train --meta --dtype bf16 --zero 2 --steps 2 --eval-samples 0

@@ -17,15 +17,15 @@
 #include "tests/harness.h"
 
 /* One rank's first loss against a mesh's: the same batch and weights; the loss itself is summed in
- * fp32 from fp32 logits (measured: up to 1.3e-6 relative). */
+ * fp32 from fp32 logits (measured: up to 7.5e-6 relative). */
 #define MESH_LOSS_TOL 1e-4
 /* The first gradients, max |mesh - one| / max |one| per tensor: a bf16 ulp is 2^-7 = 7.8e-3 of a
- * tensor's largest element at most (measured: up to 3.9e-3, half an ulp). */
+ * tensor's largest element at most (measured: up to 5.0e-3, under an ulp). */
 #define MESH_GRAD_TOL 2e-2
 /* bf16 against fp32, every 10th of the first 200 steps of usp train's defaults: 1% relative, plus a
  * tenth of the fp32 loss's relative change over those 10 steps, for a bf16 run that lags or leads
- * by a step where the loss falls fastest (measured: 3.1e-2 at step 80, where fp32's fell 35% in 10
- * steps; at most 6.4e-3 elsewhere). */
+ * by a step where the loss falls fastest (measured: 4.5e-2 at step 80, the worst, where fp32's fell
+ * by 53% of its value over the 10 steps before: allowed 6.3e-2). */
 #define FP32_LOSS_TOL 1e-2
 #define FP32_LAG_STEPS 0.1
 /* After 10 steps, ZeRO 1-3, recomputation or tiling against ZeRO 0, all bf16. */
@@ -35,6 +35,7 @@ typedef struct losses {
     harness_tensors tensors;
     double loss[256];
     int n;
+    int64_t grad_bytes; /* the run's gradient reductions took in this many bytes (its last step) */
 } losses;
 
 static void keep_losses(void *ctx, const usp_train_record *r)
@@ -46,7 +47,7 @@ static void keep_losses(void *ctx, const usp_train_record *r)
 }
 
 typedef struct run_spec {
-    int world, ulysses, ring, zero, recompute, tiled;
+    int world, ulysses, ring, zero, recompute, tiled, reduce_bf16;
     usp_dtype storage;
     int64_t steps, log_every;
 } run_spec;
@@ -76,6 +77,7 @@ static void train(const usp_model_config *model, const run_spec *r, float *grads
     ck_assert_int_eq(usp_mesh_shape_make(r->world, r->ulysses, r->ring, &c.shape), USP_OK);
     c.log_every = r->log_every, c.zero_stage = r->zero, c.storage = r->storage;
     c.recompute_layers = r->recompute, c.tiled_mlp = r->tiled, c.tiled_loss = r->tiled;
+    c.grad_reduce = r->reduce_bf16 ? USP_BF16 : USP_F32;
     if (grads)
         c.until = 1;
     *out = (losses){.tensors = {.first_grads = grads}};
@@ -83,6 +85,7 @@ static void train(const usp_model_config *model, const run_spec *r, float *grads
     usp_train_result result;
     char report[4096];
     usp_status s = harness_train(&c, &result, report, sizeof report);
+    out->grad_bytes = result.grad_bytes;
     ck_assert_msg(s == USP_OK, "%s W=%d U=%d R=%d zero %d: %s", usp_dtype_name(r->storage), r->world, r->ulysses,
                   r->ring, r->zero, report);
     ck_assert_int_gt(out->n, 0);
@@ -128,16 +131,19 @@ START_TEST(the_first_200_steps_follow_the_fp32_losses)
     r.storage = USP_BF16;
     train(NULL, &r, NULL, &bf16);
     ck_assert_int_eq(f32.n, bf16.n);
-    double worst = 0;
+    double worst = 0, worst_fell = 0;
+    int worst_step = 0;
     for (int i = 0; i < f32.n; i++) {
         const double err = fabs(bf16.loss[i] - f32.loss[i]) / fabs(f32.loss[i]);
         const double fell = i > 0 ? fabs(f32.loss[i - 1] - f32.loss[i]) / fabs(f32.loss[i]) : 0;
-        worst = err > worst ? err : worst;
+        if (err > worst)
+            worst = err, worst_fell = fell, worst_step = (i + 1) * 10;
         ck_assert_msg(err <= FP32_LOSS_TOL + FP32_LAG_STEPS * fell, "step %d: bf16 loss %.5f, fp32 %.5f (%.3g)",
                       (i + 1) * 10, bf16.loss[i], f32.loss[i], err);
     }
-    printf("bf16 against fp32, 200 steps: worst loss %.3g relative; last %.4f vs %.4f\n", worst,
-           bf16.loss[bf16.n - 1], f32.loss[f32.n - 1]);
+    printf("bf16 against fp32, 200 steps: worst loss %.3g relative at step %d (fp32's fell %.3g over the 10 "
+           "steps before); last %.4f vs %.4f\n", worst, worst_step, worst_fell, bf16.loss[bf16.n - 1],
+           f32.loss[f32.n - 1]);
 }
 END_TEST
 
@@ -167,6 +173,30 @@ START_TEST(zero_recompute_and_tiling_run_in_bf16)
 }
 END_TEST
 
+/* --grad-reduce bf16: the same step with half the bytes through the gradient's reductions (all-reduce at
+ * ZeRO 0, reduce-scatter at 2), each partial sum rounded to bf16: within bf16's tolerance of fp32 sums
+ * after 10 steps. */
+START_TEST(gradients_reduced_in_bf16_take_half_the_bytes)
+{
+    usp_model_config model = tiny_llama();
+    for (int zero = 0; zero <= 2; zero += 2) {
+        losses f32, bf16;
+        run_spec r = {.world = 4, .ulysses = 2, .ring = 1, .zero = zero, .storage = USP_BF16, .steps = 10,
+                      .log_every = 1};
+        train(&model, &r, NULL, &f32);
+        r.reduce_bf16 = 1;
+        train(&model, &r, NULL, &bf16);
+        const double err = fabs(bf16.loss[bf16.n - 1] - f32.loss[f32.n - 1]) / fabs(f32.loss[f32.n - 1]);
+        printf("bf16 reduce, zero %d: %lld bytes against %lld; loss after 10 steps %.3g relative to fp32 sums\n",
+               zero, (long long)bf16.grad_bytes, (long long)f32.grad_bytes, err);
+        ck_assert_int_gt(f32.grad_bytes, 0);
+        ck_assert_int_eq(2 * bf16.grad_bytes, f32.grad_bytes);
+        ck_assert_msg(err <= VARIANT_LOSS_TOL, "zero %d: loss %.5f with bf16 sums, %.5f with fp32", zero,
+                      bf16.loss[bf16.n - 1], f32.loss[f32.n - 1]);
+    }
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("train_bf16");
@@ -175,6 +205,7 @@ int main(void)
     tcase_add_test(t, every_mesh_gives_the_single_rank_result_within_bf16);
     tcase_add_test(t, the_first_200_steps_follow_the_fp32_losses);
     tcase_add_test(t, zero_recompute_and_tiling_run_in_bf16);
+    tcase_add_test(t, gradients_reduced_in_bf16_take_half_the_bytes);
     suite_add_tcase(s, t);
     return check_main_run(s);
 }

@@ -214,6 +214,7 @@ static usp_status print_report_json(const plan_options *o, const usp_train_confi
         json_object_set_new(j, "forward_only", json_boolean(c->forward_only));
         json_object_set_new(j, "micro_batches", json_integer(c->micro_batches > 1 ? c->micro_batches : 1));
         json_object_set_new(j, "bucket_mb", json_real(c->bucket_mb > 0 ? c->bucket_mb : 25));
+        json_object_set_new(j, "grad_reduce", json_string(usp_dtype_name(c->grad_reduce ? c->grad_reduce : USP_F32)));
         json_object_set_new(j, "ring_merge", json_string(c->eager_ring_merge ? "eager" : "fused"));
         json_object_set_new(j, "would_fit_with", p->fit.found ? json_string(p->fit.options) : json_null());
         if (p->fit.found && p->fit.other_split) /* another split of the same GPUs */

@@ -212,7 +212,8 @@ static char *run_options_json(const train_options *o, const usp_train_config *c,
                           "modelled", cluster.modelled);
     if (j && (json_object_set_new(j, "attention", json_string(o->attention)) != 0 ||
               json_object_set_new(j, "micro_batches", json_integer(o->memory.micro_batches)) != 0 ||
-              json_object_set_new(j, "bucket_mb", json_real(o->memory.bucket_mb)) != 0))
+              json_object_set_new(j, "bucket_mb", json_real(o->memory.bucket_mb)) != 0 ||
+              json_object_set_new(j, "grad_reduce", json_string(o->memory.grad_reduce)) != 0))
         json_decref(j), j = NULL;
     char *text = j ? json_dumps(j, JSON_COMPACT) : NULL;
     json_decref(j);

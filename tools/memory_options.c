@@ -18,6 +18,8 @@ usp_status memory_options_apply(const memory_options *o, usp_train_config *c)
     int bf16;
     USP_CHECK(either("--dtype", o->dtype, "fp32", "bf16", &bf16));
     c->storage = bf16 ? USP_BF16 : USP_F32;
+    USP_CHECK(either("--grad-reduce", o->grad_reduce, "fp32", "bf16", &bf16));
+    c->grad_reduce = bf16 ? USP_BF16 : USP_F32;
     USP_CHECK(either("--offload", o->offload, "none", "optimizer", &c->offload_optimizer));
     USP_CHECK(either("--loss", o->loss, "fused", "eager", &c->eager_loss));
     USP_CHECK(either("--ring-merge", o->ring_merge, "fused", "eager", &c->eager_ring_merge));

@@ -10,11 +10,11 @@
 typedef struct memory_options {
     int zero, recompute, selective_recompute, tiled_mlp, tiled_loss, tile_rows, micro_batches;
     double bucket_mb;
-    const char *dtype, *offload, *loss, *ring_merge;
+    const char *dtype, *grad_reduce, *offload, *loss, *ring_merge;
 } memory_options;
 
 #define MEMORY_OPTIONS_DEFAULTS                                                                                    \
-    {.dtype = "fp32", .offload = "none", .loss = "fused", .ring_merge = "fused", .tile_rows = 1024,               \
+    {.dtype = "fp32", .grad_reduce = "fp32", .offload = "none", .loss = "fused", .ring_merge = "fused", .tile_rows = 1024,               \
      .micro_batches = 1, .bucket_mb = 25}
 
 /* The options' table entries, to put in a command's cli_option array. */
@@ -22,6 +22,9 @@ typedef struct memory_options {
     {"--dtype", CLI_STRING, &(o).dtype, "fp32|bf16",                                                               \
      "storage: fp32 (default), or bf16 mixed precision: bf16 weights and activations, fp32 master weights, "      \
      "gradients and Adam state", 0, -1},                                                                           \
+    {"--grad-reduce", CLI_STRING, &(o).grad_reduce, "fp32|bf16",                                                   \
+     "the gradients' all-reduce or reduce-scatter: fp32 (default), or bf16 (half the bytes, each partial sum "    \
+     "rounded; with --dtype bf16)", 0, -1},                                                                        \
     {"--zero", CLI_INT, &(o).zero, "S",                                                                            \
      "ZeRO stage over all ranks: 1 shards Adam state, 2 also gradients, 3 also weights (default 0)", 0, 3},       \
     {"--recompute", CLI_FLAG, &(o).recompute, NULL,                                                                \

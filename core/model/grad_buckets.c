@@ -23,6 +23,8 @@ struct usp_grad_buckets {
     int64_t bytes;
     float *work, *sum, *shard; /* a reduce-scatter in flight: its input, and where its shard goes (sum: to be */
     size_t shard_count;        /* added into shard), kept until the compute stream has waited for it */
+    float *low, *low_shard;    /* --grad-reduce bf16: a bucket's (or a scatter's input's) bf16 copy, and the bf16
+                                  shard a reduce-scatter delivers; sized for the largest, reused in stream order */
     void **unsafe_to_free;     /* tests skipping the wait: buffers a late delivery may still write, freed at */
     int n_unsafe, cap_unsafe;  /* destroy, after the comm stream has drained */
 };
@@ -36,7 +38,7 @@ static usp_status group_parts(usp_grad_buckets *g)
 {
     const usp_grad_buckets_config *c = &g->c;
     const int64_t cap = c->cap_bytes > 0 ? c->cap_bytes : USP_GRAD_BUCKET_DEFAULT_BYTES;
-    const int64_t elem = (int64_t)usp_dtype_size(c->storage);
+    const int64_t elem = (int64_t)usp_dtype_size(c->storage); /* the cap counts the gradient's own bytes */
     USP_CHECK(usp_calloc((void **)&g->buckets, (size_t)c->n_parts, sizeof *g->buckets, "gradient buckets"));
     USP_CHECK(usp_calloc((void **)&g->bucket_of, (size_t)c->n_parts, sizeof *g->bucket_of, "gradient buckets"));
     USP_CHECK(usp_calloc((void **)&g->done, (size_t)c->n_parts, 1, "gradient buckets"));
@@ -55,13 +57,34 @@ static usp_status group_parts(usp_grad_buckets *g)
     return USP_OK;
 }
 
+/* The bf16 scratch of a reduction in another dtype: the largest bucket (all-reduce) or the largest part's
+ * padded shards over the group (reduce-scatter, whose input is W shards of ceil(len / W)). */
+static usp_status alloc_low(usp_grad_buckets *g)
+{
+    const int64_t W = usp_comm_size(g->c.group);
+    int64_t most = 1, shard = 1;
+    for (int k = 0; k < g->n_buckets; k++)
+        most = g->buckets[k].len > most ? g->buckets[k].len : most;
+    for (int p = 0; p < g->c.n_parts; p++) {
+        const int64_t s = (g->c.part_len[p] + W - 1) / W;
+        shard = s > shard ? s : shard;
+    }
+    most = shard * W > most ? shard * W : most;
+    USP_CHECK(usp_buffer_alloc_as(g->c.backend, (size_t)most, g->c.reduce, "comm", (void **)&g->low));
+    return usp_buffer_alloc_as(g->c.backend, (size_t)shard, g->c.reduce, "comm", (void **)&g->low_shard);
+}
+
 usp_status usp_grad_buckets_create(const usp_grad_buckets_config *c, usp_grad_buckets **out)
 {
     *out = NULL;
     usp_grad_buckets *g;
     USP_CHECK(usp_calloc((void **)&g, 1, sizeof *g, "gradient buckets"));
     g->c = *c;
+    if (g->c.reduce == USP_F32)
+        g->c.reduce = c->storage;
     usp_status s = group_parts(g);
+    if (s == USP_OK && g->c.reduce != c->storage)
+        s = alloc_low(g);
     if (s == USP_OK)
         s = usp_stream_create(c->backend, &g->comm);
     if (s == USP_OK)
@@ -132,6 +155,8 @@ void usp_grad_buckets_destroy(usp_grad_buckets *g)
     (void)usp_stream_destroy(g->c.backend, g->comm); /* drains it: nothing arrives after */
     for (int i = 0; i < g->n_unsafe; i++)
         usp_buffer_free(g->c.backend, g->unsafe_to_free[i]);
+    usp_buffer_free(g->c.backend, g->low);
+    usp_buffer_free(g->c.backend, g->low_shard);
     free(g->unsafe_to_free);
     free(g->buckets), free(g->bucket_of), free(g->done);
     free(g);
@@ -156,10 +181,14 @@ static usp_status launch_next(usp_grad_buckets *g)
     USP_CHECK(usp_event_record(g->c.backend, g->ready, g->c.stream));
     if (!(skipped_waits & 1))
         USP_CHECK(usp_stream_wait_event(g->c.backend, on, g->ready));
-    float *at = usp_elem_at(g->c.grads, g->c.storage, (size_t)b->start);
-    USP_CHECK(usp_comm_all_reduce(g->c.group, at, at, (size_t)b->len, g->c.storage, USP_REDUCE_SUM, on));
+    float *at = usp_elem_at(g->c.grads, g->c.storage, (size_t)b->start), *sum = g->low ? g->low : at;
+    if (g->low)
+        USP_CHECK(usp_buffer_convert(g->c.backend, g->low, at, (size_t)b->len, on));
+    USP_CHECK(usp_comm_all_reduce(g->c.group, sum, sum, (size_t)b->len, g->c.reduce, USP_REDUCE_SUM, on));
+    if (g->low)
+        USP_CHECK(usp_buffer_convert(g->c.backend, at, g->low, (size_t)b->len, on));
     g->in_flight = 1, g->calls++;
-    g->bytes += b->len * (int64_t)usp_dtype_size(g->c.storage);
+    g->bytes += b->len * (int64_t)usp_dtype_size(g->c.reduce);
     return USP_OK;
 }
 
@@ -200,8 +229,14 @@ usp_status usp_grad_buckets_scatter(usp_grad_buckets *g, float *work, float *sha
         s = join(g, 1);
     if (s == USP_OK && !(skipped_waits & 1))
         s = usp_stream_wait_event(g->c.backend, on, g->ready);
+    const size_t W = (size_t)usp_comm_size(g->c.group);
+    if (s == USP_OK && g->low) /* in bf16: the input rounded, the shard delivered narrow, then widened */
+        s = usp_buffer_convert(g->c.backend, g->low, work, count * W, on);
     if (s == USP_OK)
-        s = usp_comm_reduce_scatter(g->c.group, work, sum ? sum : shard, count, g->c.storage, USP_REDUCE_SUM, on);
+        s = usp_comm_reduce_scatter(g->c.group, g->low ? g->low : work, g->low ? g->low_shard : sum ? sum : shard,
+                                    count, g->c.reduce, USP_REDUCE_SUM, on);
+    if (s == USP_OK && g->low)
+        s = usp_buffer_convert(g->c.backend, sum ? sum : shard, g->low_shard, count, on);
     if (s != USP_OK) { /* not launched: nothing will read them */
         usp_buffer_free(g->c.backend, sum);
         usp_buffer_free(g->c.backend, work);

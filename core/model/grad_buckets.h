@@ -35,7 +35,11 @@
  * backward closes the bucket, waited for by the compute stream at the next
  * layer's attention exchanges or when the next one is launched, so it runs
  * beside part of the next bucket's backward, and up to two buckets' whole
- * gradients are alive at a time instead of one. */
+ * gradients are alive at a time instead of one.
+ *
+ * Reduced in bf16 (config.reduce), each bucket is rounded into one bf16 scratch of the largest bucket
+ * on the comm stream, reduced there, and widened back into the fp32 gradient: the comm stream runs
+ * the buckets one after another, so one scratch serves them all. */
 #ifndef USP_GRAD_BUCKETS_H
 #define USP_GRAD_BUCKETS_H
 
@@ -53,6 +57,9 @@ typedef struct usp_grad_buckets_config {
     usp_comm_t *group;        /* the ranks sharing the gradient */
     float *grads;             /* the whole gradient, stored as `storage` */
     usp_dtype storage;
+    usp_dtype reduce;         /* the dtype the sums travel and add in: `storage` (0 = USP_F32), or USP_BF16 for
+                                 an fp32 gradient (--grad-reduce bf16: half the bytes, each partial sum rounded),
+                                 through a bf16 copy of the bucket on the comm stream */
     int n_parts;              /* parts in table order, contiguous: part p is [part_start[p], + part_len[p]) */
     const int64_t *part_start, *part_len;
     int64_t cap_bytes;        /* a bucket's bytes at most, unless one part is larger (<= 0: the default) */

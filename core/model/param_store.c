@@ -115,7 +115,7 @@ static usp_status make_reducer(usp_param_store *s)
         range[i] = s->buckets[i].start, range[s->n_buckets + i] = s->buckets[i].len;
     usp_comm_t *group = s->c.zero_stage >= 2 ? s->c.world : s->c.grad_group;
     usp_grad_buckets_config g = {.backend = BE, .stream = ST, .group = group, .grads = s->grads,
-                                 .storage = USP_F32, .n_parts = s->n_buckets, .part_start = range,
+                                 .storage = USP_F32, .reduce = s->c.grad_reduce, .n_parts = s->n_buckets, .part_start = range,
                                  .part_len = range + s->n_buckets, .cap_bytes = s->c.bucket_bytes};
     usp_status st = usp_grad_buckets_create(&g, &s->reducer);
     free(range);
@@ -316,7 +316,8 @@ usp_status usp_param_store_grads_done(usp_param_store *s, int bucket_id)
         return USP_OK;
     if (s->c.zero_stage < 2)
         return s->reducer && s->reduce_in_backward ? usp_grad_buckets_part_done(s->reducer, bucket_id) : USP_OK;
-    s->scatters++, s->scattered_bytes += (int64_t)bytes_of(s, s->grads, b->shard * s->W);
+    s->scatters++, s->scattered_bytes += b->shard * s->W * (int64_t)usp_dtype_size(s->c.grad_reduce ? s->c.grad_reduce
+                                                                                                     : USP_F32);
     float *shard = at(s, s->grads, b->shard_at), *sum = NULL, *work = b->grad_work;
     b->grad_work = NULL; /* the reducer's now: freed once its reduce-scatter is done */
     usp_status st = s->accumulate ? alloc_array(s, &sum, b->shard, USP_F32, "gradients") : USP_OK;

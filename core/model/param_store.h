@@ -45,6 +45,7 @@ typedef struct usp_param_store_config {
     int optimizer;        /* 0: no Adam state (a model alone, in tests) */
     int offload_optimizer; /* master weights and Adam state on the host (ZeRO-Offload; shapes only, stages 1-3) */
     usp_dtype storage;    /* weights: USP_F32 (0), or USP_BF16 with fp32 master weights (gradients: fp32) */
+    usp_dtype grad_reduce; /* the gradients' reductions: USP_F32 (0), or USP_BF16 (grad_buckets.h) */
 } usp_param_store_config;
 
 /* The optimizer's hyperparameters for one step. */

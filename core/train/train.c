@@ -434,7 +434,7 @@ static usp_status setup(trainer *t)
                                  .zero_stage = c->zero_stage, .world = t->ctx->world,
                                  .grad_group = t->ctx->world, /* the ranks sharing the gradient: dp x sp */
                                  .bucket_bytes = usp_train_bucket_bytes(c), .optimizer = 1, .storage = c->storage,
-                                 .offload_optimizer = c->offload_optimizer};
+                                 .grad_reduce = c->grad_reduce, .offload_optimizer = c->offload_optimizer};
     USP_CHECK(usp_param_store_create(&pc, &t->store));
     usp_model_setup ms = {.config = &c->model, .backend = BE, .stream = ST, .mesh = &t->mesh,
                           .attention_local = c->attention_local, .batch = t->B_local, .seq_len = t->N,

@@ -107,7 +107,8 @@ typedef struct usp_train_config {
     double bucket_mb;          /* ZeRO 0-1: gradients all-reduced during backward in buckets of at most this many
                                   MiB of whole layers, a larger layer alone (0: 25, as PyTorch DDP; grad_buckets.h) */
     int eager_ring_merge;      /* ring attention's merge as PyTorch frameworks run it (shapes only; core/parallel/ring.h) */
-    usp_dtype storage;         /* USP_F32, or USP_BF16 mixed precision (shapes only: see usp_buffer_alloc_as) */
+    usp_dtype storage;         /* USP_F32, or USP_BF16 mixed precision (bf16 weights, activations; fp32 master) */
+    usp_dtype grad_reduce;     /* the gradients' reductions: USP_F32 (0), or USP_BF16 (with storage bf16 only) */
     const char *save_dir, *resume_dir;
     int64_t save_every;        /* with save_dir: a checkpoint every save_every steps too (0: at the end only) */
     int keep;                  /* with save_dir: checkpoints kept, DIR the newest and DIR-step-N the older

@@ -86,6 +86,9 @@ usp_status usp_train_check(const usp_train_config *c, int64_t *padded_len)
     if (!isfinite(c->bucket_mb) || c->bucket_mb < 0)
         return usp_error(USP_ERR_CONFIG, "--bucket-mb %g: a gradient bucket's size is a finite number of MiB, "
                          "e.g. --bucket-mb 25 (0: the default, 25)", c->bucket_mb);
+    if (c->grad_reduce == USP_BF16 && c->storage != USP_BF16)
+        return usp_error(USP_ERR_CONFIG, "--grad-reduce bf16 with --dtype fp32: reducing the gradients in bf16 is a "
+                         "part of mixed precision; add --dtype bf16, or keep --grad-reduce fp32");
     if (c->batch < 1 || c->batch % c->shape.dp != 0)
         return usp_error(USP_ERR_CONFIG, "--batch %lld is not a multiple of the %d data-parallel replicas "
                          "(W / (U R)); use --batch %d or a multiple", (long long)c->batch, c->shape.dp, c->shape.dp);
