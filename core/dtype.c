@@ -29,20 +29,3 @@ const char *usp_dtype_name(usp_dtype dtype)
     return names[dtype];
 }
 
-float usp_bf16_to_f32(uint16_t b)
-{
-    uint32_t bits = (uint32_t)b << 16;
-    float f;
-    memcpy(&f, &bits, sizeof f);
-    return f;
-}
-
-uint16_t usp_f32_to_bf16(float x)
-{
-    uint32_t bits;
-    memcpy(&bits, &x, sizeof bits);
-    if ((bits & 0x7fffffffu) > 0x7f800000u) /* NaN: keep it quiet, whatever its payload */
-        return (uint16_t)((bits >> 16) | 0x40u);
-    bits += 0x7fffu + ((bits >> 16) & 1u); /* round to nearest, ties to even */
-    return (uint16_t)(bits >> 16);
-}

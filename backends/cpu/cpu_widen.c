@@ -91,27 +91,33 @@ static void release(void)
     s->used = s->wanted = 0;
 }
 
-/* bf16 -> fp32 is exact: the 16 bits become the high half. Inline, so the loops vectorise. */
 static void to_f32(float *dst, const uint16_t *src, int64_t n)
 {
     #pragma omp parallel for schedule(static) if (n > PARALLEL_CONVERT)
-    for (int64_t i = 0; i < n; i++) {
-        uint32_t bits = (uint32_t)src[i] << 16;
-        memcpy(&dst[i], &bits, sizeof bits);
-    }
+    for (int64_t i = 0; i < n; i++)
+        dst[i] = usp_bf16_to_f32(src[i]);
 }
 
-/* fp32 -> bf16, round to nearest, ties to even; a NaN stays a quiet NaN: usp_f32_to_bf16's bits. */
 static void to_bf16(uint16_t *dst, const float *src, int64_t n)
 {
     #pragma omp parallel for schedule(static) if (n > PARALLEL_CONVERT)
-    for (int64_t i = 0; i < n; i++) {
-        uint32_t bits;
-        memcpy(&bits, &src[i], sizeof bits);
-        const uint32_t rounded = (bits + 0x7fffu + ((bits >> 16) & 1u)) >> 16;
-        const uint32_t quiet = (bits >> 16) | 0x40u;
-        dst[i] = (uint16_t)((bits & 0x7fffffffu) > 0x7f800000u ? quiet : rounded);
+    for (int64_t i = 0; i < n; i++)
+        dst[i] = usp_f32_to_bf16(src[i]);
+}
+
+/* A temporary of n floats for the operand `of` (data NULL: one no written operand matches), listed so
+ * that narrow_back gives it back; NULL with the failure recorded when there is no memory for it. */
+static float *temporary(widening *w, usp_view of, int64_t n)
+{
+    int owned = 0;
+    float *t = w->n < MAX_OPERANDS ? take(n, &owned) : NULL;
+    if (!t) {
+        w->status = usp_error(USP_ERR_RUNTIME, "out of host memory for a %lld-element fp32 temporary of a bf16 "
+                              "operand on the cpu backend", (long long)n);
+        return NULL;
     }
+    w->narrow[w->n] = of, w->wide[w->n] = t, w->owned[w->n] = owned, w->n++;
+    return t;
 }
 
 /* The fp32 view the fp32 slot gets for v: v itself unless it is bf16, else a temporary holding v
@@ -129,15 +135,10 @@ static usp_view widen(widening *w, usp_view v)
                                       (long long)w->narrow[i].count, (long long)v.count);
             return (usp_view){.data = w->wide[i], .dtype = USP_F32, .count = v.count};
         }
-    int owned = 0;
-    float *wide = w->n < MAX_OPERANDS ? take(v.count, &owned) : NULL;
-    if (!wide) {
-        w->status = usp_error(USP_ERR_RUNTIME, "out of host memory widening a bf16 operand of %lld elements "
-                              "on the cpu backend", (long long)v.count);
+    float *wide = temporary(w, v, v.count);
+    if (!wide)
         return v;
-    }
     to_f32(wide, v.data, v.count);
-    w->narrow[w->n] = v, w->wide[w->n] = wide, w->owned[w->n] = owned, w->n++;
     return (usp_view){.data = wide, .dtype = USP_F32, .count = v.count};
 }
 
@@ -184,22 +185,13 @@ static usp_status convert(void *ctx, usp_view dst, usp_view src, usp_stream_t *s
 /* An fp32 operand rounded to bf16 values, in a temporary (freed as the widened ones are). */
 static usp_view rounded(widening *w, usp_view v)
 {
-    if (w->status != USP_OK || w->n >= MAX_OPERANDS)
+    float *r = w->status == USP_OK ? temporary(w, (usp_view){.dtype = USP_F32, .count = v.count}, v.count) : NULL;
+    if (!r)
         return v;
-    int owned = 0;
-    float *r = take(v.count, &owned);
-    if (!r) {
-        w->status = usp_error(USP_ERR_RUNTIME, "out of host memory rounding an operand of %lld elements",
-                              (long long)v.count);
-        return v;
-    }
     const float *x = v.data;
     #pragma omp parallel for schedule(static) if (v.count > PARALLEL_CONVERT)
     for (int64_t i = 0; i < v.count; i++)
         r[i] = usp_bf16_to_f32(usp_f32_to_bf16(x[i]));
-    /* listed as a temporary of no operand (data NULL never matches a written one) */
-    w->narrow[w->n] = (usp_view){.data = NULL, .dtype = USP_F32, .count = v.count};
-    w->wide[w->n] = r, w->owned[w->n] = owned, w->n++;
     return (usp_view){.data = r, .dtype = USP_F32, .count = v.count};
 }
 
