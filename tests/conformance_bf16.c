@@ -227,6 +227,9 @@ static const attention_bf16_params attn_full = {{2, 24, 40, 4, 2, 64, 0, 0, 0, 0
 /* a ring block: queries 40..71 against keys 32..63 (a diagonal block, partly masked), MQA, each the
  * second run of 32 tokens in its buffers, gradients added to those of earlier blocks */
 static const attention_bf16_params attn_ring = {{1, 32, 32, 4, 1, 64, 40, 32, 1, 0.125f}, 32, 32, 1};
+/* head_dim 128 (the tensor-core kernel's other width on cuda), 100 tokens: two query and key tiles, the
+ * second short, the diagonal crossing both */
+static const attention_bf16_params attn_d128 = {{1, 100, 100, 4, 2, 128, 0, 0, 1, 0.08838835f}, 0, 0, 0};
 
 /* The ring's merge (core/parallel/ring.c): o and o_part stored, lse and lse_part fp32, with rows
  * that have seen no key (lse -inf, o 0) in the accumulated part, the new part, and both. */
@@ -304,6 +307,8 @@ const conformance_case conformance_bf16_cases[] = {
     {"bf16: attention full, batch 2, n_q < n_kv", run_attention_bf16, &attn_full, ATTENTION_BWD, 2.5 * BF16_ULP, 1,
      1e-5},
     {"bf16: attention ring block, offsets, MQA, accumulate", run_attention_bf16, &attn_ring, ATTENTION_BWD,
+     2.5 * BF16_ULP, 1, 1e-5},
+    {"bf16: attention causal GQA, head_dim 128, short last tiles", run_attention_bf16, &attn_d128, ATTENTION_BWD,
      2.5 * BF16_ULP, 1, 1e-5},
     {"bf16: attention merge with -inf rows", run_attention_merge_bf16, NULL, SLOT(attention_merge), BF16_ULP, 1,
      1e-6},

@@ -215,6 +215,44 @@ START_TEST(other_head_dims_fall_back)
 }
 END_TEST
 
+/* The attention op's choice (cuda_attention.cu): bf16, head_dim 64 / 128, aligned -> tensor cores; fp32
+ * -> the scalar kernel with nothing to say; any other bf16 call -> the scalar kernel with the reason. */
+START_TEST(bf16_calls_take_the_tensor_cores_and_others_say_why)
+{
+    usp_dtype dt[8];
+    uintptr_t at[8];
+    for (int i = 0; i < 8; i++) {
+        dt[i] = USP_BF16;
+        at[i] = 0x10000 + 0x1000 * (uintptr_t)i;
+    }
+    const char *why = "unset";
+    for (int64_t D = 64; D <= 128; D += 64) {
+        const usp_attention_shape s = shape(70, 70, 4, 2, D, 1, 0, 0);
+        ck_assert_int_eq(attn_kernel_for(&s, dt, at, 8, &why), ATTN_KERNEL_MMA);
+        ck_assert_ptr_null(why);
+    }
+    const usp_attention_shape s64 = shape(70, 70, 4, 2, 64, 1, 0, 0), s96 = shape(70, 70, 4, 2, 96, 1, 0, 0);
+    ck_assert_int_eq(attn_kernel_for(&s96, dt, at, 8, &why), ATTN_KERNEL_SCALAR);
+    ck_assert_ptr_nonnull(strstr(why, "head_dim 64 and 128"));
+    at[3] += 8; /* o at an 8-byte boundary, as a ring block at an odd token offset could be */
+    ck_assert_int_eq(attn_kernel_for(&s64, dt, at, 8, &why), ATTN_KERNEL_SCALAR);
+    ck_assert_ptr_nonnull(strstr(why, "16-byte aligned"));
+    at[3] -= 8;
+    dt[5] = USP_F32; /* an fp32 dq among bf16 arrays */
+    ck_assert_int_eq(attn_kernel_for(&s64, dt, at, 8, &why), ATTN_KERNEL_SCALAR);
+    ck_assert_ptr_nonnull(strstr(why, "bf16 arrays only"));
+    for (int i = 0; i < 8; i++)
+        dt[i] = USP_F32;
+    ck_assert_int_eq(attn_kernel_for(&s64, dt, at, 8, &why), ATTN_KERNEL_SCALAR);
+    ck_assert_ptr_null(why); /* fp32 is the scalar kernel's by design: nothing to say */
+    const usp_attention_shape refused = shape(70, 70, 3, 2, 64, 1, 0, 0); /* kv heads do not divide heads */
+    for (int i = 0; i < 8; i++)
+        dt[i] = USP_BF16;
+    ck_assert_int_eq(attn_kernel_for(&refused, dt, at, 8, &why), ATTN_KERNEL_SCALAR);
+    ck_assert_ptr_null(why); /* the scalar launcher reports the shape */
+}
+END_TEST
+
 static Suite *mma_maps_suite(void)
 {
     Suite *s = suite_create("mma_maps");
@@ -228,6 +266,7 @@ static Suite *mma_maps_suite(void)
     tcase_add_test(t, block_ranges_and_masks_match_brute_force);
     tcase_add_test(t, gqa_heads_read_kv_by_index);
     tcase_add_test(t, other_head_dims_fall_back);
+    tcase_add_test(t, bf16_calls_take_the_tensor_cores_and_others_say_why);
     suite_add_tcase(s, t);
     return s;
 }

@@ -430,15 +430,18 @@ __global__ void __launch_bounds__(MMA_THREADS)
 extern "C" const char *cuda_attention_mma_problem(const usp_attention_shape *s, const cuda_array *arrays,
                                                   int n_arrays)
 {
-    const char *why = attn_shape_problem(s);
-    if (why == NULL) why = mma_attn_shape_problem(s);
-    for (int i = 0; i < n_arrays && why == NULL; i++) {
-        if (arrays[i].dtype != USP_BF16)
-            why = "the tensor-core attention takes bf16 arrays; fp32 runs the scalar kernel";
-        else if ((uintptr_t)arrays[i].data % 16 != 0)
-            why = "the tensor-core attention needs 16-byte aligned arrays (cp.async)";
+    usp_dtype dtypes[8];
+    uintptr_t addresses[8];
+    if (n_arrays > 8) return "more arrays than an attention call has";
+    for (int i = 0; i < n_arrays; i++) {
+        dtypes[i] = arrays[i].dtype;
+        addresses[i] = (uintptr_t)arrays[i].data;
     }
-    return why;
+    const char *why;
+    if (attn_kernel_for(s, dtypes, addresses, n_arrays, &why) == ATTN_KERNEL_MMA) return NULL;
+    if (why != NULL) return why;
+    why = attn_shape_problem(s);
+    return why != NULL ? why : "the tensor-core attention takes bf16 arrays; fp32 runs the scalar kernel";
 }
 
 /* Lets `kernel` use `bytes` of dynamic shared memory (over the default 48 KiB). */

@@ -155,6 +155,35 @@ static inline const char *mma_attn_shape_problem(const usp_attention_shape *s)
     return NULL;
 }
 
+/* The kernels that run one attention call. */
+typedef enum attn_kernel { ATTN_KERNEL_SCALAR = 0, ATTN_KERNEL_MMA = 1 } attn_kernel;
+
+/* The kernels for a call on n arrays of these dtypes at these device addresses: the tensor-core ones
+ * when the shape suits them and every array is bf16 and 16-byte aligned (cp.async moves 16 bytes);
+ * the scalar ones otherwise. *why says what kept a call with bf16 arrays off the tensor cores, and is
+ * NULL where the scalar kernel is the design: fp32 arrays (the fp32 path and the tests' reference),
+ * or a shape attn_shape_problem refuses (the scalar launcher then reports it). */
+static inline attn_kernel attn_kernel_for(const usp_attention_shape *s, const usp_dtype *dtypes,
+                                          const uintptr_t *addresses, int n, const char **why)
+{
+    *why = NULL;
+    int any_bf16 = 0;
+    for (int i = 0; i < n; i++)
+        any_bf16 |= dtypes[i] == USP_BF16;
+    if (!any_bf16 || attn_shape_problem(s) != NULL)
+        return ATTN_KERNEL_SCALAR;
+    *why = mma_attn_shape_problem(s);
+    for (int i = 0; i < n && *why == NULL; i++) {
+        if (dtypes[i] != USP_BF16)
+            *why = "the tensor-core attention takes bf16 arrays only; a call mixing fp32 and bf16 runs the "
+                   "scalar kernel";
+        else if (addresses[i] % 16 != 0)
+            *why = "the tensor-core attention needs 16-byte aligned arrays (cp.async); this call runs the "
+                   "scalar kernel";
+    }
+    return *why == NULL ? ATTN_KERNEL_MMA : ATTN_KERNEL_SCALAR;
+}
+
 typedef struct mma_block_range {
     int64_t begin, end; /* blocks [begin, end) */
 } mma_block_range;
