@@ -89,6 +89,8 @@ void usp_param_init_range(const usp_param_table *t, const usp_model_config *c, u
         int64_t to = p->offset + p->count < lo + count ? p->offset + p->count : lo + count;
         int is_norm = p->kind == USP_P_NORM1_W || p->kind == USP_P_NORM2_W || p->kind == USP_P_NORMF_W;
         double std = 0.02 * (p->kind == USP_P_ATTN_O_W || p->kind == USP_P_MLP_DOWN_W ? residual_scale : 1.0);
+        /* Element e depends on (seed, e) alone, so the threads' split changes no bit. */
+#pragma omp parallel for schedule(static) if (to - from >= (1 << 16))
         for (int64_t e = from; e < to; e++) /* norms start at 1, biases (and norm biases) at 0 */
             out[e - lo] = p->ndim == 1 ? (is_norm ? 1.0f : 0.0f) : (float)(std * normal(seed, e));
     }
