@@ -70,15 +70,16 @@ static size_t upper_bound(const usp_backend_t *be, uintptr_t addr)
 
 void ops_report_cost(usp_backend_t *be, const char *op, double flops, double bytes, usp_stream_t *stream)
 {
-    ops_report_cost_outputs(be, op, flops, bytes, 0, stream);
+    ops_report_cost_outputs(be, op, USP_F32, flops, bytes, 0, stream);
 }
 
-void ops_report_cost_outputs(usp_backend_t *be, const char *op, double flops, double bytes, double outputs,
-                             usp_stream_t *stream)
+void ops_report_cost_outputs(usp_backend_t *be, const char *op, usp_dtype dtype, double flops, double bytes,
+                             double outputs, usp_stream_t *stream)
 {
     be->flops += flops, be->bytes += bytes, be->outputs += outputs;
     if (be->cost_fn) {
-        usp_op_cost cost = {.op = op, .flops = flops, .bytes = bytes, .outputs = outputs, .stream = stream};
+        usp_op_cost cost = {.op = op, .flops = flops, .bytes = bytes, .outputs = outputs, .stream = stream,
+                            .dtype = dtype};
         be->cost_fn(be->cost_ctx, &cost);
     }
     if (be->timer)
@@ -424,7 +425,8 @@ usp_status usp_gemm(usp_backend_t *be, const usp_gemm_desc *g, usp_stream_t *str
     double bytes = 4.0 * mats * ((double)g->m * g->k + (double)g->k * g->n + c_passes * g->m * g->n);
     usp_view a, b, c;
     USP_CHECK(gemm_views(be, g, &a, &b, &c));
-    ops_report_cost_outputs(be, "gemm", flops, bytes, (double)g->m * (double)g->n * mats, stream);
+    const usp_dtype in = a.dtype == USP_BF16 || b.dtype == USP_BF16 ? USP_BF16 : USP_F32; /* an fp32 one is rounded */
+    ops_report_cost_outputs(be, "gemm", in, flops, bytes, (double)g->m * (double)g->n * mats, stream);
     return OPS_TIMED(be, stream, be->iface->gemm(be->context, g, a, b, c, stream));
 }
 
@@ -435,7 +437,7 @@ usp_status usp_copy_2d(usp_backend_t *be, void *dst, size_t dst_stride, const vo
         return USP_OK;
     USP_CHECK(check_range(be, "usp_copy_2d", "source", src, (rows - 1) * src_stride + row_bytes));
     USP_CHECK(check_range(be, "usp_copy_2d", "destination", dst, (rows - 1) * dst_stride + row_bytes));
-    ops_report_cost_outputs(be, "copy", 0, 2.0 * (double)row_bytes * (double)rows, (double)rows, stream);
+    ops_report_cost_outputs(be, "copy", USP_F32, 0, 2.0 * (double)row_bytes * (double)rows, (double)rows, stream);
     return OPS_TIMED(be, stream,
                      be->iface->copy_2d(be->context, dst, dst_stride, src, src_stride, row_bytes, rows, stream));
 }
@@ -450,7 +452,7 @@ usp_status usp_accumulate_2d(usp_backend_t *be, float *dst, size_t dst_stride, c
     USP_CHECK(ops_view(be, op, "dst", dst, (int64_t)((rows - 1) * dst_stride + row_elems), OPS_STORED, 0, &d));
     USP_CHECK(ops_view(be, op, "src", src, (int64_t)((rows - 1) * src_stride + row_elems), OPS_STORED, 0, &s));
     double n = (double)row_elems * (double)rows;
-    ops_report_cost_outputs(be, "accumulate", n, 12.0 * n, (double)rows, stream);
+    ops_report_cost_outputs(be, "accumulate", USP_F32, n, 12.0 * n, (double)rows, stream);
     return OPS_TIMED(be, stream, be->iface->accumulate_2d(be->context, d, dst_stride, s, src_stride,
                                                          row_elems, rows, stream));
 }
@@ -476,15 +478,16 @@ double usp_attention_visible_pairs(const usp_attention_shape *s)
 
 /* FlashAttention's convention: 4 flops per visible pair and head dimension
  * (two matmuls) forward; backward 2.5x forward. Bytes: inputs and outputs once. */
-static void attention_cost(usp_backend_t *be, const usp_attention_shape *s, int backward, usp_stream_t *stream)
+static void attention_cost(usp_backend_t *be, const usp_attention_shape *s, usp_dtype dtype, int backward,
+                           usp_stream_t *stream)
 {
     double scores = (double)s->batch * (double)s->n_heads * usp_attention_visible_pairs(s);
     double flops = 4.0 * scores * (double)s->head_dim;
     double q_bytes = 4.0 * (double)(s->batch * s->n_q * s->n_heads * s->head_dim);
     double kv_bytes = 4.0 * (double)(s->batch * s->n_kv * s->n_kv_heads * s->head_dim);
     double bytes = backward ? 4 * q_bytes + 4 * kv_bytes : 2 * q_bytes + 2 * kv_bytes;
-    ops_report_cost_outputs(be, backward ? "attention_backward" : "attention_forward", backward ? 2.5 * flops : flops,
-                            bytes, scores, stream);
+    ops_report_cost_outputs(be, backward ? "attention_backward" : "attention_forward", dtype,
+                            backward ? 2.5 * flops : flops, bytes, scores, stream);
 }
 
 static usp_status check_attention_shape(const usp_attention_shape *s)
@@ -522,7 +525,7 @@ usp_status usp_flash_attention_forward(usp_backend_t *be, const usp_attention_sh
     VIEW(lse, LSE_ELEMS(s), OPS_F32);
     VIEW(k, KV_ELEMS(s), OPS_STORED);
     VIEW(v, KV_ELEMS(s), OPS_STORED);
-    attention_cost(be, s, 0, stream);
+    attention_cost(be, s, q_v.dtype, 0, stream);
     void *ws = NULL;
     size_t ws_bytes = be->iface->attention_workspace_bytes(be->context, s);
     if (ws_bytes)
@@ -551,7 +554,7 @@ usp_status usp_flash_attention_backward(usp_backend_t *be, const usp_attention_s
     VIEW(v, KV_ELEMS(s), OPS_STORED);
     VIEW(dk, KV_ELEMS(s), OPS_STORED);
     VIEW(dv, KV_ELEMS(s), OPS_STORED);
-    attention_cost(be, s, 1, stream);
+    attention_cost(be, s, q_v.dtype, 1, stream);
     void *ws = NULL;
     size_t ws_bytes = be->iface->attention_workspace_bytes(be->context, s);
     if (ws_bytes)

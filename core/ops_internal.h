@@ -71,9 +71,9 @@ usp_status ops_view(const usp_backend_t *be, const char *op, const char *name, c
 /* Counts the op's flops and sends its cost, with the stream it is enqueued on, to the backend's cost sink (if any). */
 void ops_report_cost(usp_backend_t *be, const char *op, double flops, double bytes, usp_stream_t *stream);
 
-/* ops_report_cost of an op with outputs (usp_op_cost.outputs: a GEMM's, an attention's). */
-void ops_report_cost_outputs(usp_backend_t *be, const char *op, double flops, double bytes, double outputs,
-                             usp_stream_t *stream);
+/* ops_report_cost of an op with outputs (usp_op_cost.outputs: a GEMM's, an attention's), multiplying in `dtype`. */
+void ops_report_cost_outputs(usp_backend_t *be, const char *op, usp_dtype dtype, double flops, double bytes,
+                             double outputs, usp_stream_t *stream);
 
 /* The cost of the op about to run, for its span when ops are timed (ops_report_cost passes it). */
 void ops_timer_note(struct ops_timer *timer, const char *op, double flops, double bytes);

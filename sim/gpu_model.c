@@ -149,6 +149,8 @@ double sim_gpu_op_seconds(const sim_gpu *gpu, usp_dtype dtype, const usp_op_cost
         if (t >= 0)
             return t;
     }
+    if (cost->dtype == USP_BF16) /* a bf16 GEMM or attention in a run of another dtype (calibrate's bf16 cases) */
+        dtype = USP_BF16;
     double achievable; /* the first letter first: this runs for every op of every simulated rank */
     if (cost->op[0] != 'g' && cost->op[0] != 'a')
         achievable = gpu->peak_fp32;

@@ -99,8 +99,8 @@ usp_status sim_gpu_check(const sim_gpu *gpu, const char *where, const char *pref
 /* The tensor-core peak FLOP/s for GEMMs in `dtype` (f32 runs as TF32, bf16 as BF16). */
 double sim_gpu_peak_flops(const sim_gpu *gpu, usp_dtype dtype);
 
-/* Seconds an op takes on the GPU when it computes in `dtype`: its calibrated class (gpu->kernels) when it has one,
- * else the roofline above. */
+/* Seconds an op takes on the GPU when it computes in `dtype` (in bf16 when the op says so): its calibrated class
+ * (gpu->kernels) when it has one, else the roofline above. */
 double sim_gpu_op_seconds(const sim_gpu *gpu, usp_dtype dtype, const usp_op_cost *cost);
 
 #endif

@@ -13,16 +13,19 @@ enum { T_CALL, T_OUTPUT, T_BYTE, T_TABLE, T_TERMS = T_TABLE + SIM_KERNEL_TABLE }
 
 int sim_kernel_op_per_flop(const char *op) { return strcmp(op, "gemm") == 0 || strncmp(op, "attention_", 10) == 0; }
 
-const sim_kernel_fit *sim_kernel_find(const sim_kernel_model *m, const char *op)
+const sim_kernel_fit *sim_kernel_find(const sim_kernel_model *m, const char *op, usp_dtype dtype)
 {
-    const sim_kernel_fit *other = NULL;
+    const sim_kernel_fit *fp32 = NULL, *other = NULL;
     for (int i = 0; i < m->n; i++) {
-        if (strcmp(m->fits[i].op, op) == 0)
-            return &m->fits[i];
-        if (strcmp(m->fits[i].op, "*") == 0)
-            other = &m->fits[i];
+        const sim_kernel_fit *f = &m->fits[i];
+        if (strcmp(f->op, op) == 0 && f->dtype == dtype)
+            return f;
+        if (strcmp(f->op, op) == 0 && f->dtype == USP_F32)
+            fp32 = f;
+        if (strcmp(f->op, "*") == 0 && (other == NULL || f->dtype == dtype))
+            other = f;
     }
-    return other;
+    return fp32 ? fp32 : other;
 }
 
 /* x to the 6 significant digits a topology file keeps (JSON_REAL_PRECISION(6)). */
@@ -60,7 +63,7 @@ double sim_kernel_fit_seconds(const sim_kernel_fit *f, double flops, double byte
 
 double sim_kernel_seconds(const sim_kernel_model *m, const usp_op_cost *cost)
 {
-    const sim_kernel_fit *f = sim_kernel_find(m, cost->op);
+    const sim_kernel_fit *f = sim_kernel_find(m, cost->op, cost->dtype);
     return f ? sim_kernel_fit_seconds(f, cost->flops, cost->bytes, cost->outputs) : -1.0;
 }
 
@@ -207,8 +210,9 @@ usp_status sim_kernel_fit_points(const char *op, const sim_kernel_point *points,
 usp_status sim_kernel_model_add(sim_kernel_model *m, const sim_kernel_fit *f)
 {
     for (int i = 0; i < m->n; i++)
-        if (strcmp(m->fits[i].op, f->op) == 0)
-            return usp_error(USP_ERR_CONFIG, "kernel class %s given twice", f->op);
+        if (strcmp(m->fits[i].op, f->op) == 0 && m->fits[i].dtype == f->dtype)
+            return usp_error(USP_ERR_CONFIG, "kernel class %s (%s) given twice", f->op,
+                             f->dtype == USP_BF16 ? "bf16" : "fp32");
     if (m->n == SIM_KERNEL_FITS_MAX)
         return usp_error(USP_ERR_CONFIG, "more than %d kernel classes", SIM_KERNEL_FITS_MAX);
     m->fits[m->n++] = *f;
@@ -242,6 +246,8 @@ json_t *sim_kernel_model_to_json(const sim_kernel_model *m)
                               "ns_per_output", f->per_output_s / output_range.unit, "table", table_json(f));
         if (j && f->per_flop)
             json_object_set_new(j, "ps_per_byte", json_real(f->per_byte_s / byte_range.unit));
+        if (j && f->dtype == USP_BF16) /* absent: fp32, as in files written before classes had a dtype */
+            json_object_set_new(j, "dtype", json_string("bf16"));
         if (!j || json_array_append_new(a, j) != 0)
             json_decref(a), a = NULL;
     }
@@ -295,7 +301,7 @@ static usp_status read_table(const json_t *t, sim_json_at at, sim_kernel_fit *f)
 
 static usp_status read_fit(const json_t *obj, sim_json_at at, sim_kernel_fit *f)
 {
-    static const char *const known[] = {"op", "call_us", "ns_per_output", "ps_per_byte", "table", NULL};
+    static const char *const known[] = {"op", "dtype", "call_us", "ns_per_output", "ps_per_byte", "table", NULL};
     if (!json_is_object(obj))
         return usp_error(USP_ERR_CONFIG, "%s: field '%s' must be an object {\"op\", \"call_us\", \"ns_per_output\", "
                          "\"table\"} (usp calibrate writes it)", at.where, at.prefix);
@@ -306,6 +312,12 @@ static usp_status read_fit(const json_t *obj, sim_json_at at, sim_kernel_fit *f)
                          "\"*\", under %d characters", at.where, at.prefix, SIM_KERNEL_OP_MAX);
     *f = (sim_kernel_fit){0};
     snprintf(f->op, sizeof f->op, "%s", op);
+    const json_t *dtype = json_object_get(obj, "dtype");
+    const char *dtype_name = json_string_value(dtype);
+    if (dtype && (!dtype_name || (strcmp(dtype_name, "fp32") != 0 && strcmp(dtype_name, "bf16") != 0)))
+        return usp_error(USP_ERR_CONFIG, "%s: field '%sdtype' must be \"fp32\" or \"bf16\" (absent: fp32), not %s",
+                         at.where, at.prefix, dtype_name ? dtype_name : sim_json_kind(dtype));
+    f->dtype = dtype_name && strcmp(dtype_name, "bf16") == 0 ? USP_BF16 : USP_F32;
     USP_CHECK(sim_json_number(obj, at, &call_range, 1, &f->call_s));
     USP_CHECK(sim_json_number(obj, at, &output_range, 0, &f->per_output_s));
     USP_CHECK(sim_json_number(obj, at, &byte_range, 0, &f->per_byte_s));

@@ -21,6 +21,11 @@
  * size (k = flops / 2 outputs, head_dim = flops / 4 outputs). The class "*"
  * prices every op without one of its own.
  *
+ * A class has a dtype: GEMM and attention run on other units in bf16 than in
+ * fp32 (a GPU's tensor cores: 16x the fp32 rate on an H100), so a backend that
+ * stores bf16 is measured in both and an op is priced by the class of its own
+ * dtype (usp_op_cost.dtype); an fp32 class prices the dtypes without one.
+ *
  * The fit is least squares on relative error over non-negative coefficients
  * (the optimum over every subset of the terms, fewest terms first on a tie),
  * so data the model generated gives the model back: the fixed point `usp
@@ -33,13 +38,14 @@
 #include "core/ops.h"
 #include "core/base/status.h"
 
-#define SIM_KERNEL_FITS_MAX 32
+#define SIM_KERNEL_FITS_MAX 40 /* every op class in fp32, and gemm and attention again in bf16 */
 #define SIM_KERNEL_OP_MAX 32
 #define SIM_KERNEL_TABLE 4 /* points of a table, at most */
 
 /* One op class. */
 typedef struct sim_kernel_fit {
     char op[SIM_KERNEL_OP_MAX];       /* the op's name, or "*" for every other op */
+    usp_dtype dtype;                  /* USP_F32 (also every dtype without a class) or USP_BF16 */
     int per_flop;                     /* 1: the table prices flops (gemm, attention_*); 0: bytes */
     double call_s, per_output_s, per_byte_s; /* per_byte_s: a flop-priced class's traffic */
     int n_table;                      /* points of the table, >= 1 */
@@ -61,8 +67,8 @@ typedef struct sim_kernel_point {
 /* 1 when op `op` is priced by its flops (gemm, attention_*), 0 by its bytes. */
 int sim_kernel_op_per_flop(const char *op);
 
-/* The class that prices `op`: its own, else "*", else NULL. */
-const sim_kernel_fit *sim_kernel_find(const sim_kernel_model *m, const char *op);
+/* The class that prices `op` in `dtype`: its own in that dtype, else its own in fp32, else "*", else NULL. */
+const sim_kernel_fit *sim_kernel_find(const sim_kernel_model *m, const char *op, usp_dtype dtype);
 
 /* Seconds of an op under its class. */
 double sim_kernel_fit_seconds(const sim_kernel_fit *f, double flops, double bytes, double outputs);
@@ -70,11 +76,11 @@ double sim_kernel_fit_seconds(const sim_kernel_fit *f, double flops, double byte
 /* Seconds `cost` takes under the model; a negative number when no class prices it. */
 double sim_kernel_seconds(const sim_kernel_model *m, const usp_op_cost *cost);
 
-/* Fits class `op` to n >= 1 points (see above) into *out. USP_ERR_CONFIG for no point, or a point whose work is
+/* Fits class `op` (fp32; set out->dtype for another) to n >= 1 points (see above) into *out. USP_ERR_CONFIG for no point, or a point whose work is
  * negative or not finite, or whose time is not a positive finite number. */
 usp_status sim_kernel_fit_points(const char *op, const sim_kernel_point *points, int n, sim_kernel_fit *out);
 
-/* Appends a class (USP_ERR_CONFIG when full or when `f->op` is there already). */
+/* Appends a class (USP_ERR_CONFIG when full or when `f->op` is there already in `f->dtype`). */
 usp_status sim_kernel_model_add(sim_kernel_model *m, const sim_kernel_fit *f);
 
 /* The model as the topology file's "kernels" array (docs/cluster_model.md); NULL when out of memory. */

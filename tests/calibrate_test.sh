@@ -43,7 +43,7 @@ fi
 # --- a calibrated file is a fixed point of calibrate --backend sim ---------------------------
 # The full sweep (kernel classes and collective tables) on the simulator's model of known.json, then on that
 # file: the second file is the first, byte for byte (every figure fitted from the times the file's own model
-# gives, at the 6 digits it keeps).
+# gives, at the 6 digits it keeps), and GEMM and attention have bf16 classes beside the fp32 ones.
 timeout 120 "$usp" calibrate --backend sim --topology known.json --world 4 --gpus-per-node 2 --out fixed1.json \
     >fixed1.txt 2>&1
 rc1=$?
@@ -54,7 +54,9 @@ if [[ $rc1 -eq 0 && $rc2 -eq 0 ]] && cmp -s fixed1.json fixed2.json &&
     python3 -c "
 import json
 t = json.load(open('fixed1.json'))
-assert len(t['gpu']['kernels']) >= 20 and any(k['op'] == 'gemm' for k in t['gpu']['kernels'])
+ks = t['gpu']['kernels']
+assert len(ks) >= 20 and any(k['op'] == 'gemm' and 'dtype' not in k for k in ks)
+assert {k['op'] for k in ks if k.get('dtype') == 'bf16'} == {'gemm', 'attention_forward', 'attention_backward'}
 assert {(c['op'], c['ranks'], c['spans_nodes']) for c in t['collectives']} >= {('all_to_all', 2, False), ('all_to_all', 2, True)}
 "; then
     ok

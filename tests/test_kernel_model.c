@@ -125,6 +125,41 @@ START_TEST(the_model_reads_back_from_its_json_and_refuses_bad_fields)
 }
 END_TEST
 
+/* A bf16 class prices bf16 ops and only them; the fp32 class prices the dtypes without one; "dtype" round-trips
+ * and a bad one is refused, naming the field. */
+START_TEST(a_bf16_class_prices_bf16_ops_and_fp32_the_rest)
+{
+    sim_kernel_model m = {0}, back;
+    sim_kernel_fit g = gemm_truth(), fast = gemm_truth();
+    fast.dtype = USP_BF16;
+    for (int j = 0; j < fast.n_table; j++)
+        fast.table_per_work_s[j] /= 16; /* tensor cores */
+    ck_assert_int_eq(sim_kernel_model_add(&m, &g), USP_OK);
+    ck_assert_int_eq(sim_kernel_model_add(&m, &fast), USP_OK); /* the same op, another dtype: not a repeat */
+    ck_assert_int_eq(sim_kernel_model_add(&m, &fast), USP_ERR_CONFIG);
+    usp_op_cost f32 = {.op = "gemm", .flops = 1e9, .bytes = 3e6, .outputs = 1e6}, b16 = f32;
+    b16.dtype = USP_BF16;
+    ck_assert_double_eq_tol(sim_kernel_seconds(&m, &f32), sim_kernel_fit_seconds(&g, 1e9, 3e6, 1e6), 1e-15);
+    ck_assert_double_eq_tol(sim_kernel_seconds(&m, &b16), sim_kernel_fit_seconds(&fast, 1e9, 3e6, 1e6), 1e-15);
+    ck_assert(sim_kernel_seconds(&m, &b16) < sim_kernel_seconds(&m, &f32));
+    sim_kernel_model only_fp32 = {0};
+    ck_assert_int_eq(sim_kernel_model_add(&only_fp32, &g), USP_OK); /* a file written before bf16 classes */
+    ck_assert_double_eq_tol(sim_kernel_seconds(&only_fp32, &b16), sim_kernel_seconds(&only_fp32, &f32), 1e-15);
+    json_t *j = sim_kernel_model_to_json(&m);
+    ck_assert_ptr_null(json_object_get(json_array_get(j, 0), "dtype")); /* fp32: absent, as older files */
+    ck_assert_str_eq(json_string_value(json_object_get(json_array_get(j, 1), "dtype")), "bf16");
+    ck_assert_int_eq(sim_kernel_model_from_json(j, "test", "gpu.", &back), USP_OK);
+    ck_assert_int_eq(back.n, 2);
+    ck_assert_int_eq(back.fits[1].dtype, USP_BF16);
+    ck_assert_double_eq_tol(sim_kernel_seconds(&back, &b16), sim_kernel_seconds(&m, &b16), 1e-12);
+    json_object_set_new(json_array_get(j, 1), "dtype", json_string("fp16"));
+    ck_assert_int_eq(sim_kernel_model_from_json(j, "test", "gpu.", &back), USP_ERR_CONFIG);
+    ck_assert_msg(strstr(usp_error_message(), "gpu.kernels[1].dtype") && strstr(usp_error_message(), "fp16"), "%s",
+                  usp_error_message());
+    json_decref(j);
+}
+END_TEST
+
 START_TEST(a_calibrated_gpu_prices_its_ops_by_its_classes)
 {
     sim_topology t;
@@ -181,6 +216,7 @@ static Suite *kernel_model_suite(void)
     tcase_add_test(t, fit_keeps_coefficients_non_negative_through_noise);
     tcase_add_test(t, an_elementwise_class_prices_bytes_and_a_call);
     tcase_add_test(t, the_model_reads_back_from_its_json_and_refuses_bad_fields);
+    tcase_add_test(t, a_bf16_class_prices_bf16_ops_and_fp32_the_rest);
     tcase_add_test(t, a_calibrated_gpu_prices_its_ops_by_its_classes);
     tcase_add_test(t, a_collective_table_interpolates_in_log_and_prices_its_calls);
     suite_add_tcase(s, t);

@@ -30,10 +30,12 @@ static const char *const op_names[K_KINDS] = {
 };
 
 /* One case: a kind and its shape. GEMM: a m, b n, c k, d the transposed operand (0 none, 1 b, 2 a); attention:
- * a tokens, b heads, c head dim, d causal; element-wise: a elements, c the row width (C, V, or H x D). */
+ * a tokens, b heads, c head dim, d causal; element-wise: a elements, c the row width (C, V, or H x D). GEMM and
+ * attention run again in bf16 where the backend stores it (other units on a GPU); the other kinds in fp32. */
 typedef struct kcase {
     enum kind kind;
     int64_t a, b, c, d;
+    usp_dtype dtype;
 } kcase;
 
 /* The sweep's cases, the same on every rank; returns how many (at most max). */
@@ -44,23 +46,25 @@ static int make_cases(kcase *out, int max, int bf16)
     static const int64_t sizes[] = {256, 4096, 65536, 1 << 20, 1 << 22};
     int n = 0;
 #define ADD(...) do { if (n < max) out[n++] = (kcase){__VA_ARGS__}; } while (0)
-    for (int t = 0; t < 3; t++)
+    for (usp_dtype dt = USP_F32; dt == USP_F32 || (bf16 && dt == USP_BF16); dt = dt == USP_F32 ? USP_BF16 : USP_U8) {
+        for (int t = 0; t < 3; t++)
+            for (int i = 0; i < 3; i++)
+                for (int j = 0; j < 4; j++)
+                    for (int l = 0; l < 3; l++)
+                        if (2.0 * ms[i] * ns[j] * ks[l] <= GEMM_FLOPS_MAX && ms[i] * ns[j] <= GEMM_OPERAND_MAX &&
+                            ms[i] * ks[l] <= GEMM_OPERAND_MAX && ns[j] * ks[l] <= GEMM_OPERAND_MAX)
+                            ADD(K_GEMM, ms[i], ns[j], ks[l], t, dt);
         for (int i = 0; i < 3; i++)
-            for (int j = 0; j < 4; j++)
-                for (int l = 0; l < 3; l++)
-                    if (2.0 * ms[i] * ns[j] * ks[l] <= GEMM_FLOPS_MAX && ms[i] * ns[j] <= GEMM_OPERAND_MAX &&
-                        ms[i] * ks[l] <= GEMM_OPERAND_MAX && ns[j] * ks[l] <= GEMM_OPERAND_MAX)
-                        ADD(K_GEMM, ms[i], ns[j], ks[l], t);
-    for (int i = 0; i < 3; i++)
-        for (int h = 0; h < 2; h++)
-            for (int d = 0; d < 2; d++)
-                for (int causal = 1; causal >= 0; causal--) {
-                    double pairs = causal ? ts[i] * (ts[i] + 1) / 2.0 : (double)ts[i] * ts[i];
-                    if (4.0 * hs[h] * ds[d] * pairs > ATTENTION_FLOPS_MAX)
-                        continue;
-                    ADD(K_ATTENTION_FORWARD, ts[i], hs[h], ds[d], causal);
-                    ADD(K_ATTENTION_BACKWARD, ts[i], hs[h], ds[d], causal);
-                }
+            for (int h = 0; h < 2; h++)
+                for (int d = 0; d < 2; d++)
+                    for (int causal = 1; causal >= 0; causal--) {
+                        double pairs = causal ? ts[i] * (ts[i] + 1) / 2.0 : (double)ts[i] * ts[i];
+                        if (4.0 * hs[h] * ds[d] * pairs > ATTENTION_FLOPS_MAX)
+                            continue;
+                        ADD(K_ATTENTION_FORWARD, ts[i], hs[h], ds[d], causal, dt);
+                        ADD(K_ATTENTION_BACKWARD, ts[i], hs[h], ds[d], causal, dt);
+                    }
+    }
     for (int k = K_COPY; k < K_KINDS; k++) {
         if (k == K_CONVERT && !bf16)
             continue;
@@ -73,7 +77,7 @@ static int make_cases(kcase *out, int max, int bf16)
                                 : k == K_COPY_2D || k == K_ACCUMULATE_2D ? (w ? 256 : 16)
                                 : w                                    ? 768
                                                                        : 64;
-                ADD((enum kind)k, sizes[i] < width ? width : sizes[i], 0, width, 0);
+                ADD((enum kind)k, sizes[i] < width ? width : sizes[i], 0, width, 0, USP_F32);
             }
     }
 #undef ADD
@@ -82,10 +86,11 @@ static int make_cases(kcase *out, int max, int bf16)
 
 enum { A, B, C, D, E, F, G, H, I, BUFS };
 
-/* The pool every case draws on: float buffers of `elems`, int32 ids and positions, and a bf16 buffer where the
- * backend stores bf16. */
+/* The pool every case draws on: float buffers of `elems`, int32 ids and positions, and where the backend stores
+ * bf16, bf16 buffers of `elems` (the same values rounded). */
 typedef struct pool {
     float *f[BUFS];
+    float *h[BUFS]; /* bf16 */
     int32_t *ids;       /* 0, 1, ..., 255, 0, ...: tokens and targets of any vocabulary of 256 or more */
     int32_t *positions; /* 0, 1, ..., 8191, 0, ...: RoPE's positions in sequences of 8K tokens */
     void *half;
@@ -129,6 +134,11 @@ static usp_status pool_make(const usp_rank_ctx *ctx, int64_t elems, pool *p)
         s = usp_buffer_copy(ctx->backend, p->positions, ids, bytes, USP_COPY_HOST_TO_DEVICE, ctx->stream);
     if (s == USP_OK && usp_backend_stores_bf16(ctx->backend))
         s = usp_buffer_alloc_as(ctx->backend, (size_t)elems, USP_BF16, "calibrate", &p->half);
+    for (int b = 0; b < BUFS && s == USP_OK && usp_backend_stores_bf16(ctx->backend); b++) {
+        s = usp_buffer_alloc_as(ctx->backend, (size_t)elems, USP_BF16, "calibrate", (void **)&p->h[b]);
+        if (s == USP_OK)
+            s = usp_buffer_convert(ctx->backend, p->h[b], p->f[b], (size_t)elems, ctx->stream);
+    }
     if (s == USP_OK)
         s = usp_backend_synchronize(ctx->backend, ctx->stream);
     free(host);
@@ -138,7 +148,7 @@ static usp_status pool_make(const usp_rank_ctx *ctx, int64_t elems, pool *p)
 static void pool_free(const usp_rank_ctx *ctx, pool *p)
 {
     for (int b = 0; b < BUFS; b++)
-        usp_buffer_free(ctx->backend, p->f[b]);
+        usp_buffer_free(ctx->backend, p->f[b]), usp_buffer_free(ctx->backend, p->h[b]);
     usp_buffer_free(ctx->backend, p->ids);
     usp_buffer_free(ctx->backend, p->positions);
     usp_buffer_free(ctx->backend, p->half);
@@ -147,9 +157,10 @@ static void pool_free(const usp_rank_ctx *ctx, pool *p)
 static usp_status run_gemm(const usp_rank_ctx *ctx, const pool *p, const kcase *c)
 {
     int64_t m = c->a, n = c->b, k = c->c;
+    float *const *f = c->dtype == USP_BF16 ? p->h : p->f;
     usp_gemm_desc g = {.trans_a = c->d == 2, .trans_b = c->d == 1, .m = m, .n = n, .k = k, .alpha = 1,
-                       .a = p->f[A], .lda = c->d == 2 ? m : k, .b = p->f[B], .ldb = c->d == 1 ? k : n,
-                       .c = p->f[C], .ldc = n, .batch = 1};
+                       .a = f[A], .lda = c->d == 2 ? m : k, .b = f[B], .ldb = c->d == 1 ? k : n,
+                       .c = f[C], .ldc = n, .batch = 1};
     return usp_gemm(ctx->backend, &g, ctx->stream);
 }
 
@@ -157,10 +168,11 @@ static usp_status run_attention(const usp_rank_ctx *ctx, const pool *p, const kc
 {
     usp_attention_shape sh = {.batch = 1, .n_q = c->a, .n_kv = c->a, .n_heads = c->b, .n_kv_heads = c->b,
                               .head_dim = c->c, .causal = (int)c->d, .scale = 1.0f / sqrtf((float)c->c)};
-    float *const *f = p->f;
+    float *const *f = c->dtype == USP_BF16 ? p->h : p->f;
+    float *const lse = p->f[E]; /* fp32 in either dtype */
     if (c->kind == K_ATTENTION_FORWARD)
-        return usp_flash_attention_forward(ctx->backend, &sh, f[A], f[B], f[C], f[D], f[E], ctx->stream);
-    return usp_flash_attention_backward(ctx->backend, &sh, f[A], f[B], f[C], f[D], f[E], f[F], f[G], f[H], f[I], 0,
+        return usp_flash_attention_forward(ctx->backend, &sh, f[A], f[B], f[C], f[D], lse, ctx->stream);
+    return usp_flash_attention_backward(ctx->backend, &sh, f[A], f[B], f[C], f[D], lse, f[F], f[G], f[H], f[I], 0,
                                         ctx->stream);
 }
 
@@ -270,7 +282,7 @@ usp_status calibrate_kernel_sweep(const usp_rank_ctx *ctx, calibrate_run *run, c
         if (s == USP_OK)
             s = time_case(ctx, &p, &cases[i], &rec->points[i]);
         if (ctx->rank == 0)
-            run->point_op[i] = op_names[cases[i].kind];
+            run->point_op[i] = op_names[cases[i].kind], run->point_dtype[i] = cases[i].dtype;
     }
     rec->n_points = s == USP_OK ? n : 0;
     pool_free(ctx, &p);
@@ -296,16 +308,25 @@ static sim_kernel_point slowest_point(const calibrate_run *run, int world, int i
 
 static int elementwise(const char *op) { return strcmp(op, "gemm") != 0 && strncmp(op, "attention_", 10) != 0; }
 
-/* Fits the points whose op is `op` (or, for "*", every element-wise one). */
-static usp_status fit_class(const calibrate_run *run, int world, const char *op, sim_kernel_fit *out)
+/* 1 when point i belongs to class (op, dtype): "*" takes every element-wise point (all fp32). */
+static int in_class(const calibrate_run *run, int i, const char *op, usp_dtype dtype)
+{
+    if (strcmp(op, "*") == 0)
+        return elementwise(run->point_op[i]);
+    return strcmp(run->point_op[i], op) == 0 && run->point_dtype[i] == dtype;
+}
+
+/* Fits the points of class (op, dtype). */
+static usp_status fit_class(const calibrate_run *run, int world, const char *op, usp_dtype dtype, sim_kernel_fit *out)
 {
     sim_kernel_point *points = NULL;
     USP_CHECK(usp_calloc((void **)&points, CALIBRATE_POINTS_MAX, sizeof *points, "the kernel points"));
-    int n = 0, all = strcmp(op, "*") == 0;
+    int n = 0;
     for (int i = 0; i < run->records[0].n_points; i++)
-        if (all ? elementwise(run->point_op[i]) : strcmp(run->point_op[i], op) == 0)
+        if (in_class(run, i, op, dtype))
             points[n++] = slowest_point(run, world, i);
     usp_status s = sim_kernel_fit_points(op, points, n, out);
+    out->dtype = dtype;
     free(points);
     return s;
 }
@@ -334,16 +355,17 @@ usp_status calibrate_fit_kernels(const calibrate_run *run, int world, sim_kernel
     *out = (sim_kernel_model){0};
     for (int i = 0; i < run->records[0].n_points; i++) {
         const char *op = run->point_op[i];
-        if (sim_kernel_find(out, op))
+        const sim_kernel_fit *known = sim_kernel_find(out, op, run->point_dtype[i]);
+        if (known && strcmp(known->op, op) == 0 && known->dtype == run->point_dtype[i])
             continue;
         sim_kernel_fit f;
-        USP_CHECK(fit_class(run, world, op, &f));
+        USP_CHECK(fit_class(run, world, op, run->point_dtype[i], &f));
         round_as_written(&f);
         USP_CHECK(sim_kernel_model_add(out, &f));
     }
     if (out->n > 0) { /* "*": the ops not measured one by one (embedding, attention_merge, ...) */
         sim_kernel_fit f;
-        USP_CHECK(fit_class(run, world, "*", &f));
+        USP_CHECK(fit_class(run, world, "*", USP_F32, &f));
         round_as_written(&f);
         USP_CHECK(sim_kernel_model_add(out, &f));
     }
@@ -353,11 +375,10 @@ usp_status calibrate_fit_kernels(const calibrate_run *run, int world, sim_kernel
 /* The largest relative error of class f over its points, and how many there are. */
 static double worst_error(const calibrate_run *run, int world, const sim_kernel_fit *f, int *cases)
 {
-    int all = strcmp(f->op, "*") == 0;
     double worst = 0;
     *cases = 0;
     for (int i = 0; i < run->records[0].n_points; i++) {
-        if (all ? !elementwise(run->point_op[i]) : strcmp(run->point_op[i], f->op) != 0)
+        if (!in_class(run, i, f->op, f->dtype))
             continue;
         sim_kernel_point p = slowest_point(run, world, i);
         double err = sim_kernel_fit_seconds(f, p.flops, p.bytes, p.outputs) / p.seconds - 1;
@@ -372,7 +393,7 @@ void calibrate_print_kernels(const calibrate_run *run, int world, const sim_kern
            "rate(bytes),\nwork the flops (rate in GFLOP/s) of gemm and attention (+ bytes / GB/s), else the bytes (GB/s); the "
            "rate at up to 4 sizes\nfrom the smallest measured to the largest, interpolated in log(bytes) (-: no cost):\n",
            run->records[0].n_points, REPS);
-    printf("  %-19s %5s %8s %9s %8s %17s %8s %8s %8s %8s %9s\n", "op", "cases", "call(us)", "ns/output", "GB/s",
+    printf("  %-24s %5s %8s %9s %8s %17s %8s %8s %8s %8s %9s\n", "op", "cases", "call(us)", "ns/output", "GB/s",
            "sizes(B)", "rate 1", "rate 2", "rate 3", "rate 4", "worst err");
     for (int k = 0; k < m->n; k++) {
         const sim_kernel_fit *f = &m->fits[k];
@@ -380,7 +401,9 @@ void calibrate_print_kernels(const calibrate_run *run, int world, const sim_kern
         double worst = worst_error(run, world, f, &cases);
         char sizes[32];
         snprintf(sizes, sizeof sizes, "%.2g..%.2g", f->table_bytes[0], f->table_bytes[f->n_table - 1]);
-        printf("  %-19s %5d %8.2f %9.3g %8.3g %17s", f->op, cases, f->call_s * 1e6, f->per_output_s * 1e9,
+        char name[SIM_KERNEL_OP_MAX + 8];
+        snprintf(name, sizeof name, "%s%s", f->op, f->dtype == USP_BF16 ? " bf16" : "");
+        printf("  %-24s %5d %8.2f %9.3g %8.3g %17s", name, cases, f->call_s * 1e6, f->per_output_s * 1e9,
                f->per_byte_s > 0 ? 1e-9 / f->per_byte_s : 0.0, sizes); /* GB/s: a flop-priced class's traffic */
         for (int j = 0; j < SIM_KERNEL_TABLE; j++)
             if (j < f->n_table && f->table_per_work_s[j] > 0)
@@ -396,9 +419,10 @@ json_t *calibrate_kernel_cases_json(const calibrate_run *run, int world, const s
     json_t *a = json_array();
     for (int i = 0; a && i < run->records[0].n_points; i++) {
         sim_kernel_point p = slowest_point(run, world, i);
-        const sim_kernel_fit *f = sim_kernel_find(m, run->point_op[i]);
+        const sim_kernel_fit *f = sim_kernel_find(m, run->point_op[i], run->point_dtype[i]);
         double model = f ? sim_kernel_fit_seconds(f, p.flops, p.bytes, p.outputs) : 0;
-        if (json_array_append_new(a, json_pack("{s:s, s:f, s:f, s:f, s:f, s:f}", "op", run->point_op[i], "flops",
+        if (json_array_append_new(a, json_pack("{s:s, s:s, s:f, s:f, s:f, s:f, s:f}", "op", run->point_op[i],
+                                               "dtype", run->point_dtype[i] == USP_BF16 ? "bf16" : "fp32", "flops",
                                                p.flops, "bytes", p.bytes, "outputs", p.outputs, "time_us",
                                                p.seconds * 1e6, "model_us", model * 1e6)) != 0)
             json_decref(a), a = NULL;

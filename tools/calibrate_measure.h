@@ -26,7 +26,7 @@
 #include "sim/kernel_model.h"
 
 #define CALIBRATE_SIZES_MAX 16
-#define CALIBRATE_POINTS_MAX 384 /* kernel cases of the full sweep (tools/calibrate_kernels.h) */
+#define CALIBRATE_POINTS_MAX 512 /* kernel cases of the full sweep (tools/calibrate_kernels.h) */
 
 enum { CAL_LEVEL_WORLD, CAL_LEVEL_NODE, CAL_LEVEL_NETWORK, CAL_LEVELS };
 enum { CAL_OP_ALL_TO_ALL, CAL_OP_ALL_REDUCE, CAL_OP_SENDRECV, CAL_OPS };
@@ -63,6 +63,7 @@ typedef struct calibrate_run {
     int gemm_n, attention_tokens, attention_heads, attention_head_dim;
     char backend[16];
     const char *point_op[CALIBRATE_POINTS_MAX]; /* the op of each point of the sweep */
+    usp_dtype point_dtype[CALIBRATE_POINTS_MAX]; /* and the dtype it ran in */
 } calibrate_run;
 
 /* The rank main function (core/runtime/rank.h) of `usp calibrate`; arg is a calibrate_run. */

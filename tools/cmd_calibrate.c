@@ -219,12 +219,12 @@ static void reference_rates(const calibrate_run *run, sim_calibration *c)
     double *rates[3] = {&c->gemm_flops_per_s, &c->attention_flops_per_s, &c->attention_backward_flops_per_s};
     for (int k = 0; k < 3; k++) {
         const sim_kernel_point *p = &run->records[0].reference[k];
-        const sim_kernel_fit *f = sim_kernel_find(&c->kernels, ops[k]);
+        const sim_kernel_fit *f = sim_kernel_find(&c->kernels, ops[k], USP_F32);
         double t = f ? sim_kernel_fit_seconds(f, p->flops, p->bytes, p->outputs) : 0;
         if (t > 0)
             *rates[k] = p->flops / t;
     }
-    const sim_kernel_fit *copy = sim_kernel_find(&c->kernels, "copy");
+    const sim_kernel_fit *copy = sim_kernel_find(&c->kernels, "copy", USP_F32);
     double bytes = run->records[0].copy_bytes, t = copy ? sim_kernel_fit_seconds(copy, 0, bytes, 0) : 0;
     if (t > 0)
         c->copy_bytes_per_s = bytes / t;
