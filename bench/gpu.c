@@ -5,7 +5,12 @@
  *   (bf16 A, B and C, fp32 accumulation), M = N = K = 8192;
  * - flash attention forward and backward TFLOP/s, bf16, causal, head_dim 128,
  *   16 heads, N = 16384 and 65536, each beside the bf16 GEMM figure;
- * - a training step of llama-1b at N = 32768 (bf16 storage): tokens/s and MFU.
+ * - training steps of llama-1b at N = 8192 and 32768 (bf16 storage): tokens/s,
+ *   MFU, and the seconds from the start of the run to the end of step 1
+ *   (weights drawn, uploaded, one step);
+ * - with --peer FILE (bench/gpu_peer.py's figures, measured by gpu.sh in the
+ *   same session on the same GPU): PyTorch's figure beside each, and usp's
+ *   over it.
  *
  * FLOPs are those the ops report (core/ops.c: GEMM 2mnk; causal attention 4 D
  * per visible query-key pair forward, 2.5x that backward), read from
@@ -21,11 +26,44 @@
 #include <string.h>
 #include <time.h>
 
+#include <jansson.h>
+
 #include "backends/cuda/cuda_backend.h"
 #include "core/runtime/runtime_single.h"
 #include "core/train/train.h"
 
 #define H100_BF16_PEAK 989.4e12 /* dense, SXM: NVIDIA H100 Tensor Core GPU datasheet (H200: the same) */
+
+static json_t *peer; /* bench/gpu_peer.py's figures (--peer), or NULL */
+
+/* The peer's number at key of obj, or 0 (absent, skipped). */
+static double number(const json_t *obj, const char *key)
+{
+    const json_t *v = json_object_get(obj, key);
+    return json_is_number(v) ? json_number_value(v) : 0;
+}
+
+/* The element of the peer's array (under section, and under "rows" when section holds an object) whose "n" is n. */
+static const json_t *peer_row(const char *section, int64_t n)
+{
+    const json_t *a = json_object_get(peer, section);
+    if (json_is_object(a))
+        a = json_object_get(a, "rows");
+    size_t i;
+    const json_t *row;
+    json_array_foreach(a, i, row) if (number(row, "n") == (double)n) return row;
+    return NULL;
+}
+
+/* " (PyTorch X unit, usp / PyTorch R)" into buf, or "" when the peer has no such figure. */
+static const char *beside(char *buf, size_t size, double ours, double theirs, const char *unit)
+{
+    if (theirs > 0)
+        snprintf(buf, size, " (PyTorch %.1f %s: usp / PyTorch %.3f)", theirs, unit, ours / theirs);
+    else
+        snprintf(buf, size, "%s", peer ? " (PyTorch: no figure)" : "");
+    return buf;
+}
 
 static double now(void)
 {
@@ -129,8 +167,8 @@ static usp_status make_gpu0(void *arg, usp_backend_t **out)
     return usp_backend_cuda_create(0, out);
 }
 
-/* tokens/s and MFU of llama-1b at n tokens: 1 warm-up step, then 2 timed. */
-static void train_step(int64_t n, double peak, double *tokens_per_s, double *mfu)
+/* tokens/s and MFU of llama-1b at n tokens (1 warm-up step, then 2 timed), and the seconds to the end of step 1. */
+static void train_step(int64_t n, double peak, double *tokens_per_s, double *mfu, double *first_step_s)
 {
     usp_train_config c;
     usp_train_defaults(&c);
@@ -144,10 +182,12 @@ static void train_step(int64_t n, double peak, double *tokens_per_s, double *mfu
     size_t peak_bytes = 0;
     usp_train_result result = {.passkey_accuracy = -1, .peak_bytes = &peak_bytes};
     usp_runtime_t *rt;
+    const double start = now();
     check(usp_runtime_single_create("GPU 0", make_gpu0, NULL, &rt), "runtime");
     check(usp_runtime_run(rt, usp_train_rank, &(usp_train_run){.config = &c, .result = &result}), "training");
     usp_runtime_destroy(rt);
     double step_s = (t.at[t.n - 1] - t.at[0]) / (t.n - 1);
+    *first_step_s = t.at[0] - start;
     *tokens_per_s = (double)n / step_s;
     *mfu = (stats.step_flops - stats.recompute_flops) / step_s / peak;
     printf("train llama-1b N %lld bf16: %.3f s a step, peak memory %.1f GiB, loss %.3f\n", (long long)n, step_s,
@@ -163,8 +203,15 @@ int main(int argc, char **argv)
             peak = atof(argv[++i]) * 1e12;
         else if (strcmp(argv[i], "--quick") == 0)
             quick = 1;
-        else {
-            fprintf(stderr, "usage: %s [--peak-tflops X] [--quick]\n", argv[0]);
+        else if (strcmp(argv[i], "--peer") == 0 && i + 1 < argc) {
+            json_error_t e;
+            if (!(peer = json_load_file(argv[++i], 0, &e))) {
+                fprintf(stderr, "bench/gpu: --peer %s: %s (line %d); bench/gpu_peer.py --out writes it\n", argv[i],
+                        e.text, e.line);
+                return 2;
+            }
+        } else {
+            fprintf(stderr, "usage: %s [--peak-tflops X] [--quick] [--peer FILE.json]\n", argv[0]);
             return 2;
         }
     }
@@ -181,19 +228,37 @@ int main(int argc, char **argv)
     check(usp_backend_cuda_create(0, &be), "the cuda backend");
     const int64_t n = quick ? 2048 : 8192;
     double fp32 = gemm_tflops(be, n, USP_F32, 5), bf16 = gemm_tflops(be, n, USP_BF16, 10);
-    printf("cuBLAS GEMM %lld^3: fp32 %.1f TFLOP/s, bf16 %.1f TFLOP/s (%.0f%% of peak)\n", (long long)n, fp32, bf16,
-           peak > 0 ? 100 * bf16 * 1e12 / peak : 0);
+    const json_t *peer_gemm = json_object_get(peer, "gemm");
+    const int same_gemm = number(peer_gemm, "n") == (double)n;
+    char b1[96], b2[96];
+    printf("cuBLAS GEMM %lld^3: fp32 %.1f TFLOP/s%s, bf16 %.1f TFLOP/s (%.0f%% of peak)%s\n", (long long)n, fp32,
+           beside(b1, sizeof b1, fp32, same_gemm ? number(peer_gemm, "fp32_tflops") : 0, "TFLOP/s"), bf16,
+           peak > 0 ? 100 * bf16 * 1e12 / peak : 0,
+           beside(b2, sizeof b2, bf16, same_gemm ? number(peer_gemm, "bf16_tflops") : 0, "TFLOP/s"));
     const int64_t lengths[] = {16384, 65536};
     for (int i = 0; i < (quick ? 1 : 2); i++) {
         double fwd, bwd;
-        attention_tflops(be, quick ? 4096 : lengths[i], &fwd, &bwd);
+        const int64_t len = quick ? 4096 : lengths[i];
+        attention_tflops(be, len, &fwd, &bwd);
+        const json_t *sdpa = peer_row("attention", len);
         printf("flash attention bf16 causal D 128, 16 heads, N %lld: forward %.1f TFLOP/s (%.2f of GEMM, %.0f%% of "
-               "peak), backward %.1f TFLOP/s (%.2f of GEMM)\n", (long long)(quick ? 4096 : lengths[i]), fwd,
-               fwd / bf16, peak > 0 ? 100 * fwd * 1e12 / peak : 0, bwd, bwd / bf16);
+               "peak)%s, backward %.1f TFLOP/s (%.2f of GEMM)%s\n", (long long)len, fwd, fwd / bf16,
+               peak > 0 ? 100 * fwd * 1e12 / peak : 0,
+               beside(b1, sizeof b1, fwd, number(sdpa, "forward_tflops"), "TFLOP/s SDPA"), bwd, bwd / bf16,
+               beside(b2, sizeof b2, bwd, number(sdpa, "backward_tflops"), "TFLOP/s SDPA"));
     }
     usp_backend_destroy(be);
-    double tps, mfu;
-    train_step(quick ? 4096 : 32768, peak > 0 ? peak : 1, &tps, &mfu);
-    printf("train llama-1b: %.0f tokens/s, MFU %.1f%%%s\n", tps, 100 * mfu, peak > 0 ? "" : " (of an unknown peak)");
+    const int64_t train_lengths[] = {8192, 32768};
+    for (int i = 0; i < (quick ? 1 : 2); i++) {
+        const int64_t len = quick ? 4096 : train_lengths[i];
+        double tps, mfu, first_s;
+        train_step(len, peak > 0 ? peak : 1, &tps, &mfu, &first_s);
+        const json_t *hf = peer_row("llama", len);
+        printf("train llama-1b N %lld: %.0f tokens/s, MFU %.1f%%%s, %.1f s from start to the end of step 1%s%s\n",
+               (long long)len, tps, 100 * mfu, peak > 0 ? "" : " (of an unknown peak)", first_s,
+               beside(b1, sizeof b1, tps, number(hf, "tokens_per_s"), "tokens/s HF Llama"),
+               json_is_true(json_object_get(hf, "checkpointing")) ? ", PyTorch with activation checkpointing" : "");
+    }
+    json_decref(peer);
     return 0;
 }

@@ -10,8 +10,12 @@
 #    (tests/test_cuda_attention_mma.c, the tolerances of tests/mma_attention_cases.h);
 # 3. trains the default passkey task on one GPU (usp train --backend nccl --gpus 1) and
 #    prints its accuracy (the goal: 100%);
-# 4. bench/gpu: cuBLAS fp32/bf16 TFLOP/s, flash attention forward/backward TFLOP/s (bf16,
-#    causal, head_dim 128, N 16384 and 65536) beside the GEMM, llama-1b at N 32768: tokens/s, MFU.
+# 4. the peer, then usp, on the same GPU in the same run: bench/gpu_peer.py (PyTorch, where torch
+#    imports: cuBLAS GEMM, SDPA forward/backward, a Hugging Face Llama at llama-1b's shape trained
+#    with bf16 autocast over fp32 master weights; what it cannot run it skips, saying why), then
+#    bench/gpu --peer: cuBLAS fp32/bf16 TFLOP/s, flash attention forward/backward TFLOP/s (bf16,
+#    causal, head_dim 128, N 16384 and 65536) beside the GEMM, llama-1b at N 8192 and 32768:
+#    tokens/s, MFU, seconds to step 1; each beside PyTorch's figure as a ratio.
 # With more than one GPU (issue 13), also:
 # 5. usp train --backend nccl --gpus N (usp starts its N processes under mpirun) on the passkey
 #    task against the simulator's losses on the same mesh (fp32: within 1e-3 of each), a Ulysses,
@@ -58,8 +62,12 @@ echo "== 2b. tensor-core attention against the cpu attention (bf16 tolerances), 
 CK_FORK=no "$build/tests/test_cuda_attention_mma"
 echo "== 3. usp train --backend nccl --gpus 1 (the default passkey task)"
 "$build/tools/usp" train --backend nccl --gpus 1
-echo "== 4. kernels and a training step"
-"$build/bench/gpu"
+echo "== 4. PyTorch (bench/gpu_peer.py), then usp's kernels and training steps beside it"
+peer=()
+if python3 bench/gpu_peer.py --out "$build/peer.json"; then
+    peer=(--peer "$build/peer.json")
+fi
+"$build/bench/gpu" "${peer[@]}"
 if (( gpus > 1 )); then
     usp=$build/tools/usp
     work=$(mktemp -d)
