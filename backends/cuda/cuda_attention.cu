@@ -34,15 +34,10 @@
  * memory, every sum and lse are fp32. head_dim 64 and 128 are compiled with D
  * a constant (unrolled dot products); other head_dim 1..256 run the same kernels
  * with D read at run time. These kernels are the fp32 path and the reference;
- * a bf16 call the tensor cores can take (cuda_mma_maps.h, attn_kernel_for)
- * goes to cuda_attention_mma.cu instead. */
-#include <atomic>
-#include <stdio.h>
-
-#include "backends/cuda/cuda_attention_mma.h"
+ * a bf16 call the tensor cores can take goes to cuda_attention_mma.cu instead
+ * (cuda_attention_op.c decides). */
 #include "backends/cuda/cuda_attention_tiles.h"
 #include "backends/cuda/cuda_common.cuh"
-#include "backends/cuda/cuda_mma_maps.h"
 
 /* ------------------------------------------------------------------------- */
 /* Block-level building blocks                                                */
@@ -418,24 +413,6 @@ static usp_status allow_smem(Kernel kernel, size_t bytes, const char *name)
                      cudaGetErrorString(e));
 }
 
-/* The kernels for this call (cuda_mma_maps.h, attn_kernel_for): a bf16 call the tensor cores cannot take
- * says why on stderr, once per process, so a slow path is never silent. */
-static attn_kernel kernel_for(const usp_attention_shape *s, const cuda_array *arrays, int n)
-{
-    usp_dtype dtypes[8];
-    uintptr_t addresses[8];
-    for (int i = 0; i < n; i++) {
-        dtypes[i] = arrays[i].dtype;
-        addresses[i] = (uintptr_t)arrays[i].data;
-    }
-    const char *why;
-    const attn_kernel kernel = attn_kernel_for(s, dtypes, addresses, n, &why);
-    static std::atomic_flag said = ATOMIC_FLAG_INIT;
-    if (why != NULL && !said.test_and_set())
-        fprintf(stderr, "usp: cuda attention, head_dim %lld: %s (said once)\n", (long long)s->head_dim, why);
-    return kernel;
-}
-
 size_t cuda_attention_workspace_bytes(const usp_attention_shape *s)
 {
     return attn_shape_problem(s) ? 0 : attn_workspace_bytes(s);
@@ -451,13 +428,10 @@ static usp_status forward_launch(const usp_attention_shape *s, cuda_array q, cud
     return cuda_launched("attn_forward_kernel");
 }
 
-usp_status cuda_attention_forward(const usp_attention_shape *s, cuda_array q, cuda_array k, cuda_array v,
+usp_status cuda_attention_scalar_forward(const usp_attention_shape *s, cuda_array q, cuda_array k, cuda_array v,
                                   cuda_array o, float *lse, void *workspace, cudaStream_t stream)
 {
     (void)workspace; /* the forward keeps its state in shared memory */
-    const cuda_array arrays[] = {q, k, v, o};
-    if (kernel_for(s, arrays, 4) == ATTN_KERNEL_MMA)
-        return cuda_attention_mma_forward(s, q, k, v, o, lse, stream);
     USP_CHECK(attention_check(s, "forward"));
     if (attn_q_grid(s) == 0)
         return USP_OK;
@@ -490,13 +464,10 @@ static usp_status backward_launch(const usp_attention_shape *s, cuda_array q, cu
     return USP_OK;
 }
 
-usp_status cuda_attention_backward(const usp_attention_shape *s, cuda_array q, cuda_array k, cuda_array v,
+usp_status cuda_attention_scalar_backward(const usp_attention_shape *s, cuda_array q, cuda_array k, cuda_array v,
                                    cuda_array o, const float *lse, cuda_array d_o, cuda_array dq, cuda_array dk,
                                    cuda_array dv, int accumulate, void *workspace, cudaStream_t stream)
 {
-    const cuda_array arrays[] = {q, k, v, o, d_o, dq, dk, dv};
-    if (kernel_for(s, arrays, 8) == ATTN_KERNEL_MMA)
-        return cuda_attention_mma_backward(s, q, k, v, o, lse, d_o, dq, dk, dv, accumulate, workspace, stream);
     USP_CHECK(attention_check(s, "backward"));
     const int64_t rows = s->batch * s->n_q * s->n_heads;
     float *delta = (float *)workspace; /* [B, H, Nq] */

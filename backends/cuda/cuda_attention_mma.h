@@ -1,7 +1,7 @@
 /* The tensor-core flash attention (cuda_attention_mma.cu): FlashAttention-2 on mma.sync m16n8k16,
  * bf16 q, k, v, o, d_o, dq, dk, dv with fp32 accumulators and lse; head_dim 64 and 128. Every index
  * map it uses is in cuda_mma_maps.h, where tests/test_mma_maps.c and the CPU emulation of
- * tests/mma_attention_emulation.c check them. The attention op of cuda_attention.cu calls it for
+ * tests/mma_attention_emulation.c check them. The attention op (cuda_attention_op.c) calls it for
  * every bf16 call it can take (attn_kernel_for); not yet run on a GPU. */
 #ifndef USP_CUDA_ATTENTION_MMA_H
 #define USP_CUDA_ATTENTION_MMA_H

@@ -122,20 +122,33 @@ usp_status cuda_adamw_step(float *params, cuda_array grads, float *m, float *v, 
 /* *out_device (one double) = sum of x[i]^2 in double, in a fixed order. */
 usp_status cuda_sum_squares(double *out_device, cuda_array x, int64_t n, cudaStream_t stream);
 
-/* ---- attention (backends/cuda/cuda_attention.cu) --------------------------- */
+/* ---- attention ---------------------------------------------------------------
+ * The op (cuda_attention_op.c) sends each call to the tensor-core kernels
+ * (cuda_attention_mma.cu) when they take it, bf16 at head_dim 64 or 128, and to the
+ * scalar kernels (cuda_attention.cu) otherwise: fp32, other head sizes. */
 
-/* Bytes of workspace the two attention launchers need for `s` (device memory). */
+/* Bytes of workspace the attention launchers need for `s` (device memory; both kernels' backward). */
 size_t cuda_attention_workspace_bytes(const usp_attention_shape *s);
 
 /* Flash attention forward: o, lse [B, H, Nq] fp32 (see backends/cpu/cpu_attention.h
- * for layouts and the masking of blocks with offsets). */
+ * for layouts and the masking of blocks with offsets), on the kernels that take the call. */
 usp_status cuda_attention_forward(const usp_attention_shape *s, cuda_array q, cuda_array k, cuda_array v,
                                   cuda_array o, float *lse, void *workspace, cudaStream_t stream);
 
-/* Flash attention backward, deterministic (no atomics in dq, dk, dv). */
+/* Flash attention backward, deterministic (no atomics in dq, dk, dv), on the kernels that take the call. */
 usp_status cuda_attention_backward(const usp_attention_shape *s, cuda_array q, cuda_array k, cuda_array v,
                                    cuda_array o, const float *lse, cuda_array d_o, cuda_array dq, cuda_array dk,
                                    cuda_array dv, int accumulate, void *workspace, cudaStream_t stream);
+
+/* cuda_attention_forward on the scalar fp32-arithmetic kernels (any dtype, head_dim 1..256). */
+usp_status cuda_attention_scalar_forward(const usp_attention_shape *s, cuda_array q, cuda_array k, cuda_array v,
+                                         cuda_array o, float *lse, void *workspace, cudaStream_t stream);
+
+/* cuda_attention_backward on the scalar kernels. */
+usp_status cuda_attention_scalar_backward(const usp_attention_shape *s, cuda_array q, cuda_array k, cuda_array v,
+                                          cuda_array o, const float *lse, cuda_array d_o, cuda_array dq,
+                                          cuda_array dk, cuda_array dv, int accumulate, void *workspace,
+                                          cudaStream_t stream);
 
 /* Online-softmax merge of a partial result (o_part, lse_part) into (o, lse); see core/ops.h. */
 usp_status cuda_attention_merge(cuda_array o, float *lse, cuda_array o_part, const float *lse_part, int64_t n,
