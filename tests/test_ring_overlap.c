@@ -11,8 +11,11 @@
  *   without "done" dK/dV leave before the attention has added to them, without
  *   "arrived" our block's dK/dV are copied home before the last hop lands.
  * - auto decides on shapes alone: off for a test model's step, on for a
- *   step of 1e10 FLOPs or more; on and off force it; anything else is refused. */
+ *   step of 1e10 FLOPs or more; on and off force it; anything else is refused.
+ * - The simulator models it (usp plan, llama-7b R 8 at 128K on pcie-gen4): the
+ *   same compute, more communication hidden, less exposed, a shorter step. */
 #include <check.h>
+#include <jansson.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -21,6 +24,7 @@
 #include "core/parallel/ring.h"
 #include "tests/check_main.h"
 #include "tests/harness.h"
+#include "tools/commands.h"
 
 /* A small Llama on 4 ranks: R 4 (case 0) or U 2 x R 2 (case 1), three steps of two sequences. */
 static usp_train_config config_for(int ring, ring_overlap overlap)
@@ -36,20 +40,11 @@ static usp_train_config config_for(int ring, ring_overlap overlap)
     return c;
 }
 
-static int64_t table_total(const usp_model_config *m)
-{
-    usp_param_table t;
-    ck_assert_int_eq(usp_param_table_make(m, &t), USP_OK);
-    int64_t n = t.total;
-    usp_param_table_free(&t);
-    return n;
-}
-
 /* Step 1's gradients, then the last weights, of `c` on `factory`'s backends (malloc'd, 2 x the table);
  * *status the run's. */
 static float *tensors_of(const usp_train_config *config, sim_backend_factory factory, usp_status *status)
 {
-    const size_t n = (size_t)table_total(&config->model);
+    const size_t n = (size_t)harness_param_total(&config->model);
     float *t = calloc(2 * n, sizeof *t);
     ck_assert_ptr_nonnull(t);
     harness_tensors h = {.first_grads = t, .last_weights = t + n};
@@ -78,7 +73,7 @@ START_TEST(the_overlap_changes_no_bit)
 {
     const int ring = _i == 0 ? 4 : 2;
     usp_train_config on = config_for(ring, RING_OVERLAP_ON), off = config_for(ring, RING_OVERLAP_OFF);
-    const size_t n = (size_t)table_total(&on.model);
+    const size_t n = (size_t)harness_param_total(&on.model);
     usp_status s_on, s_off;
     float *a = tensors_of(&on, usp_backend_cpu_create, &s_on), *b = tensors_of(&off, usp_backend_cpu_create, &s_off);
     ck_assert_msg(s_on == USP_OK && s_off == USP_OK, "%s", usp_error_message());
@@ -93,7 +88,7 @@ START_TEST(each_wait_of_the_overlap_is_needed)
 {
     const int ring = _i == 0 ? 4 : 2;
     usp_train_config c = config_for(ring, RING_OVERLAP_ON);
-    const size_t n = (size_t)table_total(&c.model);
+    const size_t n = (size_t)harness_param_total(&c.model);
     usp_status s;
     float *ref = tensors_of(&c, usp_backend_cpu_create, &s);
     ck_assert_msg(s == USP_OK, "%s", usp_error_message());
@@ -160,6 +155,37 @@ START_TEST(auto_decides_on_shapes_and_on_off_force_it)
 }
 END_TEST
 
+/* `usp plan` of llama-7b, R 8 at 128K tokens on pcie-gen4, with --ring-overlap `mode` (JSON, parsed). */
+static json_t *plan_r8(const char *mode)
+{
+    char *argv[] = {"usp", "plan", "--model", "llama-7b", "--dtype", "bf16", "--zero", "1", "--seq", "131072",
+                    "--world", "8", "--ring", "8", "--topology", "pcie-gen4", "--ring-overlap", (char *)mode,
+                    "--json"};
+    static char out[1 << 16];
+    ck_assert_int_eq(harness_run_command(cmd_plan, argv, (int)(sizeof argv / sizeof *argv), out, sizeof out), 0);
+    json_t *j = json_loads(out, 0, NULL);
+    ck_assert_ptr_nonnull(j);
+    return j;
+}
+
+START_TEST(the_plan_hides_more_and_the_step_is_shorter)
+{
+    json_t *off = plan_r8("off"), *on = plan_r8("auto");
+    double f[2][4];
+    static const char *const keys[] = {"step_time_s", "compute_time_s", "comm_hidden_s", "comm_exposed_s"};
+    for (int k = 0; k < 4; k++) {
+        f[0][k] = json_number_value(json_object_get(off, keys[k]));
+        f[1][k] = json_number_value(json_object_get(on, keys[k]));
+        printf("R 8, 128K, pcie-gen4: %s %.4f off, %.4f auto\n", keys[k], f[0][k], f[1][k]);
+    }
+    ck_assert_double_eq_tol(f[1][1], f[0][1], 1e-9 * f[0][1]); /* the same ops */
+    ck_assert(f[1][2] > f[0][2] + 1.0);                     /* the backward's K/V, 1 s and more */
+    ck_assert(f[1][3] < f[0][3] - 1.0);
+    ck_assert(f[1][0] < f[0][0] - 1.0);
+    json_decref(off), json_decref(on);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("ring_overlap");
@@ -168,6 +194,7 @@ int main(void)
     tcase_add_loop_test(tc, the_overlap_changes_no_bit, 0, 2);
     tcase_add_loop_test(tc, each_wait_of_the_overlap_is_needed, 0, 2);
     tcase_add_test(tc, auto_decides_on_shapes_and_on_off_force_it);
+    tcase_add_test(tc, the_plan_hides_more_and_the_step_is_shorter);
     suite_add_tcase(s, tc);
     return check_main_run(s);
 }
