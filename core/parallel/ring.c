@@ -368,11 +368,11 @@ static usp_status backward_block(ring_attention *a, const float *q, const float 
     return USP_OK;
 }
 
-/* The ring steps of the backward with K/V one step ahead; returns the buffer (0 or 1) that holds our
+/* The ring steps of the backward with K/V one step ahead; *cur: the buffer (0 or 1) that holds our
  * block's dK/dV after the last hop. The comm stream runs, per step s (block of ring rank r - s in
  * buf[cur]):
  *   K, V of buf[cur] to next, those of block s+1 into buf[cur ^ 1]   (s < R-1; beside the attention of s)
- *   wait `consumed` (attention of s done), then dK, dV of buf[cur] to next and those of block s+1 in
+ *   wait `consumed` (attention of s done), then dK, dV of buf[cur] to next, those of block s+1 received
  *   record `arrived`, which the attention of s+1 (and, after the last hop, the copy home) waits for.
  * The receive of K/V into buf[cur ^ 1] needs no wait of its own: the attention of s-1 that read that
  * buffer last is older than the dK/dV send of s-1, queued before it on the comm stream. Each block's
