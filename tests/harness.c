@@ -74,6 +74,16 @@ void harness_record_tensors(void *ctx, const usp_train_record *record)
         memcpy(into, record->values, (size_t)record->n_values * sizeof *into);
 }
 
+int64_t harness_param_total(const usp_model_config *m)
+{
+    usp_param_table t;
+    if (usp_param_table_make(m, &t) != USP_OK)
+        return -1;
+    int64_t n = t.total;
+    usp_param_table_free(&t);
+    return n;
+}
+
 double harness_worst_tensor_error(const usp_param_table *t, const float *a, const float *b, int *which)
 {
     double worst = 0;

@@ -36,6 +36,9 @@ typedef struct harness_tensors {
  * LAST_WEIGHTS records and ignores the progress. Set record_tensors to get them. */
 void harness_record_tensors(void *ctx, const usp_train_record *record);
 
+/* The number of parameters of model m (its parameter table's total), or -1 when it has no table. */
+int64_t harness_param_total(const usp_model_config *m);
+
 /* The largest, over the table's tensors, of max |a - b| / max |b| within the tensor; *which: that tensor. */
 double harness_worst_tensor_error(const usp_param_table *t, const float *a, const float *b, int *which);
 

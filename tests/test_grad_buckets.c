@@ -69,19 +69,10 @@ static sim_world *train(const usp_train_config *c, sim_backend_factory factory, 
     return train_run(c, factory, weights, r, NULL);
 }
 
-static int64_t table_total(const usp_model_config *m)
-{
-    usp_param_table t;
-    ck_assert_int_eq(usp_param_table_make(m, &t), USP_OK);
-    int64_t n = t.total;
-    usp_param_table_free(&t);
-    return n;
-}
-
 /* The final weights of `c` on `factory`'s backends (malloc'd); *status the run's (NULL: it must succeed). */
 static float *weights_of(const usp_train_config *c, sim_backend_factory factory, usp_status *status)
 {
-    float *w = calloc((size_t)table_total(&c->model), sizeof *w);
+    float *w = calloc((size_t)harness_param_total(&c->model), sizeof *w);
     usp_train_result result;
     sim_world_destroy(train_run(c, factory, w, &result, status));
     return w;
@@ -93,7 +84,7 @@ START_TEST(each_wait_of_the_overlap_is_needed)
 {
     usp_train_config c = config_for(2, _i == 1 ? 2 : 1, _i, PER_LAYER_MB);
     c.micro_batches = _i == 3 ? 2 : 1, c.batch = _i == 3 ? 4 : 2; /* two sequences a replica, one a pass */
-    const size_t bytes = (size_t)table_total(&c.model) * sizeof(float);
+    const size_t bytes = (size_t)harness_param_total(&c.model) * sizeof(float);
     float *ref = weights_of(&c, usp_backend_cpu_create, NULL), *lazy = weights_of(&c, usp_backend_lazy_create, NULL);
     ck_assert_msg(memcmp(ref, lazy, bytes) == 0, "the lazy backend's weights are not the cpu backend's");
     static const char *const wait[] = {"", "the comm stream's wait for the gradient (ready)",
@@ -151,7 +142,7 @@ START_TEST(a_step_sends_the_gradient_in_once)
     const int zero = _i;
     usp_train_config c = config_for(2, 1, zero, PER_LAYER_MB);
     c.until = 1;
-    const int64_t P = table_total(&c.model), parts = c.model.n_layer + 2;
+    const int64_t P = harness_param_total(&c.model), parts = c.model.n_layer + 2;
     usp_train_result r;
     sim_world *w = train(&c, usp_backend_cpu_create, NULL, &r);
     printf("ZeRO %d, DP 2 x U 2, a bucket a layer: %d gradient collectives, %lld bytes (the gradient: %lld)\n", zero,
@@ -182,7 +173,7 @@ START_TEST(the_bucket_size_changes_no_bit)
     usp_train_config each = config_for(2, _i == 0 ? 2 : 1, 0, PER_LAYER_MB), one = each;
     one.bucket_mb = 100;
     float *a = weights_of(&each, usp_backend_cpu_create, NULL), *b = weights_of(&one, usp_backend_cpu_create, NULL);
-    ck_assert(memcmp(a, b, (size_t)table_total(&each.model) * sizeof *a) == 0);
+    ck_assert(memcmp(a, b, (size_t)harness_param_total(&each.model) * sizeof *a) == 0);
     free(a), free(b);
 }
 END_TEST

@@ -349,10 +349,12 @@ START_TEST(sweep_prefers_a_hybrid_on_pcie_and_ulysses_on_nvswitch)
                   ulysses);
     ck_assert_msg(u != 8, "pcie-gen4: pure Ulysses is the fastest split");
     /* NVSwitch: every GPU has its own 370 GB/s to every other; Ulysses moves the fewest bytes. With
-     * 8:1 GQA the ring's K/V blocks are 8x smaller and its forward hides them behind the attention
-     * (sim/virtual_streams.h): the ring ties with Ulysses (within 0.1%), and wins by less than that */
+     * 8:1 GQA the ring's K/V blocks are 8x smaller and it hides them behind the attention, forward
+     * and backward (sim/virtual_streams.h): the ring ties with Ulysses (within 1%). Since its backward
+     * sends K/V a step ahead (ring.c, backward_overlapped) the ring wins by 0.9%, where with its forward
+     * alone overlapped the two were within 0.1% */
     sweep_best("dgx-h100", 4, &u, &best, &hybrid, &ulysses);
-    ck_assert_msg(ulysses <= 1.001 * best, "dgx-h100, 8:1 GQA: pure Ulysses %.4f s, the best (U %d) %.4f s", ulysses,
+    ck_assert_msg(ulysses <= 1.01 * best, "dgx-h100, 8:1 GQA: pure Ulysses %.4f s, the best (U %d) %.4f s", ulysses,
                   u, best);
     sweep_best("dgx-h100", 32, &u, &best, &hybrid, &ulysses);
     ck_assert_int_eq(u, 8);

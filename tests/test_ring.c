@@ -53,6 +53,7 @@ typedef struct problem {
     float *o, *lse, *dq, *dk, *dv;      /* the ring's, at global positions */
     int backward;                       /* the ranks run backward too */
     int count_costs;                    /* the ranks count their attention calls */
+    ring_overlap overlap;               /* the backward's K/V sent a step ahead (auto: off at these sizes) */
     rank_counts counts[MAX_RANKS];
     size_t comm_bytes[MAX_RANKS];       /* category "comm" between calls (the scratch is held per call) */
     size_t comm_at_peak[MAX_RANKS];     /* category "comm" when the rank's memory peaked (inside a call) */
@@ -201,7 +202,8 @@ static usp_status ring_rank_main(const usp_rank_ctx *ctx, void *arg)
         usp_backend_set_cost_sink(be, count_cost, &p->counts[ctx->rank]);
     ring_attention_config c = {.backend = be, .ring = ctx->world, .stream = ctx->stream, .layout = p->layout,
                                .batch = k->B, .n_heads = k->H, .n_kv_heads = k->Hkv, .head_dim = k->D,
-                               .causal = k->causal, .scale = (float)(1.0 / sqrt((double)k->D))};
+                               .causal = k->causal, .scale = (float)(1.0 / sqrt((double)k->D)),
+                               .backward_overlap = p->overlap};
     USP_CHECK_GOTO(ring_attention_create(&c, &a), s, done);
     p->comm_bytes[ctx->rank] = usp_backend_bytes_in_category(be, "comm");
     USP_CHECK_GOTO(ring_attention_forward(a, d[0], d[1], d[2], d[4], d[5]), s, done);
@@ -346,7 +348,8 @@ static const ring_case traffic_cases[] = {
 };
 
 /* Forward: (R-1) x (K+V); backward: (R-1) x (K+V) + R x (dK+dV), each of
- * 2*B*T*Hkv*D*4 bytes; forward only in one world, both in another. */
+ * 2*B*T*Hkv*D*4 bytes; forward only in one world, both in another, and both
+ * with the backward overlapped: the same bytes in R - 1 more calls. */
 START_TEST(ring_traffic_per_rank_is_the_closed_form)
 {
     problem p;
@@ -365,6 +368,15 @@ START_TEST(ring_traffic_per_rank_is_the_closed_form)
         ck_assert_uint_eq(both[r] - fwd[r], (uint64_t)(R - 1) * X + (uint64_t)R * X * (R > 1));
         ck_assert_int_eq(fwd_calls[r], R - 1);
         ck_assert_int_eq(both_calls[r] - fwd_calls[r], R > 1 ? R : 0);
+    }
+    uint64_t overlapped[MAX_RANKS];
+    int overlapped_calls[MAX_RANKS];
+    p.overlap = RING_OVERLAP_ON;
+    run_and_measure(&p, overlapped, overlapped_calls);
+    expect_matches_reference(&p);
+    for (int r = 0; r < R; r++) {
+        ck_assert_uint_eq(overlapped[r], both[r]);
+        ck_assert_int_eq(overlapped_calls[r] - fwd_calls[r], R > 1 ? 2 * R - 1 : 0);
     }
     problem_free(&p);
 }

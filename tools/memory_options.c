@@ -23,6 +23,13 @@ usp_status memory_options_apply(const memory_options *o, usp_train_config *c)
     USP_CHECK(either("--offload", o->offload, "none", "optimizer", &c->offload_optimizer));
     USP_CHECK(either("--loss", o->loss, "fused", "eager", &c->eager_loss));
     USP_CHECK(either("--ring-merge", o->ring_merge, "fused", "eager", &c->eager_ring_merge));
+    static const char *const overlap[] = {"auto", "on", "off"}; /* in ring_overlap's order */
+    int k = 0;
+    while (k < 3 && strcmp(o->ring_overlap, overlap[k]) != 0)
+        k++;
+    if (k == 3)
+        return usp_error(USP_ERR_CONFIG, "--ring-overlap %s: expected auto, on or off", o->ring_overlap);
+    c->ring_backward_overlap = (ring_overlap)k;
     c->zero_stage = o->zero, c->recompute_layers = o->recompute;
     c->selective_recompute = o->selective_recompute, c->micro_batches = o->micro_batches;
     c->tiled_mlp = o->tiled_mlp, c->tiled_loss = o->tiled_loss, c->tile_rows = o->tile_rows;

@@ -10,11 +10,12 @@
 typedef struct memory_options {
     int zero, recompute, selective_recompute, tiled_mlp, tiled_loss, tile_rows, micro_batches;
     double bucket_mb;
-    const char *dtype, *grad_reduce, *offload, *loss, *ring_merge;
+    const char *dtype, *grad_reduce, *offload, *loss, *ring_merge, *ring_overlap;
 } memory_options;
 
 #define MEMORY_OPTIONS_DEFAULTS                                                                                    \
-    {.dtype = "fp32", .grad_reduce = "fp32", .offload = "none", .loss = "fused", .ring_merge = "fused", .tile_rows = 1024,               \
+    {.dtype = "fp32", .grad_reduce = "fp32", .offload = "none", .loss = "fused", .ring_merge = "fused", .ring_overlap = "auto", \
+     .tile_rows = 1024,               \
      .micro_batches = 1, .bucket_mb = 25}
 
 /* The options' table entries, to put in a command's cli_option array. */
@@ -51,6 +52,9 @@ typedef struct memory_options {
     {"--ring-merge", CLI_STRING, &(o).ring_merge, "fused|eager",                                                  \
      "ring attention's merge of a block's output: fused (usp's: one pass) or eager (as ring-flash-attention and "  \
      "PyTorch's context parallelism run it: an fp32 output, four element-wise kernels; shapes only)", 0, -1},      \
+    {"--ring-overlap", CLI_STRING, &(o).ring_overlap, "auto|on|off",                                              \
+     "ring attention's backward sends each K/V block one step ahead, beside the attention: auto (default: where a " \
+     "step's attention backward is at least 1e10 FLOPs), on or off; the same bits either way", 0, -1},             \
     {"--tile-rows", CLI_INT, &(o).tile_rows, "R", "rows per tile of --tiled-mlp and --tiled-loss (default 1024)", \
      1, 1 << 30}
 

@@ -37,6 +37,7 @@
 
 #include "core/data/data.h"
 #include "core/parallel/mesh.h"
+#include "core/parallel/ring.h"
 #include "core/model/model_params.h"
 #include "core/ops.h"
 #include "core/model/param_store.h"
@@ -57,6 +58,7 @@ typedef struct usp_model_setup {
     int tiled_mlp, tiled_loss;
     int eager_loss;         /* see the memory options above (not with tiled_loss) */
     int eager_ring_merge;   /* ring attention merges as ring-flash-attention does in PyTorch (core/parallel/ring.h; shapes only) */
+    ring_overlap ring_backward_overlap; /* the ring's backward sends K/V ahead of the attention (ring.h) */
     int64_t tile_rows;      /* rows per tile (0: 1024) */
     usp_dtype storage;      /* activations: USP_F32 (0), or USP_BF16 on meta (usp_buffer_alloc_as) */
 } usp_model_setup;

@@ -16,6 +16,7 @@
  *   forward:  R - 1 sendrecvs of K and V packed       = (R - 1) * 2X
  *   backward: R - 1 sendrecvs of K, V, dK and dV, then one of dK and dV
  *                                                      = (R - 1) * 2X + R * 2X
+ *             (overlapped: R - 1 of K and V, R of dK and dV: the same bytes in 2R - 1 calls)
  * and nothing at all when R = 1. Scratch is O(block): two travelling buffers
  * of 4 blocks (none when R = 1), one partial o and lse, and the lse of each
  * query run. */
@@ -40,10 +41,41 @@ struct ring_attention {
     float *eager_out, *eager_tmp; /* eager merge, forward: an fp32 output and a temporary, [T,H,D] each */
     size_t q_elems, lse_elems; /* of o_part and lse_part; buffers above are held during one call only, so
                                   that a model's layers do not each keep theirs */
-    usp_stream_t *comm_stream; /* forward's sendrecvs, beside the attention on c.stream (NULL on the CPU) */
+    usp_stream_t *comm_stream; /* the sendrecvs, beside the attention on c.stream (NULL on the CPU) */
     usp_event_t *arrived;      /* on comm_stream: the last block received */
     usp_event_t *consumed;     /* on c.stream: the last block's attention is done, its buffer may be refilled */
+    int overlap_backward;      /* the backward sends K/V ahead on comm_stream (overlap_pays) */
 };
+
+static unsigned skipped_waits; /* ring_attention_skip_waits_for_tests: RING_WAIT_* left out */
+
+void ring_attention_skip_waits_for_tests(unsigned mask) { skipped_waits = mask; }
+
+/* stream waits for event, unless a test asked to leave out wait `which`. */
+static usp_status overlap_wait(const ring_attention *a, usp_stream_t *stream, usp_event_t *event, unsigned which)
+{
+    return skipped_waits & which ? USP_OK : usp_stream_wait_event(a->c.backend, stream, event);
+}
+
+/* Overlapping the backward pays when one step's attention backward outlasts a call's latency.
+ * Sending K/V (2X) ahead and dK/dV (2X) after the attention, instead of all four after it, turns a
+ * step of C + L + 4X/bw (C the attention, L a call's latency, bw the link) into
+ * max(C, L + 2X/bw) + L + 2X/bw: it gains 2X/bw when the attention hides the K/V, and loses where
+ * C < L, the extra call's latency not hidden. A step's backward does 10 FLOPs a visible (query, key)
+ * pair and head dimension (recomputed scores, dV, dP, dQ, dK: five products of two FLOPs), T^2 pairs
+ * a step, half of them under the causal mask. At 1e10 FLOPs a step is about 25 us on an H100 at
+ * 400 TFLOP/s, a few call latencies: below it the K/V it hides are a few kilobytes and the
+ * extra call costs as much. Shapes alone, the same on every rank of the ring (same T, heads and
+ * batch), so every rank makes the same calls. */
+#define OVERLAP_MIN_STEP_FLOPS 1e10
+
+static int overlap_pays(const ring_attention_config *c, int64_t T)
+{
+    if (c->backward_overlap != RING_OVERLAP_AUTO)
+        return c->backward_overlap == RING_OVERLAP_ON;
+    double pairs = (double)T * (double)T * (c->causal ? 0.5 : 1.0);
+    return 10.0 * (double)c->batch * (double)c->n_heads * (double)c->head_dim * pairs >= OVERLAP_MIN_STEP_FLOPS;
+}
 
 /* The block of keys y lies wholly in the future of queries x: every pair is masked. */
 static int run_is_masked(const ring_attention *a, const usp_token_run *x, const usp_token_run *y)
@@ -96,6 +128,9 @@ usp_status ring_attention_create(const ring_attention_config *c, ring_attention 
                          "positive and the kv heads must divide the heads",
                          (long long)c->batch, (long long)c->n_heads, (long long)c->n_kv_heads,
                          (long long)c->head_dim);
+    if ((unsigned)c->backward_overlap > RING_OVERLAP_OFF)
+        return usp_error(USP_ERR_CONFIG, "ring attention: backward_overlap %d is not auto (0), on (1) or off (2)",
+                         (int)c->backward_overlap);
     if (c->eager_merge && usp_backend_has_numerics(c->backend))
         return usp_error(USP_ERR_CONFIG, "ring attention: the eager merge is a framework's cost, planned on shapes "
                          "only, and the %s backend computes (use the meta backend: usp plan)",
@@ -118,6 +153,7 @@ usp_status ring_attention_create(const ring_attention_config *c, ring_attention 
     USP_ASSERT(held == a->T, "ring rank %d holds %lld tokens, expected %lld", a->r, (long long)held,
                (long long)a->T);
     a->q_elems = q_elems, a->lse_elems = lse_elems;
+    a->overlap_backward = R > 1 && overlap_pays(c, a->T);
     if (R > 1) {
         USP_CHECK_GOTO(usp_stream_create(c->backend, &a->comm_stream), s, fail);
         USP_CHECK_GOTO(usp_event_create(c->backend, &a->arrived), s, fail);
@@ -129,6 +165,8 @@ fail:
     ring_attention_destroy(a);
     return s;
 }
+
+int ring_attention_backward_overlaps(const ring_attention *a) { return a && a->overlap_backward; }
 
 void ring_attention_destroy(ring_attention *a)
 {
@@ -330,17 +368,82 @@ static usp_status backward_block(ring_attention *a, const float *q, const float 
     return USP_OK;
 }
 
+/* The ring steps of the backward with K/V one step ahead; *cur: the buffer (0 or 1) that holds our
+ * block's dK/dV after the last hop. The comm stream runs, per step s (block of ring rank r - s in
+ * buf[cur]):
+ *   K, V of buf[cur] to next, those of block s+1 into buf[cur ^ 1]   (s < R-1; beside the attention of s)
+ *   wait `consumed` (attention of s done), then dK, dV of buf[cur] to next, those of block s+1 received
+ *   record `arrived`, which the attention of s+1 (and, after the last hop, the copy home) waits for.
+ * The receive of K/V into buf[cur ^ 1] needs no wait of its own: the attention of s-1 that read that
+ * buffer last is older than the dK/dV send of s-1, queued before it on the comm stream. Each block's
+ * dK/dV are added to in ring order as before, so the bits are those of the step without overlap. */
+static usp_status backward_overlapped(ring_attention *a, const float *q, const float *o, const float *d_o, float *dq,
+                                      int *cur)
+{
+    const ring_attention_config *c = &a->c;
+    int R = a->R, next = (a->r + 1) % R, prev = (a->r + R - 1) % R;
+    const size_t blk = a->blk;
+    /* the first send reads the block packed on c.stream */
+    USP_CHECK(usp_event_record(c->backend, a->consumed, c->stream));
+    USP_CHECK(overlap_wait(a, a->comm_stream, a->consumed, RING_WAIT_PACKED));
+    *cur = 0;
+    for (int s = 0;; s++) {
+        /* One wait for every arrival, the last hop's included. The lazy backend sees it missing only
+         * at the last hop: the simulator's next post drains the comm stream, deliveries included,
+         * before the attention it would overtake is forced to run. */
+        if (s > 0)
+            USP_CHECK(overlap_wait(a, c->stream, a->arrived, RING_WAIT_ARRIVED));
+        if (s == R)
+            return USP_OK;
+        float *b = a->buf[*cur], *nb = a->buf[*cur ^ 1];
+        if (s + 1 < R)
+            USP_CHECK(usp_comm_sendrecv(c->ring, b, 2 * blk, next, nb, 2 * blk, prev, c->storage, a->comm_stream));
+        USP_CHECK(backward_block(a, q, o, d_o, dq, b, elem(a, b, blk), elem(a, b, 2 * blk), elem(a, b, 3 * blk),
+                                 (a->r - s + R) % R));
+        USP_CHECK(usp_event_record(c->backend, a->consumed, c->stream));
+        USP_CHECK(overlap_wait(a, a->comm_stream, a->consumed, RING_WAIT_DONE));
+        USP_CHECK(usp_comm_sendrecv(c->ring, elem(a, b, 2 * blk), 2 * blk, next, elem(a, nb, 2 * blk), 2 * blk,
+                                    prev, c->storage, a->comm_stream));
+        USP_CHECK(usp_event_record(c->backend, a->arrived, a->comm_stream));
+        *cur ^= 1;
+    }
+}
+
+/* The ring steps of the backward without overlap: each step's sendrecv of K, V, dK and dV follows its
+ * attention on the same stream; returns in *cur the buffer that holds our block's dK/dV at the end. */
+static usp_status backward_in_order(ring_attention *a, const float *q, const float *o, const float *d_o, float *dq,
+                                    int *cur)
+{
+    const ring_attention_config *c = &a->c;
+    int R = a->R, next = (a->r + 1) % R, prev = (a->r + R - 1) % R;
+    const size_t blk = a->blk;
+    *cur = 0;
+    for (int s = 0; s < R; s++) {
+        float *b = a->buf[*cur], *nb = a->buf[*cur ^ 1];
+        USP_CHECK(backward_block(a, q, o, d_o, dq, b, elem(a, b, blk), elem(a, b, 2 * blk), elem(a, b, 3 * blk),
+                                 (a->r - s + R) % R));
+        /* dK/dV are complete for this step only after the compute, so the send follows it on the
+         * same stream. After step R-1 we hold block r+1: one more hop of dK/dV alone takes it home. */
+        if (s + 1 < R)
+            USP_CHECK(usp_comm_sendrecv(c->ring, b, 4 * blk, next, nb, 4 * blk, prev, c->storage, c->stream));
+        else
+            USP_CHECK(usp_comm_sendrecv(c->ring, elem(a, b, 2 * blk), 2 * blk, next, elem(a, nb, 2 * blk), 2 * blk,
+                                        prev, c->storage, c->stream));
+        *cur ^= 1;
+    }
+    return USP_OK;
+}
+
 static usp_status backward(ring_attention *a, const float *q, const float *k, const float *v, const float *o,
                            const float *lse, const float *d_o, float *dq, float *dk, float *dv)
 {
     const ring_attention_config *c = &a->c;
-    int R = a->R, next = (a->r + 1) % R, prev = (a->r + R - 1) % R;
     const size_t esz = usp_dtype_size(c->storage), blk = a->blk, blk_bytes = blk * esz;
     USP_CHECK(usp_buffer_zero(c->backend, dq, (size_t)c->batch * (size_t)a->T * (size_t)c->n_heads *
                                               (size_t)c->head_dim * esz, c->stream));
     /* The kernel wants each query run's GLOBAL lse as one [H, count] slab. */
     USP_CHECK(lse_slabs(a, lse, NULL));
-    if (R == 1) { /* no ring: the gradients of our own block land in place */
+    if (a->R == 1) { /* no ring: the gradients of our own block land in place */
         USP_CHECK(usp_buffer_zero(c->backend, dk, blk_bytes, c->stream));
         USP_CHECK(usp_buffer_zero(c->backend, dv, blk_bytes, c->stream));
         return backward_block(a, q, o, d_o, dq, k, v, dk, dv, a->r);
@@ -350,21 +453,11 @@ static usp_status backward(ring_attention *a, const float *q, const float *k, co
     USP_CHECK(usp_buffer_copy(c->backend, elem(a, a->buf[0], blk), v, blk_bytes, USP_COPY_DEVICE_TO_DEVICE,
                               c->stream));
     USP_CHECK(usp_buffer_zero(c->backend, elem(a, a->buf[0], 2 * blk), 2 * blk_bytes, c->stream));
-    int cur = 0;
-    for (int s = 0; s < R; s++) {
-        float *b = a->buf[cur], *nb = a->buf[cur ^ 1];
-        USP_CHECK(backward_block(a, q, o, d_o, dq, b, elem(a, b, blk), elem(a, b, 2 * blk), elem(a, b, 3 * blk),
-                                 (a->r - s + R) % R));
-        /* dK/dV are complete for this step only after the compute, so the send follows it on the
-         * same stream (no overlap: that would need K/V sent ahead of their gradients). After
-         * step R-1 we hold block r+1: one more hop of dK/dV alone takes it home. */
-        if (s + 1 < R)
-            USP_CHECK(usp_comm_sendrecv(c->ring, b, 4 * blk, next, nb, 4 * blk, prev, c->storage, c->stream));
-        else
-            USP_CHECK(usp_comm_sendrecv(c->ring, elem(a, b, 2 * blk), 2 * blk, next, elem(a, nb, 2 * blk), 2 * blk,
-                                        prev, c->storage, c->stream));
-        cur ^= 1;
-    }
+    int cur;
+    if (a->overlap_backward)
+        USP_CHECK(backward_overlapped(a, q, o, d_o, dq, &cur));
+    else
+        USP_CHECK(backward_in_order(a, q, o, d_o, dq, &cur));
     USP_CHECK(usp_buffer_copy(c->backend, dk, elem(a, a->buf[cur], 2 * blk), blk_bytes, USP_COPY_DEVICE_TO_DEVICE,
                               c->stream));
     return usp_buffer_copy(c->backend, dv, elem(a, a->buf[cur], 3 * blk), blk_bytes, USP_COPY_DEVICE_TO_DEVICE,

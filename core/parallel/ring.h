@@ -10,7 +10,10 @@
  * backward pass (as in ring-flash-attention) recomputes each block's
  * probabilities from the GLOBAL o and lse of the forward, keeps dQ at home and
  * lets dK/dV travel with their K/V block; after the last step one more hop
- * brings every block's gradients back to the rank that owns it.
+ * brings every block's gradients back to the rank that owns it. Where it pays
+ * (ring.c, overlap_pays), the backward sends each K/V block one step ahead, on
+ * a stream of its own beside the attention of the block before, and dK/dV
+ * follow once their block's attention is done: the same sums in the same order.
  *
  * Under a causal mask the zigzag layout (core/parallel/layout.h) gives every ring rank
  * chunks r and 2R-1-r; a (query run, key run) product whose keys all lie in
@@ -29,6 +32,17 @@
 
 typedef struct ring_attention ring_attention;
 
+/* Whether the backward sends K/V one step ahead of their attention (auto: where a step's attention
+ * is long enough to pay for the extra call, ring.c overlap_pays; the bits are the same either way). */
+typedef enum ring_overlap { RING_OVERLAP_AUTO = 0, RING_OVERLAP_ON, RING_OVERLAP_OFF } ring_overlap;
+
+/* The backward overlap's event waits, for ring_attention_skip_waits_for_tests. */
+enum {
+    RING_WAIT_PACKED = 1u,  /* the comm stream's wait for the packed K/V block before the first send */
+    RING_WAIT_DONE = 2u,    /* the comm stream's wait for a step's attention before dK/dV leave */
+    RING_WAIT_ARRIVED = 4u, /* the compute stream's wait for a step's K/V, dK and dV to arrive */
+};
+
 typedef struct ring_attention_config {
     usp_backend_t *backend;
     usp_comm_t *ring;      /* the ring group (size R; this rank is usp_comm_rank(ring)) */
@@ -41,6 +55,7 @@ typedef struct ring_attention_config {
     usp_dtype storage;     /* of the travelling blocks: USP_F32 (0), or USP_BF16 on meta */
     int eager_merge;       /* shapes only: each merge also moves what ring-flash-attention's PyTorch merge does
                               (ring.c, eager_merge_passes) */
+    ring_overlap backward_overlap; /* the same on every rank of the ring (auto decides on shapes alone) */
 } ring_attention_config;
 
 /* Checks the config and allocates the scratch (two travelling buffers of
@@ -59,5 +74,11 @@ usp_status ring_attention_backward(ring_attention *a, const float *q, const floa
 
 /* Frees the scratch and the handle (NULL is a no-op). */
 void ring_attention_destroy(ring_attention *a);
+
+/* 1 when this handle's backward overlaps its K/V transfers with the attention (ring.c, overlap_pays). */
+int ring_attention_backward_overlaps(const ring_attention *a);
+
+/* Tests only: the overlapped backward skips the waits in `mask` (RING_WAIT_*; 0 restores them), to show each is needed. */
+void ring_attention_skip_waits_for_tests(unsigned mask);
 
 #endif

@@ -138,8 +138,8 @@ usp_status ulysses_attention_create(const ulysses_attention_config *c, ulysses_a
         USP_CHECK_GOTO(usp_seq_layout_make(a->layout.kind, c->seq_len, 1, R, &ring_layout), s, fail);
         ring_attention_config rc = {.backend = c->backend, .ring = c->ring, .stream = c->stream,
                                     .layout = ring_layout, .batch = B, .n_heads = nq, .n_kv_heads = nkv,
-                                    .head_dim = D, .causal = c->causal, .scale = a->c.scale,
-                                    .storage = c->storage, .eager_merge = c->eager_ring_merge};
+                                    .head_dim = D, .causal = c->causal, .scale = a->c.scale, .storage = c->storage,
+                                    .eager_merge = c->eager_ring_merge, .backward_overlap = c->ring_backward_overlap};
         USP_CHECK_GOTO(ring_attention_create(&rc, &a->ring), s, fail);
     }
     *out = a;

@@ -34,6 +34,7 @@
 
 #include "core/comm/comm.h"
 #include "core/parallel/layout.h"
+#include "core/parallel/ring.h"
 #include "core/ops.h"
 
 typedef struct ulysses_attention ulysses_attention;
@@ -50,6 +51,7 @@ typedef struct ulysses_attention_config {
     float scale;          /* 0: 1/sqrt(head_dim) */
     usp_dtype storage;    /* of activations and exchanges: USP_F32 (0), or USP_BF16 on meta */
     int eager_ring_merge; /* the ring's merge as a PyTorch framework runs it (ring.h; shapes only) */
+    ring_overlap ring_backward_overlap; /* the ring's backward sends K/V ahead: auto (0), on, off (ring.h) */
 } ulysses_attention_config;
 
 /* Checks that H query heads and Hkv KV heads split over U ranks: Hkv divides H, each rank holds a

@@ -3,8 +3,8 @@
 # code (on shapes only) on a DGX H100, on a PCIe Gen4 box and on 2 and 8 DGX nodes,
 # for every U x R split, with llama-7b's shapes and 8:1 grouped-query attention
 # (llama-7b-gqa8.json). Usage: run.sh PATH/TO/usp. Checks which split wins where:
-# pure Ulysses on NVSwitch (tied with pure Ring, whose transfers hide), a hybrid on PCIe, Ulysses inside a node and Ring across
-# nodes, and the head limit on U. Exit 1 if a claim fails.
+# pure Ulysses and pure Ring within 1% on NVSwitch (the ring's transfers hide, forward and backward), a hybrid or the ring
+# on PCIe, Ulysses inside a node and Ring across nodes, and the head limit on U. Exit 1 if a claim fails.
 source "$(dirname "$0")/../lib.sh"
 
 # num KEY TEXT: the first number after "KEY": in TEXT.
@@ -48,12 +48,12 @@ model=(--model "$LESSON_DIR/llama-7b-gqa8.json") # 32 query heads, 4 KV heads
 section "One DGX H100 (NVSwitch: every GPU 370 GB/s to every other)"
 plan_sweep "${model[@]}" --seq 65536 --world 8 --topology dgx-h100
 claim "usp plan exits 0" test "$RC" = 0
-# With 8:1 GQA the ring's K/V blocks are small and its forward sends them beside the attention:
-# pure Ring ties with pure Ulysses here (docs/cluster_model.md, "Overlap").
+# With 8:1 GQA the ring's K/V blocks are small and it sends them beside the attention, forward and
+# backward: pure Ring is within 1% of pure Ulysses here, ahead of it (docs/cluster_model.md, "Overlap").
 dgx_best=$(head -n 1 rows.txt | cut -d' ' -f3)
 dgx_u8_step=$(awk '$1 == 8 && $2 == 1 { print $3 }' rows.txt)
-claim "NVSwitch: pure Ulysses (U 8 x R 1, $dgx_u8_step s) is within 0.1% of the fastest split ($dgx_best s)" \
-    eval 'is_number "$dgx_u8_step" && awk_true "$dgx_u8_step <= 1.001 * $dgx_best"'
+claim "NVSwitch: pure Ulysses (U 8 x R 1, $dgx_u8_step s) is within 1% of the fastest split ($dgx_best s)" \
+    eval 'is_number "$dgx_u8_step" && awk_true "$dgx_u8_step <= 1.01 * $dgx_best"'
 dgx_u8=$(comm_of 8 1)
 claim "Ulysses' communication is a small part of the step ($dgx_u8 s)" \
     eval 'is_number "$dgx_u8" && awk_true "$dgx_u8 < 0.15 * $(num step_time_s "$(first_line out.txt)")"'
@@ -76,7 +76,12 @@ claim "PCIe: pure Ulysses communicates at least 10x longer than on NVSwitch ($pc
 section "Two DGX H100 nodes (one 400 Gb/s NIC a GPU between them)"
 plan_sweep "${model[@]}" --seq 131072 --world 16 --topology dgx-h100 --nodes 2
 claim "usp plan exits 0" test "$RC" = 0
-claim "2 nodes: Ulysses inside each node, Ring across (U 8 x R 2) is the fastest" test "$(fastest)" = "8 2"
+read -r fu fr <<<"$(fastest)"
+claim "2 nodes: the fastest (U $fu x R $fr) keeps every all-to-all inside a node and rings across" \
+    eval 'test "$fu" -le 8 && test "$fr" -ge 2'
+best2=$(head -n 1 rows.txt | cut -d' ' -f3) u8r2=$(awk '$1 == 8 && $2 == 2 { print $3 }' rows.txt)
+claim "2 nodes: one Ulysses group per node and a ring of 2 across (U 8 x R 2, $u8r2 s) is within 0.5% of it" \
+    eval 'is_number "$u8r2" && awk_true "$u8r2 <= 1.005 * $best2"'
 claim "2 nodes: an all-to-all across both nodes (U 16) communicates longer than U 8 x R 2" \
     eval 'awk_true "$(comm_of 16 1) > $(comm_of 8 2)"'
 claim "2 nodes: pure Ring (U 1 x R 16) is the slowest" test "$(tail -n 1 rows.txt | cut -d' ' -f1-2)" = "1 16"

@@ -1,0 +1,200 @@
+/* The ring backward overlapped with its transfers (core/parallel/ring.c, backward_overlapped).
+ *
+ * - The overlap changes no bit: trained on the cpu backend with it on and off,
+ *   the first step's gradients and the last weights are the same bits (each
+ *   block's dK/dV are summed in the same ring order either way).
+ * - Each of its three event waits is needed: on the lazy backend (work runs as
+ *   late as the stream contract allows; a transfer's data reach the receiver
+ *   when its stream gets there), the run with every wait gives the cpu run's
+ *   bits, and the run without one of them (the test hook) does not:
+ *   without "packed" the first send reads the block before it is packed,
+ *   without "done" dK/dV leave before the attention has added to them, without
+ *   "arrived" our block's dK/dV are copied home before the last hop lands.
+ * - auto decides on shapes alone: off for a test model's step, on for a
+ *   step of 1e10 FLOPs or more; on and off force it; anything else is refused.
+ * - The simulator models it (usp plan, llama-7b R 8 at 128K on pcie-gen4): the
+ *   same compute, more communication hidden, less exposed, a shorter step. */
+#include <check.h>
+#include <jansson.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backends/cpu/cpu_backend.h"
+#include "backends/lazy/lazy_backend.h"
+#include "core/parallel/ring.h"
+#include "tests/check_main.h"
+#include "tests/harness.h"
+#include "tools/commands.h"
+
+/* A small Llama on 4 ranks: R 4 (case 0) or U 2 x R 2 (case 1), three steps of two sequences. */
+static usp_train_config config_for(int ring, ring_overlap overlap)
+{
+    usp_train_config c;
+    usp_train_defaults(&c);
+    ck_assert_int_eq(usp_model_config_preset("tiny", &c.model), USP_OK);
+    c.model.vocab = 128, c.model.n_layer = 2, c.model.d_model = 32, c.model.n_head = 4, c.model.n_kv_head = 2;
+    c.model.d_ff = 48, c.model.max_seq = 64;
+    ck_assert_int_eq(usp_mesh_shape_make(4, 4 / ring, ring, &c.shape), USP_OK);
+    c.data = "passkey", c.seq_len = 64, c.batch = 2, c.steps = 3, c.warmup = 1, c.eval_samples = 0;
+    c.ring_backward_overlap = overlap;
+    return c;
+}
+
+/* Step 1's gradients, then the last weights, of `c` on `factory`'s backends (malloc'd, 2 x the table);
+ * *status the run's. */
+static float *tensors_of(const usp_train_config *config, sim_backend_factory factory, usp_status *status)
+{
+    const size_t n = (size_t)harness_param_total(&config->model);
+    float *t = calloc(2 * n, sizeof *t);
+    ck_assert_ptr_nonnull(t);
+    harness_tensors h = {.first_grads = t, .last_weights = t + n};
+    usp_train_config c = *config;
+    c.on_record = harness_record_tensors, c.record_ctx = &h, c.record_tensors = 1;
+    sim_world *w = NULL;
+    *status = harness_train_world(&c, factory, &w);
+    sim_world_destroy(w);
+    size_t nonzero = 0;
+    for (size_t k = 0; k < 2 * n; k++)
+        nonzero += t[k] != 0;
+    ck_assert_msg(*status != USP_OK || nonzero > n, "the run recorded no gradients or weights");
+    return t;
+}
+
+/* The number of the 2 n floats of a and b whose bits differ. */
+static size_t differing(const float *a, const float *b, size_t n)
+{
+    size_t d = 0;
+    for (size_t k = 0; k < 2 * n; k++)
+        d += memcmp(&a[k], &b[k], sizeof *a) != 0;
+    return d;
+}
+
+START_TEST(the_overlap_changes_no_bit)
+{
+    const int ring = _i == 0 ? 4 : 2;
+    usp_train_config on = config_for(ring, RING_OVERLAP_ON), off = config_for(ring, RING_OVERLAP_OFF);
+    const size_t n = (size_t)harness_param_total(&on.model);
+    usp_status s_on, s_off;
+    float *a = tensors_of(&on, usp_backend_cpu_create, &s_on), *b = tensors_of(&off, usp_backend_cpu_create, &s_off);
+    ck_assert_msg(s_on == USP_OK && s_off == USP_OK, "%s", usp_error_message());
+    size_t d = differing(a, b, n);
+    printf("R %d: %zu of %zu gradients and weights differ with the overlap on and off\n", ring, d, 2 * n);
+    ck_assert_msg(d == 0, "the overlap changed %zu of %zu bits-compared floats", d, 2 * n);
+    free(a), free(b);
+}
+END_TEST
+
+START_TEST(each_wait_of_the_overlap_is_needed)
+{
+    const int ring = _i == 0 ? 4 : 2;
+    usp_train_config c = config_for(ring, RING_OVERLAP_ON);
+    const size_t n = (size_t)harness_param_total(&c.model);
+    usp_status s;
+    float *ref = tensors_of(&c, usp_backend_cpu_create, &s);
+    ck_assert_msg(s == USP_OK, "%s", usp_error_message());
+    float *lazy = tensors_of(&c, usp_backend_lazy_create, &s);
+    ck_assert_msg(s == USP_OK, "%s", usp_error_message());
+    ck_assert_msg(differing(ref, lazy, n) == 0, "the lazy backend's tensors are not the cpu backend's");
+    static const struct {
+        unsigned bit;
+        const char *name;
+    } waits[] = {{RING_WAIT_PACKED, "the first send's wait for the packed block (packed)"},
+                 {RING_WAIT_DONE, "dK/dV's wait for their attention (done)"},
+                 {RING_WAIT_ARRIVED, "the attention's wait for its block (arrived)"}};
+    for (size_t w = 0; w < sizeof waits / sizeof *waits; w++) {
+        ring_attention_skip_waits_for_tests(waits[w].bit);
+        float *got = tensors_of(&c, usp_backend_lazy_create, &s); /* data read early may even diverge */
+        ring_attention_skip_waits_for_tests(0);
+        size_t d = differing(ref, got, n);
+        printf("R %d, without %s: %s, %zu of %zu floats differ\n", ring, waits[w].name,
+               s == USP_OK ? "the run ends" : usp_error_message(), d, 2 * n);
+        ck_assert_msg(s != USP_OK || d > 0, "without %s the tensors are still right: the lazy backend no longer "
+                      "shows the race this test is for", waits[w].name);
+        free(got);
+    }
+    free(ref), free(lazy);
+}
+END_TEST
+
+/* One ring attention of batch 1 over n tokens with `heads` heads of 128: does its backward overlap? */
+static usp_status overlaps(const usp_rank_ctx *ctx, int64_t n, int64_t heads, ring_overlap mode, int *out)
+{
+    ring_attention_config c = {.backend = ctx->backend, .ring = ctx->world, .batch = 1, .n_heads = heads,
+                               .n_kv_heads = heads, .head_dim = 128, .causal = 1, .scale = 1,
+                               .backward_overlap = mode};
+    USP_CHECK(usp_seq_layout_make(USP_LAYOUT_ZIGZAG, n, 1, usp_comm_size(ctx->world), &c.layout));
+    ring_attention *a = NULL;
+    usp_status s = ring_attention_create(&c, &a);
+    *out = ring_attention_backward_overlaps(a);
+    ring_attention_destroy(a);
+    return s;
+}
+
+static usp_status decide(const usp_rank_ctx *ctx, void *arg)
+{
+    (void)arg;
+    int got;
+    /* 64 tokens a rank, 4 heads: 10 * 4 * 128 * 64^2 / 2 = 1.0e7 FLOPs a step */
+    USP_CHECK(overlaps(ctx, 128, 4, RING_OVERLAP_AUTO, &got));
+    USP_CHECK(harness_expect_eq(ctx, "auto at 1e7 FLOPs a step", 0, got, 0));
+    USP_CHECK(overlaps(ctx, 128, 4, RING_OVERLAP_ON, &got));
+    USP_CHECK(harness_expect_eq(ctx, "on at 1e7 FLOPs a step", 0, got, 1));
+    /* 4096 tokens a rank, 32 heads: 10 * 32 * 128 * 4096^2 / 2 = 3.4e11 FLOPs a step (R 2 at 8K, llama-7b) */
+    USP_CHECK(overlaps(ctx, 8192, 32, RING_OVERLAP_AUTO, &got));
+    USP_CHECK(harness_expect_eq(ctx, "auto at 3.4e11 FLOPs a step", 0, got, 1));
+    USP_CHECK(overlaps(ctx, 8192, 32, RING_OVERLAP_OFF, &got));
+    USP_CHECK(harness_expect_eq(ctx, "off at 3.4e11 FLOPs a step", 0, got, 0));
+    usp_status s = overlaps(ctx, 128, 4, (ring_overlap)7, &got);
+    return harness_expect_eq(ctx, "backward_overlap 7 refused", 0, s, USP_ERR_CONFIG);
+}
+
+START_TEST(auto_decides_on_shapes_and_on_off_force_it)
+{
+    char report[2048];
+    ck_assert_msg(harness_run(2, decide, NULL, NULL, 0, report, sizeof report) == USP_OK, "%s", report);
+}
+END_TEST
+
+/* `usp plan` of llama-7b, R 8 at 128K tokens on pcie-gen4, with --ring-overlap `mode` (JSON, parsed). */
+static json_t *plan_r8(const char *mode)
+{
+    char *argv[] = {"usp", "plan", "--model", "llama-7b", "--dtype", "bf16", "--zero", "1", "--seq", "131072",
+                    "--world", "8", "--ring", "8", "--topology", "pcie-gen4", "--ring-overlap", (char *)mode,
+                    "--json"};
+    static char out[1 << 16];
+    ck_assert_int_eq(harness_run_command(cmd_plan, argv, (int)(sizeof argv / sizeof *argv), out, sizeof out), 0);
+    json_t *j = json_loads(out, 0, NULL);
+    ck_assert_ptr_nonnull(j);
+    return j;
+}
+
+START_TEST(the_plan_hides_more_and_the_step_is_shorter)
+{
+    json_t *off = plan_r8("off"), *on = plan_r8("auto");
+    double f[2][4];
+    static const char *const keys[] = {"step_time_s", "compute_time_s", "comm_hidden_s", "comm_exposed_s"};
+    for (int k = 0; k < 4; k++) {
+        f[0][k] = json_number_value(json_object_get(off, keys[k]));
+        f[1][k] = json_number_value(json_object_get(on, keys[k]));
+        printf("R 8, 128K, pcie-gen4: %s %.4f off, %.4f auto\n", keys[k], f[0][k], f[1][k]);
+    }
+    ck_assert_double_eq_tol(f[1][1], f[0][1], 1e-9 * f[0][1]); /* the same ops */
+    ck_assert(f[1][2] > f[0][2] + 1.0);                     /* the backward's K/V, 1 s and more */
+    ck_assert(f[1][3] < f[0][3] - 1.0);
+    ck_assert(f[1][0] < f[0][0] - 1.0);
+    json_decref(off), json_decref(on);
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("ring_overlap");
+    TCase *tc = tcase_create("ring_overlap");
+    tcase_set_timeout(tc, 120);
+    tcase_add_loop_test(tc, the_overlap_changes_no_bit, 0, 2);
+    tcase_add_loop_test(tc, each_wait_of_the_overlap_is_needed, 0, 2);
+    tcase_add_test(tc, auto_decides_on_shapes_and_on_off_force_it);
+    tcase_add_test(tc, the_plan_hides_more_and_the_step_is_shorter);
+    suite_add_tcase(s, tc);
+    return check_main_run(s);
+}
