@@ -31,8 +31,7 @@ static size_t extent_v(const size_t *counts, const size_t *offsets, int n)
     return end;
 }
 
-/* Bytes of send and recv buffer the op touches on member `i` of a group of `n`. */
-static void buffer_extents(const usp_comm_op *op, int i, int n, size_t *send, size_t *recv)
+void sim_buffer_extents(const usp_comm_op *op, int i, int n, size_t *send, size_t *recv)
 {
     size_t es = usp_dtype_size(op->dtype), c = op->count * es;
     *send = *recv = 0;
@@ -68,7 +67,7 @@ static usp_status check_buffer(const sim_rank *r, const usp_comm_op *op, const c
 static usp_status check_buffers(const sim_rank *r, const usp_comm_op *op, int i, int n)
 {
     size_t send, recv;
-    buffer_extents(op, i, n, &send, &recv);
+    sim_buffer_extents(op, i, n, &send, &recv);
     USP_CHECK(check_buffer(r, op, "send", op->send, send));
     USP_CHECK(check_buffer(r, op, "receive", op->recv, recv));
     int in_place_ok = op->kind == USP_OP_ALL_REDUCE || op->kind == USP_OP_BROADCAST;
@@ -203,7 +202,7 @@ static usp_status queue_delivery(const sim_rank *r, usp_comm_op *op, late_delive
     return usp_launch_host_func(r->backend, op->stream, deliver, d);
 }
 
-static usp_status move_collective(usp_comm_op **ops, int size)
+usp_status sim_move_host(usp_comm_op **ops, int size)
 {
     switch (ops[0]->kind) {
     case USP_OP_ALL_TO_ALL: all_to_all(ops, size); break;
@@ -223,6 +222,8 @@ usp_status sim_move_collective(sim_world *w, sim_group *g)
         USP_CHECK(check_buffers(sim_mirror_source(w, g->members[i]), g->posted[i], i, g->size));
     if (!usp_backend_has_numerics(w->ranks[g->members[0]].backend))
         return USP_OK;
+    if (w->config.device_memory)
+        return sim_staged_collective(w, g);
     usp_comm_op **ops = g->posted;
     late_delivery **late = calloc((size_t)g->size, sizeof *late);
     if (!late)
@@ -230,11 +231,11 @@ usp_status sim_move_collective(sim_world *w, sim_group *g)
     usp_status s = USP_OK;
     for (int i = 0; i < g->size && s == USP_OK; i++) {
         size_t send, recv;
-        buffer_extents(ops[i], i, g->size, &send, &recv);
+        sim_buffer_extents(ops[i], i, g->size, &send, &recv);
         s = stage_receive(&w->ranks[g->members[i]], ops[i], recv, &late[i]);
     }
     if (s == USP_OK)
-        s = move_collective(ops, g->size);
+        s = sim_move_host(ops, g->size);
     for (int i = 0; i < g->size; i++) {
         usp_status d = s == USP_OK ? queue_delivery(&w->ranks[g->members[i]], ops[i], late[i]) : USP_OK;
         if (s != USP_OK && late[i]) { /* nothing delivered: the receive buffer stays as it was */
@@ -253,10 +254,11 @@ usp_status sim_move_p2p(sim_world *w, const sim_rank *sender, const sim_rank *re
     int n = sender->op_comm->group->size;
     USP_CHECK(check_buffers(sender, s, sender->op_comm->local, n));
     USP_CHECK(check_buffers(receiver, d, receiver->op_comm->local, n));
-    (void)w;
     if (!usp_backend_has_numerics(sender->backend))
         return USP_OK;
     size_t bytes = s->count * usp_dtype_size(s->dtype);
+    if (w->config.device_memory)
+        return sim_staged_p2p(w, sender, receiver, bytes);
     late_delivery *late;
     USP_CHECK(stage_receive(receiver, receiver->op, bytes, &late));
     memcpy(receiver->op->recv, s->send, bytes);

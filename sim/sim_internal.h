@@ -114,6 +114,7 @@ struct sim_world {
     int *local_scratch;      /* [n] -1, or a member's index while a group is indexed (sim/mirrors.c) */
     int mirrors_failed;      /* 1: the run broke the mirrors' symmetry (sim_world_mirrors_failed) */
     int mirror_flows;        /* 1: the mirrors' transfers are queued (lanes may share links: sim/mirrors.c) */
+    uint64_t staged_bytes;   /* bytes downloaded and uploaded by sim/staged_move.c (sim_world_staged_bytes) */
 };
 
 /* rank_gather.c: usp_rank_ctx.gather of a simulated rank (gather_ctx: its sim_rank). */
@@ -132,6 +133,20 @@ usp_status sim_transfers_advance(struct sim_world *w, double t, void (*woke)(voi
 /* collectives.c: moves the data of a matched collective / transfer; checks the buffers first. */
 usp_status sim_move_collective(struct sim_world *w, sim_group *g);
 usp_status sim_move_p2p(struct sim_world *w, const sim_rank *sender, const sim_rank *receiver);
+
+/* The bytes of send and recv buffer `op` touches on member `i` of a group of `n` (collectives.c). */
+void sim_buffer_extents(const usp_comm_op *op, int i, int n, size_t *send, size_t *recv);
+/* Moves a matched collective's data between the members' buffers, all in host memory (collectives.c). */
+usp_status sim_move_host(usp_comm_op **ops, int size);
+
+/* staged_move.c: the same moves for ranks whose buffers are device memory (sim_config.device_memory):
+ * through host copies, downloaded and uploaded by each rank's own backend on the call's stream. */
+usp_status sim_staged_collective(struct sim_world *w, sim_group *g);
+usp_status sim_staged_p2p(struct sim_world *w, const sim_rank *sender, const sim_rank *receiver, size_t bytes);
+
+/* world.c: 1 mutes r's op costs (the copies of staged_move.c are the simulator's, not the modelled
+ * cluster's: they move no virtual clock), 0 restores them. */
+void sim_rank_mute_costs(sim_rank *r, int mute);
 
 /* mirrors.c: ranks that stand in for others (sim_config.mirrors). */
 /* 1 when `rank` is a mirror: its block's first rank runs for it. */

@@ -55,6 +55,11 @@ static void on_compute_cost(void *ctx, const usp_op_cost *cost)
                                        cost->bytes);
 }
 
+void sim_rank_mute_costs(sim_rank *r, int mute)
+{
+    usp_backend_set_cost_sink(r->backend, mute ? NULL : on_compute_cost, mute ? NULL : r);
+}
+
 /* The host reads the time once the work it issued is done: every lane's. */
 static double rank_clock(const void *runtime) { return sim_lanes_end(runtime); }
 
@@ -352,6 +357,8 @@ sim_work sim_world_work(const sim_world *w)
     return (sim_work){.traffic_entries = w->traffic_entries, .match_checks = w->match_checks,
                       .ready_offers = w->ready_offers};
 }
+
+uint64_t sim_world_staged_bytes(const sim_world *w) { return w->staged_bytes; }
 
 const usp_backend_t *sim_world_backend(const sim_world *w, int rank) { return sim_mirror_source(w, rank)->backend; }
 usp_status sim_world_rank_status(const sim_world *w, int rank) { return sim_mirror_source(w, rank)->result; }

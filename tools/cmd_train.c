@@ -35,6 +35,7 @@
 typedef struct train_options {
     const char *backend, *model, *data, *save, *resume, *attention, *trace, *dot, *topology, *dump_dir;
     const char *attention_kernel; /* the modelled kernel's rates (sim only) */
+    const char *sim_compute;      /* the simulated ranks' backend (sim only; NULL: cpu) */
     const char *log;              /* --log FILE: rank 0's lines appended there too */
     int world, gpus, ulysses, ring, pad, json, nodes, meta, check_collectives;
     double timeout;
@@ -147,6 +148,7 @@ static usp_status build_config(const char *command, const train_options *o, usp_
         return usp_error(USP_ERR_CONFIG, "--attention-kernel %s with --backend %s: the kernel's rates are the "
                          "simulator's model; a real backend runs and times its own kernels (drop --attention-kernel)",
                          o->attention_kernel, o->backend);
+    USP_CHECK(runtime_registry_sim_compute(o->backend, o->sim_compute, o->meta, NULL));
     if (real && o->dot) /* --trace is measured on every backend (docs/viz.md) */
         return usp_error(USP_ERR_CONFIG, "--dot with --backend %s: pictures are the simulator's (drop --dot, or run "
                          "the same options on --backend sim); --trace FILE.json works here and records measured times",
@@ -335,6 +337,7 @@ static usp_status run_config(const char *command, const train_options *o, char *
                               .record_schedule = o->explore.explore};
     /* without a launcher, mpi and nccl start their processes here (after the checks above, so that a bad
      * option is one message, not one per process); the launched ones pass through */
+    USP_CHECK(runtime_registry_sim_compute(o->backend, o->sim_compute, o->meta, &ro));
     USP_CHECK(runtime_registry_launch(o->backend, &ro, argv));
     if (ro.stop) /* before the runtime: mpi's and nccl's watchdog take the signals over, and pass them on */
         catch_stop_signals();
@@ -511,6 +514,9 @@ int cmd_train(int argc, char **argv)
         {"--attention-kernel", CLI_STRING, &o.attention_kernel, "fa2|fa3|sdpa",
          "attention kernel whose published rates the modelled times use (sim): fa2 (default), fa3 (Hopper), sdpa",
          0, -1},
+        {"--sim-compute", CLI_STRING, &o.sim_compute, "cpu|cuda",
+         "--backend sim: the ranks' compute backend: cpu (default) or cuda (every rank's kernels on GPU 0, the "
+         "simulator moving their data through host copies; a build with the CUDA Toolkit)", 0, -1},
         {"--attention", CLI_STRING, &o.attention, "sp|local",
          "sp: Ulysses/Ring over the mesh (default); local: each rank attends to its own shard only", 0, -1},
         {"--model", CLI_STRING, &o.model, "NAME|FILE",
