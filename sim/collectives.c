@@ -12,7 +12,11 @@
  * a host function on the receiver's stream moves them into the receive
  * buffer when that stream reaches the call. Work on another stream that reads
  * the buffer without waiting for an event recorded after the call then reads
- * the old contents, and its test fails. */
+ * the old contents, and its test fails.
+ *
+ * Ranks whose buffers are device memory (sim_config.device_memory) cannot be
+ * memcpy'd: sim/staged_move.c runs the same host movement (sim_move_host) on
+ * copies of their regions, and sim_comm.c picks which path a call takes. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -216,14 +220,18 @@ usp_status sim_move_host(usp_comm_op **ops, int size)
     return USP_OK;
 }
 
-usp_status sim_move_collective(sim_world *w, sim_group *g)
+usp_status sim_check_collective(const sim_world *w, const sim_group *g)
 {
     for (int i = 0; i < g->size; i++)
         USP_CHECK(check_buffers(sim_mirror_source(w, g->members[i]), g->posted[i], i, g->size));
+    return USP_OK;
+}
+
+usp_status sim_move_collective(sim_world *w, sim_group *g)
+{
+    USP_CHECK(sim_check_collective(w, g));
     if (!usp_backend_has_numerics(w->ranks[g->members[0]].backend))
         return USP_OK;
-    if (w->config.device_memory)
-        return sim_staged_collective(w, g);
     usp_comm_op **ops = g->posted;
     late_delivery **late = calloc((size_t)g->size, sizeof *late);
     if (!late)
@@ -248,17 +256,21 @@ usp_status sim_move_collective(sim_world *w, sim_group *g)
     return s;
 }
 
+usp_status sim_check_p2p(const sim_rank *sender, const sim_rank *receiver)
+{
+    int n = sender->op_comm->group->size;
+    USP_CHECK(check_buffers(sender, sender->op, sender->op_comm->local, n));
+    return check_buffers(receiver, receiver->op, receiver->op_comm->local, n);
+}
+
 usp_status sim_move_p2p(sim_world *w, const sim_rank *sender, const sim_rank *receiver)
 {
-    const usp_comm_op *s = sender->op, *d = receiver->op;
-    int n = sender->op_comm->group->size;
-    USP_CHECK(check_buffers(sender, s, sender->op_comm->local, n));
-    USP_CHECK(check_buffers(receiver, d, receiver->op_comm->local, n));
+    const usp_comm_op *s = sender->op;
+    (void)w;
+    USP_CHECK(sim_check_p2p(sender, receiver));
     if (!usp_backend_has_numerics(sender->backend))
         return USP_OK;
     size_t bytes = s->count * usp_dtype_size(s->dtype);
-    if (w->config.device_memory)
-        return sim_staged_p2p(w, sender, receiver, bytes);
     late_delivery *late;
     USP_CHECK(stage_receive(receiver, receiver->op, bytes, &late));
     memcpy(receiver->op->recv, s->send, bytes);

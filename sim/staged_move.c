@@ -11,7 +11,7 @@
  * (send == recv) has one host copy for both, so the host code sees the aliasing it
  * would see in place. The sums are the host path's, in rank order: the same bits.
  * The copies are the simulator's own work, not the modelled cluster's, so they
- * move no virtual clock (sim_rank_mute_costs). Slow (two PCIe crossings a call),
+ * move no virtual clock (sim_rank.mute_costs). Slow (two PCIe crossings a call),
  * and simple: the point is to run the distributed schedules' GPU kernels on one GPU. */
 #include <stdlib.h>
 
@@ -68,12 +68,15 @@ static usp_status stage_out(sim_rank *r, const usp_comm_op *op, const staged *st
 usp_status sim_staged_collective(sim_world *w, sim_group *g)
 {
     const int n = g->size;
+    USP_CHECK(sim_check_collective(w, g));
+    if (!usp_backend_has_numerics(w->ranks[g->members[0]].backend))
+        return USP_OK;
     staged *st;
     usp_comm_op **ops;
     USP_CHECK(usp_calloc((void **)&st, (size_t)n, sizeof *st, "the staged copies of a collective"));
     usp_status s = usp_calloc((void **)&ops, (size_t)n, sizeof *ops, "the staged copies of a collective");
     for (int i = 0; i < n; i++)
-        sim_rank_mute_costs(&w->ranks[g->members[i]], 1);
+        w->ranks[g->members[i]].mute_costs = 1;
     for (int i = 0; i < n && s == USP_OK; i++) {
         s = stage_in(&w->ranks[g->members[i]], g->posted[i], i, n, &st[i]);
         ops[i] = &st[i].host;
@@ -83,7 +86,7 @@ usp_status sim_staged_collective(sim_world *w, sim_group *g)
     for (int i = 0; i < n && s == USP_OK; i++) /* nothing is uploaded unless every member's move succeeded */
         s = stage_out(&w->ranks[g->members[i]], g->posted[i], &st[i]);
     for (int i = 0; i < n; i++) {
-        sim_rank_mute_costs(&w->ranks[g->members[i]], 0);
+        w->ranks[g->members[i]].mute_costs = 0;
         free(st[i].send);
         free(st[i].recv);
     }
@@ -92,13 +95,16 @@ usp_status sim_staged_collective(sim_world *w, sim_group *g)
     return s;
 }
 
-usp_status sim_staged_p2p(sim_world *w, const sim_rank *sender, const sim_rank *receiver, size_t bytes)
+usp_status sim_staged_p2p(sim_world *w, const sim_rank *sender, const sim_rank *receiver)
 {
+    USP_CHECK(sim_check_p2p(sender, receiver));
+    if (!usp_backend_has_numerics(sender->backend))
+        return USP_OK;
     sim_rank *from = &w->ranks[sender->id], *to = &w->ranks[receiver->id]; /* their backends do the copies */
     const usp_comm_op *s = sender->op, *d = receiver->op;
+    const size_t bytes = s->count * usp_dtype_size(s->dtype);
     void *host = NULL;
-    sim_rank_mute_costs(from, 1);
-    sim_rank_mute_costs(to, 1);
+    from->mute_costs = to->mute_costs = 1;
     usp_status st = download(from, s->stream, s->send, bytes, &host);
     if (st == USP_OK)
         st = settle(from, s->stream);
@@ -106,8 +112,7 @@ usp_status sim_staged_p2p(sim_world *w, const sim_rank *sender, const sim_rank *
         to->world->staged_bytes += bytes;
         st = usp_buffer_copy(to->backend, d->recv, host, bytes, USP_COPY_HOST_TO_DEVICE, d->stream);
     }
-    sim_rank_mute_costs(from, 0);
-    sim_rank_mute_costs(to, 0);
+    from->mute_costs = to->mute_costs = 0;
     free(host);
     return st;
 }

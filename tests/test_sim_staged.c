@@ -217,14 +217,19 @@ static void on_record(void *ctx, const usp_train_record *record)
     harness_record_tensors(&log->tensors, record);
 }
 
-/* A small Llama on W ranks at ZeRO 3, every step's loss and the final weights recorded. */
+/* A small Llama. */
+static void small_model(usp_model_config *m)
+{
+    ck_assert_int_eq(usp_model_config_preset("tiny", m), USP_OK);
+    m->vocab = 128, m->n_layer = 2, m->d_model = 32, m->n_head = 4, m->n_kv_head = 2, m->d_ff = 48, m->max_seq = 64;
+}
+
+/* The small Llama on W ranks at ZeRO 3, every step's loss and the final weights recorded. */
 static void train(int ulysses, int ring, int device_memory, train_log *log)
 {
     usp_train_config c;
     usp_train_defaults(&c);
-    ck_assert_int_eq(usp_model_config_preset("tiny", &c.model), USP_OK);
-    c.model.vocab = 128, c.model.n_layer = 2, c.model.d_model = 32, c.model.n_head = 4, c.model.n_kv_head = 2;
-    c.model.d_ff = 48, c.model.max_seq = 64;
+    small_model(&c.model);
     ck_assert_int_eq(usp_mesh_shape_make(W, ulysses, ring, &c.shape), USP_OK);
     c.data = "passkey", c.seq_len = 64, c.batch = 2, c.steps = STEPS, c.warmup = 1, c.eval_samples = 0;
     c.zero_stage = 3, c.log_every = 1;
@@ -246,8 +251,7 @@ static void train(int ulysses, int ring, int device_memory, train_log *log)
 static int64_t weights_total(void)
 {
     usp_model_config m;
-    ck_assert_int_eq(usp_model_config_preset("tiny", &m), USP_OK);
-    m.vocab = 128, m.n_layer = 2, m.d_model = 32, m.n_head = 4, m.n_kv_head = 2, m.d_ff = 48, m.max_seq = 64;
+    small_model(&m);
     usp_param_table t;
     ck_assert_int_eq(usp_param_table_make(&m, &t), USP_OK);
     int64_t n = t.total;

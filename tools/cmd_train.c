@@ -473,8 +473,8 @@ static usp_status parse(const char *command, int argc, char **argv, const cli_op
 }
 
 /* --world from --gpus (the nccl runtime's name for it) or the backend's default; --steps not given: one step
- * for an exploration, the passkey task's 4000 for a run; --explore's options checked. */
-static usp_status resolve_world(train_options *o)
+ * for an exploration, the passkey task's 4000 for a run; --explore's options and the launcher checked. */
+static usp_status resolve_world(const char *command, train_options *o)
 {
     if (o->steps < 0)
         o->steps = o->explore.explore ? 1 : 4000;
@@ -489,7 +489,7 @@ static usp_status resolve_world(train_options *o)
         o->world = o->gpus;
     if (o->world == 0)
         o->world = runtime_registry_default_world(o->backend);
-    return USP_OK;
+    return runtime_registry_check_launcher(o->backend, command);
 }
 
 int cmd_train(int argc, char **argv)
@@ -514,9 +514,8 @@ int cmd_train(int argc, char **argv)
         {"--attention-kernel", CLI_STRING, &o.attention_kernel, "fa2|fa3|sdpa",
          "attention kernel whose published rates the modelled times use (sim): fa2 (default), fa3 (Hopper), sdpa",
          0, -1},
-        {"--sim-compute", CLI_STRING, &o.sim_compute, "cpu|cuda",
-         "--backend sim: the ranks' compute backend: cpu (default) or cuda (every rank's kernels on GPU 0, the "
-         "simulator moving their data through host copies; a build with the CUDA Toolkit)", 0, -1},
+        {"--sim-compute", CLI_STRING, &o.sim_compute, "cpu|cuda", "--backend sim: the ranks' compute, cpu (default) "
+         "or cuda (every rank's kernels on GPU 0, their data moved through host copies; a CUDA build)", 0, -1},
         {"--attention", CLI_STRING, &o.attention, "sp|local",
          "sp: Ulysses/Ring over the mesh (default); local: each rank attends to its own shard only", 0, -1},
         {"--model", CLI_STRING, &o.model, "NAME|FILE",
@@ -568,9 +567,7 @@ int cmd_train(int argc, char **argv)
     usp_status s = parse(command, argc, argv, options, sizeof options / sizeof *options, &done);
     if (s != USP_OK || done)
         return s != USP_OK ? cli_fail(command, s) : 0;
-    s = resolve_world(&o);
-    if (s == USP_OK)
-        s = runtime_registry_check_launcher(o.backend, command);
+    s = resolve_world(command, &o);
     int code = 0;
     if (s == USP_OK)
         s = run(command, &o, argv, &code);

@@ -110,8 +110,17 @@ int runtime_registry_default_world(const char *name)
 }
 
 #ifdef USP_HAVE_CUDA
-/* Every simulated rank's backend on GPU 0: W backends, each with its own stream and pool, share it. */
-static usp_status cuda_on_gpu0(usp_backend_t **out) { return usp_backend_cuda_create(0, out); }
+/* Every simulated rank's backend on GPU 0: W backends, each with its own stream, cuBLAS handle and
+ * buffers from the device's pool, share it. A failure names the option that asked for it. */
+static usp_status cuda_on_gpu0(usp_backend_t **out)
+{
+    usp_status s = usp_backend_cuda_create(0, out);
+    if (s == USP_OK)
+        return USP_OK;
+    char why[USP_ERROR_MESSAGE_MAX];
+    snprintf(why, sizeof why, "%s", usp_error_message());
+    return usp_error(s, "--sim-compute cuda: %s (--sim-compute cpu runs on any machine)", why);
+}
 #endif
 
 usp_status runtime_registry_sim_compute(const char *runtime, const char *compute, int shapes_only,
