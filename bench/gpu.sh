@@ -10,6 +10,10 @@
 #    (tests/test_cuda_attention_mma.c, the tolerances of tests/mma_attention_cases.h);
 # 3. trains the default passkey task on one GPU (usp train --backend nccl --gpus 1) and
 #    prints its accuracy (the goal: 100%);
+# 3b. many simulated ranks on the one GPU (issue 26, item 7: usp train --backend sim --sim-compute cuda):
+#    U4, R4, U2 x R2 and DP2 x U2 at ZeRO 3, 20 steps each, every step's loss against the cpu
+#    simulator's (the goal: worst relative difference under 1e-5); then tests/test_sim_staged with
+#    every rank on cuda (each collective kind against its reference, the meshes' losses within 1e-5);
 # 4. the peer, then usp, on the same GPU in the same run: bench/gpu_peer.py (PyTorch, where torch
 #    imports: cuBLAS GEMM, SDPA forward/backward, a Hugging Face Llama at llama-1b's shape trained
 #    with bf16 autocast over fp32 master weights; what it cannot run it skips, saying why), then
@@ -44,7 +48,7 @@ gpus=${gpus:-0}
 mpi=OFF
 (( gpus > 1 )) && mpi=ON # several GPUs are launched under mpirun
 cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DUSP_WITH_CUDA=ON -DUSP_WITH_MPI=$mpi >/dev/null
-cmake --build "$build" -j"$(nproc)" --target usp test_backend_conformance test_cuda_attention_mma bench_gpu \
+cmake --build "$build" -j"$(nproc)" --target usp test_backend_conformance test_cuda_attention_mma test_sim_staged bench_gpu \
     >"$build/build.log" 2>&1 || { tail -40 "$build/build.log"; exit 1; }
 echo "built in $((SECONDS - t0)) s"
 # ptxas -v of the tensor-core attention (a file compiled again only when it changed: the lines are kept)
@@ -62,6 +66,18 @@ echo "== 2b. tensor-core attention against the cpu attention (bf16 tolerances), 
 CK_FORK=no "$build/tests/test_cuda_attention_mma"
 echo "== 3. usp train --backend nccl --gpus 1 (the default passkey task)"
 "$build/tools/usp" train --backend nccl --gpus 1
+echo "== 3b. simulated ranks on the one GPU (--sim-compute cuda) against the cpu simulator, ZeRO 3"
+losses() { # MESH [OPTION...]: every step's loss, one a line
+    "$build/tools/usp" train $1 --world 4 --zero 3 --steps 20 --log-every 1 --eval-samples 0 --json "${@:2}" |
+        grep -v '"summary"' | grep -o '"loss":[^,}]*' | cut -d: -f2
+}
+for mesh in "--ulysses 4" "--ring 4" "--ulysses 2 --ring 2" "--ulysses 2"; do
+    paste <(losses "$mesh") <(losses "$mesh" --sim-compute cuda) | awk -v mesh="$mesh" '
+        { d = ($1 - $2) / $1; if (d < 0) d = -d; if (d > worst) worst = d; n++ }
+        END { printf "%s (world 4): %d losses, worst |cpu - cuda| / cpu %.2e\n", mesh, n, worst
+              exit !(n == 20 && worst < 1e-5) }'
+done
+USP_TEST_BACKEND=cuda CK_FORK=no "$build/tests/test_sim_staged"
 echo "== 4. PyTorch (bench/gpu_peer.py), then usp's kernels and training steps beside it"
 peer=()
 if python3 bench/gpu_peer.py --out "$build/peer.json"; then

@@ -12,7 +12,11 @@
  * a host function on the receiver's stream moves them into the receive
  * buffer when that stream reaches the call. Work on another stream that reads
  * the buffer without waiting for an event recorded after the call then reads
- * the old contents, and its test fails. */
+ * the old contents, and its test fails.
+ *
+ * Ranks whose buffers are device memory (sim_config.device_memory) cannot be
+ * memcpy'd: sim/staged_move.c runs the same host movement (sim_move_host) on
+ * copies of their regions, and sim_comm.c picks which path a call takes. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -31,8 +35,7 @@ static size_t extent_v(const size_t *counts, const size_t *offsets, int n)
     return end;
 }
 
-/* Bytes of send and recv buffer the op touches on member `i` of a group of `n`. */
-static void buffer_extents(const usp_comm_op *op, int i, int n, size_t *send, size_t *recv)
+void sim_buffer_extents(const usp_comm_op *op, int i, int n, size_t *send, size_t *recv)
 {
     size_t es = usp_dtype_size(op->dtype), c = op->count * es;
     *send = *recv = 0;
@@ -68,7 +71,7 @@ static usp_status check_buffer(const sim_rank *r, const usp_comm_op *op, const c
 static usp_status check_buffers(const sim_rank *r, const usp_comm_op *op, int i, int n)
 {
     size_t send, recv;
-    buffer_extents(op, i, n, &send, &recv);
+    sim_buffer_extents(op, i, n, &send, &recv);
     USP_CHECK(check_buffer(r, op, "send", op->send, send));
     USP_CHECK(check_buffer(r, op, "receive", op->recv, recv));
     int in_place_ok = op->kind == USP_OP_ALL_REDUCE || op->kind == USP_OP_BROADCAST;
@@ -203,7 +206,7 @@ static usp_status queue_delivery(const sim_rank *r, usp_comm_op *op, late_delive
     return usp_launch_host_func(r->backend, op->stream, deliver, d);
 }
 
-static usp_status move_collective(usp_comm_op **ops, int size)
+usp_status sim_move_host(usp_comm_op **ops, int size)
 {
     switch (ops[0]->kind) {
     case USP_OP_ALL_TO_ALL: all_to_all(ops, size); break;
@@ -217,10 +220,16 @@ static usp_status move_collective(usp_comm_op **ops, int size)
     return USP_OK;
 }
 
-usp_status sim_move_collective(sim_world *w, sim_group *g)
+usp_status sim_check_collective(const sim_world *w, const sim_group *g)
 {
     for (int i = 0; i < g->size; i++)
         USP_CHECK(check_buffers(sim_mirror_source(w, g->members[i]), g->posted[i], i, g->size));
+    return USP_OK;
+}
+
+usp_status sim_move_collective(sim_world *w, sim_group *g)
+{
+    USP_CHECK(sim_check_collective(w, g));
     if (!usp_backend_has_numerics(w->ranks[g->members[0]].backend))
         return USP_OK;
     usp_comm_op **ops = g->posted;
@@ -230,11 +239,11 @@ usp_status sim_move_collective(sim_world *w, sim_group *g)
     usp_status s = USP_OK;
     for (int i = 0; i < g->size && s == USP_OK; i++) {
         size_t send, recv;
-        buffer_extents(ops[i], i, g->size, &send, &recv);
+        sim_buffer_extents(ops[i], i, g->size, &send, &recv);
         s = stage_receive(&w->ranks[g->members[i]], ops[i], recv, &late[i]);
     }
     if (s == USP_OK)
-        s = move_collective(ops, g->size);
+        s = sim_move_host(ops, g->size);
     for (int i = 0; i < g->size; i++) {
         usp_status d = s == USP_OK ? queue_delivery(&w->ranks[g->members[i]], ops[i], late[i]) : USP_OK;
         if (s != USP_OK && late[i]) { /* nothing delivered: the receive buffer stays as it was */
@@ -247,13 +256,18 @@ usp_status sim_move_collective(sim_world *w, sim_group *g)
     return s;
 }
 
+usp_status sim_check_p2p(const sim_rank *sender, const sim_rank *receiver)
+{
+    int n = sender->op_comm->group->size;
+    USP_CHECK(check_buffers(sender, sender->op, sender->op_comm->local, n));
+    return check_buffers(receiver, receiver->op, receiver->op_comm->local, n);
+}
+
 usp_status sim_move_p2p(sim_world *w, const sim_rank *sender, const sim_rank *receiver)
 {
-    const usp_comm_op *s = sender->op, *d = receiver->op;
-    int n = sender->op_comm->group->size;
-    USP_CHECK(check_buffers(sender, s, sender->op_comm->local, n));
-    USP_CHECK(check_buffers(receiver, d, receiver->op_comm->local, n));
+    const usp_comm_op *s = sender->op;
     (void)w;
+    USP_CHECK(sim_check_p2p(sender, receiver));
     if (!usp_backend_has_numerics(sender->backend))
         return USP_OK;
     size_t bytes = s->count * usp_dtype_size(s->dtype);

@@ -211,7 +211,7 @@ static void complete_collective(sim_world *w, sim_group *g)
     usp_comm_kind kind = g->posted[0]->kind;
     usp_status s = kind == USP_OP_SPLIT ? complete_split(w, g) : collective_seconds(w, g, &seconds);
     if (s == USP_OK && kind != USP_OP_SPLIT)
-        s = sim_move_collective(w, g);
+        s = w->config.device_memory ? sim_staged_collective(w, g) : sim_move_collective(w, g);
     if (s != USP_OK) {
         usp_strbuf_printf(&w->report, "%s on %s failed: %s\n", usp_comm_kind_name(kind), g->name,
                           usp_error_message());
@@ -313,7 +313,7 @@ static void try_transfer(sim_world *w, sim_group *g, sim_rank *sender, sim_rank 
         sim_abort(w, USP_ERR_COLLECTIVE);
         return;
     }
-    usp_status st = sim_move_p2p(w, sender, receiver);
+    usp_status st = w->config.device_memory ? sim_staged_p2p(w, sender, receiver) : sim_move_p2p(w, sender, receiver);
     if (st != USP_OK) {
         usp_strbuf_printf(&w->report, "transfer on %s failed: %s\n", g->name, usp_error_message());
         sim_abort(w, st);

@@ -82,6 +82,7 @@ typedef struct sim_rank {
     int n_side_calls, cap_side_calls;
     double hidden_comm_s, hidden_wait_s; /* parts of comm_s and wait_s that ran beside compute */
 
+    int mute_costs;          /* 1 while sim/staged_move.c copies: the simulator's copies, not the cluster's, move no clock */
     struct sim_sched_log *sched; /* what the rank enqueued, for exploration (sim/schedule_log.h); NULL: not logged */
 
     sim_comm **comms;        /* the rank's live handles (the world frees those a rank left open) */
@@ -114,6 +115,7 @@ struct sim_world {
     int *local_scratch;      /* [n] -1, or a member's index while a group is indexed (sim/mirrors.c) */
     int mirrors_failed;      /* 1: the run broke the mirrors' symmetry (sim_world_mirrors_failed) */
     int mirror_flows;        /* 1: the mirrors' transfers are queued (lanes may share links: sim/mirrors.c) */
+    uint64_t staged_bytes;   /* bytes downloaded and uploaded by sim/staged_move.c (sim_world_staged_bytes) */
 };
 
 /* rank_gather.c: usp_rank_ctx.gather of a simulated rank (gather_ctx: its sim_rank). */
@@ -132,6 +134,20 @@ usp_status sim_transfers_advance(struct sim_world *w, double t, void (*woke)(voi
 /* collectives.c: moves the data of a matched collective / transfer; checks the buffers first. */
 usp_status sim_move_collective(struct sim_world *w, sim_group *g);
 usp_status sim_move_p2p(struct sim_world *w, const sim_rank *sender, const sim_rank *receiver);
+/* The checks alone: every buffer inside memory its rank allocated, send and receive apart but in place. */
+usp_status sim_check_collective(const struct sim_world *w, const sim_group *g);
+usp_status sim_check_p2p(const sim_rank *sender, const sim_rank *receiver);
+
+/* The bytes of send and recv buffer `op` touches on member `i` of a group of `n` (collectives.c). */
+void sim_buffer_extents(const usp_comm_op *op, int i, int n, size_t *send, size_t *recv);
+/* Moves a matched collective's data between the members' buffers, all in host memory (collectives.c). */
+usp_status sim_move_host(usp_comm_op **ops, int size);
+
+/* staged_move.c: sim_move_collective and sim_move_p2p for ranks whose buffers are device memory
+ * (sim_config.device_memory): through host copies, downloaded and uploaded by each rank's own backend
+ * on the call's stream. sim_comm.c picks which. */
+usp_status sim_staged_collective(struct sim_world *w, sim_group *g);
+usp_status sim_staged_p2p(struct sim_world *w, const sim_rank *sender, const sim_rank *receiver);
 
 /* mirrors.c: ranks that stand in for others (sim_config.mirrors). */
 /* 1 when `rank` is a mirror: its block's first rank runs for it. */

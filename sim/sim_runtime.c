@@ -64,6 +64,8 @@ usp_status sim_runtime_create(const usp_runtime_options *o, usp_runtime_t **out)
     rt->config = sim_config_default(o->world_size);
     if (o->shapes_only) /* docs/planning.md */
         rt->config.make_backend = usp_backend_meta_create;
+    else if (o->sim_backend) /* docs/runtimes.md: e.g. every rank's kernels on the one GPU */
+        rt->config.make_backend = o->sim_backend, rt->config.device_memory = o->sim_device_memory;
     rt->config.faults = faults, rt->config.n_faults = o->n_inject, rt->config.trace = o->trace;
     rt->config.record_schedule = o->record_schedule;
     if (s == USP_OK && (o->cluster || o->nodes))

@@ -9,7 +9,7 @@
 
 typedef struct sim_world sim_world;
 
-/* A simulator for `o`: the cpu backend (the meta backend when shapes_only),
+/* A simulator for `o`: the cpu backend (the meta backend when shapes_only, else o->sim_backend's when set),
  * the cluster and nodes of `o` (sim_topology_for_world), its faults parsed
  * (USP_ERR_CONFIG naming --inject) and checked against the world. */
 usp_status sim_runtime_create(const usp_runtime_options *o, usp_runtime_t **out);

@@ -42,6 +42,8 @@ fail:
 static void on_compute_cost(void *ctx, const usp_op_cost *cost)
 {
     sim_rank *r = ctx;
+    if (r->mute_costs)
+        return;
     int lane = sim_stream_lane(r, cost->stream);
     double *clock = sim_lane_clock(r, lane);
     double start = *clock, seconds = sim_cost_compute(&r->world->config.cost, cost);
@@ -352,6 +354,8 @@ sim_work sim_world_work(const sim_world *w)
     return (sim_work){.traffic_entries = w->traffic_entries, .match_checks = w->match_checks,
                       .ready_offers = w->ready_offers};
 }
+
+uint64_t sim_world_staged_bytes(const sim_world *w) { return w->staged_bytes; }
 
 const usp_backend_t *sim_world_backend(const sim_world *w, int rank) { return sim_mirror_source(w, rank)->backend; }
 usp_status sim_world_rank_status(const sim_world *w, int rank) { return sim_mirror_source(w, rank)->result; }

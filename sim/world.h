@@ -41,6 +41,11 @@ typedef struct sim_config {
      * aborts the run (sim_world_mirrors_failed). Shapes only (no numerics), no trace, no faults, no
      * schedule log. */
     int mirrors;
+    /* 1: the ranks' buffers are device memory (a backend such as cuda, every rank's on one GPU): the
+     * communicator cannot memcpy them, so each collective and transfer downloads its regions through the
+     * ranks' backends, moves them on the host as it would otherwise, and uploads what was received
+     * (sim/staged_move.c). Set by whoever sets make_backend; tests set it with cpu or lazy to check the path. */
+    int device_memory;
 } sim_config;
 
 /* A config for `world_size` ranks: cpu backend, enough dgx-h100 nodes (BF16), trace on, no faults. */
@@ -124,6 +129,9 @@ sim_work sim_world_work(const sim_world *w);
 
 /* 1 when the run aborted because its mirrors could not stand in (sim_config.mirrors): simulate every rank. */
 int sim_world_mirrors_failed(const sim_world *w);
+
+/* Bytes the communicator moved through host copies (sim_config.device_memory): 0 on the direct path. */
+uint64_t sim_world_staged_bytes(const sim_world *w);
 
 /* A rank's compute backend (its memory and FLOP counters), NULL before the run made it. */
 const usp_backend_t *sim_world_backend(const sim_world *w, int rank);

@@ -202,6 +202,12 @@ fi
 unset limit
 check "train leaves no temporary or stray files" test -z "$(ls "$tr" | grep -v -x -E '(t|j|dl)\.json|t\.txt|(traffic|pcie|dl|crash)\.dot|traffic\.svg|dl\.png')"
 
+# --sim-compute: the simulated ranks' backend (cpu; cuda in a CUDA build); what cannot apply is exit 2 naming it
+expect 0 "loss" -- "${one[@]}" --sim-compute cpu
+expect 2 "--sim-compute tpu: unknown compute backend; it is cpu (default) or cuda" -- "${one[@]}" --sim-compute tpu
+expect 2 "--sim-compute cuda with --backend mpi" -- "${one[@]}" --sim-compute cuda --backend mpi
+expect 2 "--sim-compute cpu with --meta" -- "${one[@]}" --sim-compute cpu --meta
+expect 0 "--sim-compute cpu|cuda" -- train --help
 # usp plan: the modelled step, its timeline for Perfetto
 expect 0 "does not fit" -- plan --model llama-7b --seq 1048576 --world 8 --topology dgx-h100
 expect 0 "would fit with --dtype bf16" -- plan --model llama-7b --seq 1048576 --world 8 --topology dgx-h100

@@ -9,6 +9,11 @@
 
 #include "backends/cpu/cpu_backend.h"
 #include "backends/lazy/lazy_backend.h"
+#ifdef USP_HAVE_CUDA_BACKEND
+#include "backends/cuda/cuda_backend.h"
+
+static usp_status cuda_on_gpu0(usp_backend_t **out) { return usp_backend_cuda_create(0, out); }
+#endif
 
 sim_backend_factory harness_backend_factory(void)
 {
@@ -17,8 +22,18 @@ sim_backend_factory harness_backend_factory(void)
         return usp_backend_cpu_create;
     if (strcmp(name, "lazy") == 0)
         return usp_backend_lazy_create;
-    fprintf(stderr, "USP_TEST_BACKEND=%s: not a backend the tests know (cpu, lazy)\n", name);
+#ifdef USP_HAVE_CUDA_BACKEND
+    if (strcmp(name, "cuda") == 0) /* every rank on GPU 0 (harness_device_memory) */
+        return cuda_on_gpu0;
+#endif
+    fprintf(stderr, "USP_TEST_BACKEND=%s: not a backend the tests know (cpu, lazy; cuda in a build with it)\n", name);
     exit(2);
+}
+
+int harness_device_memory(void)
+{
+    const char *name = getenv("USP_TEST_BACKEND");
+    return name && strcmp(name, "cuda") == 0;
 }
 
 usp_status harness_run(int world, usp_rank_main_fn fn, void *arg, const sim_fault *faults, int n_faults,
@@ -28,7 +43,7 @@ usp_status harness_run(int world, usp_rank_main_fn fn, void *arg, const sim_faul
     config.faults = faults;
     config.n_faults = n_faults;
     config.stack_bytes = (size_t)1 << 20;
-    config.make_backend = harness_backend_factory();
+    config.make_backend = harness_backend_factory(), config.device_memory = harness_device_memory();
     sim_world *w;
     USP_CHECK(sim_world_create(&config, &w));
     usp_status s = sim_world_run(w, fn, arg);
@@ -53,6 +68,7 @@ usp_status harness_train_world(const usp_train_config *config, sim_backend_facto
 {
     sim_config sc = sim_config_default(config->shape.world);
     sc.make_backend = factory ? factory : harness_backend_factory(), sc.trace = 0, sc.stack_bytes = (size_t)1 << 20;
+    sc.device_memory = !factory && harness_device_memory();
     USP_CHECK(sim_world_create(&sc, out));
     usp_train_result result = {.passkey_accuracy = -1};
     usp_train_run run = {.config = config, .result = &result};

@@ -11,8 +11,11 @@
 #include "sim/world.h"
 
 /* The backend the harness gives every rank: the environment's USP_TEST_BACKEND (cpu, the
- * default, or lazy: ctest runs the training tests on both). */
+ * default, or lazy: ctest runs the training tests on both; cuda, every rank on GPU 0, in a build with it). */
 sim_backend_factory harness_backend_factory(void);
+
+/* 1 when that backend's buffers are device memory (cuda): the world's sim_config.device_memory. */
+int harness_device_memory(void);
 
 /* Runs fn on `world` ranks with the default config (plus `faults`); returns the
  * run's status. When `report` is non-NULL, the report text is copied there. */

@@ -35,6 +35,7 @@
 typedef struct train_options {
     const char *backend, *model, *data, *save, *resume, *attention, *trace, *dot, *topology, *dump_dir;
     const char *attention_kernel; /* the modelled kernel's rates (sim only) */
+    const char *sim_compute;      /* the simulated ranks' backend (sim only; NULL: cpu) */
     const char *log;              /* --log FILE: rank 0's lines appended there too */
     int world, gpus, ulysses, ring, pad, json, nodes, meta, check_collectives;
     double timeout;
@@ -147,6 +148,7 @@ static usp_status build_config(const char *command, const train_options *o, usp_
         return usp_error(USP_ERR_CONFIG, "--attention-kernel %s with --backend %s: the kernel's rates are the "
                          "simulator's model; a real backend runs and times its own kernels (drop --attention-kernel)",
                          o->attention_kernel, o->backend);
+    USP_CHECK(runtime_registry_sim_compute(o->backend, o->sim_compute, o->meta, NULL));
     if (real && o->dot) /* --trace is measured on every backend (docs/viz.md) */
         return usp_error(USP_ERR_CONFIG, "--dot with --backend %s: pictures are the simulator's (drop --dot, or run "
                          "the same options on --backend sim); --trace FILE.json works here and records measured times",
@@ -335,6 +337,7 @@ static usp_status run_config(const char *command, const train_options *o, char *
                               .record_schedule = o->explore.explore};
     /* without a launcher, mpi and nccl start their processes here (after the checks above, so that a bad
      * option is one message, not one per process); the launched ones pass through */
+    USP_CHECK(runtime_registry_sim_compute(o->backend, o->sim_compute, o->meta, &ro));
     USP_CHECK(runtime_registry_launch(o->backend, &ro, argv));
     if (ro.stop) /* before the runtime: mpi's and nccl's watchdog take the signals over, and pass them on */
         catch_stop_signals();
@@ -470,8 +473,8 @@ static usp_status parse(const char *command, int argc, char **argv, const cli_op
 }
 
 /* --world from --gpus (the nccl runtime's name for it) or the backend's default; --steps not given: one step
- * for an exploration, the passkey task's 4000 for a run; --explore's options checked. */
-static usp_status resolve_world(train_options *o)
+ * for an exploration, the passkey task's 4000 for a run; --explore's options and the launcher checked. */
+static usp_status resolve_world(const char *command, train_options *o)
 {
     if (o->steps < 0)
         o->steps = o->explore.explore ? 1 : 4000;
@@ -486,7 +489,7 @@ static usp_status resolve_world(train_options *o)
         o->world = o->gpus;
     if (o->world == 0)
         o->world = runtime_registry_default_world(o->backend);
-    return USP_OK;
+    return runtime_registry_check_launcher(o->backend, command);
 }
 
 int cmd_train(int argc, char **argv)
@@ -511,6 +514,8 @@ int cmd_train(int argc, char **argv)
         {"--attention-kernel", CLI_STRING, &o.attention_kernel, "fa2|fa3|sdpa",
          "attention kernel whose published rates the modelled times use (sim): fa2 (default), fa3 (Hopper), sdpa",
          0, -1},
+        {"--sim-compute", CLI_STRING, &o.sim_compute, "cpu|cuda", "--backend sim: the ranks' compute, cpu (default) "
+         "or cuda (every rank's kernels on GPU 0, their data moved through host copies; a CUDA build)", 0, -1},
         {"--attention", CLI_STRING, &o.attention, "sp|local",
          "sp: Ulysses/Ring over the mesh (default); local: each rank attends to its own shard only", 0, -1},
         {"--model", CLI_STRING, &o.model, "NAME|FILE",
@@ -562,9 +567,7 @@ int cmd_train(int argc, char **argv)
     usp_status s = parse(command, argc, argv, options, sizeof options / sizeof *options, &done);
     if (s != USP_OK || done)
         return s != USP_OK ? cli_fail(command, s) : 0;
-    s = resolve_world(&o);
-    if (s == USP_OK)
-        s = runtime_registry_check_launcher(o.backend, command);
+    s = resolve_world(command, &o);
     int code = 0;
     if (s == USP_OK)
         s = run(command, &o, argv, &code);

@@ -12,6 +12,7 @@
 #include "backends/mpi/mpi_runtime.h"
 #endif
 #ifdef USP_HAVE_CUDA
+#include "backends/cuda/cuda_backend.h"
 #include "backends/cuda/cuda_runtime.h"
 #endif
 #ifdef USP_HAVE_NCCL
@@ -106,4 +107,45 @@ int runtime_registry_default_world(const char *name)
         return launched;
 #endif
     return strcmp(name, "nccl") == 0 ? 1 : 4; /* GPUs: one unless a launcher started more */
+}
+
+#ifdef USP_HAVE_CUDA
+/* Every simulated rank's backend on GPU 0: W backends, each with its own stream, cuBLAS handle and
+ * buffers from the device's pool, share it. A failure names the option that asked for it. */
+static usp_status cuda_on_gpu0(usp_backend_t **out)
+{
+    usp_status s = usp_backend_cuda_create(0, out);
+    if (s == USP_OK)
+        return USP_OK;
+    char why[USP_ERROR_MESSAGE_MAX];
+    snprintf(why, sizeof why, "%s", usp_error_message());
+    return usp_error(s, "--sim-compute cuda: %s (--sim-compute cpu runs on any machine)", why);
+}
+#endif
+
+usp_status runtime_registry_sim_compute(const char *runtime, const char *compute, int shapes_only,
+                                        usp_runtime_options *o)
+{
+    if (!compute)
+        return USP_OK;
+    if (strcmp(runtime, "sim") != 0)
+        return usp_error(USP_ERR_CONFIG, "--sim-compute %s with --backend %s: it picks the compute of the "
+                         "simulator's ranks (--backend sim); %s runs its own", compute, runtime, runtime);
+    if (shapes_only)
+        return usp_error(USP_ERR_CONFIG, "--sim-compute %s with --meta: a run on shapes computes nothing (drop "
+                         "one of them)", compute);
+    if (strcmp(compute, "cpu") == 0)
+        return USP_OK; /* the simulator's default */
+    if (strcmp(compute, "cuda") != 0)
+        return usp_error(USP_ERR_CONFIG, "--sim-compute %s: unknown compute backend; it is cpu (default) or cuda "
+                         "(in a build with the CUDA Toolkit)", compute);
+#ifdef USP_HAVE_CUDA
+    if (o)
+        o->sim_backend = cuda_on_gpu0, o->sim_device_memory = 1;
+    return USP_OK;
+#else
+    (void)o;
+    return usp_error(USP_ERR_CONFIG, "--sim-compute cuda: not in this build (the cuda backend needs the CUDA "
+                     "Toolkit, nvcc and cuBLAS, at build time); --sim-compute cpu works");
+#endif
 }

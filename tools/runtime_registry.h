@@ -20,6 +20,12 @@ usp_status runtime_registry_create(const char *name, const usp_runtime_options *
  * MPI's consent, the recursion guard). */
 usp_status runtime_registry_launch(const char *name, const usp_runtime_options *o, char *const *argv);
 
+/* --sim-compute NAME (NULL: not given): the compute backend of the simulator's ranks, cpu or cuda (every rank on
+ * GPU 0, its memory moved through host copies), set in o when o is not NULL. USP_ERR_CONFIG naming the option
+ * and the value when NAME is unknown, not in this build, or given with another runtime or with --meta. */
+usp_status runtime_registry_sim_compute(const char *runtime, const char *compute, int shapes_only,
+                                        usp_runtime_options *o);
+
 /* "sim (in this build), nccl (needs ...), mpi (in this build)": what --backend can name, into buf. */
 void runtime_registry_describe(char *buf, size_t size);
 

@@ -39,6 +39,10 @@ typedef struct usp_runtime_options {
     int n_inject;
     int trace;                  /* record a trace of every call and op (usp_runtime_trace) */
     int record_schedule;        /* the simulator: log what each rank enqueues, for --explore (sim/explore.h) */
+    /* The simulator's compute (usp train --sim-compute): each rank's backend (NULL: cpu; shapes_only takes meta),
+     * and 1 when its buffers are device memory, which the communicator then moves through host copies. */
+    usp_status (*sim_backend)(usp_backend_t **out);
+    int sim_device_memory;
     /* Real backends (the simulator checks every call and never hangs, so it needs none of them): */
     int check_collectives;      /* exchange call fingerprints before each call: a mismatch is a report, not a hang */
     double timeout_s;           /* the watchdog: a call not complete after this many seconds ends the run (0: 600) */
