@@ -328,32 +328,10 @@ usp_status usp_buffer_zero(usp_backend_t *be, void *ptr, size_t bytes, usp_strea
     return OPS_TIMED(be, stream, be->iface->zero(be->context, ptr, bytes, stream));
 }
 
-usp_status usp_backend_synchronize(usp_backend_t *be, usp_stream_t *stream)
-{
-    if (!be->iface->synchronize)
-        return USP_OK;
-    return be->iface->synchronize(be->context, stream);
-}
-
-usp_status usp_buffer_download(usp_backend_t *be, void *host, const void *src, size_t bytes, usp_stream_t *stream)
-{
-    USP_CHECK(usp_buffer_copy(be, host, src, bytes, USP_COPY_DEVICE_TO_HOST, stream));
-    return usp_backend_synchronize(be, stream);
-}
-
 usp_status usp_stream_create(usp_backend_t *be, usp_stream_t **out)
 {
     *out = NULL;
     return be->iface->stream_create ? be->iface->stream_create(be->context, out) : USP_OK;
-}
-
-usp_status usp_stream_destroy(usp_backend_t *be, usp_stream_t *stream)
-{
-    if (!stream)
-        return USP_OK;
-    usp_status s = usp_backend_synchronize(be, stream);
-    be->iface->stream_destroy(be->context, stream);
-    return s;
 }
 
 usp_status usp_event_create(usp_backend_t *be, usp_event_t **out)

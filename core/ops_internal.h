@@ -52,6 +52,7 @@ struct usp_backend {
     usp_cost_sink_fn cost_fn;
     void *cost_ctx;
     struct ops_timer *timer; /* usp_backend_time_ops (NULL: ops are not timed) */
+    uint64_t host_waits;     /* usp_backend_host_waits (core/ops_host.c) */
 };
 
 /* The dtypes an operand may hold, as a set of usp_dtype bits: activations, weights

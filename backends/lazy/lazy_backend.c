@@ -471,5 +471,7 @@ usp_status usp_backend_lazy_create(usp_backend_t **out)
     usp_status s = usp_backend_create(&lazy_backend_iface, d, out);
     if (s != USP_OK)
         lazy_device_destroy(d);
+    else
+        lazy_device_set_owner(d, *out);
     return s;
 }

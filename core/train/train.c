@@ -26,6 +26,8 @@ typedef struct trainer {
     usp_param_table table;
     usp_param_store *store;   /* weights, gradients and Adam state (whole or ZeRO-sharded) */
     double *scalars;          /* backend, small reductions */
+    float *host_losses;       /* [M][rows]: a step's per-row losses, landed at the step's host wait */
+    double stop_word;         /* the world's targets and stop marks of a step (post_stop_flags), landed likewise */
     int64_t step;             /* steps done */
     int numerics;             /* 0 on the meta backend: nothing is read back */
     double log_clock;         /* modelled clock at the last progress line, and its step */
@@ -118,22 +120,41 @@ static usp_status count_right_digits(trainer *t, double *digits)
  * 2^40 and the world at most 2^12 ranks (2^52 < 2^53). */
 #define STOP_MARK 1099511627776.0 /* 2^40 */
 
-/* *count (this rank's valid targets) summed over the world; none at all is an error. With
- * `stop` (a training step), this rank's stop flag rides along and *stop says whether any rank's was set. */
-static usp_status world_targets(trainer *t, double *count, int *stop)
+/* *count (this rank's valid targets of an evaluation's batch) summed over the world; none at all is an error. */
+static usp_status world_targets(trainer *t, double *count)
 {
-    if (*count >= STOP_MARK)
-        return usp_error(USP_ERR_CONFIG, "%.0f target tokens in one step: usp counts up to 2^40", *count);
-    int asked = stop && t->numerics && t->c->stop && atomic_load(t->c->stop); /* meta: nothing is summed across ranks */
-    *count += asked ? STOP_MARK : 0;
     USP_CHECK(sum_over(t, t->ctx->world, count, 1));
-    if (stop) {
-        double stops = floor(*count / STOP_MARK);
-        *count -= stops * STOP_MARK;
-        *stop = stops > 0;
-    }
     if (*count < 1 && t->numerics) /* on meta the count is this rank's own, possibly 0 (padding) */
         return usp_error(USP_ERR_CONFIG, "the batch has no valid target token");
+    return USP_OK;
+}
+
+/* A training step's stop flags: this rank's count of valid targets, with STOP_MARK when it was asked to
+ * stop, summed over the world in the all-reduce every step makes anyway, as world_targets does, but
+ * only enqueued, with the copy of the sum to t->stop_word: read_stop_flags reads it after the step's
+ * wait, so every rank learns at the same step whether any was asked. */
+static usp_status post_stop_flags(trainer *t, double count)
+{
+    if (count >= STOP_MARK)
+        return usp_error(USP_ERR_CONFIG, "%.0f target tokens in one step: usp counts up to 2^40", count);
+    int asked = t->numerics && t->c->stop && atomic_load(t->c->stop); /* meta: nothing is summed across ranks */
+    double mine = (t->numerics ? count_targets(t->shards, t->M * t->B_local) : count) + (asked ? STOP_MARK : 0);
+    t->stop_word = mine; /* meta: nothing arrives, this rank's own */
+    USP_CHECK(usp_buffer_copy(BE, t->scalars, &mine, sizeof mine, USP_COPY_HOST_TO_DEVICE, ST));
+    USP_CHECK(usp_comm_all_reduce(t->ctx->world, t->scalars, t->scalars, 1, USP_F64, USP_REDUCE_SUM, ST));
+    return usp_buffer_copy(BE, t->numerics ? &t->stop_word : NULL, t->scalars, sizeof mine,
+                           USP_COPY_DEVICE_TO_HOST, ST);
+}
+
+/* After the step's wait (t->stop_word has landed): t->stopping, and the world's count checked against
+ * the `count` the step scaled its gradients by. */
+static usp_status read_stop_flags(trainer *t, double count)
+{
+    double stops = floor(t->stop_word / STOP_MARK), got = t->stop_word - stops * STOP_MARK;
+    t->stopping = stops > 0;
+    if (t->numerics && got != count)
+        return usp_error(USP_ERR_RUNTIME, "the world's valid targets this step are %.0f, not the %.0f the "
+                         "gradients were scaled by (batch x seq_len)", got, count);
     return USP_OK;
 }
 
@@ -142,7 +163,7 @@ static usp_status world_targets(trainer *t, double *count, int *stop)
 static usp_status eval_forward(trainer *t, double *loss, double *digits)
 {
     double count = count_targets(t->shards, t->B_local), sum;
-    USP_CHECK(world_targets(t, &count, NULL));
+    USP_CHECK(world_targets(t, &count));
     USP_CHECK(usp_model_forward(t->model, t->shards));
     if (digits)
         USP_CHECK(count_right_digits(t, digits));
@@ -153,36 +174,67 @@ static usp_status eval_forward(trainer *t, double *loss, double *digits)
 }
 
 /* A step's forward (and, unless forward-only, backward) over its M micro-batches: gradient
- * accumulation. The step's micro-batches are read at once and their valid targets counted (one
- * all-reduce), so that every micro-batch's loss is scaled by the whole step's count and the
- * gradients the store accumulates are the whole batch's; with M = 1 this is one read, one forward
- * and one backward. *loss = the
- * step's mean loss; *fwd, *recompute: the forward and recomputed FLOPs of all its micro-batches. */
-static usp_status step_passes(trainer *t, int64_t first_sample, double *loss, double *fwd, double *recompute)
+ * accumulation. The step's micro-batches are read at once and their valid targets counted, so that
+ * every micro-batch's loss is scaled by the whole step's count and the gradients the store
+ * accumulates are the whole batch's; with M = 1 this is one read, one forward and one backward.
+ * Nothing here waits for the device: the losses are copied to t->host_losses and read after the
+ * step's one wait (step_loss). *count = the step's valid targets over the world; *fwd, *recompute:
+ * the forward and recomputed FLOPs of all its micro-batches. */
+static usp_status step_passes(trainer *t, int64_t first_sample, double *count, double *fwd, double *recompute)
 {
     const int with_grad = !t->c->forward_only;
     for (int64_t m = 0; m < t->M; m++)
         USP_CHECK(read_batch(t, first_sample + m * t->per_call, t->shards + m * t->B_local));
-    double count = count_targets(t->shards, t->M * t->B_local), sum = 0;
-    USP_CHECK(world_targets(t, &count, &t->stopping));
-    const float grad_scale = (float)(1.0 / (count > 1 ? count : 1));
+    /* every target of the batch's real tokens is valid and only the padding's are not (core/data/data.c),
+     * so the world's count is batch x seq_len, known here without a read: post_stop_flags checks it. On
+     * meta nothing is summed: the count is this rank's own, as it always was. */
+    *count = t->numerics ? (double)t->c->batch * (double)t->c->seq_len : count_targets(t->shards, t->M * t->B_local);
+    USP_CHECK(post_stop_flags(t, *count));
+    const float grad_scale = (float)(1.0 / (*count > 1 ? *count : 1));
     *fwd = *recompute = 0;
+    const int64_t rows = usp_model_rows(t->model);
     for (int64_t m = 0; m < t->M; m++) {
         usp_param_store_accumulate(t->store, m > 0);
         usp_param_store_reduce_in_backward(t->store, m == t->M - 1); /* the sums once, with the last pass */
-        double part, f, r;
+        double f, r;
         USP_CHECK(usp_model_forward(t->model, t->shards + m * t->B_local));
-        USP_CHECK(usp_model_loss(t->model, grad_scale, with_grad, &part));
-        USP_CHECK(sum_over(t, t->ctx->world, &part, 1)); /* each pass's, as a run of one pass always did */
+        USP_CHECK(usp_model_loss_enqueue(t->model, grad_scale, with_grad,
+                                         t->host_losses ? t->host_losses + m * rows : NULL));
         if (with_grad)
             USP_CHECK(usp_model_backward(t->model));
         usp_model_step_flops(t->model, &f, &r);
-        sum += part, *fwd += f, *recompute += r;
+        *fwd += f, *recompute += r;
     }
     usp_param_store_accumulate(t->store, 0);
     usp_param_store_reduce_in_backward(t->store, 1);
-    *loss = sum / count;
     return USP_OK;
+}
+
+/* After the step's wait, where `needed`, the step's mean loss over the world (*loss; NaN when not needed). Each micro-batch's sum is this rank's rows in row order,
+ * then summed over the world in one all-reduce of M values, then over the micro-batches in order:
+ * the bits of the per-pass all-reduce this replaces. Reading the world's loss is one more wait, so
+ * it is made only on the steps that show or check it (run()). */
+static usp_status step_loss(trainer *t, int needed, double count, double *loss)
+{
+    *loss = NAN;
+    if (!needed)
+        return USP_OK;
+    const int64_t T = usp_model_layout(t->model)->per_rank, rows = usp_model_rows(t->model);
+    double *parts = malloc((size_t)t->M * sizeof *parts), sum = 0;
+    if (!parts)
+        return usp_error(USP_ERR_RUNTIME, "out of memory for the step's losses");
+    for (int64_t m = 0; m < t->M; m++) {
+        parts[m] = t->numerics ? 0.0 : NAN; /* meta: nothing arrived */
+        for (int64_t b = 0; b < t->B_local && t->numerics; b++)
+            parts[m] = usp_model_add_losses(parts[m], t->host_losses + m * rows + b * T,
+                                            t->shards[m * t->B_local + b].targets, T);
+    }
+    usp_status s = sum_over(t, t->ctx->world, parts, (int)t->M);
+    for (int64_t m = 0; m < t->M; m++)
+        sum += parts[m];
+    free(parts);
+    *loss = sum / count;
+    return s;
 }
 
 /* Emits step 1's whole gradients as a FIRST_GRADS record (rank 0; tests). */
@@ -216,14 +268,25 @@ static usp_status stop_if_not_finite(const trainer *t, int64_t step, const char 
                      (long long)step, (long long)t->c->steps, what, value, t->c->lr);
 }
 
-/* The store sums the gradients over the ranks (every rank, or each its shard,
- * ends with the gradient of the global loss); clipping; AdamW. */
-static usp_status reduce_and_update(trainer *t, int64_t step)
+/* The store sums the gradients over the ranks (every rank, or each its shard, ends with the
+ * gradient of the global loss), and t->grad_norm. This is the step's host wait, the one value a
+ * step must read (the norm decides the clipping): at ZeRO 0-1 the blocking sum of squares of the
+ * whole gradient; at ZeRO 2-3 that of this rank's shard, then its sum over the world, read
+ * (usp_param_store_reduce_grads): two. Everything the step enqueued before on the stream has then
+ * landed (the losses, the stop flags). tests/test_host_waits.c asserts these bounds. */
+static usp_status reduce_grads(trainer *t)
 {
     double norm;
     USP_CHECK(usp_param_store_reduce_grads(t->store, &norm));
-    USP_CHECK(stop_if_not_finite(t, step, "gradient norm", norm));
     t->grad_norm = t->numerics ? norm : NAN;
+    return USP_OK;
+}
+
+/* Clipping and AdamW, once the norm is known finite. */
+static usp_status update(trainer *t, int64_t step)
+{
+    double norm = t->numerics ? t->grad_norm : 0;
+    USP_CHECK(stop_if_not_finite(t, step, "gradient norm", norm));
     float *whole = usp_param_store_whole_grads(t->store);
     if (t->c->record_tensors && t->c->on_record && t->ctx->rank == 0 && step == 1 && t->numerics && whole)
         USP_CHECK(record_first_grads(t, whole));
@@ -445,6 +508,9 @@ static usp_status setup(trainer *t)
     USP_CHECK(usp_model_create(&ms, &t->model));
     USP_CHECK(usp_buffer_alloc(BE, (size_t)(t->ctx->world_size + c->batch + 64) * sizeof(double), "comm", (void **)&t->scalars));
     USP_CHECK(usp_calloc((void **)&t->shards, (size_t)(t->M * t->B_local), sizeof *t->shards, "shards"));
+    if (t->numerics)
+        USP_CHECK(usp_calloc((void **)&t->host_losses, (size_t)(t->M * usp_model_rows(t->model)),
+                             sizeof *t->host_losses, "the step's losses"));
     for (int64_t b = 0; b < t->M * t->B_local; b++)
         USP_CHECK(usp_shard_alloc(&t->shards[b], usp_model_layout(t->model)->per_rank, !t->numerics));
     return load_weights(t);
@@ -455,12 +521,19 @@ static void teardown(trainer *t)
     for (int64_t b = 0; t->shards && b < t->M * t->B_local; b++)
         usp_shard_free(&t->shards[b]);
     free(t->shards);
+    free(t->host_losses);
     usp_buffer_free(BE, t->scalars);
     usp_model_destroy(t->model);
     usp_param_store_destroy(t->store);
     usp_param_table_free(&t->table);
     usp_data_close(&t->data);
     usp_mesh_destroy(&t->mesh);
+}
+
+/* 1 on a step that makes a STEP record (every log_every, the last, a stop's). */
+static int logged(const trainer *t, int64_t step, int64_t until)
+{
+    return step % t->c->log_every == 0 || step == until || t->stopping;
 }
 
 static usp_status run(trainer *t)
@@ -480,12 +553,18 @@ static usp_status run(trainer *t)
     t->log_clock = clock_now(t), t->log_step = t->step;
     while (t->step < until && s == USP_OK && !t->stopping) {
         int64_t step = ++t->step;
-        double step_start = clock_now(t), flops_start = usp_backend_flops(BE), fwd = 0, recompute = 0;
-        s = step_passes(t, (step - 1) * c->batch, &loss, &fwd, &recompute);
-        if (t->result && step == 1 && t->ctx->rank == 0)
+        double step_start = clock_now(t), flops_start = usp_backend_flops(BE), fwd = 0, recompute = 0, count = 0;
+        s = step_passes(t, (step - 1) * c->batch, &count, &fwd, &recompute);
+        if (s == USP_OK && !c->forward_only) s = reduce_grads(t); /* the step's wait */
+        /* the loss crosses to the host where it is shown or checked: a logged step, the first (first_loss),
+         * the last and a stop's; a diverged loss in between shows in the gradient norm, checked every step */
+        if (s == USP_OK) s = read_stop_flags(t, count);
+        const int needed = step == 1 || logged(t, step, until);
+        if (s == USP_OK) s = step_loss(t, needed, count, &loss);
+        if (s == USP_OK && t->result && step == 1 && t->ctx->rank == 0)
             t->result->first_loss = loss;
-        if (s == USP_OK) s = stop_if_not_finite(t, step, "loss", loss);
-        if (s == USP_OK && !c->forward_only) s = reduce_and_update(t, step);
+        if (s == USP_OK && needed) s = stop_if_not_finite(t, step, "loss", loss);
+        if (s == USP_OK && !c->forward_only) s = update(t, step);
         if (s == USP_OK && t->ctx->trace) /* the frame a comparison takes one step in (plan/compare.h) */
             s = usp_trace_record_step(t->ctx->trace, t->ctx->rank, step, step_start, clock_now(t));
         if (s == USP_OK && c->step_stats) {
@@ -494,7 +573,7 @@ static usp_status run(trainer *t)
             s = usp_rank_gather(t->ctx, &st, sizeof st, c->step_stats);
         }
         tokens += (double)c->batch * (double)c->seq_len;
-        if (s == USP_OK && c->on_record && (step % c->log_every == 0 || step == until || t->stopping)) {
+        if (s == USP_OK && c->on_record && logged(t, step, until)) {
             s = gather_peaks(t, peaks);
             if (s == USP_OK && t->ctx->rank == 0)
                 record_step(t, step, loss, tokens / (wall_now() - start - t->eval_wall), peaks);
