@@ -502,7 +502,7 @@ usp_status usp_flash_attention_forward(usp_backend_t *be, const usp_attention_sh
     VIEW(v, KV_ELEMS(s), OPS_STORED);
     attention_cost(be, s, 0, stream);
     void *ws = NULL;
-    size_t ws_bytes = be->iface->attention_workspace_bytes(be->context, s);
+    size_t ws_bytes = be->iface->attention_workspace_bytes(be->context, s, 0);
     if (ws_bytes)
         USP_CHECK(usp_buffer_alloc(be, ws_bytes, "attention workspace", &ws));
     usp_status st = OPS_TIMED(be, stream, be->iface->attention_forward(be->context, s, q_v, k_v, v_v, o_v, lse_v, ws,
@@ -531,7 +531,7 @@ usp_status usp_flash_attention_backward(usp_backend_t *be, const usp_attention_s
     VIEW(dv, KV_ELEMS(s), OPS_STORED);
     attention_cost(be, s, 1, stream);
     void *ws = NULL;
-    size_t ws_bytes = be->iface->attention_workspace_bytes(be->context, s);
+    size_t ws_bytes = be->iface->attention_workspace_bytes(be->context, s, 1);
     if (ws_bytes)
         USP_CHECK(usp_buffer_alloc(be, ws_bytes, "attention workspace", &ws));
     usp_status st = OPS_TIMED(be, stream, be->iface->attention_backward(be->context, s, q_v, k_v, v_v, o_v, lse_v,

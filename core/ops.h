@@ -28,7 +28,8 @@
  *   destination holds the data after usp_backend_synchronize on that stream.
  *   usp_buffer_download is the blocking form. Blocking calls, which return
  *   with their work done: usp_buffer_download, usp_sum_squares,
- *   usp_backend_synchronize, and the allocation calls. A blocking call on a
+ *   usp_backend_synchronize. An allocation returns memory usable by all work
+ *   enqueued after it, without waiting for the device. A blocking call on a
  *   stream waits for all the work enqueued on it before (so device-to-host
  *   copies enqueued earlier on that stream have landed when it returns).
  *   Each is a host wait, counted (usp_backend_host_waits).

@@ -12,8 +12,8 @@
 
 void usp_backend_count_host_wait(usp_backend_t *be)
 {
-    if (be && be->iface->synchronize)
-        be->host_waits++;
+    if (be)
+        ops_count_host_wait(be);
 }
 
 uint64_t usp_backend_host_waits(const usp_backend_t *be) { return be->host_waits; }
