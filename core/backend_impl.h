@@ -40,6 +40,10 @@ typedef struct usp_backend_i {
     usp_status (*alloc)(void *ctx, size_t bytes, void **out);
     /* Frees device memory from alloc, after the work enqueued so far on the default stream. */
     void (*free)(void *ctx, void *ptr);
+    /* (optional, both or none) Host memory a device-to-host copy lands in without the host waiting for
+     * it (cuda: pinned; a copy into pageable memory blocks until it is done). NULL: malloc and free. */
+    usp_status (*host_alloc)(void *ctx, size_t bytes, void **out);
+    void (*host_free)(void *ctx, void *ptr);
     /* Copies bytes; kind says which side is host memory (a host source is read before returning). */
     usp_status (*copy)(void *ctx, void *dst, const void *src, size_t bytes, usp_copy_kind kind,
                        usp_stream_t *stream);

@@ -26,6 +26,8 @@ usp_status usp_backend_create(const usp_backend_i *iface, void *ctx, usp_backend
                stream_slots);
     USP_ASSERT(!iface->timing_event_create == !iface->event_elapsed && (!iface->event_elapsed || stream_slots == 6),
                "backend %s: timing_event_create and event_elapsed go together, with the event slots", iface->name);
+    USP_ASSERT(!iface->host_alloc == !iface->host_free, "backend %s: host_alloc and host_free go together",
+               iface->name);
     USP_ASSERT(!iface->stores_bf16 || !iface->has_numerics || iface->convert,
                "backend %s stores bf16 but has no convert slot", iface->name);
     usp_backend_t *be;

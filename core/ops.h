@@ -177,6 +177,13 @@ usp_status usp_buffer_download(usp_backend_t *be, void *host, const void *src, s
 /* Waits until every op queued on `stream` (and what it waits for) has finished. Blocking. */
 usp_status usp_backend_synchronize(usp_backend_t *be, usp_stream_t *stream);
 
+/* Host memory (zeroed where the backend has no host_alloc slot) that a device-to-host usp_buffer_copy lands
+ * in without the host waiting for it (pinned on cuda: a copy into pageable memory blocks until done). */
+usp_status usp_host_alloc(usp_backend_t *be, size_t bytes, const char *what, void **out);
+
+/* Frees memory from usp_host_alloc (NULL: nothing). */
+void usp_host_free(usp_backend_t *be, void *ptr);
+
 /* usp_backend_synchronize, not counted as a host wait: for the simulator's collectives, which run on the
  * host in the stream's order but stand for device-side ones (NCCL's), where the host never waits. */
 usp_status usp_backend_synchronize_uncounted(usp_backend_t *be, usp_stream_t *stream);

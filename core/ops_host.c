@@ -10,6 +10,8 @@
  * one (core/train/train.c says which). */
 #include "core/ops_internal.h"
 
+#include <stdlib.h>
+
 void usp_backend_count_host_wait(usp_backend_t *be)
 {
     if (be)
@@ -33,6 +35,27 @@ usp_status usp_buffer_download(usp_backend_t *be, void *host, const void *src, s
 {
     USP_CHECK(usp_buffer_copy(be, host, src, bytes, USP_COPY_DEVICE_TO_HOST, stream));
     return usp_backend_synchronize(be, stream);
+}
+
+usp_status usp_host_alloc(usp_backend_t *be, size_t bytes, const char *what, void **out)
+{
+    if (!be->iface->host_alloc)
+        return usp_calloc(out, 1, bytes ? bytes : 1, what);
+    usp_status s = be->iface->host_alloc(be->context, bytes ? bytes : 1, out);
+    if (s != USP_OK)
+        return usp_error(USP_ERR_RUNTIME, "no host memory for %s (%zu bytes) from the %s backend: %s", what, bytes,
+                         be->iface->name, usp_error_message());
+    return USP_OK;
+}
+
+void usp_host_free(usp_backend_t *be, void *ptr)
+{
+    if (!ptr)
+        return;
+    if (be->iface->host_free)
+        be->iface->host_free(be->context, ptr);
+    else
+        free(ptr);
 }
 
 usp_status usp_stream_destroy(usp_backend_t *be, usp_stream_t *stream)

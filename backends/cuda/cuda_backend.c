@@ -49,6 +49,13 @@ static usp_status cuda_copy(void *ctx, void *dst, const void *src, size_t bytes,
                                                 [USP_COPY_DEVICE_TO_HOST] = cudaMemcpyDeviceToHost,
                                                 [USP_COPY_DEVICE_TO_DEVICE] = cudaMemcpyDeviceToDevice};
     USP_CHECK(cuda_check(cudaMemcpyAsync(dst, src, bytes, kinds[kind], STREAM(stream)), "cudaMemcpyAsync"));
+    if (kind == USP_COPY_DEVICE_TO_HOST) { /* into pageable memory the copy returns once done: a host wait */
+        struct cudaPointerAttributes d;
+        if (cudaPointerGetAttributes(&d, dst) != cudaSuccess)
+            cudaGetLastError();
+        else if (d.type != cudaMemoryTypeHost)
+            usp_backend_count_host_wait(c->owner);
+    }
     if (kind != USP_COPY_HOST_TO_DEVICE)
         return USP_OK;
     /* A pageable source is staged before cudaMemcpyAsync returns; a pinned (or managed)
@@ -457,6 +464,8 @@ static const usp_backend_i cuda_backend_iface = {
     .stores_bf16 = 1,
     .alloc = cuda_memory_alloc,
     .free = cuda_memory_free,
+    .host_alloc = cuda_memory_host_alloc,
+    .host_free = cuda_memory_host_free,
     .copy = cuda_copy,
     .zero = cuda_zero,
     .synchronize = cuda_synchronize,

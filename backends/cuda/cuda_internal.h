@@ -58,6 +58,10 @@ usp_status cuda_memory_alloc(void *ctx, size_t bytes, void **out);
 /* The free slot: back to the pool in the default stream's order. */
 void cuda_memory_free(void *ctx, void *ptr);
 
+/* The host_alloc and host_free slots: pinned memory (cudaMallocHost), which a copy lands in asynchronously. */
+usp_status cuda_memory_host_alloc(void *ctx, size_t bytes, void **out);
+void cuda_memory_host_free(void *ctx, void *ptr);
+
 /* Memory the default stream made ready (an allocation, a table it filled): other streams wait for it. */
 usp_status cuda_memory_publish(cuda_ctx *c);
 

@@ -94,6 +94,19 @@ usp_status cuda_memory_alloc(void *ctx, size_t bytes, void **out)
     return publish(c);
 }
 
+usp_status cuda_memory_host_alloc(void *ctx, size_t bytes, void **out)
+{
+    (void)ctx;
+    *out = NULL;
+    return cuda_check(cudaMallocHost(out, bytes), "cudaMallocHost");
+}
+
+void cuda_memory_host_free(void *ctx, void *ptr)
+{
+    (void)ctx;
+    cudaFreeHost(ptr);
+}
+
 void cuda_memory_free(void *ctx, void *ptr)
 {
     cuda_ctx *c = ctx;

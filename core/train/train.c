@@ -25,10 +25,10 @@ static usp_status post_stop_flags(trainer *t, double count)
         return usp_error(USP_ERR_CONFIG, "%.0f target tokens in one step: usp counts up to 2^40", count);
     int asked = t->numerics && t->c->stop && atomic_load(t->c->stop); /* meta: nothing is summed across ranks */
     double mine = (t->numerics ? trainer_count_targets(t->shards, t->M * t->B_local) : count) + (asked ? STOP_MARK : 0);
-    t->stop_word = mine; /* meta: nothing arrives, this rank's own */
+    *t->stop_word = mine; /* meta: nothing arrives, this rank's own */
     USP_CHECK(usp_buffer_copy(BE, t->scalars, &mine, sizeof mine, USP_COPY_HOST_TO_DEVICE, ST));
     USP_CHECK(usp_comm_all_reduce(t->ctx->world, t->scalars, t->scalars, 1, USP_F64, USP_REDUCE_SUM, ST));
-    return usp_buffer_copy(BE, t->numerics ? &t->stop_word : NULL, t->scalars, sizeof mine,
+    return usp_buffer_copy(BE, t->numerics ? t->stop_word : NULL, t->scalars, sizeof mine,
                            USP_COPY_DEVICE_TO_HOST, ST);
 }
 
@@ -36,7 +36,7 @@ static usp_status post_stop_flags(trainer *t, double count)
  * the `count` the step scaled its gradients by. */
 static usp_status read_stop_flags(trainer *t, double count)
 {
-    double stops = floor(t->stop_word / STOP_MARK), got = t->stop_word - stops * STOP_MARK;
+    double stops = floor(*t->stop_word / STOP_MARK), got = *t->stop_word - stops * STOP_MARK;
     t->stopping = stops > 0;
     if (t->numerics && got != count)
         return usp_error(USP_ERR_RUNTIME, "the world's valid targets this step are %.0f, not the %.0f the "
@@ -317,9 +317,11 @@ static usp_status setup(trainer *t)
     USP_CHECK(usp_model_create(&ms, &t->model));
     USP_CHECK(usp_buffer_alloc(BE, (size_t)(t->ctx->world_size + c->batch + 64) * sizeof(double), "comm", (void **)&t->scalars));
     USP_CHECK(usp_calloc((void **)&t->shards, (size_t)(t->M * t->B_local), sizeof *t->shards, "shards"));
+    /* host memory the step's copies land in without a wait (pinned on cuda) */
     if (t->numerics)
-        USP_CHECK(usp_calloc((void **)&t->host_losses, (size_t)(t->M * usp_model_rows(t->model)),
-                             sizeof *t->host_losses, "the step's losses"));
+        USP_CHECK(usp_host_alloc(BE, (size_t)(t->M * usp_model_rows(t->model)) * sizeof *t->host_losses,
+                                 "the step's losses", (void **)&t->host_losses));
+    USP_CHECK(usp_host_alloc(BE, sizeof *t->stop_word, "the step's stop flags", (void **)&t->stop_word));
     for (int64_t b = 0; b < t->M * t->B_local; b++)
         USP_CHECK(usp_shard_alloc(&t->shards[b], usp_model_layout(t->model)->per_rank, !t->numerics));
     return load_weights(t);
@@ -330,7 +332,8 @@ static void teardown(trainer *t)
     for (int64_t b = 0; t->shards && b < t->M * t->B_local; b++)
         usp_shard_free(&t->shards[b]);
     free(t->shards);
-    free(t->host_losses);
+    usp_host_free(BE, t->host_losses);
+    usp_host_free(BE, t->stop_word);
     usp_buffer_free(BE, t->scalars);
     usp_model_destroy(t->model);
     usp_param_store_destroy(t->store);

@@ -25,7 +25,7 @@ typedef struct trainer {
     usp_param_store *store;   /* weights, gradients and Adam state (whole or ZeRO-sharded) */
     double *scalars;          /* backend, small reductions */
     float *host_losses;       /* [M][rows]: a step's per-row losses, landed at the step's host wait */
-    double stop_word;         /* the world's targets and stop marks of a step (post_stop_flags), landed likewise */
+    double *stop_word;        /* the world's targets and stop marks of a step (post_stop_flags), landed likewise */
     int64_t step;             /* steps done */
     int numerics;             /* 0 on the meta backend: nothing is read back */
     double log_clock;         /* modelled clock at the last progress line, and its step */
