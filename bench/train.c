@@ -141,7 +141,7 @@ static void usage(FILE *f)
             "  ops_ratio (= ops_gflops / sgemm_gflops), conv_ratio, peak_bytes (largest rank),\n"
             "  grad_collectives_per_step and grad_bytes_per_step (rank 0's gradient all-reduces and\n"
             "  the bytes they take in), grad_passes (= grad_bytes_per_step / 4 P: 1 is one pass),\n"
-            "  host_waits_per_step (rank 0's host waits for the device a step: 0 on the cpu backend).\n"
+            "  host_waits_per_step (rank 0's host waits for the device a step, counted on the simulator's streams).\n"
             "Threads: OMP_NUM_THREADS (the OpenMP build of OpenBLAS shares them).\n",
             SGEMM_N, MAX_STEPS - 1);
 }
@@ -335,8 +335,8 @@ static void print_header(void)
            SGEMM_N);
     printf("grad: the gradient collectives of a step (rank 0) and the bytes they take in, in passes over the "
            "gradient (4 P bytes; 1 = each byte once)\n");
-    printf("waits: host waits for the device per step, every step logged (0 here: the cpu backend completes each op "
-           "before returning; a GPU waits for the gradient norm, the loss and the peaks)\n\n");
+    printf("waits: host waits for the device per step, every step logged (the simulator's streams count them as a "
+           "GPU's: the gradient norm, the loss and the peaks)\n\n");
     printf("%-22s %5s %8s %9s %9s %5s %5s %8s %8s %8s %6s %6s %9s %9s %5s %6s %5s\n", "config", "steps", "step s",
            "tokens/s", "ops GF", "gemm", "attn", "ops GF/s", "6P+a GF/s", "sgemm", "ops/sg", "6Pa/sg", "sim ms",
            "peak MiB", "grad", "passes", "waits");

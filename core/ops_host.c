@@ -33,8 +33,10 @@ usp_status usp_backend_synchronize(usp_backend_t *be, usp_stream_t *stream)
 
 usp_status usp_buffer_download(usp_backend_t *be, void *host, const void *src, size_t bytes, usp_stream_t *stream)
 {
+    const uint64_t before = be->host_waits;
     USP_CHECK(usp_buffer_copy(be, host, src, bytes, USP_COPY_DEVICE_TO_HOST, stream));
-    return usp_backend_synchronize(be, stream);
+    /* one wait: the copy's own where it blocked (cuda, into pageable memory), else the synchronize's */
+    return be->host_waits > before ? usp_backend_synchronize_uncounted(be, stream) : usp_backend_synchronize(be, stream);
 }
 
 usp_status usp_host_alloc(usp_backend_t *be, size_t bytes, const char *what, void **out)

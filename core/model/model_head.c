@@ -185,7 +185,8 @@ usp_status usp_model_loss(usp_model *m, float grad_scale, int with_grad, double 
     usp_status s = usp_model_loss_enqueue(m, grad_scale, with_grad, losses);
     if (s == USP_OK)
         s = usp_backend_synchronize(BE, ST);
-    *loss_sum = losses ? usp_model_add_losses(0.0, losses, m->host_targets, m->n) : NAN; /* meta: none arrived */
+    *loss_sum = s == USP_OK && losses ? usp_model_add_losses(0.0, losses, m->host_targets, m->n)
+                                      : NAN; /* meta: none arrived */
     free(losses);
     return s;
 }

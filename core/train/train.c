@@ -59,7 +59,8 @@ static usp_status step_passes(trainer *t, int64_t first_sample, double *count, d
     /* every target of the batch's real tokens is valid and only the padding's are not (core/data/data.c),
      * so the world's count is batch x seq_len, known here without a read: post_stop_flags checks it. On
      * meta nothing is summed: the count is this rank's own, as it always was. */
-    *count = t->numerics ? (double)t->c->batch * (double)t->c->seq_len : trainer_count_targets(t->shards, t->M * t->B_local);
+    *count = t->numerics ? (double)t->c->batch * (double)t->c->seq_len
+                         : trainer_count_targets(t->shards, t->M * t->B_local);
     USP_CHECK(post_stop_flags(t, *count));
     const float grad_scale = (float)(1.0 / (*count > 1 ? *count : 1));
     *fwd = *recompute = 0;
@@ -81,10 +82,11 @@ static usp_status step_passes(trainer *t, int64_t first_sample, double *count, d
     return USP_OK;
 }
 
-/* After the step's wait, where `needed`, the step's mean loss over the world (*loss; NaN when not needed). Each micro-batch's sum is this rank's rows in row order,
- * then summed over the world in one all-reduce of M values, then over the micro-batches in order:
- * the bits of the per-pass all-reduce this replaces. Reading the world's loss is one more wait, so
- * it is made only on the steps that show or check it (run()). */
+/* After the step's wait, where `needed`, the step's mean loss over the world (*loss; NaN when not
+ * needed). Each micro-batch's sum is this rank's rows in row order, then summed over the world in one
+ * all-reduce of M values, then over the micro-batches in order: the bits of the per-pass all-reduce
+ * this replaces. Reading the world's loss is one more wait, so it is made only on the steps that show
+ * or check it (train_step). */
 static usp_status step_loss(trainer *t, int needed, double count, double *loss)
 {
     *loss = NAN;
@@ -412,7 +414,8 @@ static usp_status run(trainer *t)
     if (s == USP_OK && c->record_tensors && c->on_record && t->numerics)
         s = record_last_weights(t);
     double wall = trainer_wall_now() - start, accuracy = -1, steps_clock = trainer_clock_now(t);
-    double steps_wall = wall - t->eval_wall, steps_run = t->step > t->first_step ? (double)(t->step - t->first_step) : 1;
+    double steps_wall = wall - t->eval_wall;
+    double steps_run = t->step > t->first_step ? (double)(t->step - t->first_step) : 1;
     if (s == USP_OK && c->save_dir)
         s = save(t);
     int evaluated = (c->eval_samples > 0 || c->eval_only) && !t->stopping; /* a stop is asked to be quick */
