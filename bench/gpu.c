@@ -190,8 +190,9 @@ static void train_step(int64_t n, double peak, double *tokens_per_s, double *mfu
     *first_step_s = t.at[0] - start;
     *tokens_per_s = (double)n / step_s;
     *mfu = (stats.step_flops - stats.recompute_flops) / step_s / peak;
-    printf("train llama-1b N %lld bf16: %.3f s a step, peak memory %.1f GiB, loss %.3f\n", (long long)n, step_s,
-           (double)peak_bytes / (1 << 30), result.loss);
+    printf("train llama-1b N %lld bf16: %.3f s a step, peak memory %.1f GiB, loss %.3f, %.0f host waits in the "
+           "last step to its update (%.2f per step with the records)\n", (long long)n, step_s,
+           (double)peak_bytes / (1 << 30), result.loss, stats.host_waits, result.host_waits_per_step);
 }
 
 int main(int argc, char **argv)

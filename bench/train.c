@@ -89,6 +89,7 @@ typedef struct bench_result {
     double peak_bytes;                  /* the largest rank's peak */
     int grad_collectives;               /* rank 0's gradient collectives in the last step */
     double grad_bytes;                  /* the gradient bytes they took in (one pass: 4 P) */
+    double host_waits;                  /* rank 0's host waits per step (usp_train_result.host_waits_per_step) */
 } bench_result;
 
 static void usage(FILE *f)
@@ -139,7 +140,8 @@ static void usage(FILE *f)
             "  (the mean), sgemm_min_gflops, sgemm_max_gflops (the spread of the K + 1 calls),\n"
             "  ops_ratio (= ops_gflops / sgemm_gflops), conv_ratio, peak_bytes (largest rank),\n"
             "  grad_collectives_per_step and grad_bytes_per_step (rank 0's gradient all-reduces and\n"
-            "  the bytes they take in), grad_passes (= grad_bytes_per_step / 4 P: 1 is one pass).\n"
+            "  the bytes they take in), grad_passes (= grad_bytes_per_step / 4 P: 1 is one pass),\n"
+            "  host_waits_per_step (rank 0's host waits for the device a step, counted on the simulator's streams).\n"
             "Threads: OMP_NUM_THREADS (the OpenMP build of OpenBLAS shares them).\n",
             SGEMM_N, MAX_STEPS - 1);
 }
@@ -294,6 +296,7 @@ static usp_status run_config(const bench_config *bc, int timed, const sgemm_ref 
         r->conv_flops = tokens * (6.0 * (double)r->params +
                                   12.0 * (double)(c.model.n_layer * c.model.d_model) * (double)bc->seq);
         r->grad_collectives = result.grad_collectives, r->grad_bytes = (double)result.grad_bytes;
+        r->host_waits = result.host_waits_per_step;
         r->peak_bytes = 0;
         for (int i = 0; i < bc->world; i++)
             if ((double)sim_world_peak_bytes(w, i) > r->peak_bytes)
@@ -331,10 +334,12 @@ static void print_header(void)
     printf("sgemm: OpenBLAS %d^3, mean of the calls between the steps of each row; target ops/sgemm >= 0.40\n\n",
            SGEMM_N);
     printf("grad: the gradient collectives of a step (rank 0) and the bytes they take in, in passes over the "
-           "gradient (4 P bytes; 1 = each byte once)\n\n");
-    printf("%-22s %5s %8s %9s %9s %5s %5s %8s %8s %8s %6s %6s %9s %9s %5s %6s\n", "config", "steps", "step s",
+           "gradient (4 P bytes; 1 = each byte once)\n");
+    printf("waits: host waits for the device per step, every step logged (the simulator's streams count them as a "
+           "GPU's: the gradient norm, the loss and the peaks)\n\n");
+    printf("%-22s %5s %8s %9s %9s %5s %5s %8s %8s %8s %6s %6s %9s %9s %5s %6s %5s\n", "config", "steps", "step s",
            "tokens/s", "ops GF", "gemm", "attn", "ops GF/s", "6P+a GF/s", "sgemm", "ops/sg", "6Pa/sg", "sim ms",
-           "peak MiB", "grad", "passes");
+           "peak MiB", "grad", "passes", "waits");
 }
 
 static void print_row(const bench_config *bc, const bench_result *r, int json)
@@ -369,17 +374,19 @@ static void print_row(const bench_config *bc, const bench_result *r, int json)
         json_object_set_new(j, "grad_collectives_per_step", json_integer(r->grad_collectives));
         json_object_set_new(j, "grad_bytes_per_step", json_integer((json_int_t)r->grad_bytes));
         json_object_set_new(j, "grad_passes", json_real(r->grad_bytes / (4.0 * (double)r->params)));
+        json_object_set_new(j, "host_waits_per_step", json_real(r->host_waits));
         char *text = json_dumps(j, JSON_COMPACT | JSON_REAL_PRECISION(6));
         if (text)
             puts(text);
         free(text);
         json_decref(j);
     } else {
-        printf("%-22s %5lld %8.3f %9.0f %9.1f %4.0f%% %4.0f%% %8.1f %9.1f %8.1f %6.2f %6.2f %9.3f %9.1f %5d %6.3f\n",
+        printf("%-22s %5lld %8.3f %9.0f %9.1f %4.0f%% %4.0f%% %8.1f %9.1f %8.1f %6.2f %6.2f %9.3f %9.1f %5d %6.3f "
+               "%5.2f\n",
                bc->id, (long long)r->timed, r->step_s, tokens / r->step_s, r->ops_flops / 1e9,
                100 * r->gemm_flops / r->ops_flops, 100 * r->attention_flops / r->ops_flops, ops_gf, conv_gf,
                r->sgemm_gflops, ops_gf / r->sgemm_gflops, conv_gf / r->sgemm_gflops, 1e3 * r->sim_step_s,
-               r->peak_bytes / MIB, r->grad_collectives, r->grad_bytes / (4.0 * (double)r->params));
+               r->peak_bytes / MIB, r->grad_collectives, r->grad_bytes / (4.0 * (double)r->params), r->host_waits);
     }
     fflush(stdout);
 }

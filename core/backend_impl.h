@@ -13,7 +13,7 @@
 
 #include "core/ops.h"
 
-#define USP_BACKEND_API_VERSION 4
+#define USP_BACKEND_API_VERSION 5
 
 /* A device operand as a slot receives it: where it starts, the dtype its elements are stored in and
  * how many elements the op reads or writes from there. The wrapper builds it with one look-up in the
@@ -35,10 +35,15 @@ typedef struct usp_backend_i {
     int stores_bf16;  /* 1: buffers may be bf16 (usp_buffer_alloc_as); every op then reads each
                          operand's dtype from its view and `convert` is set */
 
-    /* Allocates device memory. Blocking. */
+    /* Allocates device memory, usable by any work enqueued after it on any stream; need not wait for the
+     * device (cuda: stream-ordered from a pool, backends/cuda/cuda_memory.c). */
     usp_status (*alloc)(void *ctx, size_t bytes, void **out);
     /* Frees device memory from alloc, after the work enqueued so far on the default stream. */
     void (*free)(void *ctx, void *ptr);
+    /* (optional, both or none) Host memory a device-to-host copy lands in without the host waiting for
+     * it (cuda: pinned; a copy into pageable memory blocks until it is done). NULL: malloc and free. */
+    usp_status (*host_alloc)(void *ctx, size_t bytes, void **out);
+    void (*host_free)(void *ctx, void *ptr);
     /* Copies bytes; kind says which side is host memory (a host source is read before returning). */
     usp_status (*copy)(void *ctx, void *dst, const void *src, size_t bytes, usp_copy_kind kind,
                        usp_stream_t *stream);
@@ -72,8 +77,9 @@ typedef struct usp_backend_i {
     /* dst += src, 2-D strided (strides in elements). */
     usp_status (*accumulate_2d)(void *ctx, usp_view dst, size_t dst_stride, usp_view src, size_t src_stride,
                                 size_t row_elems, size_t rows, usp_stream_t *stream);
-    /* Bytes of scratch the two attention slots need for `s`. */
-    size_t (*attention_workspace_bytes)(void *ctx, const usp_attention_shape *s);
+    /* Bytes of scratch attention_backward (backward = 1) or attention_forward (0) needs for `s`: 0 where
+     * the slot reads none (cuda's forward keeps its state on chip), and then none is allocated. */
+    size_t (*attention_workspace_bytes)(void *ctx, const usp_attention_shape *s, int backward);
     /* Flash attention forward and backward (see core/ops.h); `workspace` as sized above. Writes o,
      * lse; dq, dk, dv. lse is f32. */
     usp_status (*attention_forward)(void *ctx, const usp_attention_shape *s, usp_view q, usp_view k, usp_view v,

@@ -26,6 +26,8 @@ usp_status usp_backend_create(const usp_backend_i *iface, void *ctx, usp_backend
                stream_slots);
     USP_ASSERT(!iface->timing_event_create == !iface->event_elapsed && (!iface->event_elapsed || stream_slots == 6),
                "backend %s: timing_event_create and event_elapsed go together, with the event slots", iface->name);
+    USP_ASSERT(!iface->host_alloc == !iface->host_free, "backend %s: host_alloc and host_free go together",
+               iface->name);
     USP_ASSERT(!iface->stores_bf16 || !iface->has_numerics || iface->convert,
                "backend %s stores bf16 but has no convert slot", iface->name);
     usp_backend_t *be;
@@ -329,32 +331,10 @@ usp_status usp_buffer_zero(usp_backend_t *be, void *ptr, size_t bytes, usp_strea
     return OPS_TIMED(be, stream, be->iface->zero(be->context, ptr, bytes, stream));
 }
 
-usp_status usp_backend_synchronize(usp_backend_t *be, usp_stream_t *stream)
-{
-    if (!be->iface->synchronize)
-        return USP_OK;
-    return be->iface->synchronize(be->context, stream);
-}
-
-usp_status usp_buffer_download(usp_backend_t *be, void *host, const void *src, size_t bytes, usp_stream_t *stream)
-{
-    USP_CHECK(usp_buffer_copy(be, host, src, bytes, USP_COPY_DEVICE_TO_HOST, stream));
-    return usp_backend_synchronize(be, stream);
-}
-
 usp_status usp_stream_create(usp_backend_t *be, usp_stream_t **out)
 {
     *out = NULL;
     return be->iface->stream_create ? be->iface->stream_create(be->context, out) : USP_OK;
-}
-
-usp_status usp_stream_destroy(usp_backend_t *be, usp_stream_t *stream)
-{
-    if (!stream)
-        return USP_OK;
-    usp_status s = usp_backend_synchronize(be, stream);
-    be->iface->stream_destroy(be->context, stream);
-    return s;
 }
 
 usp_status usp_event_create(usp_backend_t *be, usp_event_t **out)
@@ -527,7 +507,7 @@ usp_status usp_flash_attention_forward(usp_backend_t *be, const usp_attention_sh
     VIEW(v, KV_ELEMS(s), OPS_STORED);
     attention_cost(be, s, q_v.dtype, 0, stream);
     void *ws = NULL;
-    size_t ws_bytes = be->iface->attention_workspace_bytes(be->context, s);
+    size_t ws_bytes = be->iface->attention_workspace_bytes(be->context, s, 0);
     if (ws_bytes)
         USP_CHECK(usp_buffer_alloc(be, ws_bytes, "attention workspace", &ws));
     usp_status st = OPS_TIMED(be, stream, be->iface->attention_forward(be->context, s, q_v, k_v, v_v, o_v, lse_v, ws,
@@ -556,7 +536,7 @@ usp_status usp_flash_attention_backward(usp_backend_t *be, const usp_attention_s
     VIEW(dv, KV_ELEMS(s), OPS_STORED);
     attention_cost(be, s, q_v.dtype, 1, stream);
     void *ws = NULL;
-    size_t ws_bytes = be->iface->attention_workspace_bytes(be->context, s);
+    size_t ws_bytes = be->iface->attention_workspace_bytes(be->context, s, 1);
     if (ws_bytes)
         USP_CHECK(usp_buffer_alloc(be, ws_bytes, "attention workspace", &ws));
     usp_status st = OPS_TIMED(be, stream, be->iface->attention_backward(be->context, s, q_v, k_v, v_v, o_v, lse_v,

@@ -28,7 +28,11 @@
  *   destination holds the data after usp_backend_synchronize on that stream.
  *   usp_buffer_download is the blocking form. Blocking calls, which return
  *   with their work done: usp_buffer_download, usp_sum_squares,
- *   usp_backend_synchronize, and the allocation calls.
+ *   usp_backend_synchronize. An allocation returns memory usable by all work
+ *   enqueued after it, without waiting for the device. A blocking call on a
+ *   stream waits for all the work enqueued on it before (so device-to-host
+ *   copies enqueued earlier on that stream have landed when it returns).
+ *   Each is a host wait, counted (usp_backend_host_waits).
  * - usp_buffer_free is stream-ordered (cudaFreeAsync on the default stream):
  *   work already enqueued on the default stream that reads or writes the
  *   buffer runs first, then the memory is released; the accounting drops at
@@ -173,6 +177,26 @@ usp_status usp_buffer_download(usp_backend_t *be, void *host, const void *src, s
 
 /* Waits until every op queued on `stream` (and what it waits for) has finished. Blocking. */
 usp_status usp_backend_synchronize(usp_backend_t *be, usp_stream_t *stream);
+
+/* Host memory (zeroed where the backend has no host_alloc slot) that a device-to-host usp_buffer_copy lands
+ * in without the host waiting for it (pinned on cuda: a copy into pageable memory blocks until done). */
+usp_status usp_host_alloc(usp_backend_t *be, size_t bytes, const char *what, void **out);
+
+/* Frees memory from usp_host_alloc (NULL: nothing). */
+void usp_host_free(usp_backend_t *be, void *ptr);
+
+/* usp_backend_synchronize, not counted as a host wait: for the simulator's collectives, which run on the
+ * host in the stream's order but stand for device-side ones (NCCL's), where the host never waits. */
+usp_status usp_backend_synchronize_uncounted(usp_backend_t *be, usp_stream_t *stream);
+
+/* Counts one host wait a backend makes inside an op (an allocation that synchronises, a fallback):
+ * usp_backend_host_waits then includes it. A no-op on a backend that completes every op at once. */
+void usp_backend_count_host_wait(usp_backend_t *be);
+
+/* Host waits so far: every usp_backend_synchronize, usp_buffer_download, usp_stream_destroy,
+ * usp_sum_squares and device-timing read on a backend that defers its work, and every
+ * usp_backend_count_host_wait (core/ops_host.c). 0 on the cpu and meta backends. */
+uint64_t usp_backend_host_waits(const usp_backend_t *be);
 
 typedef struct usp_event usp_event_t; /* a point in a stream's work */
 

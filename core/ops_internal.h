@@ -52,6 +52,7 @@ struct usp_backend {
     usp_cost_sink_fn cost_fn;
     void *cost_ctx;
     struct ops_timer *timer; /* usp_backend_time_ops (NULL: ops are not timed) */
+    uint64_t host_waits;     /* usp_backend_host_waits (core/ops_host.c) */
 };
 
 /* The dtypes an operand may hold, as a set of usp_dtype bits: activations, weights
@@ -86,6 +87,13 @@ usp_status ops_timer_end(usp_backend_t *be, usp_stream_t *stream, usp_status sta
 
 /* Frees the timer of usp_backend_time_ops (NULL: nothing). */
 void ops_timer_free(usp_backend_t *be);
+
+/* Counts a host wait (usp_backend_count_host_wait, for the files of core/ops*.c). */
+static inline void ops_count_host_wait(usp_backend_t *be)
+{
+    if (be->iface->synchronize) /* a backend that completes every op at once never waits */
+        be->host_waits++;
+}
 
 /* `call`, the backend slot that runs an op, inside the op's span when ops are timed. */
 #define OPS_TIMED(be, stream, call) \

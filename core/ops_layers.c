@@ -336,6 +336,7 @@ usp_status usp_sum_squares(usp_backend_t *be, double *out, const float *x, int64
         return USP_OK;
     NEED(x, n);
     ops_report_cost(be, op, 2.0 * (double)n, 4.0 * (double)n, stream);
+    ops_count_host_wait(be); /* blocking: the host reads the sum */
     return LAYER_CALL(sum_squares, out, x_v, n, stream);
 }
 

@@ -122,9 +122,11 @@ usp_status usp_backend_time_ops(usp_backend_t *be, usp_trace_t *trace, int rank,
     if (!t->device)
         return USP_OK;
     /* the origin: recorded on an idle device, so it is reached at the clock time read right after. The
-     * slots are called as the rest of this file calls them (ops.c's wrappers call into this file). */
+     * slots are called as the rest of this file calls them (ops.c's wrappers call into this file); the two
+     * synchronisations are host waits, counted. */
     USP_ASSERT(be->iface->synchronize, "backend %s times ops on its device but has no synchronize slot",
                be->iface->name);
+    ops_count_host_wait(be), ops_count_host_wait(be);
     usp_status s = be->iface->synchronize(be->context, NULL);
     if (s == USP_OK)
         s = be->iface->timing_event_create(be->context, &t->origin);
@@ -144,6 +146,8 @@ usp_status usp_backend_flush_op_times(usp_backend_t *be)
     if (!t || !t->device)
         return USP_OK;
     usp_status s = t->failed;
+    if (t->n_spans > 0)
+        ops_count_host_wait(be); /* event_elapsed waits for the last span's end */
     for (size_t i = 0; i < t->n_spans; i++) {
         const device_span *d = &t->spans[i];
         /* the duration between the op's own events: CUDA's elapsed times are floats of milliseconds, which

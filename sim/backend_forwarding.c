@@ -61,9 +61,9 @@ static usp_status fwd_accumulate_2d(void *ctx, usp_view dst, size_t dst_stride, 
                                              rows, NULL);
 }
 
-static size_t fwd_attention_workspace_bytes(void *ctx, const usp_attention_shape *s)
+static size_t fwd_attention_workspace_bytes(void *ctx, const usp_attention_shape *s, int backward)
 {
-    return TARGET(ctx)->iface->attention_workspace_bytes(TARGET(ctx)->ctx, s);
+    return TARGET(ctx)->iface->attention_workspace_bytes(TARGET(ctx)->ctx, s, backward);
 }
 
 static usp_status fwd_attention_forward(void *ctx, const usp_attention_shape *s, usp_view q,

@@ -398,9 +398,10 @@ static usp_status post_and_wait(sim_comm *sc, usp_comm_op *op)
     sim_rank *r = w->current;
     /* The call runs at once here, in its stream's order on a real backend: the work queued before it
      * on that stream (on an asynchronous backend) must have run, so that the send buffer holds its data.
-     * Virtual streams complete every op at once: there, synchronizing would only join the clocks. */
+     * Virtual streams complete every op at once: there, synchronizing would only join the clocks. Not a
+     * host wait of the program (usp_backend_host_waits): a device-side collective (NCCL) has none. */
     if (op->kind != USP_OP_SPLIT && !r->virtual_streams)
-        USP_CHECK(usp_backend_synchronize(r->backend, op->stream));
+        USP_CHECK(usp_backend_synchronize_uncounted(r->backend, op->stream));
     op->issued_on = sc->handle;
     op->t_post = *sim_lane_clock(r, sim_stream_lane(r, op->stream));
     r->op = op;

@@ -186,14 +186,14 @@ records=$(dirname "$0")/golden/postmortem-skip
 # The call sites' lines come from the records themselves: an edit above a call moves its line, and
 # test_postmortem's fixture check (USP_UPDATE_GOLDEN=1) is the one place that follows it.
 site_line() { grep -A1 "\"file\": \"$1\"" "$records/rank-2.usp-flight.json" | sed -nE 's/.*"line": ([0-9]+).*/\1/p' | head -n 1; }
-train_site=core/train/train.c:$(site_line core/train/train.c)
+grads_site=core/model/grad_buckets.c:$(site_line core/model/grad_buckets.c)
 ulysses_site=core/parallel/ulysses.c:$(site_line core/parallel/ulysses.c)
 expect 0 "usp train --backend mpi --timeout S --dump-dir DIR" -- postmortem --help
 expect 2 "expected the directory of flight records first" -- postmortem
 expect 2 "$work/nothing: cannot read this directory" -- postmortem "$work/nothing"
 mkdir "$work/pm" && expect 2 "$work/pm: no flight records in it (files rank-<R>.usp-flight.json" -- postmortem "$work/pm"
-expect 3 "wait chain: rank 0 waits in all_to_all #8 on ulysses[0] ($ulysses_site) for rank 2; rank 2 waits in all_reduce #6 on world ($train_site) for rank 0; a cycle" -- postmortem "$records"
-expect 3 "  rank 2: blocked in all_reduce #6 on world ($train_site) all_reduce(count=1, f64, sum), waiting for rank 0, 1, 3" -- postmortem "$records"
+expect 3 "wait chain: rank 0 waits in all_to_all #16 on ulysses[0] ($ulysses_site) for rank 2; rank 2 waits in all_reduce #6 on world ($grads_site) for rank 0; a cycle" -- postmortem "$records"
+expect 3 "  rank 2: blocked in all_reduce #6 on world ($grads_site) all_reduce(count=107328, f32, sum), waiting for rank 0, 1, 3" -- postmortem "$records"
 expect 3 "wait-for picture in $work/pm.dot" -- postmortem "$records" --dot "$work/pm.dot"
 if grep -q "usp postmortem of the flight records in" "$work/pm.dot" 2>/dev/null; then passed=$((passed + 1)); else
     failed=$((failed + 1)); echo "FAIL: postmortem --dot wrote no wait-for picture"; fi

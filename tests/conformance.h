@@ -22,7 +22,8 @@
  * test_backend_conformance.c checks at compile time that this is exactly the
  * struct's list, so a new slot cannot go untested unnoticed. */
 #define CONFORMANCE_SLOTS(X)                                                                                     \
-    X(alloc, NULL) X(free, NULL) X(copy, "copy") X(zero, "zero") X(synchronize, NULL) X(stream_create, NULL)    \
+    X(alloc, NULL) X(free, NULL) X(host_alloc, NULL) X(host_free, NULL) X(copy, "copy") X(zero, "zero")          \
+    X(synchronize, NULL) X(stream_create, NULL)                                                                 \
     X(stream_destroy, NULL) X(event_create, NULL) X(event_destroy, NULL) X(event_record, NULL)                  \
     X(stream_wait_event, NULL) X(timing_event_create, NULL) X(event_elapsed, NULL) X(launch_host_func, NULL)    \
     X(gemm, "gemm")                                                                                             \

@@ -46,6 +46,22 @@ static void run_buffer_copies(conformance_run *r, const void *params)
     conformance_download(r, "c", c, n);
 }
 
+/* Host memory from usp_host_alloc (pinned on cuda) as a device-to-host copy's destination, read after a
+ * synchronize, then uploaded again from it. */
+static void run_host_memory(conformance_run *r, const void *params)
+{
+    (void)params;
+    const int64_t n = 100;
+    float *a = conformance_input(r, n, 1), *b = conformance_input(r, n, 1), *host;
+    CONFORMANCE_OK(r, usp_host_alloc(r->be, (size_t)n * sizeof *host, "a conformance case", (void **)&host));
+    CONFORMANCE_OK(r, usp_buffer_copy(r->be, host, a + 1, (size_t)(n - 1) * sizeof *host, USP_COPY_DEVICE_TO_HOST,
+                                      NULL));
+    CONFORMANCE_OK(r, usp_backend_synchronize(r->be, NULL));
+    CONFORMANCE_OK(r, usp_buffer_copy(r->be, b, host, (size_t)(n - 1) * sizeof *host, USP_COPY_HOST_TO_DEVICE, NULL));
+    usp_host_free(r->be, host);
+    conformance_download(r, "b", b, n);
+}
+
 /* A byte range inside one buffer (not float-aligned: the floats at its ends keep some bytes) and a whole one. */
 static void run_buffer_zero(conformance_run *r, const void *params)
 {
@@ -288,6 +304,8 @@ static void run_attention_merge(conformance_run *r, const void *params)
 const conformance_case conformance_cases[] = {
     {"buffer copies: three kinds, unaligned bytes, free", run_buffer_copies, NULL, MEMORY, 0, 0, 0},
     {"buffer zero: unaligned range, whole buffer", run_buffer_zero, NULL, SLOT(zero), 0, 0, 0},
+    {"host memory: a copy lands in it, uploaded back", run_host_memory, NULL, SLOT(host_alloc) | SLOT(host_free), 0, 0,
+     0},
     {"streams and events both ways, a host function", run_streams_and_events, NULL, STREAMS, 0, 0, 0},
     {"op timing: a span per op (host clock, or timing events)", run_op_timing, NULL,
      SLOT(timing_event_create) | SLOT(event_elapsed), 0, 0, 0},

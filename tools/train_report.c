@@ -123,6 +123,7 @@ void train_report_summary(const train_report *report, const usp_train_config *c,
         json_object_set_new(j, "clock", json_string(report->measured ? "measured" : "modelled"));
         set_old_clock_names(j, r->clock_s, -1);
         json_object_set_new(j, "steps_time_s", json_real(r->steps_time_s));
+        json_object_set_new(j, "host_waits_per_step", json_real(r->host_waits_per_step));
         json_object_set_new(j, "loss_held_out", json_boolean(r->loss_held_out));
         json_t *peaks = json_array();
         for (int i = 0; i < c->shape.world; i++)

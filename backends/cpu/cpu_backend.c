@@ -233,9 +233,9 @@ static cpu_attention_shape kernel_shape(const usp_attention_shape *s)
     };
 }
 
-static size_t cpu_attention_workspace(void *ctx, const usp_attention_shape *s)
+static size_t cpu_attention_workspace(void *ctx, const usp_attention_shape *s, int backward)
 {
-    (void)ctx;
+    (void)ctx, (void)backward; /* both passes use a row of scratch per thread */
     cpu_attention_shape k = kernel_shape(s);
     return cpu_attention_workspace_bytes(&k);
 }

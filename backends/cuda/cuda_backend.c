@@ -11,14 +11,6 @@
 
 #include "backends/cuda/cuda_internal.h"
 
-usp_status cuda_check(cudaError_t e, const char *what)
-{
-    if (e == cudaSuccess)
-        return USP_OK;
-    return usp_error(USP_ERR_RUNTIME, "cuda backend: %s failed: %s (%s)", what, cudaGetErrorString(e),
-                     cudaGetErrorName(e));
-}
-
 /* A launcher's array from a slot's view (the wrapper read the dtype from the buffer table), and the
  * data of a view the wrapper checked is f32 (lse, mean, rstd, losses, master weights, moments). */
 #define ARR(view) ((cuda_array){.data = (view).data, .dtype = (view).dtype})
@@ -49,34 +41,6 @@ void usp_cuda_device_describe(int device, char *buf, size_t size)
 
 /* ---- memory ------------------------------------------------------------------ */
 
-/* From the pool on the default stream, then waited for: alloc is blocking, so
- * the memory is usable on any stream once it returns. */
-static usp_status cuda_alloc(void *ctx, size_t bytes, void **out)
-{
-    cuda_ctx *c = ctx;
-    *out = NULL;
-    cudaError_t e = cudaMallocFromPoolAsync(out, bytes, c->pool, c->stream);
-    if (e == cudaSuccess)
-        e = cudaStreamSynchronize(c->stream);
-    if (e == cudaErrorMemoryAllocation) {
-        cudaGetLastError(); /* not sticky: clear it */
-        size_t free_bytes = 0, total = 0;
-        cudaMemGetInfo(&free_bytes, &total);
-        return usp_error(USP_ERR_RUNTIME, "out of GPU memory: %zu more bytes on GPU %d (%.2f of %.2f GiB free); "
-                         "plan the run with usp plan and fit it (--dtype bf16, --recompute, --zero, more GPUs)",
-                         bytes, c->device, (double)free_bytes / (1 << 30), (double)total / (1 << 30));
-    }
-    return cuda_check(e, "cudaMallocFromPoolAsync");
-}
-
-/* Back to the pool in the default stream's order (its release threshold keeps it there). */
-static void cuda_free(void *ctx, void *ptr)
-{
-    cuda_ctx *c = ctx;
-    if (ptr && cudaFreeAsync(ptr, c->stream) != cudaSuccess)
-        fprintf(stderr, "usp: cuda backend: cudaFreeAsync failed: %s\n", cudaGetErrorString(cudaGetLastError()));
-}
-
 static usp_status cuda_copy(void *ctx, void *dst, const void *src, size_t bytes, usp_copy_kind kind,
                             usp_stream_t *stream)
 {
@@ -85,6 +49,13 @@ static usp_status cuda_copy(void *ctx, void *dst, const void *src, size_t bytes,
                                                 [USP_COPY_DEVICE_TO_HOST] = cudaMemcpyDeviceToHost,
                                                 [USP_COPY_DEVICE_TO_DEVICE] = cudaMemcpyDeviceToDevice};
     USP_CHECK(cuda_check(cudaMemcpyAsync(dst, src, bytes, kinds[kind], STREAM(stream)), "cudaMemcpyAsync"));
+    if (kind == USP_COPY_DEVICE_TO_HOST) { /* into pageable memory the copy returns once done: a host wait */
+        struct cudaPointerAttributes d;
+        if (cudaPointerGetAttributes(&d, dst) != cudaSuccess)
+            cudaGetLastError();
+        else if (d.type != cudaMemoryTypeHost)
+            usp_backend_count_host_wait(c->owner);
+    }
     if (kind != USP_COPY_HOST_TO_DEVICE)
         return USP_OK;
     /* A pageable source is staged before cudaMemcpyAsync returns; a pinned (or managed)
@@ -96,6 +67,8 @@ static usp_status cuda_copy(void *ctx, void *dst, const void *src, size_t bytes,
         return USP_OK;
     }
     const int read_later = a.type == cudaMemoryTypeHost || a.type == cudaMemoryTypeManaged;
+    if (read_later)
+        usp_backend_count_host_wait(c->owner);
     return read_later ? cuda_check(cudaStreamSynchronize(STREAM(stream)), "cudaStreamSynchronize") : USP_OK;
 }
 
@@ -124,7 +97,7 @@ static usp_status cuda_stream_create(void *ctx, usp_stream_t **out)
 
 static void cuda_stream_destroy(void *ctx, usp_stream_t *stream)
 {
-    (void)ctx;
+    cuda_memory_forget_stream(ctx, (cudaStream_t)stream);
     cudaStreamDestroy((cudaStream_t)stream);
 }
 
@@ -207,10 +180,10 @@ static usp_status cuda_convert_slot(void *ctx, usp_view dst, usp_view src, usp_s
 
 /* ---- attention --------------------------------------------------------------------- */
 
-static size_t cuda_attention_workspace(void *ctx, const usp_attention_shape *s)
+static size_t cuda_attention_workspace(void *ctx, const usp_attention_shape *s, int backward)
 {
     (void)ctx;
-    return cuda_attention_workspace_bytes(s);
+    return backward ? cuda_attention_workspace_bytes(s) : 0; /* the forward keeps its state in shared memory */
 }
 
 static usp_status cuda_attention_forward_slot(void *ctx, const usp_attention_shape *s, usp_view q,
@@ -359,6 +332,7 @@ static usp_status rope_table(cuda_ctx *c, int64_t D, float theta, const double *
     if (victim->device) {
         /* A rope still queued on another stream may read it, and the default stream's order does not
          * cover that one: wait for the whole device (rare: a fifth table in use). */
+        usp_backend_count_host_wait(c->owner);
         USP_CHECK(cuda_check(cudaDeviceSynchronize(), "cudaDeviceSynchronize (rope table eviction)"));
         cudaFreeAsync(victim->device, c->stream);
     }
@@ -372,8 +346,8 @@ static usp_status rope_table(cuda_ctx *c, int64_t D, float theta, const double *
         s = cuda_check(cudaMemcpyAsync(victim->device, host, (size_t)half * sizeof *host, cudaMemcpyHostToDevice,
                                        c->stream),
                        "cudaMemcpyAsync (rope table)");
-    if (s == USP_OK) /* the table is made on the default stream; a rope on another must see it */
-        s = cuda_check(cudaStreamSynchronize(c->stream), "cudaStreamSynchronize (rope table)");
+    if (s == USP_OK) /* the table is made on the default stream; a rope on another waits for it */
+        s = cuda_memory_publish(c);
     if (s != USP_OK) {
         victim->device = NULL;
         return s;
@@ -475,6 +449,8 @@ static void cuda_destroy(void *ctx)
         cudaFreeHost(c->sum_host);
     if (c->joined)
         cudaEventDestroy(c->joined);
+    if (c->allocated)
+        cudaEventDestroy(c->allocated);
     cuda_blas_destroy(c->blas);
     if (c->stream)
         cudaStreamDestroy(c->stream);
@@ -486,8 +462,10 @@ static const usp_backend_i cuda_backend_iface = {
     .name = "cuda",
     .has_numerics = 1,
     .stores_bf16 = 1,
-    .alloc = cuda_alloc,
-    .free = cuda_free,
+    .alloc = cuda_memory_alloc,
+    .free = cuda_memory_free,
+    .host_alloc = cuda_memory_host_alloc,
+    .host_free = cuda_memory_host_free,
     .copy = cuda_copy,
     .zero = cuda_zero,
     .synchronize = cuda_synchronize,
@@ -536,6 +514,7 @@ static usp_status setup(cuda_ctx *c)
     USP_CHECK(cuda_check(cudaSetDevice(c->device), "cudaSetDevice"));
     USP_CHECK(cuda_check(cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking), "cudaStreamCreateWithFlags"));
     USP_CHECK(cuda_check(cudaEventCreateWithFlags(&c->joined, cudaEventDisableTiming), "cudaEventCreateWithFlags"));
+    USP_CHECK(cuda_check(cudaEventCreateWithFlags(&c->allocated, cudaEventDisableTiming), "cudaEventCreateWithFlags"));
     USP_CHECK(cuda_check(cudaDeviceGetDefaultMemPool(&c->pool, c->device), "cudaDeviceGetDefaultMemPool"));
     uint64_t keep = UINT64_MAX;
     USP_CHECK(cuda_check(cudaMemPoolSetAttribute(c->pool, cudaMemPoolAttrReleaseThreshold, &keep),
@@ -550,13 +529,13 @@ static usp_status setup(cuda_ctx *c)
 
 usp_status usp_cuda_stream(usp_backend_t *backend, usp_stream_t *stream, cudaStream_t *out)
 {
-    const cuda_ctx *c = usp_backend_context_of(backend, &cuda_backend_iface);
+    cuda_ctx *c = usp_backend_context_of(backend, &cuda_backend_iface);
     *out = NULL;
     if (!c)
         return usp_error(USP_ERR_RUNTIME, "usp_cuda_stream of a %s backend: only a cuda backend has CUDA streams "
                          "(a communicator on NULL would be unordered against compute)",
                          backend ? usp_backend_name(backend) : "missing");
-    *out = stream ? (cudaStream_t)stream : c->stream;
+    *out = cuda_stream_of(c, stream); /* ordered after the allocations, as a kernel's would be */
     return USP_OK;
 }
 
@@ -581,5 +560,6 @@ usp_status usp_backend_cuda_create(int device, usp_backend_t **out)
         cuda_destroy(c);
         return s;
     }
+    c->owner = *out;
     return USP_OK;
 }

@@ -104,10 +104,10 @@ static usp_status lazy_accumulate_2d(void *ctx, usp_view dst, size_t dst_stride,
     return USP_OK;
 }
 
-static size_t lazy_attention_workspace(void *ctx, const usp_attention_shape *s)
+static size_t lazy_attention_workspace(void *ctx, const usp_attention_shape *s, int backward)
 {
     (void)ctx;
-    return CPU->attention_workspace_bytes(NULL, s);
+    return CPU->attention_workspace_bytes(NULL, s, backward);
 }
 
 static usp_status run_attention_forward(const lazy_op *o)
@@ -471,5 +471,7 @@ usp_status usp_backend_lazy_create(usp_backend_t **out)
     usp_status s = usp_backend_create(&lazy_backend_iface, d, out);
     if (s != USP_OK)
         lazy_device_destroy(d);
+    else
+        lazy_device_set_owner(d, *out);
     return s;
 }

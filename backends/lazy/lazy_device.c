@@ -43,6 +43,7 @@ struct lazy_device {
     grave *graves;
     live_buffer *live;     /* sorted by address */
     size_t n_live, cap_live;
+    usp_backend_t *owner;  /* the handle the waits inside an op are counted on (usp_backend_count_host_wait) */
 };
 
 static const usp_backend_i *cpu(void) { return usp_backend_cpu_interface(); }
@@ -89,6 +90,8 @@ usp_status lazy_device_alloc(lazy_device *d, size_t bytes, void **out)
     d->n_live++;
     return USP_OK;
 }
+
+void lazy_device_set_owner(lazy_device *d, usp_backend_t *owner) { d->owner = owner; }
 
 static usp_stream_t *stream_or_default(lazy_device *d, usp_stream_t *s) { return s ? s : &d->default_stream; }
 
@@ -166,6 +169,7 @@ void lazy_device_free(lazy_device *d, void *ptr)
     d->n_live--;
     lazy_op *op = append(d, NULL);
     if (!op) { /* no memory to defer it: wait for the default stream instead, then free */
+        usp_backend_count_host_wait(d->owner);
         (void)lazy_device_synchronize(d, NULL);
         cpu()->free(NULL, ptr);
         return;

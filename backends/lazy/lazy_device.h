@@ -53,6 +53,9 @@ usp_status lazy_device_create(lazy_device **out);
  * destination may be gone), releases deferred frees, and frees the device. */
 void lazy_device_destroy(lazy_device *d);
 
+/* The backend handle wrapping `d`, on which the waits it makes inside an op are counted. */
+void lazy_device_set_owner(lazy_device *d, usp_backend_t *owner);
+
 /* Allocates host memory standing for device memory, and records it as live. */
 usp_status lazy_device_alloc(lazy_device *d, size_t bytes, void **out);
 

@@ -79,11 +79,11 @@ static usp_status meta_accumulate_2d(void *ctx, usp_view dst, size_t dst_stride,
     return USP_OK;
 }
 
-/* The cpu kernel's workspace for the same call (omp_get_max_threads() tiles),
+/* The cpu kernel's workspace for the same call (omp_get_max_threads() tiles, forward and backward),
  * so that a meta run counts the bytes a numeric run allocates. */
-static size_t meta_attention_workspace(void *ctx, const usp_attention_shape *s)
+static size_t meta_attention_workspace(void *ctx, const usp_attention_shape *s, int backward)
 {
-    (void)ctx;
+    (void)ctx, (void)backward;
     cpu_attention_shape k = {.batch = s->batch, .n_q = s->n_q, .n_kv = s->n_kv, .n_heads = s->n_heads,
                              .n_kv_heads = s->n_kv_heads, .head_dim = s->head_dim, .q_offset = s->q_offset,
                              .kv_offset = s->kv_offset, .causal = s->causal, .scale = s->scale};

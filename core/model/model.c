@@ -195,6 +195,7 @@ void usp_model_destroy(usp_model *m)
 }
 
 const usp_seq_layout *usp_model_layout(const usp_model *m) { return &m->layout; }
+int64_t usp_model_rows(const usp_model *m) { return m->n; }
 const usp_param_table *usp_model_params_table(const usp_model *m) { return &m->table; }
 usp_param_store *usp_model_store(usp_model *m) { return m->store; }
 

@@ -105,6 +105,17 @@ usp_status usp_model_argmax(usp_model *m, const int64_t *rows, int n, int32_t *o
  * (softmax - onehot), as usp_model_backward expects. */
 usp_status usp_model_loss(usp_model *m, float grad_scale, int with_grad, double *loss_sum);
 
+/* usp_model_loss without the wait: enqueues the copy of the per-row losses (usp_model_rows of them; a row
+ * of an invalid target is not one to sum) into host `losses` (NULL on meta; usp_host_alloc memory, so that
+ * the copy does not block), which hold them after the host's next wait on the model's stream. */
+usp_status usp_model_loss_enqueue(usp_model *m, float grad_scale, int with_grad, float *losses);
+
+/* sum + the losses[i] whose targets[i] >= 0, added in row order in double (usp_model_loss's sum). */
+double usp_model_add_losses(double sum, const float *losses, const int32_t *targets, int64_t n);
+
+/* Rows the model runs at once: batch x this rank's tokens of a sequence. */
+int64_t usp_model_rows(const usp_model *m);
+
 /* Backpropagates the last loss (run with_grad) into the store's gradients
  * (this rank's part: the store sums them over the ranks, see param_store.h). */
 usp_status usp_model_backward(usp_model *m);

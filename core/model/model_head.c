@@ -146,7 +146,7 @@ static usp_status eager_loss_rows(usp_model *m, float grad_scale, int with_grad)
 /* The lm_head's gradient bucket opened here stays open into usp_model_backward,
  * which closes it after its own last use of that bucket (ZeRO 2-3 reduce-scatter
  * a bucket once, when its gradient is complete). */
-usp_status usp_model_loss(usp_model *m, float grad_scale, int with_grad, double *loss_sum)
+usp_status usp_model_loss_enqueue(usp_model *m, float grad_scale, int with_grad, float *losses)
 {
     USP_CHECK(model_use_weights(m, head_layer(m)));
     if (with_grad) {
@@ -166,15 +166,28 @@ usp_status usp_model_loss(usp_model *m, float grad_scale, int with_grad, double 
     }
     USP_CHECK(model_drop_weights(m, head_layer(m)));
     m->head_grads_ready = with_grad;
+    /* enqueued only: the host reads the losses after its next wait on the stream (core/ops.h) */
+    return usp_buffer_copy(BE, losses, m->losses, (size_t)m->n * sizeof *losses, USP_COPY_DEVICE_TO_HOST, ST);
+}
+
+double usp_model_add_losses(double sum, const float *losses, const int32_t *targets, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++) /* in row order, in double: the same bits on every run */
+        sum += targets[i] >= 0 ? (double)losses[i] : 0.0;
+    return sum;
+}
+
+usp_status usp_model_loss(usp_model *m, float grad_scale, int with_grad, double *loss_sum)
+{
     float *losses = usp_backend_has_numerics(BE) ? malloc((size_t)m->n * sizeof *losses) : NULL; /* meta: none */
     if (!losses && usp_backend_has_numerics(BE))
         return usp_error(USP_ERR_RUNTIME, "out of memory reading losses");
-    usp_status s = usp_buffer_download(BE, losses, m->losses, (size_t)m->n * sizeof *losses, ST);
-    double sum = 0; /* in row order, in double: the same bits on every run */
-    for (int64_t i = 0; i < m->n && usp_backend_has_numerics(BE); i++)
-        sum += m->host_targets[i] >= 0 ? (double)losses[i] : 0.0;
+    usp_status s = usp_model_loss_enqueue(m, grad_scale, with_grad, losses);
+    if (s == USP_OK)
+        s = usp_backend_synchronize(BE, ST);
+    *loss_sum = s == USP_OK && losses ? usp_model_add_losses(0.0, losses, m->host_targets, m->n)
+                                      : NAN; /* meta: none arrived */
     free(losses);
-    *loss_sum = usp_backend_has_numerics(BE) ? sum : NAN; /* meta: the copy cost counts, nothing arrived */
     return s;
 }
 

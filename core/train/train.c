@@ -5,112 +5,9 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "core/checkpoint/checkpoint.h"
-#include "core/data/data.h"
-#include "core/model/model.h"
-
-/* held-out samples: USP_TRAIN_HELD_OUT_FIRST + k (train.h), never drawn in training; usp generate's too */
-
-typedef struct trainer {
-    const usp_rank_ctx *ctx;
-    const usp_train_config *c;
-    usp_train_result *result;
-    usp_mesh mesh;
-    usp_model *model;
-    usp_data data;
-    usp_shard *shards;        /* [M][B_local]: a step's micro-batches, read at once */
-    int64_t B_local, N;       /* sequences a rank's model runs at once (one micro-batch), padded length */
-    int64_t M, per_call;      /* micro-batches a step; sequences over all replicas a micro-batch (batch / M) */
-    usp_param_table table;
-    usp_param_store *store;   /* weights, gradients and Adam state (whole or ZeRO-sharded) */
-    double *scalars;          /* backend, small reductions */
-    int64_t step;             /* steps done */
-    int numerics;             /* 0 on the meta backend: nothing is read back */
-    double log_clock;         /* modelled clock at the last progress line, and its step */
-    int64_t log_step;
-    int stopping;             /* the world agreed to stop after this step (usp_train_config.stop) */
-    double grad_norm;         /* the last step's, before clipping (NaN: none) */
-    int64_t first_step, last_step; /* this run's: steps first_step + 1 .. last_step */
-    double start_wall;        /* when the first of them began */
-    double eval_wall;         /* wall seconds in the periodic evaluations so far (left out of tokens/s) */
-} trainer;
-
-#define BE (t->ctx->backend)
-#define ST (t->ctx->stream)
-
-/* The rank's modelled clock (0 when the runtime has none). */
-static double clock_now(const trainer *t) { return t->ctx->clock ? t->ctx->clock(t->ctx->runtime) : 0; }
-
-static double wall_now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-/* Sums n doubles over `group` (through backend memory, as every transfer must).
- * On meta the calls are made (their time counts) but nothing arrives: `values`
- * keep this rank's own. */
-static usp_status sum_over(trainer *t, usp_comm_t *group, double *values, int n)
-{
-    USP_CHECK(usp_buffer_copy(BE, t->scalars, values, (size_t)n * sizeof *values, USP_COPY_HOST_TO_DEVICE, ST));
-    USP_CHECK(usp_comm_all_reduce(group, t->scalars, t->scalars, (size_t)n, USP_F64, USP_REDUCE_SUM, ST));
-    return usp_buffer_download(BE, values, t->scalars, (size_t)n * sizeof *values, ST);
-}
-
-/* Reads this rank's shards of the B_local sequences of DP replica d at `first_sample` into shards[B_local]. */
-static usp_status read_batch(trainer *t, int64_t first_sample, usp_shard *shards)
-{
-    int sp = usp_comm_rank(t->mesh.sp);
-    for (int64_t b = 0; b < t->B_local; b++)
-        USP_CHECK(usp_data_read_shard(&t->data, usp_model_layout(t->model), sp,
-                                      first_sample + t->mesh.d * t->B_local + b, t->c->seq_len, &shards[b]));
-    return USP_OK;
-}
-
-/* Valid targets of shards[rows]. */
-static double count_targets(const usp_shard *shards, int64_t rows)
-{
-    double n = 0;
-    for (int64_t b = 0; b < rows && !shards[b].targets; b++) /* meta: no tokens, every row counts */
-        n += (double)shards[b].count;
-    for (int64_t b = 0; b < rows && shards[b].targets; b++)
-        for (int64_t i = 0; i < shards[b].count; i++)
-            n += shards[b].targets[i] >= 0;
-    return n;
-}
-
-/* digits[b]: the answer digits of sequence b this rank predicts right. Every
- * rank calls the argmax once, with the rows it holds answers in (maybe none):
- * with ZeRO 3 it gathers the lm_head's weights, a collective. */
-static usp_status count_right_digits(trainer *t, double *digits)
-{
-    const usp_seq_layout *l = usp_model_layout(t->model);
-    int64_t *rows = malloc((size_t)(t->B_local * USP_PASSKEY_DIGITS) * sizeof *rows); /* answers only */
-    int32_t *guess = malloc((size_t)(t->B_local * USP_PASSKEY_DIGITS) * sizeof *guess);
-    int n = 0;
-    usp_token_run runs[2];
-    int n_runs = usp_seq_layout_runs(l, usp_comm_rank(t->mesh.sp), runs);
-    const int64_t answer = t->c->seq_len - USP_PASSKEY_DIGITS; /* the answer digits close the sequence */
-    for (int64_t b = 0; rows && guess && b < t->B_local; b++) /* from the layout: meta has no positions */
-        for (int r = 0; r < n_runs; r++) {
-            int64_t g0 = runs[r].global_first, end = g0 + runs[r].count;
-            for (int64_t g = g0 > answer ? g0 : answer; g < end; g++)
-                if (usp_data_is_answer(&t->data, g, t->c->seq_len))
-                    rows[n++] = b * l->per_rank + runs[r].local_first + (g - g0);
-        }
-    usp_status s = rows && guess ? usp_model_argmax(t->model, rows, n, guess)
-                                 : usp_error(USP_ERR_RUNTIME, "out of memory for the answer rows");
-    memset(digits, 0, (size_t)t->B_local * sizeof *digits);
-    for (int k = 0; k < n && s == USP_OK && t->numerics; k++) {
-        int64_t b = rows[k] / l->per_rank, i = rows[k] % l->per_rank;
-        digits[b] += guess[k] == t->shards[b].targets[i];
-    }
-    free(rows), free(guess);
-    return s;
-}
+#include "core/train/train_internal.h"
 
 /* A rank asked to stop (usp_train_config.stop) adds STOP_MARK to its count of valid targets: the
  * world's sum is then stops * 2^40 + count, so the all-reduce every step makes anyway tells every
@@ -118,71 +15,99 @@ static usp_status count_right_digits(trainer *t, double *digits)
  * 2^40 and the world at most 2^12 ranks (2^52 < 2^53). */
 #define STOP_MARK 1099511627776.0 /* 2^40 */
 
-/* *count (this rank's valid targets) summed over the world; none at all is an error. With
- * `stop` (a training step), this rank's stop flag rides along and *stop says whether any rank's was set. */
-static usp_status world_targets(trainer *t, double *count, int *stop)
+/* A training step's stop flags: this rank's count of valid targets, with STOP_MARK when it was asked to
+ * stop, summed over the world in the all-reduce every step makes anyway, as world_targets does, but
+ * only enqueued, with the copy of the sum to t->stop_word: read_stop_flags reads it after the step's
+ * wait, so every rank learns at the same step whether any was asked. */
+static usp_status post_stop_flags(trainer *t, double count)
 {
-    if (*count >= STOP_MARK)
-        return usp_error(USP_ERR_CONFIG, "%.0f target tokens in one step: usp counts up to 2^40", *count);
-    int asked = stop && t->numerics && t->c->stop && atomic_load(t->c->stop); /* meta: nothing is summed across ranks */
-    *count += asked ? STOP_MARK : 0;
-    USP_CHECK(sum_over(t, t->ctx->world, count, 1));
-    if (stop) {
-        double stops = floor(*count / STOP_MARK);
-        *count -= stops * STOP_MARK;
-        *stop = stops > 0;
-    }
-    if (*count < 1 && t->numerics) /* on meta the count is this rank's own, possibly 0 (padding) */
-        return usp_error(USP_ERR_CONFIG, "the batch has no valid target token");
-    return USP_OK;
+    if (count >= STOP_MARK)
+        return usp_error(USP_ERR_CONFIG, "%.0f target tokens in one step: usp counts up to 2^40", count);
+    int asked = t->numerics && t->c->stop && atomic_load(t->c->stop); /* meta: nothing is summed across ranks */
+    double mine = (t->numerics ? trainer_count_targets(t->shards, t->M * t->B_local) : count) + (asked ? STOP_MARK : 0);
+    *t->stop_word = mine; /* meta: nothing arrives, this rank's own */
+    USP_CHECK(usp_buffer_copy(BE, t->scalars, &mine, sizeof mine, USP_COPY_HOST_TO_DEVICE, ST));
+    USP_CHECK(usp_comm_all_reduce(t->ctx->world, t->scalars, t->scalars, 1, USP_F64, USP_REDUCE_SUM, ST));
+    return usp_buffer_copy(BE, t->numerics ? t->stop_word : NULL, t->scalars, sizeof mine,
+                           USP_COPY_DEVICE_TO_HOST, ST);
 }
 
-/* Forward and loss (no gradient) of the batch read; *loss = mean over the global batch's
- * valid targets. With `digits`, passkey answers predicted right per sample. */
-static usp_status eval_forward(trainer *t, double *loss, double *digits)
+/* After the step's wait (t->stop_word has landed): t->stopping, and the world's count checked against
+ * the `count` the step scaled its gradients by. */
+static usp_status read_stop_flags(trainer *t, double count)
 {
-    double count = count_targets(t->shards, t->B_local), sum;
-    USP_CHECK(world_targets(t, &count, NULL));
-    USP_CHECK(usp_model_forward(t->model, t->shards));
-    if (digits)
-        USP_CHECK(count_right_digits(t, digits));
-    USP_CHECK(usp_model_loss(t->model, (float)(1.0 / (count > 1 ? count : 1)), 0, &sum));
-    USP_CHECK(sum_over(t, t->ctx->world, &sum, 1));
-    *loss = sum / count;
+    double stops = floor(*t->stop_word / STOP_MARK), got = *t->stop_word - stops * STOP_MARK;
+    t->stopping = stops > 0;
+    if (t->numerics && got != count)
+        return usp_error(USP_ERR_RUNTIME, "the world's valid targets this step are %.0f, not the %.0f the "
+                         "gradients were scaled by (batch x seq_len)", got, count);
     return USP_OK;
 }
 
 /* A step's forward (and, unless forward-only, backward) over its M micro-batches: gradient
- * accumulation. The step's micro-batches are read at once and their valid targets counted (one
- * all-reduce), so that every micro-batch's loss is scaled by the whole step's count and the
- * gradients the store accumulates are the whole batch's; with M = 1 this is one read, one forward
- * and one backward. *loss = the
- * step's mean loss; *fwd, *recompute: the forward and recomputed FLOPs of all its micro-batches. */
-static usp_status step_passes(trainer *t, int64_t first_sample, double *loss, double *fwd, double *recompute)
+ * accumulation. The step's micro-batches are read at once and their valid targets counted, so that
+ * every micro-batch's loss is scaled by the whole step's count and the gradients the store
+ * accumulates are the whole batch's; with M = 1 this is one read, one forward and one backward.
+ * Nothing here waits for the device: the losses are copied to t->host_losses and read after the
+ * step's one wait (step_loss). *count = the step's valid targets over the world; *fwd, *recompute:
+ * the forward and recomputed FLOPs of all its micro-batches. */
+static usp_status step_passes(trainer *t, int64_t first_sample, double *count, double *fwd, double *recompute)
 {
     const int with_grad = !t->c->forward_only;
     for (int64_t m = 0; m < t->M; m++)
-        USP_CHECK(read_batch(t, first_sample + m * t->per_call, t->shards + m * t->B_local));
-    double count = count_targets(t->shards, t->M * t->B_local), sum = 0;
-    USP_CHECK(world_targets(t, &count, &t->stopping));
-    const float grad_scale = (float)(1.0 / (count > 1 ? count : 1));
+        USP_CHECK(trainer_read_batch(t, first_sample + m * t->per_call, t->shards + m * t->B_local));
+    /* every target of the batch's real tokens is valid and only the padding's are not (core/data/data.c),
+     * so the world's count is batch x seq_len, known here without a read: post_stop_flags checks it. On
+     * meta nothing is summed: the count is this rank's own, as it always was. */
+    *count = t->numerics ? (double)t->c->batch * (double)t->c->seq_len
+                         : trainer_count_targets(t->shards, t->M * t->B_local);
+    USP_CHECK(post_stop_flags(t, *count));
+    const float grad_scale = (float)(1.0 / (*count > 1 ? *count : 1));
     *fwd = *recompute = 0;
+    const int64_t rows = usp_model_rows(t->model);
     for (int64_t m = 0; m < t->M; m++) {
         usp_param_store_accumulate(t->store, m > 0);
         usp_param_store_reduce_in_backward(t->store, m == t->M - 1); /* the sums once, with the last pass */
-        double part, f, r;
+        double f, r;
         USP_CHECK(usp_model_forward(t->model, t->shards + m * t->B_local));
-        USP_CHECK(usp_model_loss(t->model, grad_scale, with_grad, &part));
-        USP_CHECK(sum_over(t, t->ctx->world, &part, 1)); /* each pass's, as a run of one pass always did */
+        USP_CHECK(usp_model_loss_enqueue(t->model, grad_scale, with_grad,
+                                         t->host_losses ? t->host_losses + m * rows : NULL));
         if (with_grad)
             USP_CHECK(usp_model_backward(t->model));
         usp_model_step_flops(t->model, &f, &r);
-        sum += part, *fwd += f, *recompute += r;
+        *fwd += f, *recompute += r;
     }
     usp_param_store_accumulate(t->store, 0);
     usp_param_store_reduce_in_backward(t->store, 1);
-    *loss = sum / count;
     return USP_OK;
+}
+
+/* After the step's wait, where `needed`, the step's mean loss over the world (*loss; NaN when not
+ * needed). Each micro-batch's sum is this rank's rows in row order, then summed over the world in one
+ * all-reduce of M values, then over the micro-batches in order: the bits of the per-pass all-reduce
+ * this replaces. Reading the world's loss is one more wait, so it is made only on the steps that show
+ * or check it (train_step). */
+static usp_status step_loss(trainer *t, int needed, double count, double *loss)
+{
+    *loss = NAN;
+    if (!needed)
+        return USP_OK;
+    const int64_t T = usp_model_layout(t->model)->per_rank, rows = usp_model_rows(t->model);
+    double *parts = malloc((size_t)t->M * sizeof *parts), sum = 0;
+    if (!parts)
+        return usp_error(USP_ERR_RUNTIME, "out of memory for the step's losses");
+    for (int64_t m = 0; m < t->M; m++) {
+        parts[m] = t->numerics ? 0.0 : NAN; /* meta: nothing arrived */
+        for (int64_t b = 0; b < t->B_local && t->numerics; b++)
+            parts[m] = usp_model_add_losses(parts[m], t->host_losses + m * rows + b * T,
+                                            t->shards[m * t->B_local + b].targets, T);
+    }
+    usp_status s = trainer_sum_over(t, t->ctx->world, parts, (int)t->M);
+    for (int64_t m = 0; m < t->M; m++)
+        sum += parts[m];
+    free(parts);
+    *loss = sum / count;
+    return s;
 }
 
 /* Emits step 1's whole gradients as a FIRST_GRADS record (rank 0; tests). */
@@ -216,14 +141,25 @@ static usp_status stop_if_not_finite(const trainer *t, int64_t step, const char 
                      (long long)step, (long long)t->c->steps, what, value, t->c->lr);
 }
 
-/* The store sums the gradients over the ranks (every rank, or each its shard,
- * ends with the gradient of the global loss); clipping; AdamW. */
-static usp_status reduce_and_update(trainer *t, int64_t step)
+/* The store sums the gradients over the ranks (every rank, or each its shard, ends with the
+ * gradient of the global loss), and t->grad_norm. This is the step's host wait, the one value a
+ * step must read (the norm decides the clipping): at ZeRO 0-1 the blocking sum of squares of the
+ * whole gradient; at ZeRO 2-3 that of this rank's shard, then its sum over the world, read
+ * (usp_param_store_reduce_grads): two. Everything the step enqueued before on the stream has then
+ * landed (the losses, the stop flags). tests/test_host_waits.c asserts these bounds. */
+static usp_status reduce_grads(trainer *t)
 {
     double norm;
     USP_CHECK(usp_param_store_reduce_grads(t->store, &norm));
-    USP_CHECK(stop_if_not_finite(t, step, "gradient norm", norm));
     t->grad_norm = t->numerics ? norm : NAN;
+    return USP_OK;
+}
+
+/* Clipping and AdamW, once the norm is known finite. */
+static usp_status update(trainer *t, int64_t step)
+{
+    double norm = t->numerics ? t->grad_norm : 0;
+    USP_CHECK(stop_if_not_finite(t, step, "gradient norm", norm));
     float *whole = usp_param_store_whole_grads(t->store);
     if (t->c->record_tensors && t->c->on_record && t->ctx->rank == 0 && step == 1 && t->numerics && whole)
         USP_CHECK(record_first_grads(t, whole));
@@ -254,78 +190,16 @@ static usp_status gather_peaks(trainer *t, double *peaks)
  * over the steps since the last record. */
 static void record_step(trainer *t, int64_t step, double loss, double tokens_per_s, const double *peaks)
 {
-    double sim = clock_now(t);
+    double sim = trainer_clock_now(t);
     double per_step = step > t->log_step ? (sim - t->log_clock) / (double)(step - t->log_step) : 0;
     t->log_clock = sim, t->log_step = step;
     usp_train_record r = {.kind = USP_TRAIN_RECORD_STEP, .step = step, .steps = t->c->steps, .loss = loss,
                           .lr = usp_train_lr(t->c, step), .grad_norm = t->grad_norm,
-                          .elapsed_s = wall_now() - t->start_wall, .first_step = t->first_step,
+                          .elapsed_s = trainer_wall_now() - t->start_wall, .first_step = t->first_step,
                           .last_step = t->last_step, .tokens_per_s = tokens_per_s, .clock_s = sim,
                           .clock_step_s = per_step, .peak_bytes = peaks,
                           .n_peaks = t->numerics ? t->ctx->world_size : 1, .shapes_only = !t->numerics};
     t->c->on_record(t->c->record_ctx, &r);
-}
-
-/* The batches of held-out samples an evaluation runs: eval_samples, in whole batches. */
-static int64_t eval_batches(const trainer *t) { return (t->c->eval_samples + t->per_call - 1) / t->per_call; }
-
-/* Mean loss and, for passkey data, the fraction of held-out samples whose
- * five key digits are all predicted right. */
-static usp_status evaluate(trainer *t, double *loss_out, double *accuracy)
-{
-    int64_t batches = eval_batches(t);
-    double loss_sum = 0, right[2] = {0, 0}; /* samples right, samples seen */
-    double *digits = calloc((size_t)t->B_local, sizeof *digits);
-    if (!digits)
-        return usp_error(USP_ERR_RUNTIME, "out of memory for the evaluation");
-    usp_status s = USP_OK;
-    for (int64_t i = 0; i < batches && s == USP_OK; i++) {
-        double loss = 0;
-        s = read_batch(t, USP_TRAIN_HELD_OUT_FIRST + i * t->per_call, t->shards);
-        if (s == USP_OK)
-            s = eval_forward(t, &loss, t->data.kind == USP_DATA_PASSKEY ? digits : NULL);
-        if (s == USP_OK && t->data.kind == USP_DATA_PASSKEY)
-            s = sum_over(t, t->mesh.sp, digits, (int)t->B_local); /* the digits may sit on several SP ranks */
-        for (int64_t b = 0; b < t->B_local && s == USP_OK && t->data.kind == USP_DATA_PASSKEY; b++)
-            right[0] += digits[b] == USP_PASSKEY_DIGITS, right[1] += 1;
-        loss_sum += loss;
-    }
-    free(digits);
-    USP_CHECK(s);
-    if (t->data.kind == USP_DATA_PASSKEY)
-        USP_CHECK(sum_over(t, t->mesh.dp, right, 2));
-    *loss_out = loss_sum / (double)(batches > 0 ? batches : 1);
-    *accuracy = t->numerics && t->data.kind == USP_DATA_PASSKEY && right[1] > 0 ? right[0] / right[1] : -1;
-    return USP_OK;
-}
-
-/* An EVAL record (rank 0). */
-static void record_eval(const trainer *t, int64_t step, double loss, double accuracy)
-{
-    if (t->ctx->rank != 0 || !t->c->on_record)
-        return;
-    usp_train_record r = {.kind = USP_TRAIN_RECORD_EVAL, .step = step, .steps = t->c->steps, .loss = loss,
-                          .passkey_accuracy = accuracy, .samples = eval_batches(t) * t->per_call,
-                          .shapes_only = !t->numerics};
-    t->c->on_record(t->c->record_ctx, &r);
-}
-
-/* The held-out evaluation every eval_every steps, run by every rank after the same step: the step count
- * and an agreed stop (never followed by one) are the same on all of them. It leaves the training as it
- * was, bit for bit: the data source reads a sample by its index (no cursor, no random state), the
- * forward and the loss make no gradient, and the next step reads its own batch and overwrites the
- * activations. The run's last step is evaluated by the end's evaluation, once. Its time is kept out of
- * the steps' rates: tokens/s leaves out its wall seconds, and the next record's clock per step its clock. */
-static usp_status evaluate_every(trainer *t, int64_t step)
-{
-    int64_t every = t->c->eval_every;
-    if (every <= 0 || step % every != 0 || t->stopping || step == t->last_step)
-        return USP_OK;
-    double wall = wall_now(), clock = clock_now(t), loss, accuracy;
-    USP_CHECK(evaluate(t, &loss, &accuracy));
-    t->eval_wall += wall_now() - wall, t->log_clock += clock_now(t) - clock;
-    record_eval(t, step, loss, accuracy);
-    return USP_OK;
 }
 
 /* Every rank joins the save, which streams the store bucket by bucket (a
@@ -446,6 +320,11 @@ static usp_status setup(trainer *t)
     USP_CHECK(usp_model_create(&ms, &t->model));
     USP_CHECK(usp_buffer_alloc(BE, (size_t)(t->ctx->world_size + c->batch + 64) * sizeof(double), "comm", (void **)&t->scalars));
     USP_CHECK(usp_calloc((void **)&t->shards, (size_t)(t->M * t->B_local), sizeof *t->shards, "shards"));
+    /* host memory the step's copies land in without a wait (pinned on cuda) */
+    if (t->numerics)
+        USP_CHECK(usp_host_alloc(BE, (size_t)(t->M * usp_model_rows(t->model)) * sizeof *t->host_losses,
+                                 "the step's losses", (void **)&t->host_losses));
+    USP_CHECK(usp_host_alloc(BE, sizeof *t->stop_word, "the step's stop flags", (void **)&t->stop_word));
     for (int64_t b = 0; b < t->M * t->B_local; b++)
         USP_CHECK(usp_shard_alloc(&t->shards[b], usp_model_layout(t->model)->per_rank, !t->numerics));
     return load_weights(t);
@@ -456,6 +335,8 @@ static void teardown(trainer *t)
     for (int64_t b = 0; t->shards && b < t->M * t->B_local; b++)
         usp_shard_free(&t->shards[b]);
     free(t->shards);
+    usp_host_free(BE, t->host_losses);
+    usp_host_free(BE, t->stop_word);
     usp_buffer_free(BE, t->scalars);
     usp_model_destroy(t->model);
     usp_param_store_destroy(t->store);
@@ -464,12 +345,37 @@ static void teardown(trainer *t)
     usp_mesh_destroy(&t->mesh);
 }
 
+/* 1 on a step that makes a STEP record (every log_every, the last, a stop's). */
+static int logged(const trainer *t, int64_t step, int64_t until)
+{
+    return step % t->c->log_every == 0 || step == until || t->stopping;
+}
+
+/* One training step: passes, the gradient norm (the step's wait), the stop flags, the loss where it
+ * crosses to the host (a logged step, the first for first_loss, the last and a stop's: a diverged loss
+ * in between shows in the gradient norm, checked every step), the update. */
+static usp_status train_step(trainer *t, int64_t step, int64_t until, double *loss, double *fwd, double *recompute)
+{
+    double count = 0;
+    USP_CHECK(step_passes(t, (step - 1) * t->c->batch, &count, fwd, recompute));
+    if (!t->c->forward_only)
+        USP_CHECK(reduce_grads(t));
+    USP_CHECK(read_stop_flags(t, count));
+    const int needed = step == 1 || logged(t, step, until);
+    USP_CHECK(step_loss(t, needed, count, loss));
+    if (t->result && step == 1 && t->ctx->rank == 0)
+        t->result->first_loss = *loss;
+    if (needed)
+        USP_CHECK(stop_if_not_finite(t, step, "loss", *loss));
+    return t->c->forward_only ? USP_OK : update(t, step);
+}
+
 static usp_status run(trainer *t)
 {
     const usp_train_config *c = t->c;
     USP_CHECK(setup(t));
     int64_t until = c->eval_only ? t->step : c->until > 0 && c->until < c->steps ? c->until : c->steps;
-    double start = wall_now(), loss = 0, tokens = 0;
+    double start = trainer_wall_now(), loss = 0, tokens = 0;
     t->grad_norm = NAN, t->first_step = t->step, t->last_step = until, t->start_wall = start;
     /* Every rank's peak reaches rank 0's record only with numerics: on meta nothing arrives
      * (the meta backend writes no host memory) and one slot, this rank's own, is all that is
@@ -478,30 +384,29 @@ static usp_status run(trainer *t)
     if (!peaks)
         return usp_error(USP_ERR_RUNTIME, "out of memory");
     usp_status s = USP_OK;
-    t->log_clock = clock_now(t), t->log_step = t->step;
+    t->log_clock = trainer_clock_now(t), t->log_step = t->step;
     while (t->step < until && s == USP_OK && !t->stopping) {
         int64_t step = ++t->step;
-        double step_start = clock_now(t), flops_start = usp_backend_flops(BE), fwd = 0, recompute = 0;
-        s = step_passes(t, (step - 1) * c->batch, &loss, &fwd, &recompute);
-        if (t->result && step == 1 && t->ctx->rank == 0)
-            t->result->first_loss = loss;
-        if (s == USP_OK) s = stop_if_not_finite(t, step, "loss", loss);
-        if (s == USP_OK && !c->forward_only) s = reduce_and_update(t, step);
+        double step_start = trainer_clock_now(t), flops_start = usp_backend_flops(BE), fwd = 0, recompute = 0;
+        const uint64_t waits_start = usp_backend_host_waits(BE);
+        s = train_step(t, step, until, &loss, &fwd, &recompute);
         if (s == USP_OK && t->ctx->trace) /* the frame a comparison takes one step in (plan/compare.h) */
-            s = usp_trace_record_step(t->ctx->trace, t->ctx->rank, step, step_start, clock_now(t));
+            s = usp_trace_record_step(t->ctx->trace, t->ctx->rank, step, step_start, trainer_clock_now(t));
         if (s == USP_OK && c->step_stats) {
             usp_train_step_stats st = {.step_flops = usp_backend_flops(BE) - flops_start, .start_s = step_start,
-                                       .end_s = clock_now(t), .fwd_flops = fwd, .recompute_flops = recompute};
+                                       .end_s = trainer_clock_now(t), .fwd_flops = fwd, .recompute_flops = recompute,
+                                       .host_waits = (double)(usp_backend_host_waits(BE) - waits_start)};
             s = usp_rank_gather(t->ctx, &st, sizeof st, c->step_stats);
         }
         tokens += (double)c->batch * (double)c->seq_len;
-        if (s == USP_OK && c->on_record && (step % c->log_every == 0 || step == until || t->stopping)) {
+        if (s == USP_OK && c->on_record && logged(t, step, until)) {
             s = gather_peaks(t, peaks);
             if (s == USP_OK && t->ctx->rank == 0)
-                record_step(t, step, loss, tokens / (wall_now() - start - t->eval_wall), peaks);
+                record_step(t, step, loss, tokens / (trainer_wall_now() - start - t->eval_wall), peaks);
         }
+        t->step_waits += usp_backend_host_waits(BE) - waits_start;
         if (s == USP_OK)
-            s = evaluate_every(t, step);
+            s = trainer_evaluate_every(t, step);
         if (s == USP_OK && c->save_dir && c->save_every > 0 && step % c->save_every == 0 && step < until &&
             !t->stopping) /* the last step's save, or the stop's, comes after the loop */
             s = save(t);
@@ -509,22 +414,25 @@ static usp_status run(trainer *t)
     free(peaks);
     if (s == USP_OK && c->record_tensors && c->on_record && t->numerics)
         s = record_last_weights(t);
-    double wall = wall_now() - start, accuracy = -1, steps_clock = clock_now(t), steps_wall = wall - t->eval_wall;
+    double wall = trainer_wall_now() - start, accuracy = -1, steps_clock = trainer_clock_now(t);
+    double steps_wall = wall - t->eval_wall;
+    double steps_run = t->step > t->first_step ? (double)(t->step - t->first_step) : 1;
     if (s == USP_OK && c->save_dir)
         s = save(t);
     int evaluated = (c->eval_samples > 0 || c->eval_only) && !t->stopping; /* a stop is asked to be quick */
     if (s == USP_OK && evaluated)
-        s = evaluate(t, &loss, &accuracy);
+        s = trainer_evaluate(t, &loss, &accuracy);
     if (s == USP_OK && evaluated && !c->eval_only && c->eval_every > 0 && t->step % c->eval_every == 0)
-        record_eval(t, t->step, loss, accuracy); /* the last step's periodic evaluation is this one */
+        trainer_record_eval(t, t->step, loss, accuracy); /* the last step's periodic evaluation is this one */
     if (s == USP_OK && t->ctx->rank == 0 && t->result)
         *t->result = (usp_train_result){.loss = loss, .loss_held_out = evaluated, .passkey_accuracy = accuracy,
                                         .wall_s = wall, .steps_time_s = steps_clock,
                                         .first_loss = t->result->first_loss,
                                         .tokens_per_s = steps_wall > 0 ? tokens / steps_wall : 0,
                                         .steps_done = t->step,
-                                        .clock_s = clock_now(t),
-                                        .seq_len_padded = t->N, .peak_bytes = t->result->peak_bytes};
+                                        .clock_s = trainer_clock_now(t),
+                                        .seq_len_padded = t->N, .peak_bytes = t->result->peak_bytes,
+                                        .host_waits_per_step = (double)t->step_waits / (double)steps_run};
     if (s == USP_OK && t->ctx->rank == 0 && t->result)
         usp_param_store_grad_traffic(t->store, &t->result->grad_collectives, &t->result->grad_bytes);
     if (s == USP_OK && t->result)

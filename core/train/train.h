@@ -45,6 +45,7 @@ typedef struct usp_train_step_stats {
     double step_flops;     /* ... over the whole step: forward, loss, backward, reductions, AdamW */
     double recompute_flops; /* the part of step_flops that recomputed forward work (not model FLOPs) */
     double start_s, end_s; /* its modelled clock when the step started and ended */
+    double host_waits;     /* the times the host waited for the device in it, to its update (usp_backend_host_waits) */
 } usp_train_step_stats;
 
 /* What rank 0 tells the command while it runs. */
@@ -147,6 +148,8 @@ typedef struct usp_train_result {
     double first_loss;         /* the loss of the first step run */
     int grad_collectives;      /* the last step's gradient collectives on rank 0 (all-reduces at ZeRO 0-1, */
     int64_t grad_bytes;        /* reduce-scatters at 2-3) and the gradient bytes they took in: one pass */
+    double host_waits_per_step; /* rank 0's host waits (usp_backend_host_waits) per step run, logged steps'
+                                   records included, evaluations and saves left out; 0 on cpu and meta */
     size_t *peak_bytes;        /* when set (on every rank or none), [world]: every rank's peak memory over
                                   the run, gathered to rank 0 (usp_rank_gather) */
 } usp_train_result;
