@@ -1,0 +1,167 @@
+/* Ulysses' all-to-alls overlapped with the attention in two head groups (core/parallel/ulysses.c,
+ * run_groups).
+ *
+ * - The overlap changes no bit: trained on the cpu backend with it on and off, the first step's
+ *   gradients and the last weights are the same bits (each head's attention is independent of the
+ *   others'; only the order of the calls changes).
+ * - Its event waits are needed: on the lazy backend (work runs as late as the stream contract
+ *   allows; a transfer's data reach the receiver when its stream gets there), the run with every
+ *   wait gives the cpu run's bits, and the run without one of them (the test hook) does not:
+ *   without "inputs" the first pack reads q, k, v (dO) before they are written, without
+ *   "computed" a group's output (gradients) leaves before its attention wrote it, without "done"
+ *   the caller reads o (dq, dk, dv) before the last group's came home. "arrived" (a group's
+ *   attention waits for its heads) cannot be shown here: the lazy backend runs the compute stream
+ *   only when the comm stream reaches "computed", and the comm stream's queue runs in order, so
+ *   the unpack of the group's heads (queued on it before that wait) has always run by then. The
+ *   test runs without it too and prints what it gives, but asserts nothing of it.
+ * - The simulator models it (usp plan, llama-7b U 8 x DP 8 at 32K on 64 GPUs of dgx-h100): the
+ *   same compute, more communication hidden, less exposed, a shorter step; and with the
+ *   overlap refused (off) the plan is the one without it. */
+#include <check.h>
+#include <jansson.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backends/cpu/cpu_backend.h"
+#include "backends/lazy/lazy_backend.h"
+#include "core/parallel/ulysses.h"
+#include "tests/check_main.h"
+#include "tests/harness.h"
+#include "tools/commands.h"
+
+/* A small Llama with GQA on 4 ranks: U 4 (case 0: 4 query and 2 KV heads a rank) or U 2 x R 2
+ * (case 1: 8 and 4), three steps of two sequences. */
+static usp_train_config config_for(int ulysses, ring_overlap overlap)
+{
+    usp_train_config c;
+    usp_train_defaults(&c);
+    ck_assert_int_eq(usp_model_config_preset("tiny", &c.model), USP_OK);
+    c.model.vocab = 128, c.model.n_layer = 2, c.model.d_model = 64, c.model.n_head = 16, c.model.n_kv_head = 8;
+    c.model.d_ff = 48, c.model.max_seq = 64;
+    ck_assert_int_eq(usp_mesh_shape_make(4, ulysses, 4 / ulysses, &c.shape), USP_OK);
+    c.data = "passkey", c.seq_len = 64, c.batch = 2, c.steps = 3, c.warmup = 1, c.eval_samples = 0;
+    c.ulysses_overlap = overlap;
+    return c;
+}
+
+/* Step 1's gradients, then the last weights, of `c` on `factory`'s backends (malloc'd, 2 x the table);
+ * *status the run's. */
+static float *tensors_of(const usp_train_config *config, sim_backend_factory factory, usp_status *status)
+{
+    const size_t n = (size_t)harness_param_total(&config->model);
+    float *t = calloc(2 * n, sizeof *t);
+    ck_assert_ptr_nonnull(t);
+    harness_tensors h = {.first_grads = t, .last_weights = t + n};
+    usp_train_config c = *config;
+    c.on_record = harness_record_tensors, c.record_ctx = &h, c.record_tensors = 1;
+    sim_world *w = NULL;
+    *status = harness_train_world(&c, factory, &w);
+    sim_world_destroy(w);
+    size_t nonzero = 0;
+    for (size_t k = 0; k < 2 * n; k++)
+        nonzero += t[k] != 0;
+    ck_assert_msg(*status != USP_OK || nonzero > n, "the run recorded no gradients or weights");
+    return t;
+}
+
+/* The number of the 2 n floats of a and b whose bits differ. */
+static size_t differing(const float *a, const float *b, size_t n)
+{
+    size_t d = 0;
+    for (size_t k = 0; k < 2 * n; k++)
+        d += memcmp(&a[k], &b[k], sizeof *a) != 0;
+    return d;
+}
+
+START_TEST(the_overlap_changes_no_bit)
+{
+    const int ulysses = _i == 0 ? 4 : 2;
+    usp_train_config on = config_for(ulysses, RING_OVERLAP_ON), off = config_for(ulysses, RING_OVERLAP_OFF);
+    const size_t n = (size_t)harness_param_total(&on.model);
+    usp_status s_on, s_off;
+    float *a = tensors_of(&on, usp_backend_cpu_create, &s_on), *b = tensors_of(&off, usp_backend_cpu_create, &s_off);
+    ck_assert_msg(s_on == USP_OK && s_off == USP_OK, "%s", usp_error_message());
+    size_t d = differing(a, b, n);
+    printf("U %d: %zu of %zu gradients and weights differ with the overlap on and off\n", ulysses, d, 2 * n);
+    ck_assert_msg(d == 0, "the overlap changed %zu of %zu bits-compared floats", d, 2 * n);
+    free(a), free(b);
+}
+END_TEST
+
+START_TEST(each_wait_of_the_overlap_is_needed)
+{
+    const int ulysses = _i == 0 ? 4 : 2;
+    usp_train_config c = config_for(ulysses, RING_OVERLAP_ON);
+    const size_t n = (size_t)harness_param_total(&c.model);
+    usp_status s;
+    float *ref = tensors_of(&c, usp_backend_cpu_create, &s);
+    ck_assert_msg(s == USP_OK, "%s", usp_error_message());
+    float *lazy = tensors_of(&c, usp_backend_lazy_create, &s);
+    ck_assert_msg(s == USP_OK, "%s", usp_error_message());
+    ck_assert_msg(differing(ref, lazy, n) == 0, "the lazy backend's tensors are not the cpu backend's");
+    static const struct {
+        unsigned bit;
+        const char *name;
+        int shown; /* 0: the lazy backend cannot show it (the comment at the top) */
+    } waits[] = {{ULYSSES_WAIT_INPUTS, "the first pack's wait for the inputs (inputs)", 1},
+                 {ULYSSES_WAIT_ARRIVED, "a group's attention's wait for its heads (arrived)", 0},
+                 {ULYSSES_WAIT_COMPUTED, "a group's output's wait for its attention (computed)", 1},
+                 {ULYSSES_WAIT_DONE, "the caller's wait for the last group's output (done)", 1}};
+    for (size_t w = 0; w < sizeof waits / sizeof *waits; w++) {
+        ulysses_attention_skip_waits_for_tests(waits[w].bit);
+        float *got = tensors_of(&c, usp_backend_lazy_create, &s); /* data read early may even diverge */
+        ulysses_attention_skip_waits_for_tests(0);
+        size_t d = differing(ref, got, n);
+        printf("U %d, without %s: %s, %zu of %zu floats differ\n", ulysses, waits[w].name,
+               s == USP_OK ? "the run ends" : usp_error_message(), d, 2 * n);
+        ck_assert_msg(!waits[w].shown || s != USP_OK || d > 0, "without %s the tensors are still right: the lazy backend no longer "
+                      "shows the race this test is for", waits[w].name);
+        free(got);
+    }
+    free(ref), free(lazy);
+}
+END_TEST
+
+/* `usp plan` of llama-7b, U 8 x DP 8 at 32K tokens on 64 GPUs of dgx-h100, with --ulysses-overlap
+ * `mode` (JSON, parsed). */
+static json_t *plan_u8(const char *mode)
+{
+    char *argv[] = {"usp", "plan", "--model", "llama-7b", "--dtype", "bf16", "--zero", "1", "--seq", "32768",
+                    "--world", "64", "--nodes", "8", "--ulysses", "8", "--batch", "8", "--topology", "dgx-h100",
+                    "--ulysses-overlap", (char *)mode, "--json"};
+    static char out[1 << 16];
+    ck_assert_int_eq(harness_run_command(cmd_plan, argv, (int)(sizeof argv / sizeof *argv), out, sizeof out), 0);
+    json_t *j = json_loads(out, 0, NULL);
+    ck_assert_ptr_nonnull(j);
+    return j;
+}
+
+START_TEST(the_plan_hides_more_and_the_step_is_shorter)
+{
+    json_t *off = plan_u8("off"), *on = plan_u8("auto");
+    double f[2][4];
+    static const char *const keys[] = {"step_time_s", "compute_time_s", "comm_hidden_s", "comm_exposed_s"};
+    for (int k = 0; k < 4; k++) {
+        f[0][k] = json_number_value(json_object_get(off, keys[k]));
+        f[1][k] = json_number_value(json_object_get(on, keys[k]));
+        printf("U 8 x DP 8, 32K, dgx-h100: %s %.4f off, %.4f auto\n", keys[k], f[0][k], f[1][k]);
+    }
+    ck_assert_double_eq_tol(f[1][1], f[0][1], 1e-9 * f[0][1]); /* the same ops */
+    ck_assert(f[1][2] > f[0][2]);
+    ck_assert(f[1][3] < f[0][3]);
+    ck_assert(f[1][0] < f[0][0]);
+    json_decref(off), json_decref(on);
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("ulysses_overlap");
+    TCase *tc = tcase_create("ulysses_overlap");
+    tcase_set_timeout(tc, 120);
+    tcase_add_loop_test(tc, the_overlap_changes_no_bit, 0, 2);
+    tcase_add_loop_test(tc, each_wait_of_the_overlap_is_needed, 0, 2);
+    tcase_add_test(tc, the_plan_hides_more_and_the_step_is_shorter);
+    suite_add_tcase(s, tc);
+    return check_main_run(s);
+}
