@@ -14,6 +14,9 @@
  *   only when the comm stream reaches "computed", and the comm stream's queue runs in order, so
  *   the unpack of the group's heads (queued on it before that wait) has always run by then. The
  *   test runs without it too and prints what it gives, but asserts nothing of it.
+ * - auto decides on shapes alone: off for a small step, on for a group's attention of 1e10 FLOPs
+ *   and 4 MiB exchanges; on and off force it, except where each rank's KV heads do not split in
+ *   two (then it is off); anything else is refused.
  * - The simulator models it (usp plan, llama-7b U 8 x DP 8 at 32K on 64 GPUs of dgx-h100): the
  *   same compute, more communication hidden, less exposed, a shorter step; and with the
  *   overlap refused (off) the plan is the one without it. */
@@ -29,7 +32,7 @@
 #include "tests/harness.h"
 #include "tools/commands.h"
 
-/* A small Llama with GQA on 4 ranks: U 4 (case 0: 4 query and 2 KV heads a rank) or U 2 x R 2
+/* A small Llama with GQA on 4 ranks: U 4 (case 0: 4 query and 2 KV heads a rank) or U 2 x DP 2
  * (case 1: 8 and 4), three steps of two sequences. */
 static usp_train_config config_for(int ulysses, ring_overlap overlap)
 {
@@ -38,7 +41,7 @@ static usp_train_config config_for(int ulysses, ring_overlap overlap)
     ck_assert_int_eq(usp_model_config_preset("tiny", &c.model), USP_OK);
     c.model.vocab = 128, c.model.n_layer = 2, c.model.d_model = 64, c.model.n_head = 16, c.model.n_kv_head = 8;
     c.model.d_ff = 48, c.model.max_seq = 64;
-    ck_assert_int_eq(usp_mesh_shape_make(4, ulysses, 4 / ulysses, &c.shape), USP_OK);
+    ck_assert_int_eq(usp_mesh_shape_make(4, ulysses, 1, &c.shape), USP_OK);
     c.data = "passkey", c.seq_len = 64, c.batch = 2, c.steps = 3, c.warmup = 1, c.eval_samples = 0;
     c.ulysses_overlap = overlap;
     return c;
@@ -114,11 +117,58 @@ START_TEST(each_wait_of_the_overlap_is_needed)
         size_t d = differing(ref, got, n);
         printf("U %d, without %s: %s, %zu of %zu floats differ\n", ulysses, waits[w].name,
                s == USP_OK ? "the run ends" : usp_error_message(), d, 2 * n);
-        ck_assert_msg(!waits[w].shown || s != USP_OK || d > 0, "without %s the tensors are still right: the lazy backend no longer "
-                      "shows the race this test is for", waits[w].name);
+        ck_assert_msg(!waits[w].shown || s != USP_OK || d > 0, "without %s the tensors are still right: the lazy "
+                      "backend no longer shows the race this test is for", waits[w].name);
         free(got);
     }
     free(ref), free(lazy);
+}
+END_TEST
+
+/* One causal Ulysses attention over the world of batch 1, n tokens, H heads (Hkv KV heads) of 128:
+ * does it overlap? *status: its creation's. */
+static int overlaps(const usp_rank_ctx *ctx, int64_t n, int64_t H, int64_t Hkv, ring_overlap mode, usp_status *status)
+{
+    ulysses_attention_config c = {.backend = ctx->backend, .stream = ctx->stream, .ulysses = ctx->world, .batch = 1,
+                                  .seq_len = n, .n_heads = H, .n_kv_heads = Hkv, .head_dim = 128, .causal = 1,
+                                  .overlap = mode};
+    ulysses_attention *a = NULL;
+    *status = ulysses_attention_create(&c, &a);
+    int got = ulysses_attention_overlaps(a);
+    ulysses_attention_destroy(a);
+    return got;
+}
+
+static usp_status decide(const usp_rank_ctx *ctx, void *arg)
+{
+    (void)arg;
+    usp_status s;
+    /* U 2, 16 heads: a group is 4 heads a rank. At 4096 tokens its attention is 2 x 4096^2 x 4 x 128 =
+     * 1.7e10 FLOPs and its q exchange 2048 x 4 x 128 x 4 bytes = 4 MiB a rank; at 64 tokens far less. */
+    static const struct {
+        const char *what;
+        int64_t n, Hkv;
+        ring_overlap mode;
+        int want;
+    } cases[] = {{"auto at 1.7e10 FLOPs, 4 MiB", 4096, 16, RING_OVERLAP_AUTO, 1},
+                 {"auto at 64 tokens", 64, 16, RING_OVERLAP_AUTO, 0},
+                 {"on at 64 tokens", 64, 16, RING_OVERLAP_ON, 1},
+                 {"off at 4096 tokens", 4096, 16, RING_OVERLAP_OFF, 0},
+                 {"on with one KV head a rank (GQA 8:1)", 64, 2, RING_OVERLAP_ON, 0},
+                 {"on with a KV head shared by the two ranks", 64, 1, RING_OVERLAP_ON, 0}};
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        int got = overlaps(ctx, cases[i].n, 16, cases[i].Hkv, cases[i].mode, &s);
+        USP_CHECK(s);
+        USP_CHECK(harness_expect_eq(ctx, cases[i].what, 0, got, cases[i].want));
+    }
+    overlaps(ctx, 64, 16, 16, (ring_overlap)7, &s);
+    return harness_expect_eq(ctx, "overlap 7 refused", 0, s, USP_ERR_CONFIG);
+}
+
+START_TEST(auto_decides_on_shapes_and_on_off_force_it)
+{
+    char report[2048];
+    ck_assert_msg(harness_run(2, decide, NULL, NULL, 0, report, sizeof report) == USP_OK, "%s", report);
 }
 END_TEST
 
@@ -161,6 +211,7 @@ int main(void)
     tcase_set_timeout(tc, 120);
     tcase_add_loop_test(tc, the_overlap_changes_no_bit, 0, 2);
     tcase_add_loop_test(tc, each_wait_of_the_overlap_is_needed, 0, 2);
+    tcase_add_test(tc, auto_decides_on_shapes_and_on_off_force_it);
     tcase_add_test(tc, the_plan_hides_more_and_the_step_is_shorter);
     suite_add_tcase(s, tc);
     return check_main_run(s);

@@ -281,29 +281,31 @@ int ulysses_attention_overlaps(const ulysses_attention *a) { return a && a->G > 
  * goes beside an attention of half the heads: the step gains min(X / 2 bw, C / 2) - 8 L, C the
  * attention. Both terms are asked for on shapes alone, the same on every rank of the group (every
  * rank has the same tokens, batch and, where the KV heads split evenly, heads):
- *   - one group's forward attention, 4 B NU NK h D FLOPs (NK = R NU keys, halved under the
- *     causal mask), at least 1e10 FLOPs, about 25 us on an H100 at 400 TFLOP/s: a few latencies;
+ *   - one group's forward attention, 4 B NU^2 h D FLOPs (halved under the causal mask), at least
+ *     1e10 FLOPs, about 25 us on an H100 at 400 TFLOP/s: a few latencies;
  *   - one group's exchange of q sends at least 4 MiB a rank, so that what is hidden (tens of
  *     microseconds at 100 GB/s) is worth several times the latency of the calls it adds.
  * The overlap needs each rank's KV heads to split in two: GQA keeps a query head with its KV
  * head, and a KV head sent to several ranks (U a multiple of the KV heads) has its gradients
- * summed on the way back, one call for all of it. */
+ * summed on the way back, one call for all of it. Not in the hybrid: the ring's sendrecvs (on the
+ * ring's comm stream, inside a group's attention) would be in flight beside an all-to-all of
+ * another group on another stream, two NCCL calls of two groups unordered between the streams,
+ * which may deadlock (docs/cluster_model.md, "Gradients"); the ring hides its own transfers. */
 #define OVERLAP_MIN_GROUP_FLOPS 1e10
 #define OVERLAP_MIN_GROUP_BYTES (4.0 * 1024 * 1024)
 
 static int overlap_pays(const ulysses_attention *a, int groups)
 {
     const ulysses_attention_config *c = &a->c;
-    if (a->U == 1 || a->kv_shared || c->overlap == RING_OVERLAP_OFF)
+    if (a->U == 1 || a->kv_shared || c->overlap == RING_OVERLAP_OFF || (c->ring && usp_comm_size(c->ring) > 1))
         return 0;
     for (int j = 0; j < a->U; j++)
         if (a->kv_heads.count[j] % groups != 0)
             return 0;
     if (c->overlap == RING_OVERLAP_ON)
         return 1;
-    const int R = c->ring ? usp_comm_size(c->ring) : 1;
     const double h = (double)a->q_heads.count[0] / groups, D = (double)c->head_dim, B = (double)c->batch;
-    double flops = 4.0 * B * (double)a->NU * (double)a->NU * R * h * D * (c->causal ? 0.5 : 1.0);
+    double flops = 4.0 * B * (double)a->NU * (double)a->NU * h * D * (c->causal ? 0.5 : 1.0);
     double bytes = B * (double)a->T * h * D * (double)(a->U - 1) * (double)usp_dtype_size(c->storage);
     return flops >= OVERLAP_MIN_GROUP_FLOPS && bytes >= OVERLAP_MIN_GROUP_BYTES;
 }
