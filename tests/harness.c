@@ -100,6 +100,78 @@ int64_t harness_param_total(const usp_model_config *m)
     return n;
 }
 
+float *harness_train_tensors(const usp_train_config *config, sim_backend_factory factory, usp_status *status)
+{
+    const size_t n = (size_t)harness_param_total(&config->model);
+    float *t = NULL;
+    if ((*status = usp_calloc((void **)&t, 2 * n, sizeof *t, "the recorded tensors")) != USP_OK)
+        return NULL;
+    harness_tensors h = {.first_grads = t, .last_weights = t + n};
+    usp_train_config c = *config;
+    c.on_record = harness_record_tensors, c.record_ctx = &h, c.record_tensors = 1;
+    sim_world *w = NULL;
+    *status = harness_train_world(&c, factory, &w);
+    sim_world_destroy(w);
+    size_t nonzero = 0;
+    for (size_t k = 0; k < 2 * n; k++)
+        nonzero += t[k] != 0;
+    if (*status == USP_OK && nonzero <= n)
+        *status = usp_error(USP_ERR_RUNTIME, "the run recorded no gradients or weights");
+    return t;
+}
+
+size_t harness_bits_differing(const float *a, const float *b, size_t n)
+{
+    size_t d = 0;
+    for (size_t k = 0; k < n; k++)
+        d += memcmp(&a[k], &b[k], sizeof *a) != 0;
+    return d;
+}
+
+long harness_runs_differing(const usp_train_config *a, const usp_train_config *b, size_t *total)
+{
+    *total = 2 * (size_t)harness_param_total(&a->model);
+    usp_status s_a, s_b;
+    float *x = harness_train_tensors(a, usp_backend_cpu_create, &s_a);
+    float *y = s_a == USP_OK ? harness_train_tensors(b, usp_backend_cpu_create, &s_b) : NULL;
+    long d = s_a == USP_OK && s_b == USP_OK ? (long)harness_bits_differing(x, y, *total) : -1;
+    free(x), free(y);
+    return d;
+}
+
+int harness_check_waits(const usp_train_config *config, void (*skip)(unsigned), const harness_wait *waits, int n,
+                        const char *label, char *why, size_t why_size)
+{
+    const size_t floats = 2 * (size_t)harness_param_total(&config->model);
+    usp_status s_ref, s_lazy, s;
+    float *ref = harness_train_tensors(config, usp_backend_cpu_create, &s_ref);
+    float *lazy = harness_train_tensors(config, usp_backend_lazy_create, &s_lazy);
+    int rc = 0;
+    if (s_ref != USP_OK || s_lazy != USP_OK) {
+        snprintf(why, why_size, "%s", usp_error_message());
+        rc = -1;
+    } else if (harness_bits_differing(ref, lazy, floats) != 0) {
+        snprintf(why, why_size, "the lazy backend's tensors are not the cpu backend's");
+        rc = -1;
+    }
+    for (int w = 0; rc == 0 && w < n; w++) {
+        skip(waits[w].bit);
+        float *got = harness_train_tensors(config, usp_backend_lazy_create, &s); /* early reads may diverge */
+        skip(0);
+        size_t d = got ? harness_bits_differing(ref, got, floats) : 0;
+        printf("%s, without %s: %s, %zu of %zu floats differ\n", label, waits[w].name,
+               s == USP_OK ? "the run ends" : usp_error_message(), d, floats);
+        if (waits[w].shown && s == USP_OK && d == 0) {
+            snprintf(why, why_size, "without %s the tensors are still right: the lazy backend no longer shows the "
+                     "race this test is for", waits[w].name);
+            rc = -1;
+        }
+        free(got);
+    }
+    free(ref), free(lazy);
+    return rc;
+}
+
 double harness_worst_tensor_error(const usp_param_table *t, const float *a, const float *b, int *which)
 {
     double worst = 0;

@@ -42,6 +42,31 @@ void harness_record_tensors(void *ctx, const usp_train_record *record);
 /* The number of parameters of model m (its parameter table's total), or -1 when it has no table. */
 int64_t harness_param_total(const usp_model_config *m);
 
+/* Step 1's gradients, then the last weights (2 x the table's floats, malloc'd; NULL only when out of
+ * memory, with *status saying so) of `config` trained on `factory`'s backends; *status the run's. */
+float *harness_train_tensors(const usp_train_config *config, sim_backend_factory factory, usp_status *status);
+
+/* The number of the n floats of a and b whose bits differ. */
+size_t harness_bits_differing(const float *a, const float *b, size_t n);
+
+/* Trains a and b on cpu backends and counts the floats of step 1's gradients and the last weights
+ * whose bits differ between them (of *total); -1 with the error's message when a run fails. */
+long harness_runs_differing(const usp_train_config *a, const usp_train_config *b, size_t *total);
+
+/* One event wait of an overlap, for harness_check_waits: its bit for the test hook, its name, and
+ * whether the lazy backend can show it is needed (0: the test says why not, and asserts nothing). */
+typedef struct harness_wait {
+    unsigned bit;
+    const char *name;
+    int shown;
+} harness_wait;
+
+/* Shows that an overlap's event waits are needed: `config` trained on lazy backends gives the cpu
+ * backends' bits, and with each wait skipped (skip(bit), then skip(0)) each shown one makes the run
+ * fail or differ; prints a line a wait after `label`. 0, or -1 with the reason in why. */
+int harness_check_waits(const usp_train_config *config, void (*skip)(unsigned), const harness_wait *waits, int n,
+                        const char *label, char *why, size_t why_size);
+
 /* The largest, over the table's tensors, of max |a - b| / max |b| within the tensor; *which: that tensor. */
 double harness_worst_tensor_error(const usp_param_table *t, const float *a, const float *b, int *which);
 

@@ -40,47 +40,15 @@ static usp_train_config config_for(int ring, ring_overlap overlap)
     return c;
 }
 
-/* Step 1's gradients, then the last weights, of `c` on `factory`'s backends (malloc'd, 2 x the table);
- * *status the run's. */
-static float *tensors_of(const usp_train_config *config, sim_backend_factory factory, usp_status *status)
-{
-    const size_t n = (size_t)harness_param_total(&config->model);
-    float *t = calloc(2 * n, sizeof *t);
-    ck_assert_ptr_nonnull(t);
-    harness_tensors h = {.first_grads = t, .last_weights = t + n};
-    usp_train_config c = *config;
-    c.on_record = harness_record_tensors, c.record_ctx = &h, c.record_tensors = 1;
-    sim_world *w = NULL;
-    *status = harness_train_world(&c, factory, &w);
-    sim_world_destroy(w);
-    size_t nonzero = 0;
-    for (size_t k = 0; k < 2 * n; k++)
-        nonzero += t[k] != 0;
-    ck_assert_msg(*status != USP_OK || nonzero > n, "the run recorded no gradients or weights");
-    return t;
-}
-
-/* The number of the 2 n floats of a and b whose bits differ. */
-static size_t differing(const float *a, const float *b, size_t n)
-{
-    size_t d = 0;
-    for (size_t k = 0; k < 2 * n; k++)
-        d += memcmp(&a[k], &b[k], sizeof *a) != 0;
-    return d;
-}
-
 START_TEST(the_overlap_changes_no_bit)
 {
     const int ring = _i == 0 ? 4 : 2;
     usp_train_config on = config_for(ring, RING_OVERLAP_ON), off = config_for(ring, RING_OVERLAP_OFF);
-    const size_t n = (size_t)harness_param_total(&on.model);
-    usp_status s_on, s_off;
-    float *a = tensors_of(&on, usp_backend_cpu_create, &s_on), *b = tensors_of(&off, usp_backend_cpu_create, &s_off);
-    ck_assert_msg(s_on == USP_OK && s_off == USP_OK, "%s", usp_error_message());
-    size_t d = differing(a, b, n);
-    printf("R %d: %zu of %zu gradients and weights differ with the overlap on and off\n", ring, d, 2 * n);
-    ck_assert_msg(d == 0, "the overlap changed %zu of %zu bits-compared floats", d, 2 * n);
-    free(a), free(b);
+    size_t n;
+    long d = harness_runs_differing(&on, &off, &n);
+    ck_assert_msg(d >= 0, "%s", usp_error_message());
+    printf("R %d: %ld of %zu gradients and weights differ with the overlap on and off\n", ring, d, n);
+    ck_assert_msg(d == 0, "the overlap changed %ld of %zu bits-compared floats", d, n);
 }
 END_TEST
 
@@ -88,31 +56,14 @@ START_TEST(each_wait_of_the_overlap_is_needed)
 {
     const int ring = _i == 0 ? 4 : 2;
     usp_train_config c = config_for(ring, RING_OVERLAP_ON);
-    const size_t n = (size_t)harness_param_total(&c.model);
-    usp_status s;
-    float *ref = tensors_of(&c, usp_backend_cpu_create, &s);
-    ck_assert_msg(s == USP_OK, "%s", usp_error_message());
-    float *lazy = tensors_of(&c, usp_backend_lazy_create, &s);
-    ck_assert_msg(s == USP_OK, "%s", usp_error_message());
-    ck_assert_msg(differing(ref, lazy, n) == 0, "the lazy backend's tensors are not the cpu backend's");
-    static const struct {
-        unsigned bit;
-        const char *name;
-    } waits[] = {{RING_WAIT_PACKED, "the first send's wait for the packed block (packed)"},
-                 {RING_WAIT_DONE, "dK/dV's wait for their attention (done)"},
-                 {RING_WAIT_ARRIVED, "the attention's wait for its block (arrived)"}};
-    for (size_t w = 0; w < sizeof waits / sizeof *waits; w++) {
-        ring_attention_skip_waits_for_tests(waits[w].bit);
-        float *got = tensors_of(&c, usp_backend_lazy_create, &s); /* data read early may even diverge */
-        ring_attention_skip_waits_for_tests(0);
-        size_t d = differing(ref, got, n);
-        printf("R %d, without %s: %s, %zu of %zu floats differ\n", ring, waits[w].name,
-               s == USP_OK ? "the run ends" : usp_error_message(), d, 2 * n);
-        ck_assert_msg(s != USP_OK || d > 0, "without %s the tensors are still right: the lazy backend no longer "
-                      "shows the race this test is for", waits[w].name);
-        free(got);
-    }
-    free(ref), free(lazy);
+    static const harness_wait waits[] = {
+        {RING_WAIT_PACKED, "the first send's wait for the packed block (packed)", 1},
+        {RING_WAIT_DONE, "dK/dV's wait for their attention (done)", 1},
+        {RING_WAIT_ARRIVED, "the attention's wait for its block (arrived)", 1}};
+    char label[32], why[256];
+    snprintf(label, sizeof label, "R %d", ring);
+    ck_assert_msg(harness_check_waits(&c, ring_attention_skip_waits_for_tests, waits, 3, label, why, sizeof why) == 0,
+                  "%s", why);
 }
 END_TEST
 

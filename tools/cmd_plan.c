@@ -119,7 +119,7 @@ static void print_time(const plan_result *r, int forward_only)
     printf("  waiting for peers      %10.4f s  %5.1f%%\n", r->wait_time_s, 100 * r->wait_time_s / step);
     printf("  exposed communication  %10.4f s  %5.1f%%  (step - compute)\n", r->exposed_comm_s,
            100 * r->exposed_comm_s / step);
-    printf("communication: %.4g s not overlapped, %.4g s hidden behind compute (ring transfers, gradient buckets)\n",
+    printf("communication: %.4g s not overlapped, %.4g s hidden behind compute (ring and Ulysses transfers, gradient buckets)\n",
            r->comm_exposed_s, r->comm_hidden_s);
     printf("tokens/s: %.0f\n", r->tokens_per_s);
     printf("FLOPs: forward %.4g PFLOP, step %.4g PFLOP (all ranks", r->fwd_flops / 1e15, r->step_flops / 1e15);

@@ -13,6 +13,18 @@ static usp_status either(const char *option, const char *value, const char *a, c
     return USP_OK;
 }
 
+/* auto, on or off as a ring_overlap (a config error naming the option otherwise). */
+static usp_status overlap_mode(const char *option, const char *value, ring_overlap *out)
+{
+    static const char *const mode[] = {"auto", "on", "off"}; /* in ring_overlap's order */
+    for (int k = 0; k < 3; k++)
+        if (strcmp(value, mode[k]) == 0) {
+            *out = (ring_overlap)k;
+            return USP_OK;
+        }
+    return usp_error(USP_ERR_CONFIG, "%s %s: expected auto, on or off", option, value);
+}
+
 usp_status memory_options_apply(const memory_options *o, usp_train_config *c)
 {
     int bf16;
@@ -23,13 +35,8 @@ usp_status memory_options_apply(const memory_options *o, usp_train_config *c)
     USP_CHECK(either("--offload", o->offload, "none", "optimizer", &c->offload_optimizer));
     USP_CHECK(either("--loss", o->loss, "fused", "eager", &c->eager_loss));
     USP_CHECK(either("--ring-merge", o->ring_merge, "fused", "eager", &c->eager_ring_merge));
-    static const char *const overlap[] = {"auto", "on", "off"}; /* in ring_overlap's order */
-    int k = 0;
-    while (k < 3 && strcmp(o->ring_overlap, overlap[k]) != 0)
-        k++;
-    if (k == 3)
-        return usp_error(USP_ERR_CONFIG, "--ring-overlap %s: expected auto, on or off", o->ring_overlap);
-    c->ring_backward_overlap = (ring_overlap)k;
+    USP_CHECK(overlap_mode("--ring-overlap", o->ring_overlap, &c->ring_backward_overlap));
+    USP_CHECK(overlap_mode("--ulysses-overlap", o->ulysses_overlap, &c->ulysses_overlap));
     c->zero_stage = o->zero, c->recompute_layers = o->recompute;
     c->selective_recompute = o->selective_recompute, c->micro_batches = o->micro_batches;
     c->tiled_mlp = o->tiled_mlp, c->tiled_loss = o->tiled_loss, c->tile_rows = o->tile_rows;

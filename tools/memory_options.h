@@ -10,12 +10,12 @@
 typedef struct memory_options {
     int zero, recompute, selective_recompute, tiled_mlp, tiled_loss, tile_rows, micro_batches;
     double bucket_mb;
-    const char *dtype, *grad_reduce, *offload, *loss, *ring_merge, *ring_overlap;
+    const char *dtype, *grad_reduce, *offload, *loss, *ring_merge, *ring_overlap, *ulysses_overlap;
 } memory_options;
 
 #define MEMORY_OPTIONS_DEFAULTS                                                                                    \
     {.dtype = "fp32", .grad_reduce = "fp32", .offload = "none", .loss = "fused", .ring_merge = "fused", .ring_overlap = "auto", \
-     .tile_rows = 1024,               \
+     .ulysses_overlap = "auto", .tile_rows = 1024,                                                                 \
      .micro_batches = 1, .bucket_mb = 25}
 
 /* The options' table entries, to put in a command's cli_option array. */
@@ -55,6 +55,9 @@ typedef struct memory_options {
     {"--ring-overlap", CLI_STRING, &(o).ring_overlap, "auto|on|off",                                              \
      "ring attention's backward sends each K/V block one step ahead, beside the attention: auto (default: where a " \
      "step's attention backward is at least 1e10 FLOPs), on or off; the same bits either way", 0, -1},             \
+    {"--ulysses-overlap", CLI_STRING, &(o).ulysses_overlap, "auto|on|off",                                        \
+     "Ulysses' all-to-alls in two head groups, one group's beside the other's attention: auto (default: where a "  \
+     "group's attention is at least 1e10 FLOPs and its q exchange 4 MiB a rank), on or off; the same bits", 0, -1}, \
     {"--tile-rows", CLI_INT, &(o).tile_rows, "R", "rows per tile of --tiled-mlp and --tiled-loss (default 1024)", \
      1, 1 << 30}
 

@@ -103,7 +103,8 @@ static usp_status create_attention(usp_model *m)
                                        .batch = m->B, .seq_len = m->s.seq_len, .n_heads = m->H,
                                        .n_kv_heads = m->Hkv, .head_dim = m->D, .causal = 1,
                                        .storage = m->s.storage, .eager_ring_merge = m->s.eager_ring_merge,
-                                       .ring_backward_overlap = m->s.ring_backward_overlap};
+                                       .ring_backward_overlap = m->s.ring_backward_overlap,
+                                       .overlap = m->s.ulysses_overlap};
         USP_CHECK(ulysses_attention_create(&ac, &m->attn[l]));
     }
     m->layout = *ulysses_attention_layout(m->attn[0]);

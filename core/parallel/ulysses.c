@@ -1,23 +1,17 @@
-/* Ulysses attention (see ulysses.h): head partition, the two layout
- * transforms around the all-to-all, and the inner attention (local flash
- * attention, or ring attention in the hybrid).
+/* Ulysses attention (see ulysses.h): head partition, the two layout transforms around the
+ * all-to-all, the inner attention (local flash attention, or ring attention in the hybrid), and
+ * the overlap of head groups (run_groups).
  *
- * At U = 1 (pure Ring, or one rank) sequence -> heads is the identity: the
- * [B, T, H, D] tensors already are [B, U T, h_me, D]. The caller's q, k, v, o
- * and gradients then go straight to the inner attention: no copy, no
- * one-rank all-to-all, no gathered copies kept (the caller keeps q, k, v, o
- * for backward: ulysses_attention_keeps_inputs). */
+ * At U = 1 (pure Ring, or one rank) sequence -> heads is the identity: the [B, T, H, D] tensors
+ * already are [B, U T, h_me, D]. The caller's q, k, v, o and gradients then go straight to the inner
+ * attention: no copy, no one-rank all-to-all, no gathered copies kept (ulysses_attention_keeps_inputs). */
 #include "core/parallel/ulysses.h"
 
 #include <math.h>
 #include <stdlib.h>
 
-#include "core/parallel/ring.h"
-
 /* Which heads each Ulysses rank attends for: [first, first + count). */
-typedef struct head_split {
-    int64_t *first, *count; /* [U] */
-} head_split;
+typedef struct head_split { int64_t *first, *count; /* [U] */ } head_split;
 
 struct ulysses_attention {
     ulysses_attention_config c;
@@ -25,16 +19,20 @@ struct ulysses_attention {
     int U, me;
     int64_t T, NU;             /* tokens per rank; tokens per Ulysses group (U T) */
     head_split q_heads, kv_heads;
-    int kv_shared;             /* 1 when a KV head goes to several ranks */
-    ring_attention *ring;      /* hybrid only */
+    int kv_shared, G;          /* 1 when a KV head goes to several ranks; head groups: 2 with the overlap, else 1 */
+    head_split grp_q, grp_kv;  /* one group's split, filled before each of its exchanges (group_split) */
+    usp_stream_t *comm_stream, *xs; /* the overlap's exchanges; xs: the stream exchanges go to now */
+    usp_event_t *to_comm, *to_compute; /* recorded on c.stream for comm_stream, and back */
+    ring_attention *ring;      /* hybrid only; with the overlap, over one group's heads */
     /* kept from forward for backward: this rank's heads over the group's tokens */
     float *q_all, *k_all, *v_all, *o_all, *lse; /* [B, NU, h, D] ([B, h, NU] for lse); U = 1: lse only */
     const float *q_in, *k_in, *v_in, *o_in; /* what backward reads: the above, or at U = 1 the forward's own */
-    float *send, *recv;        /* all-to-all buffers, held during one forward or backward call only,
-                                  so that one pair, not one per layer, is live at a time */
+    float *send, *recv;        /* all-to-all buffers, held during one call only: one pair live, not one a layer */
     int64_t exchange_elems;    /* their size */
     size_t *counts;            /* [4][U]: send counts, send offsets, recv counts, recv offsets */
 };
+
+static usp_status overlap_setup(ulysses_attention *a); /* below, beside the overlapped schedule */
 
 const usp_seq_layout *ulysses_attention_layout(const ulysses_attention *a) { return &a->layout; }
 
@@ -80,9 +78,9 @@ static usp_status split_heads(ulysses_attention *a)
     const int64_t H = a->c.n_heads, Hkv = a->c.n_kv_heads;
     USP_CHECK(ulysses_heads_check(H, Hkv, a->U));
     int64_t *mem;
-    USP_CHECK(usp_calloc((void **)&mem, 4 * (size_t)a->U, sizeof *mem, "the head split"));
-    a->q_heads = (head_split){mem, mem + a->U};
-    a->kv_heads = (head_split){mem + 2 * a->U, mem + 3 * a->U};
+    USP_CHECK(usp_calloc((void **)&mem, 8 * (size_t)a->U, sizeof *mem, "the head split"));
+    a->q_heads = (head_split){mem, mem + a->U}, a->kv_heads = (head_split){mem + 2 * a->U, mem + 3 * a->U};
+    a->grp_q = (head_split){mem + 4 * a->U, mem + 5 * a->U}, a->grp_kv = (head_split){mem + 6 * a->U, mem + 7 * a->U};
     for (int j = 0; j < a->U; j++) {
         int64_t q[2], kv[2];
         head_range(H, H / Hkv, a->U, j, q, kv);
@@ -116,6 +114,7 @@ usp_status ulysses_attention_create(const ulysses_attention_config *c, ulysses_a
     USP_CHECK_GOTO(split_heads(a), s, fail);
     a->T = a->layout.per_rank;
     a->NU = a->T * a->U;
+    USP_CHECK_GOTO(overlap_setup(a), s, fail);
     const int64_t B = c->batch, D = c->head_dim, nq = a->q_heads.count[a->me], nkv = a->kv_heads.count[a->me];
     if (a->U > 1) { /* U = 1: the caller's tensors are used as they are */
         USP_CHECK_GOTO(alloc(a, &a->q_all, B * a->NU * nq * D, "activations"), s, fail);
@@ -137,7 +136,7 @@ usp_status ulysses_attention_create(const ulysses_attention_config *c, ulysses_a
         usp_seq_layout ring_layout;
         USP_CHECK_GOTO(usp_seq_layout_make(a->layout.kind, c->seq_len, 1, R, &ring_layout), s, fail);
         ring_attention_config rc = {.backend = c->backend, .ring = c->ring, .stream = c->stream,
-                                    .layout = ring_layout, .batch = B, .n_heads = nq, .n_kv_heads = nkv,
+                                    .layout = ring_layout, .batch = B, .n_heads = nq / a->G, .n_kv_heads = nkv / a->G,
                                     .head_dim = D, .causal = c->causal, .scale = a->c.scale, .storage = c->storage,
                                     .eager_merge = c->eager_ring_merge, .backward_overlap = c->ring_backward_overlap};
         USP_CHECK_GOTO(ring_attention_create(&rc, &a->ring), s, fail);
@@ -158,8 +157,9 @@ void ulysses_attention_destroy(ulysses_attention *a)
     for (size_t i = 0; i < sizeof buffers / sizeof *buffers; i++)
         usp_buffer_free(be, buffers[i]);
     ring_attention_destroy(a->ring);
-    free(a->q_heads.first);
-    free(a->counts);
+    usp_event_destroy(be, a->to_comm), usp_event_destroy(be, a->to_compute);
+    (void)usp_stream_destroy(be, a->comm_stream);
+    free(a->q_heads.first), free(a->counts);
     free(a);
 }
 
@@ -171,8 +171,8 @@ static usp_status exchange(ulysses_attention *a)
     for (int j = 0; j < a->U; j++)
         even &= sc[j] == sc[0] && rc[j] == sc[0];
     if (even)
-        return usp_comm_all_to_all(a->c.ulysses, a->send, a->recv, sc[0], a->c.storage, a->c.stream);
-    return usp_comm_all_to_all_v(a->c.ulysses, a->send, sc, so, a->recv, rc, ro, a->c.storage, a->c.stream);
+        return usp_comm_all_to_all(a->c.ulysses, a->send, a->recv, sc[0], a->c.storage, a->xs);
+    return usp_comm_all_to_all_v(a->c.ulysses, a->send, sc, so, a->recv, rc, ro, a->c.storage, a->xs);
 }
 
 /* Element `index` from p in the storage dtype: every tensor exchanged here is
@@ -197,7 +197,7 @@ static usp_status scatter_heads(ulysses_attention *a, const float *x, int64_t he
     for (size_t j = 0; j < U; j++) {
         size_t h = (size_t)hs->count[j], row = h * D * esz;
         USP_CHECK(usp_copy_2d(a->c.backend, at(a, a->send, done), row, at(a, x, (size_t)hs->first[j] * D),
-                              (size_t)heads_total * D * esz, row, B * T, a->c.stream));
+                              (size_t)heads_total * D * esz, row, B * T, a->xs));
         sc[j] = B * T * h * D, so[j] = done, done += sc[j];
         rc[j] = B * T * mine * D, ro[j] = j * rc[j];
     }
@@ -205,7 +205,7 @@ static usp_status scatter_heads(ulysses_attention *a, const float *x, int64_t he
     size_t block = T * mine * D; /* one batch row of one peer's tokens */
     for (size_t i = 0; i < U; i++)
         USP_CHECK(usp_copy_2d(a->c.backend, at(a, x_all, i * block), U * block * esz, at(a, a->recv, ro[i]),
-                              block * esz, block * esz, B, a->c.stream));
+                              block * esz, block * esz, B, a->xs));
     return USP_OK;
 }
 
@@ -221,23 +221,23 @@ static usp_status gather_heads(ulysses_attention *a, const float *x_all, int64_t
     size_t mine = (size_t)hs->count[a->me], block = T * mine * D;
     for (size_t j = 0; j < U; j++) {
         USP_CHECK(usp_copy_2d(a->c.backend, at(a, a->send, j * B * block), block * esz, at(a, x_all, j * block),
-                              U * block * esz, block * esz, B, a->c.stream));
+                              U * block * esz, block * esz, B, a->xs));
         sc[j] = B * block, so[j] = j * B * block;
         rc[j] = B * T * (size_t)hs->count[j] * D, ro[j] = done, done += rc[j];
     }
     USP_CHECK(exchange(a));
     const size_t row = (size_t)heads_total * D;
     if (sum_shared)
-        USP_CHECK(usp_buffer_zero(a->c.backend, x, B * T * row * esz, a->c.stream));
+        USP_CHECK(usp_buffer_zero(a->c.backend, x, B * T * row * esz, a->xs));
     for (size_t i = 0; i < U; i++) {
         size_t h = (size_t)hs->count[i];
         float *dst = at(a, x, (size_t)hs->first[i] * D);
         if (sum_shared)
             USP_CHECK(usp_accumulate_2d(a->c.backend, dst, row, at(a, a->recv, ro[i]), h * D, h * D, B * T,
-                                        a->c.stream));
+                                        a->xs));
         else
             USP_CHECK(usp_copy_2d(a->c.backend, dst, row * esz, at(a, a->recv, ro[i]), h * D * esz, h * D * esz,
-                                  B * T, a->c.stream));
+                                  B * T, a->xs));
     }
     return USP_OK;
 }
@@ -245,8 +245,9 @@ static usp_status gather_heads(ulysses_attention *a, const float *x_all, int64_t
 static usp_attention_shape local_shape(const ulysses_attention *a)
 {
     return (usp_attention_shape){.batch = a->c.batch, .n_q = a->NU, .n_kv = a->NU,
-                                 .n_heads = a->q_heads.count[a->me], .n_kv_heads = a->kv_heads.count[a->me],
-                                 .head_dim = a->c.head_dim, .causal = a->c.causal, .scale = a->c.scale};
+                                 .n_heads = a->q_heads.count[a->me] / a->G,
+                                 .n_kv_heads = a->kv_heads.count[a->me] / a->G, .head_dim = a->c.head_dim,
+                                 .causal = a->c.causal, .scale = a->c.scale};
 }
 
 static usp_status hold_exchange_buffers(ulysses_attention *a)
@@ -267,80 +268,238 @@ static void release_exchange_buffers(ulysses_attention *a)
     a->send = a->recv = NULL;
 }
 
-/* The inner attention of this rank's heads over the group's tokens: o_all, lse from q_all, k_all, v_all. */
-static usp_status inner_forward(ulysses_attention *a, const float *q_all, const float *k_all, const float *v_all,
-                                float *o_all)
+static unsigned skipped_waits; /* ulysses_attention_skip_waits_for_tests: ULYSSES_WAIT_* left out */
+
+void ulysses_attention_skip_waits_for_tests(unsigned mask) { skipped_waits = mask; }
+
+int ulysses_attention_overlaps(const ulysses_attention *a) { return a && a->G > 1; }
+
+/* Overlapping pays when a head group's attention outlasts the extra calls' latency and hides
+ * transfers worth more than it. Without overlap a step's exchanges take 8 L + X / bw (L a call's
+ * latency, X every byte of the forward's q, k, v, o and the backward's dO, dQ, dK, dV, bw the
+ * link); with two groups they are 16 calls, and half of X (group 1's inputs, group 0's outputs)
+ * goes beside an attention of half the heads: the step gains min(X / 2 bw, C / 2) - 8 L, C the
+ * attention. Both terms are asked for on shapes alone, the same on every rank of the group (every
+ * rank has the same tokens, batch and, where the KV heads split evenly, heads):
+ *   - one group's forward attention, 4 B NU^2 h D FLOPs (halved under the causal mask), at least
+ *     1e10 FLOPs, about 25 us on an H100 at 400 TFLOP/s: a few latencies;
+ *   - one group's exchange of q sends at least 4 MiB a rank, so that what is hidden (tens of
+ *     microseconds at 100 GB/s) is worth several times the latency of the calls it adds.
+ * The overlap needs each rank's KV heads to split in two: GQA keeps a query head with its KV
+ * head, and a KV head sent to several ranks (U a multiple of the KV heads) has its gradients
+ * summed on the way back, one call for all of it. Not in the hybrid: the ring's sendrecvs (on the
+ * ring's comm stream, inside a group's attention) would be in flight beside an all-to-all of
+ * another group on another stream, two NCCL calls of two groups unordered between the streams,
+ * which may deadlock (docs/cluster_model.md, "Gradients"); the ring hides its own transfers. */
+#define OVERLAP_MIN_GROUP_FLOPS 1e10
+#define OVERLAP_MIN_GROUP_BYTES (4.0 * 1024 * 1024)
+
+static int overlap_pays(const ulysses_attention *a, int groups)
 {
-    a->q_in = q_all, a->k_in = k_all, a->v_in = v_all, a->o_in = o_all;
-    if (a->ring)
-        return ring_attention_forward(a->ring, q_all, k_all, v_all, o_all, a->lse);
-    usp_attention_shape s = local_shape(a);
-    return usp_flash_attention_forward(a->c.backend, &s, q_all, k_all, v_all, o_all, a->lse, a->c.stream);
+    const ulysses_attention_config *c = &a->c;
+    if (a->U == 1 || a->kv_shared || c->overlap == RING_OVERLAP_OFF || (c->ring && usp_comm_size(c->ring) > 1))
+        return 0;
+    for (int j = 0; j < a->U; j++)
+        if (a->kv_heads.count[j] % groups != 0)
+            return 0;
+    if (c->overlap == RING_OVERLAP_ON)
+        return 1;
+    const double h = (double)a->q_heads.count[0] / groups, D = (double)c->head_dim, B = (double)c->batch;
+    double flops = 4.0 * B * (double)a->NU * (double)a->NU * h * D * (c->causal ? 0.5 : 1.0);
+    double bytes = B * (double)a->T * h * D * (double)(a->U - 1) * (double)usp_dtype_size(c->storage);
+    return flops >= OVERLAP_MIN_GROUP_FLOPS && bytes >= OVERLAP_MIN_GROUP_BYTES;
 }
 
-static usp_status forward(ulysses_attention *a, const float *q, const float *k, const float *v, float *o)
+/* Decides the groups (after split_heads) and, with two, makes the comm stream and its two events. */
+static usp_status overlap_setup(ulysses_attention *a)
 {
-    const int64_t H = a->c.n_heads, Hkv = a->c.n_kv_heads;
-    USP_CHECK(scatter_heads(a, q, H, &a->q_heads, a->q_all));
-    USP_CHECK(scatter_heads(a, k, Hkv, &a->kv_heads, a->k_all));
-    USP_CHECK(scatter_heads(a, v, Hkv, &a->kv_heads, a->v_all));
-    USP_CHECK(inner_forward(a, a->q_all, a->k_all, a->v_all, a->o_all));
-    return gather_heads(a, a->o_all, H, &a->q_heads, 0, o);
+    if ((unsigned)a->c.overlap > RING_OVERLAP_OFF)
+        return usp_error(USP_ERR_CONFIG, "ulysses attention: overlap %d is not auto (0), on (1) or off (2)",
+                         (int)a->c.overlap);
+    a->G = overlap_pays(a, 2) ? 2 : 1;
+    a->xs = a->c.stream;
+    if (a->G == 1)
+        return USP_OK;
+    USP_CHECK(usp_stream_create(a->c.backend, &a->comm_stream));
+    USP_CHECK(usp_event_create(a->c.backend, &a->to_comm));
+    return usp_event_create(a->c.backend, &a->to_compute);
+}
+
+/* stream waits for event (with the overlap only), unless a test asked to leave out wait `which`. */
+static usp_status overlap_wait(const ulysses_attention *a, usp_stream_t *stream, usp_event_t *event, unsigned which)
+{
+    if (a->G == 1 || (skipped_waits & which))
+        return USP_OK;
+    return usp_stream_wait_event(a->c.backend, stream, event);
+}
+
+/* Records event on stream (with the overlap only). */
+static usp_status overlap_record(const ulysses_attention *a, usp_event_t *event, usp_stream_t *stream)
+{
+    return a->G == 1 ? USP_OK : usp_event_record(a->c.backend, event, stream);
+}
+
+/* Group g of split hs: rank j's heads [first_j + g n_j / G, first_j + (g + 1) n_j / G), into out
+ * (hs itself with one group). */
+static const head_split *group_split(const ulysses_attention *a, const head_split *hs, head_split *out, int g)
+{
+    if (a->G == 1)
+        return hs;
+    for (int j = 0; j < a->U; j++) {
+        out->count[j] = hs->count[j] / a->G;
+        out->first[j] = hs->first[j] + g * out->count[j];
+    }
+    return out;
+}
+
+/* Group g's block of a tensor kept over the group's tokens: [G][B, NU, h / G, D] of this rank's h
+ * heads (q: kv = 0; k, v: kv = 1), so that each group's attention reads and writes whole tensors. */
+static float *group_at(const ulysses_attention *a, const float *all, int g, int kv)
+{
+    const head_split *hs = kv ? &a->kv_heads : &a->q_heads;
+    size_t block = (size_t)a->c.batch * (size_t)a->NU * (size_t)(hs->count[a->me] / a->G) * (size_t)a->c.head_dim;
+    return at(a, all, (size_t)g * block);
+}
+
+/* Group g's lse, [B, h / G, NU] (fp32). */
+static float *group_lse(const ulysses_attention *a, int g)
+{
+    return a->lse + (size_t)g * (size_t)a->c.batch * (size_t)(a->q_heads.count[a->me] / a->G) * (size_t)a->NU;
+}
+
+/* The inner attention of group g of this rank's heads over the group's tokens: o_all, lse from q_all,
+ * k_all, v_all (at U = 1 the caller's tensors, one group). */
+static usp_status inner_forward(ulysses_attention *a, int g, const float *q_all, const float *k_all,
+                                const float *v_all, float *o_all)
+{
+    a->q_in = q_all, a->k_in = k_all, a->v_in = v_all, a->o_in = o_all;
+    const float *q = group_at(a, q_all, g, 0), *k = group_at(a, k_all, g, 1), *v = group_at(a, v_all, g, 1);
+    float *o = group_at(a, o_all, g, 0);
+    if (a->ring)
+        return ring_attention_forward(a->ring, q, k, v, o, group_lse(a, g));
+    usp_attention_shape s = local_shape(a);
+    return usp_flash_attention_forward(a->c.backend, &s, q, k, v, o, group_lse(a, g), a->c.stream);
+}
+
+/* The inner attention's backward of group g: dq_all, dk_all, dv_all from do_all and what the forward kept. */
+static usp_status inner_backward(ulysses_attention *a, int g, const float *do_all, float *dq_all, float *dk_all,
+                                 float *dv_all)
+{
+    if (!a->q_in)
+        return usp_error(USP_ERR_CONFIG, "ulysses attention backward before any forward: nothing to differentiate");
+    const float *q = group_at(a, a->q_in, g, 0), *k = group_at(a, a->k_in, g, 1), *v = group_at(a, a->v_in, g, 1);
+    const float *o = group_at(a, a->o_in, g, 0), *d_o = group_at(a, do_all, g, 0), *lse = group_lse(a, g);
+    float *dq = group_at(a, dq_all, g, 0), *dk = group_at(a, dk_all, g, 1), *dv = group_at(a, dv_all, g, 1);
+    if (a->ring)
+        return ring_attention_backward(a->ring, q, k, v, o, lse, d_o, dq, dk, dv);
+    usp_attention_shape sh = local_shape(a);
+    return usp_flash_attention_backward(a->c.backend, &sh, q, k, v, o, lse, d_o, dq, dk, dv, 0, a->c.stream);
+}
+
+/* The tensors of one call: the forward's (in q, k, v; out o) or the backward's (in d_o; out dq, dk, dv). */
+typedef struct call_tensors {
+    int backward;
+    const float *q, *k, *v, *d_o;      /* the caller's inputs */
+    float *o, *dq, *dk, *dv;           /* the caller's outputs */
+    float *do_all, *dq_all, *dk_all, *dv_all; /* backward: this rank's heads over the group's tokens */
+} call_tensors;
+
+/* Sequence -> heads of group g's inputs, on a->xs. */
+static usp_status scatter_group(ulysses_attention *a, const call_tensors *t, int g)
+{
+    const head_split *q = group_split(a, &a->q_heads, &a->grp_q, g);
+    if (t->backward)
+        return scatter_heads(a, t->d_o, a->c.n_heads, q, group_at(a, t->do_all, g, 0));
+    const head_split *kv = group_split(a, &a->kv_heads, &a->grp_kv, g);
+    USP_CHECK(scatter_heads(a, t->q, a->c.n_heads, q, group_at(a, a->q_all, g, 0)));
+    USP_CHECK(scatter_heads(a, t->k, a->c.n_kv_heads, kv, group_at(a, a->k_all, g, 1)));
+    return scatter_heads(a, t->v, a->c.n_kv_heads, kv, group_at(a, a->v_all, g, 1));
+}
+
+/* Heads -> sequence of group g's outputs, on a->xs. */
+static usp_status gather_group(ulysses_attention *a, const call_tensors *t, int g)
+{
+    const head_split *q = group_split(a, &a->q_heads, &a->grp_q, g);
+    if (!t->backward)
+        return gather_heads(a, group_at(a, a->o_all, g, 0), a->c.n_heads, q, 0, t->o);
+    USP_CHECK(gather_heads(a, group_at(a, t->dq_all, g, 0), a->c.n_heads, q, 0, t->dq));
+    const head_split *kv = group_split(a, &a->kv_heads, &a->grp_kv, g);
+    const int64_t Hkv = a->c.n_kv_heads;
+    USP_CHECK(gather_heads(a, group_at(a, t->dk_all, g, 1), Hkv, kv, a->kv_shared, t->dk));
+    return gather_heads(a, group_at(a, t->dv_all, g, 1), Hkv, kv, a->kv_shared, t->dv);
+}
+
+/* One call's schedule. Without overlap (G = 1) everything runs on c.stream in order: exchange in,
+ * attention, exchange out. With two head groups the exchanges (layout copies and all-to-alls) run
+ * on comm_stream and the attention on c.stream:
+ *   comm:    wait inputs | in(0) | in(1) | wait computed(0), out(0) | wait computed(1), out(1)
+ *   compute:             wait arrived(0), attn(0) | wait arrived(1), attn(1) | ... wait done
+ * so in(1) runs beside attn(0) and out(0) beside attn(1). Two events, each recorded again only
+ * after the host has queued the wait for its last record. The groups' heads are disjoint and each
+ * head's attention is independent of the others', so the bits are those without overlap. */
+static usp_status run_groups(ulysses_attention *a, const call_tensors *t)
+{
+    usp_stream_t *compute = a->c.stream, *comm = a->G > 1 ? a->comm_stream : compute;
+    a->xs = comm;
+    USP_CHECK(overlap_record(a, a->to_comm, compute));
+    USP_CHECK(overlap_wait(a, comm, a->to_comm, ULYSSES_WAIT_INPUTS));
+    USP_CHECK(scatter_group(a, t, 0));
+    USP_CHECK(overlap_record(a, a->to_compute, comm));
+    for (int g = 0; g < a->G; g++) {
+        USP_CHECK(overlap_wait(a, compute, a->to_compute, ULYSSES_WAIT_ARRIVED));
+        if (g + 1 < a->G) {
+            USP_CHECK(scatter_group(a, t, g + 1));
+            USP_CHECK(overlap_record(a, a->to_compute, comm));
+        }
+        if (t->backward)
+            USP_CHECK(inner_backward(a, g, t->do_all, t->dq_all, t->dk_all, t->dv_all));
+        else
+            USP_CHECK(inner_forward(a, g, a->q_all, a->k_all, a->v_all, a->o_all));
+        USP_CHECK(overlap_record(a, a->to_comm, compute));
+        USP_CHECK(overlap_wait(a, comm, a->to_comm, ULYSSES_WAIT_COMPUTED));
+        USP_CHECK(gather_group(a, t, g));
+    }
+    USP_CHECK(overlap_record(a, a->to_compute, comm));
+    return overlap_wait(a, compute, a->to_compute, ULYSSES_WAIT_DONE);
 }
 
 usp_status ulysses_attention_forward(ulysses_attention *a, const float *q, const float *k, const float *v,
                                      float *o)
 {
     if (a->U == 1)
-        return inner_forward(a, q, k, v, o);
+        return inner_forward(a, 0, q, k, v, o);
     USP_CHECK(hold_exchange_buffers(a));
-    usp_status s = forward(a, q, k, v, o);
+    call_tensors t = {.q = q, .k = k, .v = v, .o = o};
+    usp_status s = run_groups(a, &t);
+    a->xs = a->c.stream;
     release_exchange_buffers(a);
     return s;
 }
 
-/* The inner attention's backward: dq_all, dk_all, dv_all from do_all and what the forward kept. */
-static usp_status inner_backward(ulysses_attention *a, const float *do_all, float *dq_all, float *dk_all,
-                                 float *dv_all)
-{
-    if (!a->q_in)
-        return usp_error(USP_ERR_CONFIG, "ulysses attention backward before any forward: nothing to differentiate");
-    if (a->ring)
-        return ring_attention_backward(a->ring, a->q_in, a->k_in, a->v_in, a->o_in, a->lse, do_all, dq_all, dk_all,
-                                       dv_all);
-    usp_attention_shape sh = local_shape(a);
-    return usp_flash_attention_backward(a->c.backend, &sh, a->q_in, a->k_in, a->v_in, a->o_in, a->lse, do_all,
-                                        dq_all, dk_all, dv_all, 0, a->c.stream);
-}
-
 static usp_status backward(ulysses_attention *a, const float *d_o, float *dq, float *dk, float *dv)
 {
-    const int64_t H = a->c.n_heads, Hkv = a->c.n_kv_heads;
     const size_t B = (size_t)a->c.batch, D = (size_t)a->c.head_dim, NU = (size_t)a->NU;
     size_t nq = (size_t)a->q_heads.count[a->me], nkv = (size_t)a->kv_heads.count[a->me];
-    float *do_all = NULL, *dq_all = NULL, *dk_all = NULL, *dv_all = NULL;
+    call_tensors t = {.backward = 1, .d_o = d_o, .dq = dq, .dk = dk, .dv = dv};
     usp_status s;
-    USP_CHECK_GOTO(alloc(a, &do_all, (int64_t)(B * NU * nq * D), "gradients"), s, done);
-    USP_CHECK_GOTO(alloc(a, &dq_all, (int64_t)(B * NU * nq * D), "gradients"), s, done);
-    USP_CHECK_GOTO(alloc(a, &dk_all, (int64_t)(B * NU * nkv * D), "gradients"), s, done);
-    USP_CHECK_GOTO(alloc(a, &dv_all, (int64_t)(B * NU * nkv * D), "gradients"), s, done);
-    USP_CHECK_GOTO(scatter_heads(a, d_o, H, &a->q_heads, do_all), s, done);
-    USP_CHECK_GOTO(inner_backward(a, do_all, dq_all, dk_all, dv_all), s, done);
-    USP_CHECK_GOTO(gather_heads(a, dq_all, H, &a->q_heads, 0, dq), s, done);
-    USP_CHECK_GOTO(gather_heads(a, dk_all, Hkv, &a->kv_heads, a->kv_shared, dk), s, done);
-    s = gather_heads(a, dv_all, Hkv, &a->kv_heads, a->kv_shared, dv);
+    USP_CHECK_GOTO(alloc(a, &t.do_all, (int64_t)(B * NU * nq * D), "gradients"), s, done);
+    USP_CHECK_GOTO(alloc(a, &t.dq_all, (int64_t)(B * NU * nq * D), "gradients"), s, done);
+    USP_CHECK_GOTO(alloc(a, &t.dk_all, (int64_t)(B * NU * nkv * D), "gradients"), s, done);
+    USP_CHECK_GOTO(alloc(a, &t.dv_all, (int64_t)(B * NU * nkv * D), "gradients"), s, done);
+    s = run_groups(a, &t);
+    a->xs = a->c.stream;
 done:
-    usp_buffer_free(a->c.backend, do_all);
-    usp_buffer_free(a->c.backend, dq_all);
-    usp_buffer_free(a->c.backend, dk_all);
-    usp_buffer_free(a->c.backend, dv_all);
+    usp_buffer_free(a->c.backend, t.do_all);
+    usp_buffer_free(a->c.backend, t.dq_all);
+    usp_buffer_free(a->c.backend, t.dk_all);
+    usp_buffer_free(a->c.backend, t.dv_all);
     return s;
 }
 
 usp_status ulysses_attention_backward(ulysses_attention *a, const float *d_o, float *dq, float *dk, float *dv)
 {
     if (a->U == 1)
-        return inner_backward(a, d_o, dq, dk, dv);
+        return inner_backward(a, 0, d_o, dq, dk, dv);
     USP_CHECK(hold_exchange_buffers(a));
     usp_status s = backward(a, d_o, dq, dk, dv);
     release_exchange_buffers(a);

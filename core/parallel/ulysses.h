@@ -25,6 +25,12 @@
  * where Hkv' = Hkv when U divides Hkv, and U (one KV head per rank) when Hkv divides U.
  * At U = 1 (pure Ring) there is no all-to-all and no layout copy at all.
  *
+ * Overlap (ulysses.c, overlap_pays): where each rank's KV heads split in two, the heads go in two
+ * groups; the all-to-all of group 1 runs on a stream of its own beside the attention of group 0,
+ * and group 0's output (forward) or gradients (backward) go home beside the attention of group 1.
+ * Each head's attention is independent of the others', so the bits are those without overlap.
+ * Not in the hybrid (a ring of more than one rank): see overlap_pays.
+ *
  * Memory kept per layer between forward and backward (elements of the storage
  * dtype, nq / nkv this rank's query / KV heads): U > 1: q, k, v, o over the
  * group's U T tokens, B U T (2 nq + 2 nkv) D, and the fp32 lse, B nq U T;
@@ -39,6 +45,14 @@
 
 typedef struct ulysses_attention ulysses_attention;
 
+/* The overlap's event waits, for ulysses_attention_skip_waits_for_tests. */
+enum {
+    ULYSSES_WAIT_INPUTS = 1u,   /* the comm stream's wait for the caller's q, k, v (d_o) before the first pack */
+    ULYSSES_WAIT_ARRIVED = 2u,  /* the compute stream's wait for a head group's all-to-all before its attention */
+    ULYSSES_WAIT_COMPUTED = 4u, /* the comm stream's wait for a group's attention before its output leaves */
+    ULYSSES_WAIT_DONE = 8u,     /* the compute stream's wait for the last group's output (gradients) home */
+};
+
 typedef struct ulysses_attention_config {
     usp_backend_t *backend;
     usp_stream_t *stream;
@@ -52,6 +66,7 @@ typedef struct ulysses_attention_config {
     usp_dtype storage;    /* of activations and exchanges: USP_F32 (0), or USP_BF16 on meta */
     int eager_ring_merge; /* the ring's merge as a PyTorch framework runs it (ring.h; shapes only) */
     ring_overlap ring_backward_overlap; /* the ring's backward sends K/V ahead: auto (0), on, off (ring.h) */
+    ring_overlap overlap; /* head groups' all-to-alls beside the attention: auto (0; overlap_pays), on, off */
 } ulysses_attention_config;
 
 /* Checks that H query heads and Hkv KV heads split over U ranks: Hkv divides H, each rank holds a
@@ -78,6 +93,12 @@ usp_status ulysses_attention_forward(ulysses_attention *a, const float *q, const
 
 /* Gradients of the last forward's q, k, v from d_o [B, T, H, D] (overwritten). */
 usp_status ulysses_attention_backward(ulysses_attention *a, const float *d_o, float *dq, float *dk, float *dv);
+
+/* 1 when this handle runs its all-to-alls in two head groups beside the attention (ulysses.c, overlap_pays). */
+int ulysses_attention_overlaps(const ulysses_attention *a);
+
+/* Tests only: the overlap skips the waits in `mask` (ULYSSES_WAIT_*; 0 restores them), to show each is needed. */
+void ulysses_attention_skip_waits_for_tests(unsigned mask);
 
 /* Frees the attention and its buffers. */
 void ulysses_attention_destroy(ulysses_attention *a);

@@ -316,7 +316,7 @@ static usp_status setup(trainer *t)
                           .selective_recompute = c->selective_recompute, .tiled_mlp = c->tiled_mlp,
                           .tiled_loss = c->tiled_loss, .tile_rows = c->tile_rows, .storage = c->storage,
                           .eager_loss = c->eager_loss, .eager_ring_merge = c->eager_ring_merge,
-                          .ring_backward_overlap = c->ring_backward_overlap};
+                          .ring_backward_overlap = c->ring_backward_overlap, .ulysses_overlap = c->ulysses_overlap};
     USP_CHECK(usp_model_create(&ms, &t->model));
     USP_CHECK(usp_buffer_alloc(BE, (size_t)(t->ctx->world_size + c->batch + 64) * sizeof(double), "comm", (void **)&t->scalars));
     USP_CHECK(usp_calloc((void **)&t->shards, (size_t)(t->M * t->B_local), sizeof *t->shards, "shards"));

@@ -1,0 +1,168 @@
+/* Ulysses' all-to-alls overlapped with the attention in two head groups (core/parallel/ulysses.c,
+ * run_groups).
+ *
+ * - The overlap changes no bit: trained on the cpu backend with it on and off, the first step's
+ *   gradients and the last weights are the same bits (each head's attention is independent of the
+ *   others'; only the order of the calls changes).
+ * - Its event waits are needed: on the lazy backend (work runs as late as the stream contract
+ *   allows; a transfer's data reach the receiver when its stream gets there), the run with every
+ *   wait gives the cpu run's bits, and the run without one of them (the test hook) does not:
+ *   without "inputs" the first pack reads q, k, v (dO) before they are written, without
+ *   "computed" a group's output (gradients) leaves before its attention wrote it, without "done"
+ *   the caller reads o (dq, dk, dv) before the last group's came home. "arrived" (a group's
+ *   attention waits for its heads) cannot be shown here: the lazy backend runs the compute stream
+ *   only when the comm stream reaches "computed", and the comm stream's queue runs in order, so
+ *   the unpack of the group's heads (queued on it before that wait) has always run by then. The
+ *   test runs without it too and prints what it gives, but asserts nothing of it.
+ * - auto decides on shapes alone: off for a small step, on for a group's attention of 1e10 FLOPs
+ *   and 4 MiB exchanges; on and off force it, except where each rank's KV heads do not split in
+ *   two (then it is off); anything else is refused.
+ * - The simulator models it (usp plan, llama-7b U 8 x DP 8 at 32K on 64 GPUs of dgx-h100): the
+ *   same compute, more communication hidden, less exposed, a shorter step; and with the
+ *   overlap refused (off) the plan is the one without it. */
+#include <check.h>
+#include <jansson.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backends/cpu/cpu_backend.h"
+#include "backends/lazy/lazy_backend.h"
+#include "core/parallel/ulysses.h"
+#include "tests/check_main.h"
+#include "tests/harness.h"
+#include "tools/commands.h"
+
+/* A small Llama with GQA on 4 ranks: U 4 (case 0: 4 query and 2 KV heads a rank) or U 2 x DP 2
+ * (case 1: 8 and 4), three steps of two sequences. */
+static usp_train_config config_for(int ulysses, ring_overlap overlap)
+{
+    usp_train_config c;
+    usp_train_defaults(&c);
+    ck_assert_int_eq(usp_model_config_preset("tiny", &c.model), USP_OK);
+    c.model.vocab = 128, c.model.n_layer = 2, c.model.d_model = 64, c.model.n_head = 16, c.model.n_kv_head = 8;
+    c.model.d_ff = 48, c.model.max_seq = 64;
+    ck_assert_int_eq(usp_mesh_shape_make(4, ulysses, 1, &c.shape), USP_OK);
+    c.data = "passkey", c.seq_len = 64, c.batch = 2, c.steps = 3, c.warmup = 1, c.eval_samples = 0;
+    c.ulysses_overlap = overlap;
+    return c;
+}
+
+START_TEST(the_overlap_changes_no_bit)
+{
+    const int ulysses = _i == 0 ? 4 : 2;
+    usp_train_config on = config_for(ulysses, RING_OVERLAP_ON), off = config_for(ulysses, RING_OVERLAP_OFF);
+    size_t n;
+    long d = harness_runs_differing(&on, &off, &n);
+    ck_assert_msg(d >= 0, "%s", usp_error_message());
+    printf("U %d: %ld of %zu gradients and weights differ with the overlap on and off\n", ulysses, d, n);
+    ck_assert_msg(d == 0, "the overlap changed %ld of %zu bits-compared floats", d, n);
+}
+END_TEST
+
+START_TEST(each_wait_of_the_overlap_is_needed)
+{
+    const int ulysses = _i == 0 ? 4 : 2;
+    usp_train_config c = config_for(ulysses, RING_OVERLAP_ON);
+    static const harness_wait waits[] = {
+        {ULYSSES_WAIT_INPUTS, "the first pack's wait for the inputs (inputs)", 1},
+        {ULYSSES_WAIT_ARRIVED, "a group's attention's wait for its heads (arrived)", 0}, /* see the top */
+        {ULYSSES_WAIT_COMPUTED, "a group's output's wait for its attention (computed)", 1},
+        {ULYSSES_WAIT_DONE, "the caller's wait for the last group's output (done)", 1}};
+    char label[32], why[256];
+    snprintf(label, sizeof label, "U %d", ulysses);
+    ck_assert_msg(harness_check_waits(&c, ulysses_attention_skip_waits_for_tests, waits, 4, label, why, sizeof why) == 0,
+                  "%s", why);
+}
+END_TEST
+
+/* One causal Ulysses attention over the world of batch 1, n tokens, H heads (Hkv KV heads) of 128:
+ * does it overlap? *status: its creation's. */
+static int overlaps(const usp_rank_ctx *ctx, int64_t n, int64_t H, int64_t Hkv, ring_overlap mode, usp_status *status)
+{
+    ulysses_attention_config c = {.backend = ctx->backend, .stream = ctx->stream, .ulysses = ctx->world, .batch = 1,
+                                  .seq_len = n, .n_heads = H, .n_kv_heads = Hkv, .head_dim = 128, .causal = 1,
+                                  .overlap = mode};
+    ulysses_attention *a = NULL;
+    *status = ulysses_attention_create(&c, &a);
+    int got = ulysses_attention_overlaps(a);
+    ulysses_attention_destroy(a);
+    return got;
+}
+
+static usp_status decide(const usp_rank_ctx *ctx, void *arg)
+{
+    (void)arg;
+    usp_status s;
+    /* U 2, 16 heads: a group is 4 heads a rank. At 4096 tokens its attention is 2 x 4096^2 x 4 x 128 =
+     * 1.7e10 FLOPs and its q exchange 2048 x 4 x 128 x 4 bytes = 4 MiB a rank; at 64 tokens far less. */
+    static const struct {
+        const char *what;
+        int64_t n, Hkv;
+        ring_overlap mode;
+        int want;
+    } cases[] = {{"auto at 1.7e10 FLOPs, 4 MiB", 4096, 16, RING_OVERLAP_AUTO, 1},
+                 {"auto at 64 tokens", 64, 16, RING_OVERLAP_AUTO, 0},
+                 {"on at 64 tokens", 64, 16, RING_OVERLAP_ON, 1},
+                 {"off at 4096 tokens", 4096, 16, RING_OVERLAP_OFF, 0},
+                 {"on with one KV head a rank (GQA 8:1)", 64, 2, RING_OVERLAP_ON, 0},
+                 {"on with a KV head shared by the two ranks", 64, 1, RING_OVERLAP_ON, 0}};
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        int got = overlaps(ctx, cases[i].n, 16, cases[i].Hkv, cases[i].mode, &s);
+        USP_CHECK(s);
+        USP_CHECK(harness_expect_eq(ctx, cases[i].what, 0, got, cases[i].want));
+    }
+    overlaps(ctx, 64, 16, 16, (ring_overlap)7, &s);
+    return harness_expect_eq(ctx, "overlap 7 refused", 0, s, USP_ERR_CONFIG);
+}
+
+START_TEST(auto_decides_on_shapes_and_on_off_force_it)
+{
+    char report[2048];
+    ck_assert_msg(harness_run(2, decide, NULL, NULL, 0, report, sizeof report) == USP_OK, "%s", report);
+}
+END_TEST
+
+/* `usp plan` of llama-7b, U 8 x DP 8 at 32K tokens on 64 GPUs of dgx-h100, with --ulysses-overlap
+ * `mode` (JSON, parsed). */
+static json_t *plan_u8(const char *mode)
+{
+    char *argv[] = {"usp", "plan", "--model", "llama-7b", "--dtype", "bf16", "--zero", "1", "--seq", "32768",
+                    "--world", "64", "--nodes", "8", "--ulysses", "8", "--batch", "8", "--topology", "dgx-h100",
+                    "--ulysses-overlap", (char *)mode, "--json"};
+    static char out[1 << 16];
+    ck_assert_int_eq(harness_run_command(cmd_plan, argv, (int)(sizeof argv / sizeof *argv), out, sizeof out), 0);
+    json_t *j = json_loads(out, 0, NULL);
+    ck_assert_ptr_nonnull(j);
+    return j;
+}
+
+START_TEST(the_plan_hides_more_and_the_step_is_shorter)
+{
+    json_t *off = plan_u8("off"), *on = plan_u8("auto");
+    double f[2][4];
+    static const char *const keys[] = {"step_time_s", "compute_time_s", "comm_hidden_s", "comm_exposed_s"};
+    for (int k = 0; k < 4; k++) {
+        f[0][k] = json_number_value(json_object_get(off, keys[k]));
+        f[1][k] = json_number_value(json_object_get(on, keys[k]));
+        printf("U 8 x DP 8, 32K, dgx-h100: %s %.4f off, %.4f auto\n", keys[k], f[0][k], f[1][k]);
+    }
+    ck_assert_double_eq_tol(f[1][1], f[0][1], 1e-9 * f[0][1]); /* the same ops */
+    ck_assert(f[1][2] > f[0][2]);
+    ck_assert(f[1][3] < f[0][3]);
+    ck_assert(f[1][0] < f[0][0]);
+    json_decref(off), json_decref(on);
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("ulysses_overlap");
+    TCase *tc = tcase_create("ulysses_overlap");
+    tcase_set_timeout(tc, 120);
+    tcase_add_loop_test(tc, the_overlap_changes_no_bit, 0, 2);
+    tcase_add_loop_test(tc, each_wait_of_the_overlap_is_needed, 0, 2);
+    tcase_add_test(tc, auto_decides_on_shapes_and_on_off_force_it);
+    tcase_add_test(tc, the_plan_hides_more_and_the_step_is_shorter);
+    suite_add_tcase(s, tc);
+    return check_main_run(s);
+}
