@@ -53,7 +53,7 @@ typedef struct problem {
     float *o, *lse, *dq, *dk, *dv;      /* the ring's, at global positions */
     int backward;                       /* the ranks run backward too */
     int count_costs;                    /* the ranks count their attention calls */
-    ring_overlap overlap;               /* the backward's K/V sent a step ahead (auto: off at these sizes) */
+    usp_overlap overlap;               /* the backward's K/V sent a step ahead (auto: off at these sizes) */
     rank_counts counts[MAX_RANKS];
     size_t comm_bytes[MAX_RANKS];       /* category "comm" between calls (the scratch is held per call) */
     size_t comm_at_peak[MAX_RANKS];     /* category "comm" when the rank's memory peaked (inside a call) */
@@ -371,7 +371,7 @@ START_TEST(ring_traffic_per_rank_is_the_closed_form)
     }
     uint64_t overlapped[MAX_RANKS];
     int overlapped_calls[MAX_RANKS];
-    p.overlap = RING_OVERLAP_ON;
+    p.overlap = USP_OVERLAP_ON;
     run_and_measure(&p, overlapped, overlapped_calls);
     expect_matches_reference(&p);
     for (int r = 0; r < R; r++) {

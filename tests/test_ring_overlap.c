@@ -27,7 +27,7 @@
 #include "tools/commands.h"
 
 /* A small Llama on 4 ranks: R 4 (case 0) or U 2 x R 2 (case 1), three steps of two sequences. */
-static usp_train_config config_for(int ring, ring_overlap overlap)
+static usp_train_config config_for(int ring, usp_overlap overlap)
 {
     usp_train_config c;
     usp_train_defaults(&c);
@@ -43,7 +43,7 @@ static usp_train_config config_for(int ring, ring_overlap overlap)
 START_TEST(the_overlap_changes_no_bit)
 {
     const int ring = _i == 0 ? 4 : 2;
-    usp_train_config on = config_for(ring, RING_OVERLAP_ON), off = config_for(ring, RING_OVERLAP_OFF);
+    usp_train_config on = config_for(ring, USP_OVERLAP_ON), off = config_for(ring, USP_OVERLAP_OFF);
     size_t n;
     long d = harness_runs_differing(&on, &off, &n);
     ck_assert_msg(d >= 0, "%s", usp_error_message());
@@ -55,7 +55,7 @@ END_TEST
 START_TEST(each_wait_of_the_overlap_is_needed)
 {
     const int ring = _i == 0 ? 4 : 2;
-    usp_train_config c = config_for(ring, RING_OVERLAP_ON);
+    usp_train_config c = config_for(ring, USP_OVERLAP_ON);
     static const harness_wait waits[] = {
         {RING_WAIT_PACKED, "the first send's wait for the packed block (packed)", 1},
         {RING_WAIT_DONE, "dK/dV's wait for their attention (done)", 1},
@@ -68,7 +68,7 @@ START_TEST(each_wait_of_the_overlap_is_needed)
 END_TEST
 
 /* One ring attention of batch 1 over n tokens with `heads` heads of 128: does its backward overlap? */
-static usp_status overlaps(const usp_rank_ctx *ctx, int64_t n, int64_t heads, ring_overlap mode, int *out)
+static usp_status overlaps(const usp_rank_ctx *ctx, int64_t n, int64_t heads, usp_overlap mode, int *out)
 {
     ring_attention_config c = {.backend = ctx->backend, .ring = ctx->world, .batch = 1, .n_heads = heads,
                                .n_kv_heads = heads, .head_dim = 128, .causal = 1, .scale = 1,
@@ -86,16 +86,16 @@ static usp_status decide(const usp_rank_ctx *ctx, void *arg)
     (void)arg;
     int got;
     /* 64 tokens a rank, 4 heads: 10 * 4 * 128 * 64^2 / 2 = 1.0e7 FLOPs a step */
-    USP_CHECK(overlaps(ctx, 128, 4, RING_OVERLAP_AUTO, &got));
+    USP_CHECK(overlaps(ctx, 128, 4, USP_OVERLAP_AUTO, &got));
     USP_CHECK(harness_expect_eq(ctx, "auto at 1e7 FLOPs a step", 0, got, 0));
-    USP_CHECK(overlaps(ctx, 128, 4, RING_OVERLAP_ON, &got));
+    USP_CHECK(overlaps(ctx, 128, 4, USP_OVERLAP_ON, &got));
     USP_CHECK(harness_expect_eq(ctx, "on at 1e7 FLOPs a step", 0, got, 1));
     /* 4096 tokens a rank, 32 heads: 10 * 32 * 128 * 4096^2 / 2 = 3.4e11 FLOPs a step (R 2 at 8K, llama-7b) */
-    USP_CHECK(overlaps(ctx, 8192, 32, RING_OVERLAP_AUTO, &got));
+    USP_CHECK(overlaps(ctx, 8192, 32, USP_OVERLAP_AUTO, &got));
     USP_CHECK(harness_expect_eq(ctx, "auto at 3.4e11 FLOPs a step", 0, got, 1));
-    USP_CHECK(overlaps(ctx, 8192, 32, RING_OVERLAP_OFF, &got));
+    USP_CHECK(overlaps(ctx, 8192, 32, USP_OVERLAP_OFF, &got));
     USP_CHECK(harness_expect_eq(ctx, "off at 3.4e11 FLOPs a step", 0, got, 0));
-    usp_status s = overlaps(ctx, 128, 4, (ring_overlap)7, &got);
+    usp_status s = overlaps(ctx, 128, 4, (usp_overlap)7, &got);
     return harness_expect_eq(ctx, "backward_overlap 7 refused", 0, s, USP_ERR_CONFIG);
 }
 

@@ -34,7 +34,7 @@
 
 /* A small Llama with GQA on 4 ranks: U 4 (case 0: 4 query and 2 KV heads a rank) or U 2 x DP 2
  * (case 1: 8 and 4), three steps of two sequences. */
-static usp_train_config config_for(int ulysses, ring_overlap overlap)
+static usp_train_config config_for(int ulysses, usp_overlap overlap)
 {
     usp_train_config c;
     usp_train_defaults(&c);
@@ -50,7 +50,7 @@ static usp_train_config config_for(int ulysses, ring_overlap overlap)
 START_TEST(the_overlap_changes_no_bit)
 {
     const int ulysses = _i == 0 ? 4 : 2;
-    usp_train_config on = config_for(ulysses, RING_OVERLAP_ON), off = config_for(ulysses, RING_OVERLAP_OFF);
+    usp_train_config on = config_for(ulysses, USP_OVERLAP_ON), off = config_for(ulysses, USP_OVERLAP_OFF);
     size_t n;
     long d = harness_runs_differing(&on, &off, &n);
     ck_assert_msg(d >= 0, "%s", usp_error_message());
@@ -62,7 +62,7 @@ END_TEST
 START_TEST(each_wait_of_the_overlap_is_needed)
 {
     const int ulysses = _i == 0 ? 4 : 2;
-    usp_train_config c = config_for(ulysses, RING_OVERLAP_ON);
+    usp_train_config c = config_for(ulysses, USP_OVERLAP_ON);
     static const harness_wait waits[] = {
         {ULYSSES_WAIT_INPUTS, "the first pack's wait for the inputs (inputs)", 1},
         {ULYSSES_WAIT_ARRIVED, "a group's attention's wait for its heads (arrived)", 0}, /* see the top */
@@ -77,7 +77,7 @@ END_TEST
 
 /* One causal Ulysses attention over the world of batch 1, n tokens, H heads (Hkv KV heads) of 128:
  * does it overlap? *status: its creation's. */
-static int overlaps(const usp_rank_ctx *ctx, int64_t n, int64_t H, int64_t Hkv, ring_overlap mode, usp_status *status)
+static int overlaps(const usp_rank_ctx *ctx, int64_t n, int64_t H, int64_t Hkv, usp_overlap mode, usp_status *status)
 {
     ulysses_attention_config c = {.backend = ctx->backend, .stream = ctx->stream, .ulysses = ctx->world, .batch = 1,
                                   .seq_len = n, .n_heads = H, .n_kv_heads = Hkv, .head_dim = 128, .causal = 1,
@@ -98,20 +98,20 @@ static usp_status decide(const usp_rank_ctx *ctx, void *arg)
     static const struct {
         const char *what;
         int64_t n, Hkv;
-        ring_overlap mode;
+        usp_overlap mode;
         int want;
-    } cases[] = {{"auto at 1.7e10 FLOPs, 4 MiB", 4096, 16, RING_OVERLAP_AUTO, 1},
-                 {"auto at 64 tokens", 64, 16, RING_OVERLAP_AUTO, 0},
-                 {"on at 64 tokens", 64, 16, RING_OVERLAP_ON, 1},
-                 {"off at 4096 tokens", 4096, 16, RING_OVERLAP_OFF, 0},
-                 {"on with one KV head a rank (GQA 8:1)", 64, 2, RING_OVERLAP_ON, 0},
-                 {"on with a KV head shared by the two ranks", 64, 1, RING_OVERLAP_ON, 0}};
+    } cases[] = {{"auto at 1.7e10 FLOPs, 4 MiB", 4096, 16, USP_OVERLAP_AUTO, 1},
+                 {"auto at 64 tokens", 64, 16, USP_OVERLAP_AUTO, 0},
+                 {"on at 64 tokens", 64, 16, USP_OVERLAP_ON, 1},
+                 {"off at 4096 tokens", 4096, 16, USP_OVERLAP_OFF, 0},
+                 {"on with one KV head a rank (GQA 8:1)", 64, 2, USP_OVERLAP_ON, 0},
+                 {"on with a KV head shared by the two ranks", 64, 1, USP_OVERLAP_ON, 0}};
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         int got = overlaps(ctx, cases[i].n, 16, cases[i].Hkv, cases[i].mode, &s);
         USP_CHECK(s);
         USP_CHECK(harness_expect_eq(ctx, cases[i].what, 0, got, cases[i].want));
     }
-    overlaps(ctx, 64, 16, 16, (ring_overlap)7, &s);
+    overlaps(ctx, 64, 16, 16, (usp_overlap)7, &s);
     return harness_expect_eq(ctx, "overlap 7 refused", 0, s, USP_ERR_CONFIG);
 }
 

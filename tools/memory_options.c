@@ -13,13 +13,13 @@ static usp_status either(const char *option, const char *value, const char *a, c
     return USP_OK;
 }
 
-/* auto, on or off as a ring_overlap (a config error naming the option otherwise). */
-static usp_status overlap_mode(const char *option, const char *value, ring_overlap *out)
+/* auto, on or off as a usp_overlap (a config error naming the option otherwise). */
+static usp_status overlap_mode(const char *option, const char *value, usp_overlap *out)
 {
-    static const char *const mode[] = {"auto", "on", "off"}; /* in ring_overlap's order */
+    static const char *const mode[] = {"auto", "on", "off"}; /* in usp_overlap's order */
     for (int k = 0; k < 3; k++)
         if (strcmp(value, mode[k]) == 0) {
-            *out = (ring_overlap)k;
+            *out = (usp_overlap)k;
             return USP_OK;
         }
     return usp_error(USP_ERR_CONFIG, "%s %s: expected auto, on or off", option, value);

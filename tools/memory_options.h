@@ -14,9 +14,8 @@ typedef struct memory_options {
 } memory_options;
 
 #define MEMORY_OPTIONS_DEFAULTS                                                                                    \
-    {.dtype = "fp32", .grad_reduce = "fp32", .offload = "none", .loss = "fused", .ring_merge = "fused", .ring_overlap = "auto", \
-     .ulysses_overlap = "auto", .tile_rows = 1024,                                                                 \
-     .micro_batches = 1, .bucket_mb = 25}
+    {.dtype = "fp32", .grad_reduce = "fp32", .offload = "none", .loss = "fused", .ring_merge = "fused",           \
+     .ring_overlap = "auto", .ulysses_overlap = "auto", .tile_rows = 1024, .micro_batches = 1, .bucket_mb = 25}
 
 /* The options' table entries, to put in a command's cli_option array. */
 #define MEMORY_OPTIONS(o)                                                                                          \

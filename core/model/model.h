@@ -58,8 +58,8 @@ typedef struct usp_model_setup {
     int tiled_mlp, tiled_loss;
     int eager_loss;         /* see the memory options above (not with tiled_loss) */
     int eager_ring_merge;   /* ring attention merges as ring-flash-attention does in PyTorch (core/parallel/ring.h; shapes only) */
-    ring_overlap ring_backward_overlap; /* the ring's backward sends K/V ahead of the attention (ring.h) */
-    ring_overlap ulysses_overlap; /* Ulysses' head groups' all-to-alls beside the attention (ulysses.h) */
+    usp_overlap ring_backward_overlap; /* the ring's backward sends K/V ahead of the attention (ring.h) */
+    usp_overlap ulysses_overlap; /* Ulysses' head groups' all-to-alls beside the attention (ulysses.h) */
     int64_t tile_rows;      /* rows per tile (0: 1024) */
     usp_dtype storage;      /* activations: USP_F32 (0), or USP_BF16 on meta (usp_buffer_alloc_as) */
 } usp_model_setup;

@@ -71,8 +71,8 @@ static usp_status overlap_wait(const ring_attention *a, usp_stream_t *stream, us
 
 static int overlap_pays(const ring_attention_config *c, int64_t T)
 {
-    if (c->backward_overlap != RING_OVERLAP_AUTO)
-        return c->backward_overlap == RING_OVERLAP_ON;
+    if (c->backward_overlap != USP_OVERLAP_AUTO)
+        return c->backward_overlap == USP_OVERLAP_ON;
     double pairs = (double)T * (double)T * (c->causal ? 0.5 : 1.0);
     return 10.0 * (double)c->batch * (double)c->n_heads * (double)c->head_dim * pairs >= OVERLAP_MIN_STEP_FLOPS;
 }
@@ -128,7 +128,7 @@ usp_status ring_attention_create(const ring_attention_config *c, ring_attention 
                          "positive and the kv heads must divide the heads",
                          (long long)c->batch, (long long)c->n_heads, (long long)c->n_kv_heads,
                          (long long)c->head_dim);
-    if ((unsigned)c->backward_overlap > RING_OVERLAP_OFF)
+    if ((unsigned)c->backward_overlap > USP_OVERLAP_OFF)
         return usp_error(USP_ERR_CONFIG, "ring attention: backward_overlap %d is not auto (0), on (1) or off (2)",
                          (int)c->backward_overlap);
     if (c->eager_merge && usp_backend_has_numerics(c->backend))

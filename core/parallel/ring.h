@@ -28,13 +28,10 @@
 
 #include "core/comm/comm.h"
 #include "core/parallel/layout.h"
+#include "core/parallel/overlap.h"
 #include "core/ops.h"
 
 typedef struct ring_attention ring_attention;
-
-/* Whether the backward sends K/V one step ahead of their attention (auto: where a step's attention
- * is long enough to pay for the extra call, ring.c overlap_pays; the bits are the same either way). */
-typedef enum ring_overlap { RING_OVERLAP_AUTO = 0, RING_OVERLAP_ON, RING_OVERLAP_OFF } ring_overlap;
 
 /* The backward overlap's event waits, for ring_attention_skip_waits_for_tests. */
 enum {
@@ -55,7 +52,7 @@ typedef struct ring_attention_config {
     usp_dtype storage;     /* of the travelling blocks: USP_F32 (0), or USP_BF16 on meta */
     int eager_merge;       /* shapes only: each merge also moves what ring-flash-attention's PyTorch merge does
                               (ring.c, eager_merge_passes) */
-    ring_overlap backward_overlap; /* the same on every rank of the ring (auto decides on shapes alone) */
+    usp_overlap backward_overlap; /* the same on every rank of the ring (auto decides on shapes alone) */
 } ring_attention_config;
 
 /* Checks the config and allocates the scratch (two travelling buffers of

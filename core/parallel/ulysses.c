@@ -297,12 +297,12 @@ int ulysses_attention_overlaps(const ulysses_attention *a) { return a && a->G > 
 static int overlap_pays(const ulysses_attention *a, int groups)
 {
     const ulysses_attention_config *c = &a->c;
-    if (a->U == 1 || a->kv_shared || c->overlap == RING_OVERLAP_OFF || (c->ring && usp_comm_size(c->ring) > 1))
+    if (a->U == 1 || a->kv_shared || c->overlap == USP_OVERLAP_OFF || (c->ring && usp_comm_size(c->ring) > 1))
         return 0;
     for (int j = 0; j < a->U; j++)
         if (a->kv_heads.count[j] % groups != 0)
             return 0;
-    if (c->overlap == RING_OVERLAP_ON)
+    if (c->overlap == USP_OVERLAP_ON)
         return 1;
     const double h = (double)a->q_heads.count[0] / groups, D = (double)c->head_dim, B = (double)c->batch;
     double flops = 4.0 * B * (double)a->NU * (double)a->NU * h * D * (c->causal ? 0.5 : 1.0);
@@ -313,7 +313,7 @@ static int overlap_pays(const ulysses_attention *a, int groups)
 /* Decides the groups (after split_heads) and, with two, makes the comm stream and its two events. */
 static usp_status overlap_setup(ulysses_attention *a)
 {
-    if ((unsigned)a->c.overlap > RING_OVERLAP_OFF)
+    if ((unsigned)a->c.overlap > USP_OVERLAP_OFF)
         return usp_error(USP_ERR_CONFIG, "ulysses attention: overlap %d is not auto (0), on (1) or off (2)",
                          (int)a->c.overlap);
     a->G = overlap_pays(a, 2) ? 2 : 1;

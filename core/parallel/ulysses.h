@@ -65,8 +65,8 @@ typedef struct ulysses_attention_config {
     float scale;          /* 0: 1/sqrt(head_dim) */
     usp_dtype storage;    /* of activations and exchanges: USP_F32 (0), or USP_BF16 on meta */
     int eager_ring_merge; /* the ring's merge as a PyTorch framework runs it (ring.h; shapes only) */
-    ring_overlap ring_backward_overlap; /* the ring's backward sends K/V ahead: auto (0), on, off (ring.h) */
-    ring_overlap overlap; /* head groups' all-to-alls beside the attention: auto (0; overlap_pays), on, off */
+    usp_overlap ring_backward_overlap; /* the ring's backward sends K/V ahead: auto (0), on, off (ring.h) */
+    usp_overlap overlap; /* head groups' all-to-alls beside the attention: auto (0; overlap_pays), on, off */
 } ulysses_attention_config;
 
 /* Checks that H query heads and Hkv KV heads split over U ranks: Hkv divides H, each rank holds a

@@ -109,8 +109,8 @@ typedef struct usp_train_config {
     double bucket_mb;          /* ZeRO 0-1: gradients all-reduced during backward in buckets of at most this many
                                   MiB of whole layers, a larger layer alone (0: 25, as PyTorch DDP; grad_buckets.h) */
     int eager_ring_merge;      /* ring attention's merge as PyTorch frameworks run it (shapes only; core/parallel/ring.h) */
-    ring_overlap ring_backward_overlap; /* the ring's backward sends K/V ahead: auto (0; on shapes), on, off (ring.h) */
-    ring_overlap ulysses_overlap; /* Ulysses' all-to-alls in two head groups beside the attention: auto (0), on, off */
+    usp_overlap ring_backward_overlap; /* the ring's backward sends K/V ahead: auto (0; on shapes), on, off (ring.h) */
+    usp_overlap ulysses_overlap; /* Ulysses' all-to-alls in two head groups beside the attention: auto (0), on, off */
     usp_dtype storage;         /* USP_F32, or USP_BF16 mixed precision (bf16 weights, activations; fp32 master) */
     usp_dtype grad_reduce;     /* the gradients' reductions: USP_F32 (0), or USP_BF16 (with storage bf16 only) */
     const char *save_dir, *resume_dir;
