@@ -14,7 +14,9 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl_va
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 cd "$work" || exit 1
-echo "machine: $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg); CPU vector width: $(grep -o -m1 -w 'avx512f\|avx2' /proc/cpuinfo | head -1)"
+echo "machine: $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg); CPU vector width: $(
+    if grep -qw avx512f /proc/cpuinfo; then echo "AVX-512 (512-bit)"; elif grep -qw avx2 /proc/cpuinfo; then
+        echo "AVX2 (256-bit)"; else echo "SSE2 (128-bit)"; fi)"
 for W in $worlds; do
     start=$SECONDS
     mpirun --oversubscribe -np "$W" "$usp" calibrate --backend mpi --out "cal-$W.json" >"cal-$W.txt" 2>&1 ||
