@@ -7,6 +7,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include <jansson.h>
+
 #include "backends/cpu/cpu_backend.h"
 #include "backends/lazy/lazy_backend.h"
 #ifdef USP_HAVE_CUDA_BACKEND
@@ -245,4 +247,46 @@ int harness_run_command(int (*command)(int argc, char **argv), char **argv, int 
     close(fd);
     unlink(path);
     return code;
+}
+
+/* The JSON fields of the figures of harness_plan_overlap, in its order. */
+static const char *const plan_keys[HARNESS_PLAN_FIGURES] = {"step_time_s", "compute_time_s", "comm_hidden_s",
+                                                            "comm_exposed_s"};
+
+/* The figures of one `usp plan ... --json` run with `option` set to `mode`: 0, or -1 with why. */
+static int plan_figures(int (*plan)(int argc, char **argv), char *const *argv, int argc, const char *option,
+                        const char *mode, double figures[HARNESS_PLAN_FIGURES], char *why, size_t why_size)
+{
+    char *args[48];
+    static char out[1 << 16];
+    if (argc + 3 > (int)(sizeof args / sizeof *args))
+        return snprintf(why, why_size, "%d arguments: more than the harness holds", argc), -1;
+    for (int i = 0; i < argc; i++)
+        args[i] = argv[i];
+    args[argc] = (char *)option, args[argc + 1] = (char *)mode, args[argc + 2] = "--json";
+    int code = harness_run_command(plan, args, argc + 3, out, sizeof out);
+    json_t *j = code == 0 ? json_loads(out, 0, NULL) : NULL;
+    for (int k = 0; j && k < HARNESS_PLAN_FIGURES; k++) {
+        const json_t *v = json_object_get(j, plan_keys[k]);
+        figures[k] = json_is_number(v) ? json_number_value(v) : NAN;
+        if (!json_is_number(v))
+            json_decref(j), j = NULL;
+    }
+    if (!j)
+        return snprintf(why, why_size, "plan %s %s: exit %d, or JSON without the figures:\n%s", option, mode, code,
+                        out), -1;
+    json_decref(j);
+    return 0;
+}
+
+int harness_plan_overlap(int (*plan)(int argc, char **argv), char *const *argv, int argc, const char *option,
+                         const char *label, double off[HARNESS_PLAN_FIGURES], double on[HARNESS_PLAN_FIGURES],
+                         char *why, size_t why_size)
+{
+    if (plan_figures(plan, argv, argc, option, "off", off, why, why_size) != 0 ||
+        plan_figures(plan, argv, argc, option, "auto", on, why, why_size) != 0)
+        return -1;
+    for (int k = 0; k < HARNESS_PLAN_FIGURES; k++)
+        printf("%s: %s %.4f off, %.4f auto\n", label, plan_keys[k], off[k], on[k]);
+    return 0;
 }

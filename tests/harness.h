@@ -84,6 +84,15 @@ char *harness_read_file(const char *path, size_t *size);
  * NUL-terminated, cut if longer); returns the command's exit code. */
 int harness_run_command(int (*command)(int argc, char **argv), char **argv, int argc, char *out, size_t size);
 
+/* The figures the overlap tests compare, in this order: step, compute, hidden and exposed communication (s). */
+enum { HARNESS_PLAN_FIGURES = 4 };
+
+/* Runs `plan` (cmd_plan) on argv + {option, "off", "--json"} and on argv + {option, "auto", "--json"} and
+ * reads the figures above into off and on, printing each after `label`. 0, or -1 with why. */
+int harness_plan_overlap(int (*plan)(int argc, char **argv), char *const *argv, int argc, const char *option,
+                         const char *label, double off[HARNESS_PLAN_FIGURES], double on[HARNESS_PLAN_FIGURES],
+                         char *why, size_t why_size);
+
 /* Returns a USP_ERR_RUNTIME naming the rank and `what` unless got == want. */
 usp_status harness_expect_eq(const usp_rank_ctx *ctx, const char *what, size_t index, double got, double want);
 
