@@ -427,18 +427,27 @@ __global__ void __launch_bounds__(MMA_THREADS)
 /* ------------------------------------------------------------------------- */
 /* Launchers                                                                  */
 
-extern "C" const char *cuda_attention_mma_problem(const usp_attention_shape *s, const cuda_array *arrays,
-                                                  int n_arrays)
+extern "C" attn_kernel cuda_attention_kernel_for(const usp_attention_shape *s, const cuda_array *arrays, int n,
+                                                 const char **why)
 {
     usp_dtype dtypes[8];
     uintptr_t addresses[8];
-    if (n_arrays > 8) return "more arrays than an attention call has";
-    for (int i = 0; i < n_arrays; i++) {
+    if (n > 8) {
+        *why = "more arrays than an attention call has";
+        return ATTN_KERNEL_SCALAR;
+    }
+    for (int i = 0; i < n; i++) {
         dtypes[i] = arrays[i].dtype;
         addresses[i] = (uintptr_t)arrays[i].data;
     }
+    return attn_kernel_for(s, dtypes, addresses, n, why);
+}
+
+extern "C" const char *cuda_attention_mma_problem(const usp_attention_shape *s, const cuda_array *arrays,
+                                                  int n_arrays)
+{
     const char *why;
-    if (attn_kernel_for(s, dtypes, addresses, n_arrays, &why) == ATTN_KERNEL_MMA) return NULL;
+    if (cuda_attention_kernel_for(s, arrays, n_arrays, &why) == ATTN_KERNEL_MMA) return NULL;
     if (why != NULL) return why;
     why = attn_shape_problem(s);
     return why != NULL ? why : "the tensor-core attention takes bf16 arrays; fp32 runs the scalar kernel";

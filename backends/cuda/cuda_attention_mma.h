@@ -7,10 +7,16 @@
 #define USP_CUDA_ATTENTION_MMA_H
 
 #include "backends/cuda/cuda_kernels.h"
+#include "backends/cuda/cuda_mma_maps.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+/* attn_kernel_for (cuda_mma_maps.h) on n <= 8 arrays' dtypes and addresses: the kernels for this call, and
+ * in *why what kept a bf16 call off the tensor cores. */
+attn_kernel cuda_attention_kernel_for(const usp_attention_shape *s, const cuda_array *arrays, int n,
+                                      const char **why);
 
 /* NULL when the tensor-core kernels take this call: a shape attn_shape_problem accepts, head_dim 64 or
  * 128, every array bf16 and 16-byte aligned; otherwise why (then the scalar kernels run it). */

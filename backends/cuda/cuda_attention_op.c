@@ -1,24 +1,16 @@
 /* The cuda attention op: which kernels run a call (cuda_kernels.h). A file of
  * its own, above both kernel files, so that neither calls the other. */
 #include <stdatomic.h>
-#include <stdint.h>
 #include <stdio.h>
 
 #include "backends/cuda/cuda_attention_mma.h"
-#include "backends/cuda/cuda_mma_maps.h"
 
 /* The kernels for this call (cuda_mma_maps.h, attn_kernel_for): a bf16 call the tensor cores cannot take says
  * why on stderr, once per process, so that a slow path is never silent. */
 static attn_kernel kernel_for(const usp_attention_shape *s, const cuda_array *arrays, int n)
 {
-    usp_dtype dtypes[8];
-    uintptr_t addresses[8];
-    for (int i = 0; i < n; i++) {
-        dtypes[i] = arrays[i].dtype;
-        addresses[i] = (uintptr_t)arrays[i].data;
-    }
     const char *why;
-    const attn_kernel kernel = attn_kernel_for(s, dtypes, addresses, n, &why);
+    const attn_kernel kernel = cuda_attention_kernel_for(s, arrays, n, &why);
     static atomic_flag said = ATOMIC_FLAG_INIT;
     if (why != NULL && !atomic_flag_test_and_set(&said))
         fprintf(stderr, "usp: cuda attention, head_dim %lld: %s (said once)\n", (long long)s->head_dim, why);
