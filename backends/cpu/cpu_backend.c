@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "backends/cpu/cpu_attention.h"
+#include "backends/cpu/cpu_block_cache.h"
 #include "backends/cpu/cpu_layers.h"
 #include "backends/cpu/cpu_widen.h"
 #include "core/backend_impl.h"
@@ -101,7 +102,15 @@ static usp_status cpu_alloc(void *ctx, size_t bytes, void **out)
                          "(usp plan, or usp train --meta), or run on fewer ranks",
                          bytes, (double)used / 1e6, (double)limit / 1e6, budget_source);
     }
-    char *block = aligned_alloc(64, rounded);
+    char *block = cpu_block_cache_take(rounded);
+    if (!block && used + cpu_block_cache_bytes() > limit) /* the kept blocks count against the budget too */
+        cpu_block_cache_release();
+    if (!block)
+        block = aligned_alloc(64, rounded);
+    if (!block) { /* the system is out of memory: give back what the cache keeps, and try once more */
+        cpu_block_cache_release();
+        block = aligned_alloc(64, rounded);
+    }
     if (!block) {
         atomic_fetch_sub(&budget_used, rounded);
         return usp_error(USP_ERR_RUNTIME, "out of memory: the cpu backend could not allocate %zu bytes", bytes);
@@ -120,7 +129,7 @@ static void cpu_free(void *ctx, void *ptr)
     size_t rounded;
     memcpy(&rounded, block, sizeof rounded);
     atomic_fetch_sub(&budget_used, rounded);
-    free(block);
+    cpu_block_cache_keep(block, rounded, memory_budget() / 4); /* at most a quarter of the budget kept */
 }
 
 static usp_status cpu_copy(void *ctx, void *dst, const void *src, size_t bytes, usp_copy_kind kind,
