@@ -69,7 +69,7 @@ typedef struct usp_op_cost {
     double flops;
     double bytes; /* memory traffic: bytes read + bytes written */
     double outputs; /* gemm: elements of C (m n batch); attention: scores (batch heads visible pairs); a 2-D
-                       copy or accumulate: its rows; else 0 (sim/kernel_model.h prices a cost an output) */
+                       copy or accumulate: its rows; rope: its angles (rows x head_dim / 2); else 0 (sim/kernel_model.h prices a cost an output) */
     usp_stream_t *stream; /* the stream it is enqueued on (NULL: the default): the simulator's lane */
     usp_dtype dtype; /* gemm and attention: the dtype they multiply in (bf16 when an input is bf16); else USP_F32 */
 } usp_op_cost;

@@ -247,7 +247,11 @@ static usp_status rope_checks(const usp_backend_t *be, const char *op, const flo
 static void rope_cost(usp_backend_t *be, const char *op, int64_t n, int64_t H, int64_t D, usp_stream_t *stream)
 {
     double elems = (double)n * (double)H * (double)D;
-    ops_report_cost(be, op, 3.0 * elems + 1.5 * (double)n * (double)D, 4.0 * (2.0 * elems + (double)n), stream);
+    /* outputs: the n D/2 angles, each a sincos shared by the H heads; on a CPU these cost more than the
+     * rotation (a double sincos is about 20 ns), so the time follows the angles, not the bytes */
+    const double angles = 0.5 * (double)n * (double)D;
+    ops_report_cost_outputs(be, op, USP_F32, 3.0 * elems + 3.0 * angles, 4.0 * (2.0 * elems + (double)n), angles,
+                            stream);
 }
 
 usp_status usp_rope_forward(usp_backend_t *be, float *x, const int32_t *positions, int64_t n, int64_t H, int64_t D,

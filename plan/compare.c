@@ -210,7 +210,8 @@ static void print_waits(FILE *out, const plan_comparison *c)
     }
     if (any)
         fprintf(out, "wait: from a call's post to the last member's post of the same call (group and sequence number\n"
-                "on every rank's track; the processes' clocks, no barrier added); transfer: the rest of the call.\n");
+                "on every rank's track; the processes' clocks aligned to rank 0's at start, no barrier added);\n"
+                "transfer: the rest of the call.\n");
 }
 
 void plan_comparison_print(FILE *out, const plan_comparison *c)

@@ -236,7 +236,8 @@ static usp_status write_trace(const usp_runtime_t *rt, const char *command, cons
         return usp_error(USP_ERR_RUNTIME, "--trace %s: out of memory writing the run's options", o->trace);
     viz_trace_run run = {.generator = generator, .options_json = options,
                          .clock = cluster.modelled ? NULL
-                                                   : "measured: seconds since each process started (ts in "
+                                                   : "measured: seconds since rank 0's process started, every "
+                                                     "process's clock aligned to rank 0's (ts in "
                                                      "microseconds); ops timed on the host around each op, or between "
                                                      "device events on a GPU"};
     usp_status s = viz_trace_write_run(usp_runtime_trace(rt), o->trace, &run);

@@ -9,6 +9,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "backends/launch/mpi_clock.h"
 #include "core/runtime/runtime_impl.h"
 #include "core/runtime/launcher_env.h"
 
@@ -350,7 +351,9 @@ usp_status mpi_launch_start(mpi_launch *l, const usp_runtime_options *o, mpi_lau
     if (MPI_Comm_dup(MPI_COMM_WORLD, &l->gather_comm) != MPI_SUCCESS)
         return usp_error(USP_ERR_RUNTIME, "MPI_Comm_dup for the runtime's gathers failed");
     share_the_node(l);
-    s = make_decorator(l, o);
+    s = mpi_clock_align(l->gather_comm, &l->process.t0); /* before anything is timed */
+    if (s == USP_OK)
+        s = make_decorator(l, o);
     if (s == USP_OK && o->check_collectives)
         s = mpi_check_create(MPI_COMM_WORLD, l->decorator, l->process.t0, &l->check);
     if (s == USP_OK)
