@@ -13,6 +13,11 @@
 #define GEMM_OPERAND_MAX ((int64_t)1 << 23) /* elements of A, B or C: the pool's buffers stay 32 MiB */
 #define ATTENTION_FLOPS_MAX 6e8
 #define REPS 3
+/* Zeroed before every timed run so that the run starts with its operands out of cache, as most ops of a
+ * step do (the activations a backward reads were written a layer's GEMMs ago). Twice the largest last-level
+ * cache we plan for: 32 MB of L3 on the 2-core EPYC here, 50 MB of L2 on an H100 (nvbench and Triton's
+ * do_bench flush the GPU's L2 the same way). */
+#define FLUSH_BYTES ((size_t)128 << 20)
 
 enum kind {
     K_GEMM, K_ATTENTION_FORWARD, K_ATTENTION_BACKWARD, K_COPY, K_COPY_2D, K_ACCUMULATE_2D, K_ZERO, K_ACCUMULATE, K_CONVERT, K_SCALE,
@@ -93,6 +98,7 @@ typedef struct pool {
     float *h[BUFS]; /* bf16 */
     int32_t *ids;       /* 0, 1, ..., 255, 0, ...: tokens and targets of any vocabulary of 256 or more */
     int32_t *positions; /* 0, 1, ..., 8191, 0, ...: RoPE's positions in sequences of 8K tokens */
+    void *flush;        /* FLUSH_BYTES, zeroed before each timed run */
     int64_t elems;
 } pool;
 
@@ -131,6 +137,8 @@ static usp_status pool_make(const usp_rank_ctx *ctx, int64_t elems, pool *p)
         s = usp_buffer_alloc(ctx->backend, bytes, "calibrate", (void **)&p->positions);
     if (s == USP_OK)
         s = usp_buffer_copy(ctx->backend, p->positions, ids, bytes, USP_COPY_HOST_TO_DEVICE, ctx->stream);
+    if (s == USP_OK)
+        s = usp_buffer_alloc(ctx->backend, FLUSH_BYTES, "calibrate (cache flush)", &p->flush);
     for (int b = 0; b < BUFS && s == USP_OK && usp_backend_stores_bf16(ctx->backend); b++) {
         s = usp_buffer_alloc_as(ctx->backend, (size_t)elems, USP_BF16, "calibrate", (void **)&p->h[b]);
         if (s == USP_OK)
@@ -148,6 +156,7 @@ static void pool_free(const usp_rank_ctx *ctx, pool *p)
         usp_buffer_free(ctx->backend, p->f[b]), usp_buffer_free(ctx->backend, p->h[b]);
     usp_buffer_free(ctx->backend, p->ids);
     usp_buffer_free(ctx->backend, p->positions);
+    usp_buffer_free(ctx->backend, p->flush);
 }
 
 static usp_status run_gemm(const usp_rank_ctx *ctx, const pool *p, const kcase *c)
@@ -241,13 +250,15 @@ static int by_seconds(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
-/* A barrier, a warm-up, then REPS synchronised runs: the median run, with the work the op reported. */
+/* A barrier, a warm-up, then REPS synchronised runs, each after the caches were flushed: the median run,
+ * with the work the op reported. */
 static usp_status time_case(const usp_rank_ctx *ctx, const pool *p, const kcase *c, sim_kernel_point *out)
 {
     USP_CHECK(usp_comm_barrier(ctx->world, ctx->stream));
     USP_CHECK(run_case(ctx, p, c));
     sim_kernel_point runs[REPS];
     for (int i = 0; i < REPS; i++) {
+        USP_CHECK(usp_buffer_zero(ctx->backend, p->flush, FLUSH_BYTES, ctx->stream));
         USP_CHECK(usp_backend_synchronize(ctx->backend, ctx->stream));
         double f0 = usp_backend_flops(ctx->backend), b0, o0, b1, o1;
         usp_backend_work(ctx->backend, &b0, &o0);
