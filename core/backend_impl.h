@@ -63,6 +63,12 @@ typedef struct usp_backend_i {
      * are reached (blocking: waits for `to`). NULL: ops are timed on the host (usp_backend_time_ops). */
     usp_status (*timing_event_create)(void *ctx, usp_event_t **out);
     usp_status (*event_elapsed)(void *ctx, usp_event_t *from, usp_event_t *to, double *seconds);
+    /* (optional, with synchronize) Runs what the stream holds without the program waiting for it
+     * (usp_backend_run_queued). NULL: synchronize. */
+    usp_status (*run_queued)(void *ctx, usp_stream_t *stream);
+    /* (optional) Checks and records what a call outside the slots reads and writes in the stream's
+     * order (usp_backend_note_access). NULL: nothing is checked. */
+    usp_status (*note_access)(void *ctx, usp_stream_t *stream, const char *what, const usp_access *a, int n);
     /* (optional) Runs fn(arg) on the host in the stream's order; NULL: the wrapper calls it at once. */
     usp_status (*launch_host_func)(void *ctx, usp_stream_t *stream, void (*fn)(void *arg), void *arg);
     /* Batched row-major GEMM; a, b, c are g's operands (g->a, g->b, g->c), unread a and b when g->k = 0. */

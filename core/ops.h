@@ -185,9 +185,29 @@ usp_status usp_host_alloc(usp_backend_t *be, size_t bytes, const char *what, voi
 /* Frees memory from usp_host_alloc (NULL: nothing). */
 void usp_host_free(usp_backend_t *be, void *ptr);
 
-/* usp_backend_synchronize, not counted as a host wait: for the simulator's collectives, which run on the
- * host in the stream's order but stand for device-side ones (NCCL's), where the host never waits. */
+/* usp_backend_synchronize, not counted as a host wait: for a wait counted elsewhere (a download whose copy
+ * already blocked). */
 usp_status usp_backend_synchronize_uncounted(usp_backend_t *be, usp_stream_t *stream);
+
+/* Runs what `stream` holds so far without the program waiting for it: the simulator calls it before it
+ * moves a call's data on the host, in the stream's order, for a call that stands for a device-side one
+ * (NCCL's), where the host never waits. Neither a counted host wait nor, on a backend that checks the
+ * order of its streams (lazy), an order the program may rely on. */
+usp_status usp_backend_run_queued(usp_backend_t *be, usp_stream_t *stream);
+
+/* A byte range a call reads (writes 0) or writes, and may read (writes 1). */
+typedef struct usp_access {
+    const void *ptr;
+    size_t bytes;
+    int writes;
+} usp_access;
+
+/* Tells a backend that checks the order of its streams (lazy) what a call made outside its ops (the
+ * simulator's collectives) reads and writes at this point of `stream`: checked and recorded as one of
+ * its ops (USP_ERR_RUNTIME on an access that nothing orders after another stream's write). A no-op
+ * elsewhere. */
+usp_status usp_backend_note_access(usp_backend_t *be, usp_stream_t *stream, const char *what, const usp_access *a,
+                                   int n);
 
 /* Counts one host wait a backend makes inside an op (an allocation that synchronises, a fallback):
  * usp_backend_host_waits then includes it. A no-op on a backend that completes every op at once. */

@@ -25,6 +25,18 @@ usp_status usp_backend_synchronize_uncounted(usp_backend_t *be, usp_stream_t *st
     return be->iface->synchronize ? be->iface->synchronize(be->context, stream) : USP_OK;
 }
 
+usp_status usp_backend_run_queued(usp_backend_t *be, usp_stream_t *stream)
+{
+    return be->iface->run_queued ? be->iface->run_queued(be->context, stream)
+                                 : usp_backend_synchronize_uncounted(be, stream);
+}
+
+usp_status usp_backend_note_access(usp_backend_t *be, usp_stream_t *stream, const char *what, const usp_access *a,
+                                   int n)
+{
+    return be->iface->note_access ? be->iface->note_access(be->context, stream, what, a, n) : USP_OK;
+}
+
 usp_status usp_backend_synchronize(usp_backend_t *be, usp_stream_t *stream)
 {
     usp_backend_count_host_wait(be);

@@ -391,6 +391,15 @@ static void post_p2p(sim_world *w, sim_rank *r, sim_comm *sc)
         try_transfer(w, g, &w->ranks[g->members[recv_source(r)]], r);
 }
 
+/* Tells r's backend what the call reads and writes on its stream (usp_backend_note_access). */
+static usp_status note_access(sim_rank *r, const sim_comm *sc, const usp_comm_op *op)
+{
+    size_t send, recv;
+    sim_buffer_extents(op, sc->local, sc->group->size, &send, &recv);
+    const usp_access a[2] = {{op->send, send, 0}, {op->recv, recv, 1}};
+    return usp_backend_note_access(r->backend, op->stream, usp_comm_kind_name(op->kind), a, 2);
+}
+
 /* Posts the call and yields until it is complete or the run is aborted. */
 static usp_status post_and_wait(sim_comm *sc, usp_comm_op *op)
 {
@@ -398,10 +407,13 @@ static usp_status post_and_wait(sim_comm *sc, usp_comm_op *op)
     sim_rank *r = w->current;
     /* The call runs at once here, in its stream's order on a real backend: the work queued before it
      * on that stream (on an asynchronous backend) must have run, so that the send buffer holds its data.
-     * Virtual streams complete every op at once: there, synchronizing would only join the clocks. Not a
-     * host wait of the program (usp_backend_host_waits): a device-side collective (NCCL) has none. */
-    if (op->kind != USP_OP_SPLIT && !r->virtual_streams)
-        USP_CHECK(usp_backend_synchronize_uncounted(r->backend, op->stream));
+     * Virtual streams complete every op at once: there, running the queue would only join the clocks.
+     * Not a host wait of the program: a device-side collective (NCCL) has none. What the call reads
+     * and writes is checked in the stream's order where the backend checks it (lazy). */
+    if (op->kind != USP_OP_SPLIT && !r->virtual_streams) {
+        USP_CHECK(usp_backend_run_queued(r->backend, op->stream));
+        USP_CHECK(note_access(r, sc, op));
+    }
     op->issued_on = sc->handle;
     op->t_post = *sim_lane_clock(r, sim_stream_lane(r, op->stream));
     r->op = op;

@@ -202,12 +202,16 @@ fi
 unset limit
 check "train leaves no temporary or stray files" test -z "$(ls "$tr" | grep -v -x -E '(t|j|dl)\.json|t\.txt|(traffic|pcie|dl|crash)\.dot|traffic\.svg|dl\.png')"
 
-# --sim-compute: the simulated ranks' backend (cpu; cuda in a CUDA build); what cannot apply is exit 2 naming it
+# --sim-compute: the simulated ranks' backend (cpu, lazy; cuda in a CUDA build); what cannot apply is exit 2 naming it
 expect 0 "loss" -- "${one[@]}" --sim-compute cpu
-expect 2 "--sim-compute tpu: unknown compute backend; it is cpu (default) or cuda" -- "${one[@]}" --sim-compute tpu
+# lazy: the cpu kernels late, the stream order checked; the hybrid with both overlaps on gives the cpu's loss
+hybrid=(train --world 4 --ulysses 2 --ring 2 --ring-overlap on --zero 3 --steps 3 --log-every 3 --eval-samples 0)
+cpu_loss=$("$usp" "${hybrid[@]}" | sed -n 's/^\(done: loss [^;]*\);.*/\1/p')
+expect 0 "$cpu_loss" -- "${hybrid[@]}" --sim-compute lazy
+expect 2 "--sim-compute tpu: unknown compute backend; it is cpu (default), lazy, or cuda" -- "${one[@]}" --sim-compute tpu
 expect 2 "--sim-compute cuda with --backend mpi" -- "${one[@]}" --sim-compute cuda --backend mpi
 expect 2 "--sim-compute cpu with --meta" -- "${one[@]}" --sim-compute cpu --meta
-expect 0 "--sim-compute cpu|cuda" -- train --help
+expect 0 "--sim-compute cpu|lazy|cuda" -- train --help
 # usp plan: the modelled step, its timeline for Perfetto
 expect 0 "does not fit" -- plan --model llama-7b --seq 1048576 --world 8 --topology dgx-h100
 expect 0 "would fit with --dtype bf16" -- plan --model llama-7b --seq 1048576 --world 8 --topology dgx-h100

@@ -107,6 +107,10 @@ static void run_streams_and_events(conformance_run *r, const void *params)
     CONFORMANCE_OK(r, usp_event_record(r->be, uploaded, NULL));
     CONFORMANCE_OK(r, usp_stream_wait_event(r->be, side, uploaded));
     CONFORMANCE_OK(r, usp_scale(r->be, x, 3.0f, n, side));
+    /* as the simulator does around a collective on `side` that reads x: the queue run, the access told */
+    CONFORMANCE_OK(r, usp_backend_run_queued(r->be, side));
+    const usp_access read_x = {x, (size_t)n * sizeof *x, 0};
+    CONFORMANCE_OK(r, usp_backend_note_access(r->be, side, "all_reduce", &read_x, 1));
     CONFORMANCE_OK(r, usp_event_record(r->be, scaled, side));
     CONFORMANCE_OK(r, usp_stream_wait_event(r->be, NULL, scaled));
     CONFORMANCE_OK(r, usp_accumulate_2d(r->be, y, (size_t)n, x, (size_t)n, (size_t)n, 1, NULL));
@@ -297,7 +301,7 @@ static void run_attention_merge(conformance_run *r, const void *params)
 #define MEMORY (SLOT(alloc) | SLOT(free) | SLOT(copy) | SLOT(synchronize) | SLOT(destroy))
 #define STREAMS                                                                                             \
     (SLOT(stream_create) | SLOT(stream_destroy) | SLOT(event_create) | SLOT(event_destroy) | SLOT(event_record) | \
-     SLOT(stream_wait_event) | SLOT(launch_host_func))
+     SLOT(stream_wait_event) | SLOT(run_queued) | SLOT(note_access) | SLOT(launch_host_func))
 #define ATTENTION (SLOT(attention_workspace_bytes) | SLOT(attention_forward))
 #define ATTENTION_BWD (ATTENTION | SLOT(attention_backward))
 

@@ -53,17 +53,19 @@ size_t harness_bits_differing(const float *a, const float *b, size_t n);
  * whose bits differ between them (of *total); -1 with the error's message when a run fails. */
 long harness_runs_differing(const usp_train_config *a, const usp_train_config *b, size_t *total);
 
-/* One event wait of an overlap, for harness_check_waits: its bit for the test hook, its name, and
- * whether the lazy backend can show it is needed (0: the test says why not, and asserts nothing). */
+/* One event wait of an overlap, for harness_check_waits: its bit for the test hook, and its name. */
 typedef struct harness_wait {
     unsigned bit;
     const char *name;
-    int shown;
 } harness_wait;
 
+/* The start of what the lazy backend's order checker says of two accesses nothing orders. */
+#define HARNESS_RACE_FOUND "nothing orders the two"
+
 /* Shows that an overlap's event waits are needed: `config` trained on lazy backends gives the cpu
- * backends' bits, and with each wait skipped (skip(bit), then skip(0)) each shown one makes the run
- * fail or differ; prints a line a wait after `label`. 0, or -1 with the reason in why. */
+ * backends' bits, and with each wait skipped (skip(bit), then skip(0)) the lazy backend's order
+ * checker stops the run at the access the wait ordered; prints a line a wait after `label`. 0, or -1
+ * with the reason in why. */
 int harness_check_waits(const usp_train_config *config, void (*skip)(unsigned), const harness_wait *waits, int n,
                         const char *label, char *why, size_t why_size);
 

@@ -4,9 +4,10 @@
  *   the first step's gradients and the last weights are the same bits (each
  *   block's dK/dV are summed in the same ring order either way).
  * - Each of its three event waits is needed: on the lazy backend (work runs as
- *   late as the stream contract allows; a transfer's data reach the receiver
- *   when its stream gets there), the run with every wait gives the cpu run's
- *   bits, and the run without one of them (the test hook) does not:
+ *   late as the stream contract allows, and its order checker stops a run at
+ *   two accesses from two streams that nothing orders), the run with every
+ *   wait gives the cpu run's bits, and the run without one of them (the test
+ *   hook) is stopped where it goes wrong:
  *   without "packed" the first send reads the block before it is packed,
  *   without "done" dK/dV leave before the attention has added to them, without
  *   "arrived" our block's dK/dV are copied home before the last hop lands.
@@ -56,9 +57,9 @@ START_TEST(each_wait_of_the_overlap_is_needed)
     const int ring = _i == 0 ? 4 : 2;
     usp_train_config c = config_for(ring, USP_OVERLAP_ON);
     static const harness_wait waits[] = {
-        {RING_WAIT_PACKED, "the first send's wait for the packed block (packed)", 1},
-        {RING_WAIT_DONE, "dK/dV's wait for their attention (done)", 1},
-        {RING_WAIT_ARRIVED, "the attention's wait for its block (arrived)", 1}};
+        {RING_WAIT_PACKED, "the first send's wait for the packed block (packed)"},
+        {RING_WAIT_DONE, "dK/dV's wait for their attention (done)"},
+        {RING_WAIT_ARRIVED, "the attention's wait for its block (arrived)"}};
     char label[32], why[256];
     snprintf(label, sizeof label, "R %d", ring);
     ck_assert_msg(harness_check_waits(&c, ring_attention_skip_waits_for_tests, waits, 3, label, why, sizeof why) == 0,

@@ -5,15 +5,14 @@
  *   gradients and the last weights are the same bits (each head's attention is independent of the
  *   others'; only the order of the calls changes).
  * - Its event waits are needed: on the lazy backend (work runs as late as the stream contract
- *   allows; a transfer's data reach the receiver when its stream gets there), the run with every
- *   wait gives the cpu run's bits, and the run without one of them (the test hook) does not:
- *   without "inputs" the first pack reads q, k, v (dO) before they are written, without
- *   "computed" a group's output (gradients) leaves before its attention wrote it, without "done"
- *   the caller reads o (dq, dk, dv) before the last group's came home. "arrived" (a group's
- *   attention waits for its heads) cannot be shown here: the lazy backend runs the compute stream
- *   only when the comm stream reaches "computed", and the comm stream's queue runs in order, so
- *   the unpack of the group's heads (queued on it before that wait) has always run by then. The
- *   test runs without it too and prints what it gives, but asserts nothing of it.
+ *   allows, and its order checker stops a run at two accesses of one buffer from two streams that
+ *   nothing orders), the run with every wait gives the cpu run's bits, and the run without one of
+ *   them (the test hook) is stopped where it goes wrong: without "inputs" the first pack reads
+ *   q, k, v (dO) before they are written, without "arrived" a group's attention reads its heads
+ *   before they are unpacked, without "computed" a group's output (gradients) leaves before its
+ *   attention wrote it, without "done" the caller reads o (dq, dk, dv) before the last group's
+ *   came home. (Before the checker, "arrived" could not be shown: the lazy backend happens to run
+ *   the unpack first whatever the waits.)
  * - auto decides on shapes alone: off for a small step, on for a group's attention of 1e10 FLOPs
  *   and 4 MiB exchanges; on and off force it, except where each rank's KV heads do not split in
  *   two (then it is off); anything else is refused.
@@ -63,10 +62,10 @@ START_TEST(each_wait_of_the_overlap_is_needed)
     const int ulysses = _i == 0 ? 4 : 2;
     usp_train_config c = config_for(ulysses, USP_OVERLAP_ON);
     static const harness_wait waits[] = {
-        {ULYSSES_WAIT_INPUTS, "the first pack's wait for the inputs (inputs)", 1},
-        {ULYSSES_WAIT_ARRIVED, "a group's attention's wait for its heads (arrived)", 0}, /* see the top */
-        {ULYSSES_WAIT_COMPUTED, "a group's output's wait for its attention (computed)", 1},
-        {ULYSSES_WAIT_DONE, "the caller's wait for the last group's output (done)", 1}};
+        {ULYSSES_WAIT_INPUTS, "the first pack's wait for the inputs (inputs)"},
+        {ULYSSES_WAIT_ARRIVED, "a group's attention's wait for its heads (arrived)"},
+        {ULYSSES_WAIT_COMPUTED, "a group's output's wait for its attention (computed)"},
+        {ULYSSES_WAIT_DONE, "the caller's wait for the last group's output (done)"}};
     char label[32], why[256];
     snprintf(label, sizeof label, "U %d", ulysses);
     ck_assert_msg(harness_check_waits(&c, ulysses_attention_skip_waits_for_tests, waits, 4, label, why, sizeof why) == 0,

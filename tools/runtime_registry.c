@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "backends/lazy/lazy_backend.h"
 #include "core/runtime/launcher_env.h"
 #include "sim/sim_runtime.h"
 #ifdef USP_HAVE_MPI
@@ -136,9 +137,14 @@ usp_status runtime_registry_sim_compute(const char *runtime, const char *compute
                          "one of them)", compute);
     if (strcmp(compute, "cpu") == 0)
         return USP_OK; /* the simulator's default */
+    if (strcmp(compute, "lazy") == 0) { /* host memory: the simulator's direct path moves its data */
+        if (o)
+            o->sim_backend = usp_backend_lazy_create;
+        return USP_OK;
+    }
     if (strcmp(compute, "cuda") != 0)
-        return usp_error(USP_ERR_CONFIG, "--sim-compute %s: unknown compute backend; it is cpu (default) or cuda "
-                         "(in a build with the CUDA Toolkit)", compute);
+        return usp_error(USP_ERR_CONFIG, "--sim-compute %s: unknown compute backend; it is cpu (default), lazy, or "
+                         "cuda (in a build with the CUDA Toolkit)", compute);
 #ifdef USP_HAVE_CUDA
     if (o)
         o->sim_backend = cuda_on_gpu0, o->sim_device_memory = 1;
@@ -146,6 +152,6 @@ usp_status runtime_registry_sim_compute(const char *runtime, const char *compute
 #else
     (void)o;
     return usp_error(USP_ERR_CONFIG, "--sim-compute cuda: not in this build (the cuda backend needs the CUDA "
-                     "Toolkit, nvcc and cuBLAS, at build time); --sim-compute cpu works");
+                     "Toolkit, nvcc and cuBLAS, at build time); --sim-compute cpu or lazy works");
 #endif
 }

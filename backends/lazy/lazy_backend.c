@@ -8,11 +8,26 @@
 #include "backends/cpu/cpu_backend.h"
 #include "backends/lazy/lazy_device.h"
 #include "core/backend_impl.h"
+#include "core/dtype.h"
 
 #define CPU usp_backend_cpu_interface()
 #define QUEUE(name, n, ...) \
     lazy_op *op;            \
     USP_CHECK(lazy_device_enqueue(ctx, stream, #name, run_##name, &op, n, __VA_ARGS__))
+
+/* What the op just queued reads and writes, for the order checker (lazy_device_check): a list of
+ * usp_access, written with R (a view read), W (a view written) and INTS (n int32 read). */
+#define ACCESSES(...)                                                        \
+    lazy_device_check(ctx, stream, op->name, (const usp_access[]){__VA_ARGS__}, \
+                      (int)(sizeof((const usp_access[]){__VA_ARGS__}) / sizeof(usp_access)))
+#define R(view) {(view).data, view_bytes(view), 0}
+#define W(view) {(view).data, view_bytes(view), 1}
+#define INTS(ptr, n) {(ptr), (size_t)(n) * sizeof(int32_t), 0}
+
+static size_t view_bytes(usp_view v) { return (size_t)v.count * usp_dtype_size(v.dtype); }
+
+/* The bytes a 2-D copy spans from its first row's start to its last row's end. */
+static size_t extent_2d(size_t stride, size_t row_bytes, size_t rows) { return rows ? (rows - 1) * stride + row_bytes : 0; }
 
 static usp_status lazy_alloc(void *ctx, size_t bytes, void **out) { return lazy_device_alloc(ctx, bytes, out); }
 static void lazy_free(void *ctx, void *ptr) { lazy_device_free(ctx, ptr); }
@@ -48,7 +63,11 @@ static usp_status lazy_copy(void *ctx, void *dst, const void *src, size_t bytes,
     }
     op->p[0] = dst;
     op->z[0] = bytes;
-    return USP_OK;
+    if (kind == USP_COPY_HOST_TO_DEVICE)
+        return ACCESSES({dst, bytes, 1});
+    if (kind == USP_COPY_DEVICE_TO_HOST)
+        return ACCESSES({src, bytes, 0});
+    return ACCESSES({dst, bytes, 1}, {src, bytes, 0});
 }
 
 static usp_status run_zero(const lazy_op *o) { return CPU->zero(NULL, o->p[0], o->z[0], NULL); }
@@ -56,7 +75,7 @@ static usp_status lazy_zero(void *ctx, void *ptr, size_t bytes, usp_stream_t *st
 {
     QUEUE(zero, 1, ptr);
     op->z[0] = bytes;
-    return USP_OK;
+    return ACCESSES({ptr, bytes, 1});
 }
 
 static usp_status lazy_synchronize(void *ctx, usp_stream_t *stream) { return lazy_device_synchronize(ctx, stream); }
@@ -68,7 +87,7 @@ static usp_status lazy_gemm(void *ctx, const usp_gemm_desc *g, usp_view a, usp_v
     QUEUE(gemm, 3, a.data, b.data, c.data);
     op->gemm = *g;
     op->v[0] = a, op->v[1] = b, op->v[2] = c;
-    return USP_OK;
+    return ACCESSES(R(a), R(b), W(c));
 }
 
 static usp_status run_copy_2d(const lazy_op *o)
@@ -80,7 +99,7 @@ static usp_status lazy_copy_2d(void *ctx, void *dst, size_t dst_stride, const vo
 {
     QUEUE(copy_2d, 2, dst, src);
     op->z[0] = dst_stride, op->z[1] = src_stride, op->z[2] = row_bytes, op->z[3] = rows;
-    return USP_OK;
+    return ACCESSES({dst, extent_2d(dst_stride, row_bytes, rows), 1}, {src, extent_2d(src_stride, row_bytes, rows), 0});
 }
 
 static usp_status run_convert(const lazy_op *o) { return CPU->convert(NULL, o->v[0], o->v[1], NULL); }
@@ -88,7 +107,7 @@ static usp_status lazy_convert(void *ctx, usp_view dst, usp_view src, usp_stream
 {
     QUEUE(convert, 2, dst.data, src.data);
     op->v[0] = dst, op->v[1] = src;
-    return USP_OK;
+    return ACCESSES(W(dst), R(src));
 }
 
 static usp_status run_accumulate_2d(const lazy_op *o)
@@ -101,7 +120,7 @@ static usp_status lazy_accumulate_2d(void *ctx, usp_view dst, size_t dst_stride,
     QUEUE(accumulate_2d, 2, dst.data, src.data);
     op->v[0] = dst, op->v[1] = src;
     op->z[0] = dst_stride, op->z[1] = src_stride, op->z[2] = row_elems, op->z[3] = rows;
-    return USP_OK;
+    return ACCESSES(W(dst), R(src));
 }
 
 static size_t lazy_attention_workspace(void *ctx, const usp_attention_shape *s, int backward)
@@ -120,7 +139,7 @@ static usp_status lazy_attention_forward(void *ctx, const usp_attention_shape *s
     QUEUE(attention_forward, 6, q.data, k.data, v.data, o.data, lse.data, workspace);
     op->v[0] = q, op->v[1] = k, op->v[2] = v, op->v[3] = o, op->v[4] = lse;
     op->shape = *s;
-    return USP_OK;
+    return ACCESSES(R(q), R(k), R(v), W(o), W(lse), {workspace, CPU->attention_workspace_bytes(NULL, s, 0), 1});
 }
 
 static usp_status run_attention_backward(const lazy_op *o)
@@ -139,7 +158,7 @@ static usp_status lazy_attention_backward(void *ctx, const usp_attention_shape *
     op->v[6] = dq, op->v[7] = dk, op->v[8] = dv;
     op->shape = *s;
     op->i[0] = accumulate;
-    return USP_OK;
+    return ACCESSES(R(q), R(k), R(v), R(o), R(lse), R(d_o), W(dq), W(dk), W(dv), {workspace, CPU->attention_workspace_bytes(NULL, s, 1), 1});
 }
 
 static usp_status run_attention_merge(const lazy_op *o)
@@ -152,7 +171,7 @@ static usp_status lazy_attention_merge(void *ctx, usp_view o, usp_view lse, usp_
     QUEUE(attention_merge, 4, o.data, lse.data, o_part.data, lse_part.data);
     op->v[0] = o, op->v[1] = lse, op->v[2] = o_part, op->v[3] = lse_part;
     op->i[0] = n, op->i[1] = heads, op->i[2] = head_dim;
-    return USP_OK;
+    return ACCESSES(W(o), W(lse), R(o_part), R(lse_part));
 }
 
 static usp_status run_embedding_forward(const lazy_op *o)
@@ -166,7 +185,7 @@ static usp_status lazy_embedding_forward(void *ctx, usp_view out, const int32_t 
     QUEUE(embedding_forward, 5, out.data, tokens, positions, wte.data, wpe.data);
     op->v[0] = out, op->v[3] = wte, op->v[4] = wpe;
     op->i[0] = n, op->i[1] = C;
-    return USP_OK;
+    return ACCESSES(W(out), INTS(tokens, n), INTS(positions, n), R(wte), R(wpe));
 }
 
 static usp_status run_embedding_backward(const lazy_op *o)
@@ -180,7 +199,7 @@ static usp_status lazy_embedding_backward(void *ctx, usp_view dwte, usp_view dwp
     QUEUE(embedding_backward, 5, dwte.data, dwpe.data, dout.data, tokens, positions);
     op->v[0] = dwte, op->v[1] = dwpe, op->v[2] = dout;
     op->i[0] = n, op->i[1] = C;
-    return USP_OK;
+    return ACCESSES(W(dwte), W(dwpe), R(dout), INTS(tokens, n), INTS(positions, n));
 }
 
 static usp_status run_layernorm_forward(const lazy_op *o)
@@ -195,7 +214,7 @@ static usp_status lazy_layernorm_forward(void *ctx, usp_view out, usp_view mean,
     QUEUE(layernorm_forward, 6, out.data, mean.data, rstd.data, inp.data, weight.data, bias.data);
     op->v[0] = out, op->v[1] = mean, op->v[2] = rstd, op->v[3] = inp, op->v[4] = weight, op->v[5] = bias;
     op->i[0] = n, op->i[1] = C, op->f[0] = eps;
-    return USP_OK;
+    return ACCESSES(W(out), W(mean), W(rstd), R(inp), R(weight), R(bias));
 }
 
 static usp_status run_layernorm_backward(const lazy_op *o)
@@ -212,7 +231,7 @@ static usp_status lazy_layernorm_backward(void *ctx, usp_view dinp, usp_view dwe
     op->v[0] = dinp, op->v[1] = dweight, op->v[2] = dbias, op->v[3] = dout, op->v[4] = inp, op->v[5] = weight;
     op->v[6] = mean, op->v[7] = rstd;
     op->i[0] = n, op->i[1] = C;
-    return USP_OK;
+    return ACCESSES(W(dinp), W(dweight), W(dbias), R(dout), R(inp), R(weight), R(mean), R(rstd));
 }
 
 static usp_status run_rmsnorm_forward(const lazy_op *o)
@@ -225,7 +244,7 @@ static usp_status lazy_rmsnorm_forward(void *ctx, usp_view out, usp_view rstd, u
     QUEUE(rmsnorm_forward, 4, out.data, rstd.data, inp.data, weight.data);
     op->v[0] = out, op->v[1] = rstd, op->v[2] = inp, op->v[3] = weight;
     op->i[0] = n, op->i[1] = C, op->f[0] = eps;
-    return USP_OK;
+    return ACCESSES(W(out), W(rstd), R(inp), R(weight));
 }
 
 static usp_status run_rmsnorm_backward(const lazy_op *o)
@@ -240,7 +259,7 @@ static usp_status lazy_rmsnorm_backward(void *ctx, usp_view dinp, usp_view dweig
     QUEUE(rmsnorm_backward, 6, dinp.data, dweight.data, dout.data, inp.data, weight.data, rstd.data);
     op->v[0] = dinp, op->v[1] = dweight, op->v[2] = dout, op->v[3] = inp, op->v[4] = weight, op->v[5] = rstd;
     op->i[0] = n, op->i[1] = C;
-    return USP_OK;
+    return ACCESSES(W(dinp), W(dweight), R(dout), R(inp), R(weight), R(rstd));
 }
 
 static usp_status run_gelu_tanh_forward(const lazy_op *o)
@@ -252,7 +271,7 @@ static usp_status lazy_gelu_tanh_forward(void *ctx, usp_view out, usp_view inp, 
     QUEUE(gelu_tanh_forward, 2, out.data, inp.data);
     op->v[0] = out, op->v[1] = inp;
     op->i[0] = n;
-    return USP_OK;
+    return ACCESSES(W(out), R(inp));
 }
 
 static usp_status run_gelu_tanh_backward(const lazy_op *o)
@@ -265,7 +284,7 @@ static usp_status lazy_gelu_tanh_backward(void *ctx, usp_view dinp, usp_view inp
     QUEUE(gelu_tanh_backward, 3, dinp.data, inp.data, dout.data);
     op->v[0] = dinp, op->v[1] = inp, op->v[2] = dout;
     op->i[0] = n;
-    return USP_OK;
+    return ACCESSES(W(dinp), R(inp), R(dout));
 }
 
 static usp_status run_swiglu_forward(const lazy_op *o)
@@ -278,7 +297,7 @@ static usp_status lazy_swiglu_forward(void *ctx, usp_view out, usp_view gate, us
     QUEUE(swiglu_forward, 3, out.data, gate.data, up.data);
     op->v[0] = out, op->v[1] = gate, op->v[2] = up;
     op->i[0] = n;
-    return USP_OK;
+    return ACCESSES(W(out), R(gate), R(up));
 }
 
 static usp_status run_swiglu_backward(const lazy_op *o)
@@ -291,7 +310,7 @@ static usp_status lazy_swiglu_backward(void *ctx, usp_view dgate, usp_view dup, 
     QUEUE(swiglu_backward, 5, dgate.data, dup.data, gate.data, up.data, dout.data);
     op->v[0] = dgate, op->v[1] = dup, op->v[2] = gate, op->v[3] = up, op->v[4] = dout;
     op->i[0] = n;
-    return USP_OK;
+    return ACCESSES(W(dgate), W(dup), R(gate), R(up), R(dout));
 }
 
 /* inv_freq is host memory read before the slot returns: the op keeps a copy. */
@@ -316,7 +335,8 @@ static usp_status lazy_rope_forward(void *ctx, usp_view x, const int32_t *positi
     QUEUE(rope_forward, 2, x.data, positions);
     op->v[0] = x;
     op->i[0] = n, op->i[1] = H, op->i[2] = D, op->f[0] = theta;
-    return keep_inv_freq(op, inv_freq, D);
+    USP_CHECK(keep_inv_freq(op, inv_freq, D));
+    return ACCESSES(W(x), INTS(positions, n));
 }
 
 static usp_status run_rope_backward(const lazy_op *o)
@@ -329,7 +349,8 @@ static usp_status lazy_rope_backward(void *ctx, usp_view dx, const int32_t *posi
     QUEUE(rope_backward, 2, dx.data, positions);
     op->v[0] = dx;
     op->i[0] = n, op->i[1] = H, op->i[2] = D, op->f[0] = theta;
-    return keep_inv_freq(op, inv_freq, D);
+    USP_CHECK(keep_inv_freq(op, inv_freq, D));
+    return ACCESSES(W(dx), INTS(positions, n));
 }
 
 static usp_status run_cross_entropy(const lazy_op *o)
@@ -343,7 +364,7 @@ static usp_status lazy_cross_entropy(void *ctx, usp_view losses, usp_view dlogit
     QUEUE(cross_entropy, 4, losses.data, dlogits.data, logits.data, targets);
     op->v[0] = losses, op->v[1] = dlogits, op->v[2] = logits;
     op->i[0] = n, op->i[1] = V, op->f[0] = grad_scale;
-    return USP_OK;
+    return ACCESSES(W(losses), W(dlogits), R(logits), INTS(targets, n));
 }
 
 static usp_status run_adamw_step(const lazy_op *o)
@@ -359,7 +380,7 @@ static usp_status lazy_adamw_step(void *ctx, usp_view params, usp_view grads, us
     op->v[0] = params, op->v[1] = grads, op->v[2] = m, op->v[3] = v;
     op->i[0] = n, op->i[1] = t;
     op->f[0] = lr, op->f[1] = beta1, op->f[2] = beta2, op->f[3] = eps, op->f[4] = weight_decay;
-    return USP_OK;
+    return ACCESSES(W(params), R(grads), W(m), W(v));
 }
 
 /* Blocking: the result is host memory. */
@@ -375,7 +396,7 @@ static usp_status lazy_scale(void *ctx, usp_view x, float s, int64_t n, usp_stre
     QUEUE(scale, 1, x.data);
     op->v[0] = x;
     op->f[0] = s, op->i[0] = n;
-    return USP_OK;
+    return ACCESSES(W(x));
 }
 
 static usp_status run_add_bias(const lazy_op *o) { return CPU->add_bias(NULL, o->v[0], o->v[1], o->i[0], o->i[1], NULL); }
@@ -384,7 +405,7 @@ static usp_status lazy_add_bias(void *ctx, usp_view x, usp_view bias, int64_t n,
     QUEUE(add_bias, 2, x.data, bias.data);
     op->v[0] = x, op->v[1] = bias;
     op->i[0] = n, op->i[1] = C;
-    return USP_OK;
+    return ACCESSES(W(x), R(bias));
 }
 
 static usp_status run_bias_backward(const lazy_op *o)
@@ -397,7 +418,7 @@ static usp_status lazy_bias_backward(void *ctx, usp_view dbias, usp_view dout, i
     QUEUE(bias_backward, 2, dbias.data, dout.data);
     op->v[0] = dbias, op->v[1] = dout;
     op->i[0] = n, op->i[1] = C;
-    return USP_OK;
+    return ACCESSES(W(dbias), R(dout));
 }
 
 static usp_status lazy_stream_create(void *ctx, usp_stream_t **out) { return lazy_device_stream_create(ctx, out); }
@@ -415,6 +436,11 @@ static usp_status lazy_stream_wait_event(void *ctx, usp_stream_t *s, usp_event_t
 static usp_status lazy_launch_host_func(void *ctx, usp_stream_t *s, void (*fn)(void *), void *arg)
 {
     return lazy_device_launch_host_func(ctx, s, fn, arg);
+}
+static usp_status lazy_run_queued(void *ctx, usp_stream_t *s) { return lazy_device_run_queued(ctx, s); }
+static usp_status lazy_note_access(void *ctx, usp_stream_t *s, const char *what, const usp_access *a, int n)
+{
+    return lazy_device_check(ctx, s, what, a, n);
 }
 static void lazy_destroy(void *ctx) { lazy_device_destroy(ctx); }
 
@@ -435,6 +461,8 @@ static const usp_backend_i lazy_backend_iface = {
     .event_record = lazy_event_record,
     .stream_wait_event = lazy_stream_wait_event,
     .launch_host_func = lazy_launch_host_func,
+    .run_queued = lazy_run_queued,
+    .note_access = lazy_note_access,
     .gemm = lazy_gemm,
     .copy_2d = lazy_copy_2d,
     .convert = lazy_convert,

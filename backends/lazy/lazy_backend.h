@@ -11,7 +11,11 @@
  * - a buffer leaves the live set when freed: an op queued on it afterwards is
  *   an error naming the op; the memory itself is released in stream order;
  * - work on a stream of its own waits for the default stream only through an
- *   event: a missing usp_stream_wait_event runs work in the wrong order. */
+ *   event: a missing usp_stream_wait_event runs work in the wrong order;
+ * - every op (and every collective the simulator runs on it) says what it
+ *   reads and writes, and two accesses of the same bytes from two streams
+ *   that nothing orders, one of them a write, are a USP_ERR_RUNTIME naming
+ *   both (lazy_order.h): found whatever order the queues happen to run in. */
 #ifndef USP_LAZY_BACKEND_H
 #define USP_LAZY_BACKEND_H
 

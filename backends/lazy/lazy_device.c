@@ -6,18 +6,22 @@
 #include <string.h>
 
 #include "backends/cpu/cpu_backend.h"
+#include "backends/lazy/lazy_order.h"
 #include "core/backend_impl.h"
 
 struct usp_stream {
     lazy_op *head, *tail;
     uint64_t last_ticket; /* of the last op enqueued here */
     usp_stream_t *next_created;
+    int lane;             /* the order checker's (lazy_order.h): 0 for the default stream */
+    lazy_clock clock;     /* what its next op is ordered after */
 };
 
 struct usp_event {
     usp_event_t *next_created;
     usp_stream_t *stream; /* NULL: never recorded (waiting on it waits for nothing, as in CUDA) */
     uint64_t ticket;
+    lazy_clock clock;     /* its stream's clock when recorded */
 };
 
 /* Memory freed in the default stream's order while another stream still held older work: released
@@ -31,6 +35,7 @@ typedef struct grave {
 typedef struct live_buffer {
     uintptr_t addr;
     size_t bytes;
+    lazy_history history; /* its accesses that the host does not know complete */
 } live_buffer;
 
 struct lazy_device {
@@ -44,13 +49,18 @@ struct lazy_device {
     live_buffer *live;     /* sorted by address */
     size_t n_live, cap_live;
     usp_backend_t *owner;  /* the handle the waits inside an op are counted on (usp_backend_count_host_wait) */
+    lazy_clock host;       /* what the host knows complete: the clocks of the streams it synchronised */
+    uint64_t issued[LAZY_LANES]; /* checked ops per lane so far: the last epoch */
+    unsigned lanes_used;   /* bit l: lane l has a stream (bit 0, the default one, always) */
 };
 
 static const usp_backend_i *cpu(void) { return usp_backend_cpu_interface(); }
 
 usp_status lazy_device_create(lazy_device **out)
 {
-    return usp_calloc((void **)out, 1, sizeof **out, "the lazy backend's device");
+    USP_CHECK(usp_calloc((void **)out, 1, sizeof **out, "the lazy backend's device"));
+    (*out)->lanes_used = 1;
+    return USP_OK;
 }
 
 /* Index of the first live buffer whose address is > addr. */
@@ -86,7 +96,7 @@ usp_status lazy_device_alloc(lazy_device *d, size_t bytes, void **out)
     USP_CHECK(cpu()->alloc(NULL, bytes, out));
     size_t at = upper_bound(d, (uintptr_t)*out);
     memmove(d->live + at + 1, d->live + at, (d->n_live - at) * sizeof *d->live);
-    d->live[at] = (live_buffer){(uintptr_t)*out, bytes};
+    d->live[at] = (live_buffer){.addr = (uintptr_t)*out, .bytes = bytes};
     d->n_live++;
     return USP_OK;
 }
@@ -165,6 +175,7 @@ void lazy_device_free(lazy_device *d, void *ptr)
     size_t at = upper_bound(d, (uintptr_t)ptr);
     USP_ASSERT(at > 0 && d->live[at - 1].addr == (uintptr_t)ptr, "lazy backend: free of %p, not a live buffer", ptr);
     size_t bytes = d->live[at - 1].bytes;
+    lazy_history_clear(&d->live[at - 1].history); /* the next buffer at this address starts afresh */
     memmove(d->live + at - 1, d->live + at, (d->n_live - at) * sizeof *d->live);
     d->n_live--;
     lazy_op *op = append(d, NULL);
@@ -234,13 +245,39 @@ static void run_until(lazy_device *d, usp_stream_t *s, uint64_t ticket)
     }
 }
 
-usp_status lazy_device_synchronize(lazy_device *d, usp_stream_t *stream)
+usp_status lazy_device_run_queued(lazy_device *d, usp_stream_t *stream)
 {
     run_until(d, stream_or_default(d, stream), UINT64_MAX);
     release_graves(d);
     usp_status st = d->error;
     d->error = USP_OK;
     return st;
+}
+
+usp_status lazy_device_synchronize(lazy_device *d, usp_stream_t *stream)
+{
+    lazy_clock_join(&d->host, &stream_or_default(d, stream)->clock);
+    return lazy_device_run_queued(d, stream);
+}
+
+usp_status lazy_device_check(lazy_device *d, usp_stream_t *stream, const char *what, const usp_access *a, int n)
+{
+    usp_stream_t *s = stream_or_default(d, stream);
+    lazy_clock_join(&s->clock, &d->host);
+    const lazy_who who = {s->lane, ++d->issued[s->lane], what};
+    s->clock.at[s->lane] = who.epoch;
+    for (int i = 0; i < n; i++) {
+        if (!a[i].ptr || a[i].bytes == 0)
+            continue;
+        size_t at = upper_bound(d, (uintptr_t)a[i].ptr);
+        if (at == 0 || (uintptr_t)a[i].ptr - d->live[at - 1].addr >= d->live[at - 1].bytes)
+            continue; /* not this device's memory: the caller's own checks refuse it (enqueue, the communicator) */
+        live_buffer *b = &d->live[at - 1];
+        uintptr_t lo = (uintptr_t)a[i].ptr, end = b->addr + b->bytes;
+        uintptr_t hi = a[i].bytes > end - lo ? end : lo + a[i].bytes;
+        USP_CHECK(lazy_history_access(&b->history, b->addr, lo, hi, a[i].writes, who, &s->clock, &d->host));
+    }
+    return USP_OK;
 }
 
 void lazy_device_destroy(lazy_device *d)
@@ -262,15 +299,26 @@ void lazy_device_destroy(lazy_device *d)
         free(d->events);
         d->events = next;
     }
-    for (size_t i = 0; i < d->n_live; i++) /* the caller's leak: usp_backend_destroy frees every buffer first */
+    for (size_t i = 0; i < d->n_live; i++) { /* the caller's leak: usp_backend_destroy frees every buffer first */
+        lazy_history_clear(&d->live[i].history);
         cpu()->free(NULL, (void *)d->live[i].addr);
+    }
     free(d->live);
     free(d);
 }
 
 usp_status lazy_device_stream_create(lazy_device *d, usp_stream_t **out)
 {
+    int lane = 1;
+    while (lane < LAZY_LANES && (d->lanes_used >> lane & 1))
+        lane++;
+    if (lane == LAZY_LANES)
+        return usp_error(USP_ERR_RUNTIME, "lazy backend: %d streams alive at once, the most its order checker "
+                         "follows (LAZY_LANES, backends/lazy/lazy_order.h)", LAZY_LANES);
     USP_CHECK(usp_calloc((void **)out, 1, sizeof **out, "a lazy stream"));
+    d->lanes_used |= 1u << lane;
+    (*out)->lane = lane;
+    (*out)->clock = d->host;
     (*out)->next_created = d->created;
     d->created = *out;
     return USP_OK;
@@ -286,6 +334,8 @@ static void forget_waits_on(usp_stream_t *queue, const usp_stream_t *gone)
 void lazy_device_stream_destroy(lazy_device *d, usp_stream_t *stream)
 {
     run_until(d, stream, UINT64_MAX); /* synchronised by the caller: nothing left, normally */
+    lazy_clock_join(&d->host, &stream->clock);
+    d->lanes_used &= ~(1u << stream->lane); /* a later stream on this lane goes on from its last epoch */
     for (usp_stream_t **at = &d->created; *at; at = &(*at)->next_created)
         if (*at == stream) {
             *at = stream->next_created;
@@ -324,11 +374,14 @@ usp_status lazy_device_event_record(lazy_device *d, usp_event_t *event, usp_stre
     usp_stream_t *s = stream_or_default(d, stream);
     event->stream = s;
     event->ticket = s->last_ticket;
+    lazy_clock_join(&s->clock, &d->host);
+    event->clock = s->clock;
     return USP_OK;
 }
 
 usp_status lazy_device_stream_wait_event(lazy_device *d, usp_stream_t *stream, usp_event_t *event)
 {
+    lazy_clock_join(&stream_or_default(d, stream)->clock, &event->clock); /* ordered, whether or not it ran */
     const usp_stream_t *s = event->stream;
     if (!s || !s->head || s->head->ticket > event->ticket) /* never recorded, or its work has run */
         return USP_OK;

@@ -71,8 +71,19 @@ usp_status lazy_device_enqueue(lazy_device *d, usp_stream_t *stream, const char 
                                lazy_op **out, int n, ...);
 
 /* Runs `stream`'s queue to its end, and the work it waits for; returns the
- * first error any op has had since the last synchronisation. */
+ * first error any op has had since the last synchronisation. The host knows
+ * from now on that this work is complete (lazy_order.h). */
 usp_status lazy_device_synchronize(lazy_device *d, usp_stream_t *stream);
+
+/* lazy_device_synchronize, except that the host learns nothing: the
+ * simulator's run of a stream before it moves a call's data (usp_backend_run_queued). */
+usp_status lazy_device_run_queued(lazy_device *d, usp_stream_t *stream);
+
+/* The op just queued on `stream` (or a call made outside the slots, such as a
+ * collective) reads and writes `a`: checked against what other streams did to
+ * those bytes and recorded (lazy_order.h). USP_ERR_RUNTIME naming both ops where
+ * nothing orders a write and another access: a missing event wait. */
+usp_status lazy_device_check(lazy_device *d, usp_stream_t *stream, const char *what, const usp_access *a, int n);
 
 /* Streams and events, as the slots of core/backend_impl.h. */
 usp_status lazy_device_stream_create(lazy_device *d, usp_stream_t **out);
