@@ -515,10 +515,8 @@ int cmd_train(int argc, char **argv)
         {"--attention-kernel", CLI_STRING, &o.attention_kernel, "fa2|fa3|sdpa",
          "attention kernel whose published rates the modelled times use (sim): fa2 (default), fa3 (Hopper), sdpa",
          0, -1},
-        {"--sim-compute", CLI_STRING, &o.sim_compute, "cpu|lazy|cuda", "--backend sim: the ranks' compute, cpu "
-         "(default); lazy (the cpu kernels run as late as the streams allow, and two accesses from two streams "
-         "that nothing orders stop the run, exit 1); or cuda (every rank's kernels on GPU 0, their data moved "
-         "through host copies; a CUDA build)", 0, -1},
+        {"--sim-compute", CLI_STRING, &o.sim_compute, "cpu|lazy|cuda", "--backend sim: the ranks' compute: cpu, "
+         "lazy (stream order checked, exit 1 on a race) or cuda (every rank's kernels on GPU 0; a CUDA build)", 0, -1},
         {"--attention", CLI_STRING, &o.attention, "sp|local",
          "sp: Ulysses/Ring over the mesh (default); local: each rank attends to its own shard only", 0, -1},
         {"--model", CLI_STRING, &o.model, "NAME|FILE",
