@@ -51,7 +51,7 @@ struct lazy_device {
     usp_backend_t *owner;  /* the handle the waits inside an op are counted on (usp_backend_count_host_wait) */
     lazy_clock host;       /* what the host knows complete: the clocks of the streams it synchronised */
     uint64_t issued[LAZY_LANES]; /* checked ops per lane so far: the last epoch */
-    unsigned lanes_used;   /* bit l: lane l has a stream (bit 0, the default one, always) */
+    unsigned char lane_used[LAZY_LANES]; /* 1: lane l has a stream (lane 0, the default one, always) */
 };
 
 static const usp_backend_i *cpu(void) { return usp_backend_cpu_interface(); }
@@ -59,7 +59,7 @@ static const usp_backend_i *cpu(void) { return usp_backend_cpu_interface(); }
 usp_status lazy_device_create(lazy_device **out)
 {
     USP_CHECK(usp_calloc((void **)out, 1, sizeof **out, "the lazy backend's device"));
-    (*out)->lanes_used = 1;
+    (*out)->lane_used[0] = 1;
     return USP_OK;
 }
 
@@ -310,13 +310,13 @@ void lazy_device_destroy(lazy_device *d)
 usp_status lazy_device_stream_create(lazy_device *d, usp_stream_t **out)
 {
     int lane = 1;
-    while (lane < LAZY_LANES && (d->lanes_used >> lane & 1))
+    while (lane < LAZY_LANES && d->lane_used[lane])
         lane++;
     if (lane == LAZY_LANES)
         return usp_error(USP_ERR_RUNTIME, "lazy backend: %d streams alive at once, the most its order checker "
                          "follows (LAZY_LANES, backends/lazy/lazy_order.h)", LAZY_LANES);
     USP_CHECK(usp_calloc((void **)out, 1, sizeof **out, "a lazy stream"));
-    d->lanes_used |= 1u << lane;
+    d->lane_used[lane] = 1;
     (*out)->lane = lane;
     (*out)->clock = d->host;
     (*out)->next_created = d->created;
@@ -335,7 +335,7 @@ void lazy_device_stream_destroy(lazy_device *d, usp_stream_t *stream)
 {
     run_until(d, stream, UINT64_MAX); /* synchronised by the caller: nothing left, normally */
     lazy_clock_join(&d->host, &stream->clock);
-    d->lanes_used &= ~(1u << stream->lane); /* a later stream on this lane goes on from its last epoch */
+    d->lane_used[stream->lane] = 0; /* a later stream on this lane goes on from its last epoch */
     for (usp_stream_t **at = &d->created; *at; at = &(*at)->next_created)
         if (*at == stream) {
             *at = stream->next_created;

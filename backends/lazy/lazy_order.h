@@ -20,7 +20,8 @@
 
 #include "core/base/status.h"
 
-#define LAZY_LANES 16 /* streams alive at once on one device, the default one included */
+#define LAZY_LANES 256 /* streams alive at once on one device, the default one included (a stream a layer for
+                          * the overlaps of a model of 80 layers, and the buckets') */
 
 typedef struct lazy_clock {
     uint64_t at[LAZY_LANES]; /* per lane: its ops up to this epoch are complete */

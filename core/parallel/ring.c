@@ -41,7 +41,8 @@ struct ring_attention {
     float *eager_out, *eager_tmp; /* eager merge, forward: an fp32 output and a temporary, [T,H,D] each */
     size_t q_elems, lse_elems; /* of o_part and lse_part; buffers above are held during one call only, so
                                   that a model's layers do not each keep theirs */
-    usp_stream_t *comm_stream; /* the sendrecvs, beside the attention on c.stream (NULL on the CPU) */
+    usp_stream_t *comm_stream; /* the sendrecvs, beside the attention on c.stream (NULL on the CPU); the
+                                  caller's with share_comm_stream */
     usp_event_t *arrived;      /* on comm_stream: the last block received */
     usp_event_t *consumed;     /* on c.stream: the last block's attention is done, its buffer may be refilled */
     int overlap_backward;      /* the backward sends K/V ahead on comm_stream (overlap_pays) */
@@ -153,9 +154,13 @@ usp_status ring_attention_create(const ring_attention_config *c, ring_attention 
     USP_ASSERT(held == a->T, "ring rank %d holds %lld tokens, expected %lld", a->r, (long long)held,
                (long long)a->T);
     a->q_elems = q_elems, a->lse_elems = lse_elems;
-    a->overlap_backward = R > 1 && overlap_pays(c, a->T);
+    /* A shared stream carries every sendrecv: the backward in order would put them on c.stream. */
+    a->overlap_backward = R > 1 && (c->share_comm_stream || overlap_pays(c, a->T));
     if (R > 1) {
-        USP_CHECK_GOTO(usp_stream_create(c->backend, &a->comm_stream), s, fail);
+        if (c->share_comm_stream)
+            a->comm_stream = c->comm_stream;
+        else
+            USP_CHECK_GOTO(usp_stream_create(c->backend, &a->comm_stream), s, fail);
         USP_CHECK_GOTO(usp_event_create(c->backend, &a->arrived), s, fail);
         USP_CHECK_GOTO(usp_event_create(c->backend, &a->consumed), s, fail);
     }
@@ -174,7 +179,8 @@ void ring_attention_destroy(ring_attention *a)
         return;
     usp_event_destroy(a->c.backend, a->arrived);
     usp_event_destroy(a->c.backend, a->consumed);
-    (void)usp_stream_destroy(a->c.backend, a->comm_stream);
+    if (!a->c.share_comm_stream)
+        (void)usp_stream_destroy(a->c.backend, a->comm_stream);
     free(a->started);
     free(a);
 }
@@ -388,9 +394,8 @@ static usp_status backward_overlapped(ring_attention *a, const float *q, const f
     USP_CHECK(overlap_wait(a, a->comm_stream, a->consumed, RING_WAIT_PACKED));
     *cur = 0;
     for (int s = 0;; s++) {
-        /* One wait for every arrival, the last hop's included. The lazy backend sees it missing only
-         * at the last hop: the simulator's next post drains the comm stream, deliveries included,
-         * before the attention it would overtake is forced to run. */
+        /* One wait for every arrival, the last hop's included (the lazy backend's order checker
+         * stops a run at the first attention that reads a block without it). */
         if (s > 0)
             USP_CHECK(overlap_wait(a, c->stream, a->arrived, RING_WAIT_ARRIVED));
         if (s == R)

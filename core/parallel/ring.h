@@ -53,6 +53,11 @@ typedef struct ring_attention_config {
     int eager_merge;       /* shapes only: each merge also moves what ring-flash-attention's PyTorch merge does
                               (ring.c, eager_merge_passes) */
     usp_overlap backward_overlap; /* the same on every rank of the ring (auto decides on shapes alone) */
+    int share_comm_stream; /* 1: every sendrecv goes on comm_stream, the caller's (NULL on a backend without
+                              streams), the backward's overlapped too: the hybrid's Ulysses overlap puts its
+                              all-to-alls there, so one stream orders the two groups' calls; 0: the ring makes
+                              a stream of its own */
+    usp_stream_t *comm_stream;
 } ring_attention_config;
 
 /* Checks the config and allocates the scratch (two travelling buffers of

@@ -98,6 +98,22 @@ static usp_status alloc(ulysses_attention *a, float **p, int64_t elems, const ch
     return usp_buffer_alloc_as(a->c.backend, (size_t)elems, a->c.storage, category, (void **)p);
 }
 
+/* The hybrid's ring over one of `groups` head groups; with two, its sendrecvs on the comm stream. */
+static usp_status ring_config(const ulysses_attention *a, int groups, ring_attention_config *rc)
+{
+    const ulysses_attention_config *c = &a->c;
+    usp_seq_layout ring_layout;
+    USP_CHECK(usp_seq_layout_make(a->layout.kind, c->seq_len, 1, usp_comm_size(c->ring), &ring_layout));
+    *rc = (ring_attention_config){.backend = c->backend, .ring = c->ring, .stream = c->stream,
+                                  .layout = ring_layout, .batch = c->batch,
+                                  .n_heads = a->q_heads.count[a->me] / groups,
+                                  .n_kv_heads = a->kv_heads.count[a->me] / groups, .head_dim = c->head_dim,
+                                  .causal = c->causal, .scale = c->scale, .storage = c->storage,
+                                  .eager_merge = c->eager_ring_merge, .backward_overlap = c->ring_backward_overlap,
+                                  .share_comm_stream = groups > 1, .comm_stream = a->comm_stream};
+    return USP_OK;
+}
+
 usp_status ulysses_attention_create(const ulysses_attention_config *c, ulysses_attention **out)
 {
     *out = NULL;
@@ -133,12 +149,8 @@ usp_status ulysses_attention_create(const ulysses_attention_config *c, ulysses_a
     a->exchange_elems = B * a->T * D * most * a->U;
     USP_CHECK_GOTO(usp_calloc((void **)&a->counts, 4 * (size_t)a->U, sizeof *a->counts, "all-to-all counts"), s, fail);
     if (R > 1) {
-        usp_seq_layout ring_layout;
-        USP_CHECK_GOTO(usp_seq_layout_make(a->layout.kind, c->seq_len, 1, R, &ring_layout), s, fail);
-        ring_attention_config rc = {.backend = c->backend, .ring = c->ring, .stream = c->stream,
-                                    .layout = ring_layout, .batch = B, .n_heads = nq / a->G, .n_kv_heads = nkv / a->G,
-                                    .head_dim = D, .causal = c->causal, .scale = a->c.scale, .storage = c->storage,
-                                    .eager_merge = c->eager_ring_merge, .backward_overlap = c->ring_backward_overlap};
+        ring_attention_config rc;
+        USP_CHECK_GOTO(ring_config(a, a->G, &rc), s, fail);
         USP_CHECK_GOTO(ring_attention_create(&rc, &a->ring), s, fail);
     }
     *out = a;
@@ -287,27 +299,43 @@ int ulysses_attention_overlaps(const ulysses_attention *a) { return a && a->G > 
  *     microseconds at 100 GB/s) is worth several times the latency of the calls it adds.
  * The overlap needs each rank's KV heads to split in two: GQA keeps a query head with its KV
  * head, and a KV head sent to several ranks (U a multiple of the KV heads) has its gradients
- * summed on the way back, one call for all of it. Not in the hybrid: the ring's sendrecvs (on the
- * ring's comm stream, inside a group's attention) would be in flight beside an all-to-all of
- * another group on another stream, two NCCL calls of two groups unordered between the streams,
- * which may deadlock (docs/cluster_model.md, "Gradients"); the ring hides its own transfers. */
+ * summed on the way back, one call for all of it. In the hybrid a group's attention is a ring
+ * attention over R blocks (4 B NU^2 R h D FLOPs), and the ring's sendrecvs go on the comm stream
+ * too (ring_attention_config.share_comm_stream): on two streams they would be in flight beside an
+ * all-to-all of the other group, two NCCL calls of two groups unordered between the streams, which
+ * may deadlock (docs/cluster_model.md, "Gradients"); on one stream every rank runs the two groups'
+ * calls in the order its host issued them, the same on every rank. The ring's backward then sends
+ * K/V ahead (on the shared stream), so --ring-overlap off leaves the hybrid without this overlap.
+ * And each group runs a ring of its own: 3R - 2 more calls a layer (R - 1 forward, 2R - 1
+ * backward), each with a latency to pay. Where that pays was found with the planner (128 hybrid
+ * configurations of llama-1b/7b/13b from 32K to 1M tokens on 8 to 64 GPUs of dgx-h100 and
+ * pcie-gen4; 13 of them were up to 1.7% slower with the overlap and no threshold): with it where
+ * one ring step of a group (its backward) is at least R x 5e10 FLOPs, 80 are faster (by up to 13.6%),
+ * 47 unchanged, and one is 1e-5 slower (7.2462 -> 7.2463 s, llama-7b U2 x R4 at 32K on pcie-gen4). */
 #define OVERLAP_MIN_GROUP_FLOPS 1e10
+#define OVERLAP_MIN_RING_STEP_FLOPS 5e10
 #define OVERLAP_MIN_GROUP_BYTES (4.0 * 1024 * 1024)
 
 static int overlap_pays(const ulysses_attention *a, int groups)
 {
     const ulysses_attention_config *c = &a->c;
-    if (a->U == 1 || a->kv_shared || c->overlap == USP_OVERLAP_OFF || (c->ring && usp_comm_size(c->ring) > 1))
+    if (a->U == 1 || a->kv_shared || c->overlap == USP_OVERLAP_OFF)
         return 0;
     for (int j = 0; j < a->U; j++)
         if (a->kv_heads.count[j] % groups != 0)
             return 0;
+    const int R = c->ring ? usp_comm_size(c->ring) : 1;
+    if (R > 1 && c->ring_backward_overlap == USP_OVERLAP_OFF) /* a shared stream overlaps the ring's backward */
+        return 0;
     if (c->overlap == USP_OVERLAP_ON)
         return 1;
     const double h = (double)a->q_heads.count[0] / groups, D = (double)c->head_dim, B = (double)c->batch;
-    double flops = 4.0 * B * (double)a->NU * (double)a->NU * h * D * (c->causal ? 0.5 : 1.0);
+    double flops = 4.0 * B * (double)a->NU * (double)a->NU * R * h * D * (c->causal ? 0.5 : 1.0);
     double bytes = B * (double)a->T * h * D * (double)(a->U - 1) * (double)usp_dtype_size(c->storage);
-    return flops >= OVERLAP_MIN_GROUP_FLOPS && bytes >= OVERLAP_MIN_GROUP_BYTES;
+    /* the hybrid: one ring step of a group, 10 B h D NU^2 FLOPs a backward (ring.c, overlap_pays) */
+    double ring_step = 10.0 * B * h * D * (double)a->NU * (double)a->NU * (c->causal ? 0.5 : 1.0);
+    return flops >= OVERLAP_MIN_GROUP_FLOPS && bytes >= OVERLAP_MIN_GROUP_BYTES &&
+           (R == 1 || ring_step >= OVERLAP_MIN_RING_STEP_FLOPS * R);
 }
 
 /* Decides the groups (after split_heads) and, with two, makes the comm stream and its two events. */

@@ -29,7 +29,7 @@
  * groups; the all-to-all of group 1 runs on a stream of its own beside the attention of group 0,
  * and group 0's output (forward) or gradients (backward) go home beside the attention of group 1.
  * Each head's attention is independent of the others', so the bits are those without overlap.
- * Not in the hybrid (a ring of more than one rank): see overlap_pays.
+ * In the hybrid the ring's sendrecvs share that stream (see overlap_pays).
  *
  * Memory kept per layer between forward and backward (elements of the storage
  * dtype, nq / nkv this rank's query / KV heads): U > 1: q, k, v, o over the
