@@ -250,8 +250,8 @@ static int by_seconds(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
-/* A barrier, a warm-up, then REPS synchronised runs, each after the caches were flushed: the median run,
- * with the work the op reported. */
+/* A barrier, a warm-up, then REPS synchronised runs, each after the caches were flushed and a barrier:
+ * the median run, with the work the op reported. */
 static usp_status time_case(const usp_rank_ctx *ctx, const pool *p, const kcase *c, sim_kernel_point *out)
 {
     USP_CHECK(usp_comm_barrier(ctx->world, ctx->stream));
@@ -260,6 +260,9 @@ static usp_status time_case(const usp_rank_ctx *ctx, const pool *p, const kcase 
     for (int i = 0; i < REPS; i++) {
         USP_CHECK(usp_buffer_zero(ctx->backend, p->flush, FLUSH_BYTES, ctx->stream));
         USP_CHECK(usp_backend_synchronize(ctx->backend, ctx->stream));
+        /* every rank's flush done before any rank's run: another rank's 128 MiB would take its memory
+         * bandwidth (or, with more ranks than cores, its core) */
+        USP_CHECK(usp_comm_barrier(ctx->world, ctx->stream));
         double f0 = usp_backend_flops(ctx->backend), b0, o0, b1, o1;
         usp_backend_work(ctx->backend, &b0, &o0);
         double t0 = ctx->clock(ctx->runtime);
