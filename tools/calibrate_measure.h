@@ -12,11 +12,13 @@
  * --gpus-per-node; the model puts rank r on node r / gpus_per_node, so ranks
  * placed otherwise are refused with the launch option that fixes it.
  *
- * Timing, per call and size: one warm-up call, a barrier, then `iters`
- * calls, each timed on the rank's clock to its completion (the backend
- * synchronised): the median call (nccl-tests takes the mean; on a machine
+ * Timing, per call and size: one warm-up call, then `iters` calls, each
+ * after a barrier and a stagger (the group's last rank zeroes 16 MiB while
+ * its peers post and wait, as a step meets its collectives), timed by the
+ * last rank alone from its post to the completion (the backend
+ * synchronised): the transfer. The median call (nccl-tests takes the mean; on a machine
  * shared with other work the median is not one stalled call's). Each rank's figures are gathered to
- * rank 0 (usp_rank_gather), which takes the slowest rank's. */
+ * rank 0 (usp_rank_gather), which takes the slowest rank's (a last rank's: the others report 0). */
 #ifndef USP_TOOLS_CALIBRATE_MEASURE_H
 #define USP_TOOLS_CALIBRATE_MEASURE_H
 
