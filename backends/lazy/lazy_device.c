@@ -77,10 +77,11 @@ static size_t upper_bound(const lazy_device *d, uintptr_t addr)
     return lo;
 }
 
-static int is_live(const lazy_device *d, const void *ptr)
+/* The live buffer `ptr` points into, or NULL. */
+static live_buffer *live_of(const lazy_device *d, const void *ptr)
 {
     size_t at = upper_bound(d, (uintptr_t)ptr);
-    return at > 0 && (uintptr_t)ptr - d->live[at - 1].addr < d->live[at - 1].bytes;
+    return at > 0 && (uintptr_t)ptr - d->live[at - 1].addr < d->live[at - 1].bytes ? &d->live[at - 1] : NULL;
 }
 
 usp_status lazy_device_alloc(lazy_device *d, size_t bytes, void **out)
@@ -201,7 +202,7 @@ usp_status lazy_device_enqueue(lazy_device *d, usp_stream_t *stream, const char 
         ptrs[i] = va_arg(args, void *);
     va_end(args);
     for (int i = 0; i < n; i++)
-        if (ptrs[i] && !is_live(d, ptrs[i]))
+        if (ptrs[i] && !live_of(d, ptrs[i]))
             return usp_error(USP_ERR_RUNTIME, "lazy backend: %s was given %p (argument %d), which is not in a live "
                              "buffer: freed already, or not backend memory", name, ptrs[i], i + 1);
     lazy_op *op = append(d, stream);
@@ -269,10 +270,9 @@ usp_status lazy_device_check(lazy_device *d, usp_stream_t *stream, const char *w
     for (int i = 0; i < n; i++) {
         if (!a[i].ptr || a[i].bytes == 0)
             continue;
-        size_t at = upper_bound(d, (uintptr_t)a[i].ptr);
-        if (at == 0 || (uintptr_t)a[i].ptr - d->live[at - 1].addr >= d->live[at - 1].bytes)
+        live_buffer *b = live_of(d, a[i].ptr);
+        if (!b)
             continue; /* not this device's memory: the caller's own checks refuse it (enqueue, the communicator) */
-        live_buffer *b = &d->live[at - 1];
         uintptr_t lo = (uintptr_t)a[i].ptr, end = b->addr + b->bytes;
         uintptr_t hi = a[i].bytes > end - lo ? end : lo + a[i].bytes;
         USP_CHECK(lazy_history_access(&b->history, b->addr, lo, hi, a[i].writes, who, &s->clock, &d->host));
