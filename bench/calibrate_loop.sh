@@ -3,7 +3,8 @@
 #   bench/calibrate_loop.sh [BUILD_DIR] [WORLDS]   (default build/release, "2 4"; needs mpirun)
 # For each world W: usp calibrate --backend mpi (the full sweep) into cal-W.json, then three runs traced
 # (tiny at 1024 and 8192 tokens, gpt2-124m at 1024; Ulysses over the W processes), each compared with
-# usp plan --compare --topology cal-W.json. One line a run: the step's ratio (measured / predicted), each
+# usp plan --compare --topology cal-W.json --compare-steps 5 (each figure the median of steps 2-6: one step's
+# figures move by tens of percent on a shared machine). One line a run: the step's ratio (measured / predicted), each
 # compute phase's, and each collective's transfer (its time less the wait for the last peer) and wait.
 # The goal (issue 28): step within 15%, compute phases and transfers within 25%.
 set -u
@@ -24,9 +25,9 @@ for W in $worlds; do
     echo "W=$W: calibrated in $((SECONDS - start)) s (load $(cut -d' ' -f1 /proc/loadavg))"
     for run in "tiny 1024" "tiny 8192" "gpt2-124m 1024"; do
         set -- $run
-        mpirun --oversubscribe -np "$W" "$usp" train --backend mpi --model "$1" --seq "$2" --batch 1 --steps 3 \
+        mpirun --oversubscribe -np "$W" "$usp" train --backend mpi --model "$1" --seq "$2" --batch 1 --steps 6 \
             --eval-samples 0 --trace "run.json" >run.txt 2>&1 || { tail -5 run.txt; exit 1; }
-        "$usp" plan --compare run.json --topology "cal-$W.json" --json | python3 -c "
+        "$usp" plan --compare run.json --topology "cal-$W.json" --compare-steps 5 --json | python3 -c "
 import json, sys
 j = json.loads(sys.stdin.read())
 rows = {p['phase']: p for p in j['phases']}

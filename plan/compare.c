@@ -116,7 +116,7 @@ usp_status plan_compare_run(const plan_compare_options *o, plan_comparison *out)
     if (s == USP_OK)
         s = check_given(&t, o, &r);
     if (s == USP_OK)
-        s = plan_trace_step_phases(&t, 0, &out->measured);
+        s = plan_trace_median_phases(&t, o->steps, &out->measured);
     if (s == USP_OK)
         s = run_config(&t, &r, &c);
     sim_cost_model cost = sim_cost_model_default(r.world > 0 ? r.world : 1);
@@ -219,8 +219,14 @@ void plan_comparison_print(FILE *out, const plan_comparison *c)
     fprintf(out, "usp plan --compare: a run of usp train --backend %s, model %s, world %d = dp %d x ring %d x ulysses "
             "%d, seq %lld, batch %lld\n", c->backend, c->model, c->shape.world, c->shape.dp, c->shape.ring,
             c->shape.ulysses, c->seq, c->batch);
-    fprintf(out, "the run: step %lld of %lld, %s on %s, %s%d rank%s\n", (long long)c->measured.step,
-            (long long)c->measured.steps, c->modelled ? "modelled by the simulator" : "measured", c->machine,
+    const plan_step_phases *m = &c->measured;
+    if (m->steps_compared > 1)
+        fprintf(out, "the run: steps %lld-%lld of %lld, each figure the median of the %lld, ",
+                (long long)(m->step - m->steps_compared + 1), (long long)m->step, (long long)m->steps,
+                (long long)m->steps_compared);
+    else
+        fprintf(out, "the run: step %lld of %lld, ", (long long)m->step, (long long)m->steps);
+    fprintf(out, "%s on %s, %s%d rank%s\n", c->modelled ? "modelled by the simulator" : "measured", c->machine,
             c->measured.ranks > 1 ? "mean of " : "", c->measured.ranks, c->measured.ranks > 1 ? "s" : "");
     fprintf(out, "predicted: one step planned on %s, by the same code on the meta backend in the simulator\n",
             c->topology);
@@ -259,13 +265,14 @@ usp_status plan_comparison_print_json(FILE *out, const plan_comparison *c, const
             json_decref(phases), phases = NULL;
     }
     json_t *j = phases ? json_pack("{s:s, s:s, s:s, s:i, s:i, s:i, s:i, s:I, s:I, s:I, s:I, s:i, s:s, s:b, s:s, "
-                                   "s:s, s:o}",
+                                   "s:s, s:o, s:I}",
                                    "trace", trace, "backend", c->backend, "model", c->model, "world", c->shape.world,
                                    "dp", c->shape.dp, "ulysses", c->shape.ulysses, "ring", c->shape.ring, "seq",
                                    (json_int_t)c->seq, "batch", (json_int_t)c->batch, "step",
                                    (json_int_t)c->measured.step, "steps", (json_int_t)c->measured.steps, "ranks",
                                    c->measured.ranks, "machine", c->machine, "modelled", c->modelled, "topology",
-                                   c->topology, "clock", c->clock, "phases", phases)
+                                   c->topology, "clock", c->clock, "phases", phases, "steps_compared",
+                                   (json_int_t)c->measured.steps_compared)
                        : NULL;
     char *text = j ? json_dumps(j, JSON_COMPACT | JSON_REAL_PRECISION(9)) : NULL;
     json_decref(j);

@@ -23,6 +23,7 @@ typedef struct plan_compare_options {
     /* the machine to predict for (NULL / 0: the run's own --topology, --nodes, --attention-kernel) */
     const char *topology, *attention_kernel;
     int nodes;
+    int steps;                    /* the measured side: the median of the last `steps` steps (0 or 1: the last) */
     /* options given beside --compare, which must be the run's (NULL / 0: not given) */
     const char *model;
     int world, ulysses, ring, seq, batch;

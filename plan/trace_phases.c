@@ -351,7 +351,7 @@ usp_status plan_trace_step_phases(const plan_trace *t, int64_t want, plan_step_p
     if (s == USP_OK)
         add_waits(&calls, window, wait_us);
     if (s == USP_OK) {
-        *out = (plan_step_phases){.step = step, .steps = common, .ranks = world};
+        *out = (plan_step_phases){.step = step, .steps = common, .steps_compared = 1, .ranks = world};
         for (int r = 0; r < world; r++) {
             for (int p = 0; p < PLAN_PHASES; p++) {
                 out->phase_s[p] += 1e-6 * phase_us[(size_t)r * PLAN_PHASES + p] / world;
@@ -364,5 +364,67 @@ usp_status plan_trace_step_phases(const plan_trace *t, int64_t want, plan_step_p
             *(plan_phase_is_comm((plan_phase)p) ? &out->comm_s : &out->compute_s) += out->phase_s[p];
     }
     free(l.spans), free(window), free(phase_us), free(wait_us), free(calls.calls);
+    return s;
+}
+
+static int by_value(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* The median of v[0 .. n-1] (reordered): the middle value, or the mean of the two middle ones. */
+static double median(double *v, int n)
+{
+    qsort(v, (size_t)n, sizeof *v, by_value);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+/* Figures of one step that the median takes, in a fixed order: each phase, each phase's transfer, compute,
+ * communication, the step. */
+#define MEDIAN_FIGURES (2 * PLAN_PHASES + 3)
+
+static void figures_of(const plan_step_phases *p, double *f)
+{
+    for (int q = 0; q < PLAN_PHASES; q++)
+        f[q] = p->phase_s[q], f[PLAN_PHASES + q] = p->phase_s[q] - p->wait_s[q];
+    f[2 * PLAN_PHASES] = p->compute_s, f[2 * PLAN_PHASES + 1] = p->comm_s, f[2 * PLAN_PHASES + 2] = p->step_s;
+}
+
+usp_status plan_trace_median_phases(const plan_trace *t, int k, plan_step_phases *out)
+{
+    USP_CHECK(plan_trace_step_phases(t, 0, out));
+    if (k <= 1)
+        return USP_OK;
+    if (k > out->steps)
+        return usp_error(USP_ERR_CONFIG, "%s: a median over the last %d steps, but every rank completed %lld; give "
+                         "at most %lld, or train more steps", t->name, k, (long long)out->steps,
+                         (long long)out->steps);
+    /* values[i][f]: figure f of the i-th last step; then k more for one figure's column */
+    double *values = calloc((size_t)k * (MEDIAN_FIGURES + 1), sizeof *values);
+    if (!values)
+        return usp_error(USP_ERR_RUNTIME, "out of memory reading %s", t->name);
+    double *column = values + (size_t)k * MEDIAN_FIGURES;
+    const int64_t last = out->step;
+    usp_status s = USP_OK;
+    for (int i = 0; i < k && s == USP_OK; i++) {
+        plan_step_phases one;
+        s = plan_trace_step_phases(t, last - i, &one);
+        if (s == USP_OK)
+            figures_of(&one, values + (size_t)i * MEDIAN_FIGURES);
+    }
+    double m[MEDIAN_FIGURES];
+    for (int f = 0; f < MEDIAN_FIGURES && s == USP_OK; f++) {
+        for (int i = 0; i < k; i++)
+            column[i] = values[(size_t)i * MEDIAN_FIGURES + f];
+        m[f] = median(column, k);
+    }
+    if (s == USP_OK) {
+        for (int q = 0; q < PLAN_PHASES; q++)
+            out->phase_s[q] = m[q], out->wait_s[q] = m[q] - m[PLAN_PHASES + q];
+        out->compute_s = m[2 * PLAN_PHASES], out->comm_s = m[2 * PLAN_PHASES + 1];
+        out->step_s = m[2 * PLAN_PHASES + 2], out->steps_compared = k;
+    }
+    free(values);
     return s;
 }

@@ -47,7 +47,8 @@ typedef struct plan_trace {
 
 /* One step's time by phase. */
 typedef struct plan_step_phases {
-    int64_t step;                 /* which step */
+    int64_t step;                 /* which step (of a median over steps: the last of them) */
+    int64_t steps_compared;       /* steps whose median each figure is (1: step alone) */
     int64_t steps;                /* how many steps every rank completed */
     int ranks;                    /* ranks with that step */
     double phase_s[PLAN_PHASES];  /* mean over the ranks */
@@ -73,6 +74,12 @@ const char *plan_trace_clock(const plan_trace *t);
 /* Step `step` of the trace (0: the last step every rank completed) by phase. A trace without steps, or
  * without that step on some rank: USP_ERR_CONFIG naming the file. */
 usp_status plan_trace_step_phases(const plan_trace *t, int64_t step, plan_step_phases *out);
+
+/* The last `k` steps every rank completed, each figure (a phase, its transfer, the sums, the step) the median
+ * of its k values; a phase's wait is its median less its transfer's. On a machine shared with other work one
+ * step's figures move by tens of percent, a median of several by much less. k 1 is plan_trace_step_phases of the
+ * last step; more steps than the ranks completed: USP_ERR_CONFIG naming the file, k and what it has. */
+usp_status plan_trace_median_phases(const plan_trace *t, int k, plan_step_phases *out);
 
 /* Frees the document (a zeroed trace is fine). */
 void plan_trace_free(plan_trace *t);

@@ -224,6 +224,9 @@ if command -v python3 >/dev/null; then
     check "plan --compare of a ring x DP sim trace: ratios of 1" test "$(sim_ratios "$cmp_dir/r.json" ring_p2p all_reduce)" = ok
 fi
 expect 0 "the run: step 2 of 2, modelled by the simulator on dgx-h100, mean of 2 ranks" -- plan --compare "$cmp_dir/u.json"
+expect 0 "the run: steps 1-2 of 2, each figure the median of the 2, modelled" -- plan --compare "$cmp_dir/u.json" --compare-steps 2
+expect 2 "$cmp_dir/u.json: a median over the last 3 steps, but every rank completed 2" -- plan --compare "$cmp_dir/u.json" --compare-steps 3
+expect 2 "--compare-steps 2 without --compare FILE" -- plan --compare-steps 2
 expect 2 "--world 8 beside --compare $cmp_dir/r.json: the run was --world 4" -- plan --compare "$cmp_dir/r.json" --world 8
 head -c 2000 "$cmp_dir/r.json" >"$cmp_dir/cut.json"
 expect 2 "$cmp_dir/cut.json: not JSON at line" -- plan --compare "$cmp_dir/cut.json"

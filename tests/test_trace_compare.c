@@ -95,6 +95,52 @@ START_TEST(phases_of_the_last_step_are_the_mean_over_ranks)
 }
 END_TEST
 
+/* Two ranks, three steps of 90 us; step s has a GEMM of gemm[s] us and an all_to_all that rank 1 posts
+ * wait[s] us after rank 0, both ending transfer[s] us after rank 1's post. */
+START_TEST(a_median_over_steps_takes_each_figure_apart)
+{
+    static const double gemm[] = {0, 10, 40, 20}, wait[] = {0, 4, 20, 8}, transfer[] = {0, 2, 6, 10};
+    static char doc[16384];
+    char name[64], args[80];
+    snprintf(doc, sizeof doc, HEAD);
+    for (int s = 1; s <= 3; s++) {
+        double t0 = 100.0 * s;
+        snprintf(name, sizeof name, "all_to_all #%d on ulysses[0]", s);
+        for (int r = 0; r < 2; r++) {
+            snprintf(args, sizeof args, "{\"step\":%d}", s);
+            slice(doc, sizeof doc, r, 2, "step", args, t0, t0 + 90);
+            slice(doc, sizeof doc, r, 0, "gemm", "", t0, t0 + gemm[s]);
+            snprintf(args, sizeof args, "{\"op\":\"all_to_all\",\"group\":\"ulysses[0]\",\"seq\":%d}", s);
+            slice(doc, sizeof doc, r, 1, name, args, t0 + 50 + (r ? wait[s] : 0),
+                  t0 + 50 + wait[s] + transfer[s]);
+        }
+    }
+    size_t n = strlen(doc);
+    snprintf(doc + n, sizeof doc - n, TAIL);
+    plan_trace t;
+    ck_assert_msg(plan_trace_parse("three.json", doc, &t) == USP_OK, "%s", usp_error_message());
+    plan_step_phases p;
+    ck_assert_msg(plan_trace_median_phases(&t, 3, &p) == USP_OK, "%s", usp_error_message());
+    ck_assert_int_eq(p.step, 3);
+    ck_assert_int_eq(p.steps_compared, 3);
+    ck_assert(fabs(p.phase_s[PLAN_PHASE_GEMM] - 20e-6) < 1e-15);
+    /* per step the phase (mean of the ranks) is wait / 2 + transfer: 4, 16, 14 us; the transfer 2, 6, 10 */
+    ck_assert(fabs(p.phase_s[PLAN_PHASE_ALL_TO_ALL] - 14e-6) < 1e-15);
+    ck_assert(fabs(p.phase_s[PLAN_PHASE_ALL_TO_ALL] - p.wait_s[PLAN_PHASE_ALL_TO_ALL] - 6e-6) < 1e-15);
+    ck_assert(fabs(p.step_s - 90e-6) < 1e-15);
+    ck_assert_msg(plan_trace_median_phases(&t, 2, &p) == USP_OK, "%s", usp_error_message());
+    ck_assert(fabs(p.phase_s[PLAN_PHASE_GEMM] - 30e-6) < 1e-15); /* steps 2 and 3: the mean of 40 and 20 */
+    ck_assert(fabs(p.phase_s[PLAN_PHASE_ALL_TO_ALL] - 15e-6) < 1e-15);
+    ck_assert(fabs(p.phase_s[PLAN_PHASE_ALL_TO_ALL] - p.wait_s[PLAN_PHASE_ALL_TO_ALL] - 8e-6) < 1e-15);
+    ck_assert_msg(plan_trace_median_phases(&t, 1, &p) == USP_OK, "%s", usp_error_message());
+    ck_assert(p.steps_compared == 1 && fabs(p.phase_s[PLAN_PHASE_GEMM] - 20e-6) < 1e-15); /* the last step */
+    ck_assert_int_eq(plan_trace_median_phases(&t, 4, &p), USP_ERR_CONFIG);
+    ck_assert_msg(strstr(usp_error_message(), "three.json: a median over the last 4 steps, but every rank "
+                         "completed 3"), "%s", usp_error_message());
+    plan_trace_free(&t);
+}
+END_TEST
+
 /* `text` is refused with USP_ERR_CONFIG, the message naming the file and saying `why`. */
 static void refused(const char *text, const char *why)
 {
@@ -172,6 +218,7 @@ int main(void)
     Suite *s = suite_create("trace_compare");
     TCase *t = tcase_create("trace_compare");
     tcase_add_test(t, phases_of_the_last_step_are_the_mean_over_ranks);
+    tcase_add_test(t, a_median_over_steps_takes_each_figure_apart);
     tcase_add_test(t, bad_documents_are_refused_naming_the_file);
     tcase_add_test(t, a_packed_trace_unpacks_to_the_same_events);
     suite_add_tcase(s, t);

@@ -21,6 +21,7 @@
 typedef struct plan_options {
     const char *model, *data, *topology, *trace, *attention_kernel, *compare;
     int world, ulysses, ring, nodes, seq, batch, pad, sweep, json, no_overlap, forward_only, require_fit;
+    int compare_steps;
     memory_options memory;
 } plan_options;
 
@@ -341,7 +342,7 @@ static usp_status run_compare(const plan_options *o, const plan_options *default
         .model = strcmp(o->model, defaults->model) != 0 ? o->model : NULL,
         .world = o->world != defaults->world ? o->world : 0,
         .ulysses = o->ulysses, .ring = o->ring != defaults->ring ? o->ring : 0,
-        .seq = o->seq != defaults->seq ? o->seq : 0, .batch = o->batch};
+        .seq = o->seq != defaults->seq ? o->seq : 0, .batch = o->batch, .steps = o->compare_steps};
     plan_comparison result;
     USP_CHECK(plan_compare_run(&c, &result));
     if (o->json)
@@ -386,6 +387,10 @@ int cmd_plan(int argc, char **argv)
         {"--compare", CLI_STRING, &o.compare, "FILE",
          "predicted against measured: plan the run of a usp train --trace FILE.json and print both per phase "
          "(docs/viz.md)", 0, -1},
+        {"--compare-steps", CLI_INT, &o.compare_steps, "K",
+         "with --compare: the measured side is the median of the run's last K steps, figure by figure (default 1: "
+         "the last step alone); a machine shared with other work moves one step's figures by tens of percent",
+         1, 1000000},
         MEMORY_OPTIONS(o.memory),
         {0},
     };
@@ -412,6 +417,10 @@ int cmd_plan(int argc, char **argv)
     if (o.compare && o.require_fit)
         return cli_fail("plan", usp_error(USP_ERR_CONFIG, "--require-fit with --compare %s: a comparison plans a "
                                           "run that already ran; drop one of them", o.compare));
+    if (o.compare_steps && !o.compare)
+        return cli_fail("plan", usp_error(USP_ERR_CONFIG, "--compare-steps %d without --compare FILE: it says how "
+                                          "many of a traced run's steps to compare; give the trace too",
+                                          o.compare_steps));
     int fits = 1;
     s = o.compare ? run_compare(&o, &defaults) : run(&o, &fits);
     if (s != USP_OK)
