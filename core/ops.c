@@ -34,6 +34,11 @@ usp_status usp_backend_create(const usp_backend_i *iface, void *ctx, usp_backend
     USP_CHECK(usp_calloc((void **)&be, 1, sizeof *be, "a backend"));
     be->iface = iface;
     be->context = ctx;
+    usp_status s = usp_calloc((void **)&be->operands, 1, sizeof *be->operands, "a backend's operand list");
+    if (s != USP_OK) {
+        free(be);
+        return s;
+    }
     *out = be;
     return USP_OK;
 }
@@ -53,6 +58,7 @@ void usp_backend_destroy(usp_backend_t *be)
     if (be->iface->destroy)
         be->iface->destroy(be->context);
     free(be->live);
+    free(be->operands);
     free(be);
 }
 
@@ -81,9 +87,10 @@ void ops_report_cost_outputs(usp_backend_t *be, const char *op, usp_dtype dtype,
     be->flops += flops, be->bytes += bytes, be->outputs += outputs;
     if (be->cost_fn) {
         usp_op_cost cost = {.op = op, .flops = flops, .bytes = bytes, .outputs = outputs, .stream = stream,
-                            .dtype = dtype};
+                            .dtype = dtype, .operands = be->operands->ranges, .n_operands = be->operands->n};
         be->cost_fn(be->cost_ctx, &cost);
     }
+    be->operands->n = 0;
     if (be->timer)
         ops_timer_note(be->timer, op, flops, bytes);
 }
@@ -212,13 +219,28 @@ size_t usp_buffer_bytes(const usp_backend_t *be, const void *ptr, size_t elems)
     return elems * usp_dtype_size(usp_buffer_dtype(be, ptr));
 }
 
+/* Notes [ptr, ptr + bytes) as an operand of the op being checked, while a cost sink listens: once (a
+ * convert checks its two ranges twice), and none past USP_OP_OPERANDS_MAX (no op has that many). */
+static void note_operand(const usp_backend_t *be, const void *ptr, size_t bytes)
+{
+    ops_operands *o = be->operands;
+    if (!be->cost_fn || bytes == 0 || o->n == USP_OP_OPERANDS_MAX)
+        return;
+    for (int i = 0; i < o->n; i++)
+        if (o->ranges[i].ptr == ptr && o->ranges[i].bytes == bytes)
+            return;
+    o->ranges[o->n++] = (usp_range){ptr, bytes};
+}
+
 /* USP_OK when [ptr, ptr + bytes) lies in one live buffer; else an error that names
  * the op, the side and the buffer the range starts in, with its dtype. */
 static usp_status check_range(const usp_backend_t *be, const char *op, const char *side, const void *ptr,
                               size_t bytes)
 {
-    if (usp_backend_owns(be, ptr, bytes))
+    if (usp_backend_owns(be, ptr, bytes)) {
+        note_operand(be, ptr, bytes);
         return USP_OK;
+    }
     const allocation *a = allocation_of(be, ptr);
     if (!a)
         return usp_error(USP_ERR_RUNTIME, "%s: the %s %p is in no live buffer of the %s backend", op, side, ptr,
@@ -283,6 +305,7 @@ usp_status ops_view(const usp_backend_t *be, const char *op, const char *name, c
                          op, name, ptr, (long long)count, usp_dtype_name(dtype), be->iface->name, (long long)count);
     out->dtype = dtype;
     out->count = count;
+    note_operand(be, ptr, bytes);
     return USP_OK;
 }
 

@@ -64,6 +64,14 @@ typedef struct usp_stream usp_stream_t; /* a backend queue; NULL is the default 
 struct usp_trace;                       /* core/trace/trace.h */
 
 /* What an op costs, for the virtual clock. */
+/* A byte range an op touches, read or written. */
+typedef struct usp_range {
+    const void *ptr;
+    size_t bytes;
+} usp_range;
+
+#define USP_OP_OPERANDS_MAX 16 /* ranges a cost carries, at most: the most any op has is 10 (attention backward) */
+
 typedef struct usp_op_cost {
     const char *op; /* "gemm", "copy", ... */
     double flops;
@@ -72,6 +80,9 @@ typedef struct usp_op_cost {
                        copy or accumulate: its rows; rope: its angles (rows x head_dim / 2); else 0 (sim/kernel_model.h prices a cost an output) */
     usp_stream_t *stream; /* the stream it is enqueued on (NULL: the default): the simulator's lane */
     usp_dtype dtype; /* gemm and attention: the dtype they multiply in (bf16 when an input is bf16); else USP_F32 */
+    const usp_range *operands; /* the device ranges core checked for the op (its operands, ids included), in order;
+                                  what a model of the caches needs (sim/cache_model.h) */
+    int n_operands;
 } usp_op_cost;
 
 typedef void (*usp_cost_sink_fn)(void *ctx, const usp_op_cost *cost);

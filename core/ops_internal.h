@@ -53,7 +53,16 @@ struct usp_backend {
     void *cost_ctx;
     struct ops_timer *timer; /* usp_backend_time_ops (NULL: ops are not timed) */
     uint64_t host_waits;     /* usp_backend_host_waits (core/ops_host.c) */
+    /* The ranges checked since the last cost report, the next cost's operands; kept only while a cost sink
+     * listens. A pointer, so that the checks, which take the backend const, can note them. */
+    struct ops_operands *operands;
 };
+
+/* The ranges of the op being checked (usp_op_cost.operands). */
+typedef struct ops_operands {
+    usp_range ranges[USP_OP_OPERANDS_MAX];
+    int n;
+} ops_operands;
 
 /* The dtypes an operand may hold, as a set of usp_dtype bits: activations, weights
  * and their gradients are stored in f32 or bf16 (mixed precision); lse, mean,

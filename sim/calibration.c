@@ -137,6 +137,7 @@ usp_status sim_calibration_topology(const sim_calibration *c, sim_topology *out)
     g->memory_efficiency = 1;
     g->memory_bytes = clamp(c->memory_bytes, 1e-6 * GB, 1e5 * GB);
     g->kernels = c->kernels;
+    g->cache_bytes = c->cache_bytes;
     t.measured = c->measured;
     USP_CHECK(sim_topology_check(&t));
     *out = t;
@@ -158,6 +159,8 @@ static json_t *gpu_json(const sim_gpu *g)
                           g->gemm_efficiency, "attention_efficiency", g->attention_efficiency,
                           "attention_backward_efficiency", g->attention_backward_efficiency, "memory_efficiency",
                           g->memory_efficiency);
+    if (j && g->cache_bytes > 0)
+        json_object_set_new(j, "cache_mb", json_real(g->cache_bytes / (1 << 20)));
     json_t *kernels = j && g->kernels.n > 0 ? sim_kernel_model_to_json(&g->kernels) : NULL;
     if (j && g->kernels.n > 0 && (!kernels || json_object_set_new(j, "kernels", kernels) != 0))
         json_decref(j), j = NULL;

@@ -73,6 +73,7 @@ typedef struct sim_calibration {
     double copy_bytes_per_s; /* read + written by a device-to-device copy */
     double memory_bytes;     /* a rank's memory */
     sim_kernel_model kernels; /* the kernels' classes fitted over shapes (n 0: the short form, --quick) */
+    double cache_bytes;      /* the cache a rank's ops share (0: not known; sim/cache_model.h) */
     sim_collective_tables measured; /* the collectives' measured times, as the file keeps them */
 } sim_calibration;
 

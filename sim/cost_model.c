@@ -33,9 +33,14 @@ usp_status sim_cost_model_check(const sim_cost_model *m, int world_size)
 
 double sim_cost_compute(const sim_cost_model *m, const usp_op_cost *cost)
 {
+    return sim_cost_compute_held(m, cost, 0);
+}
+
+double sim_cost_compute_held(const sim_cost_model *m, const usp_op_cost *cost, double held)
+{
     int sharing = m->ranks_per_node > 0 ? m->ranks_per_node : m->topology.gpus_per_node;
     double host = sim_host_op_seconds(&m->topology.host, sharing, cost);
-    return host >= 0.0 ? host : sim_gpu_op_seconds(&m->topology.gpu, m->dtype, cost);
+    return host >= 0.0 ? host : sim_gpu_op_seconds_held(&m->topology.gpu, m->dtype, cost, held);
 }
 
 double sim_cost_transfer(const sim_cost_model *m, int src, int dst, uint64_t bytes)

@@ -64,6 +64,9 @@ usp_status sim_cost_model_check(const sim_cost_model *m, int world_size);
 /* Seconds an op takes on one GPU (the roofline of sim/gpu_model.h). */
 double sim_cost_compute(const sim_cost_model *m, const usp_op_cost *cost);
 
+/* The same with the fraction `held` of its operand bytes in the rank's cache (sim/cache_model.h). */
+double sim_cost_compute_held(const sim_cost_model *m, const usp_op_cost *cost, double held);
+
 /* Seconds one transfer of `bytes` from rank src to rank dst takes, alone on its route. */
 double sim_cost_transfer(const sim_cost_model *m, int src, int dst, uint64_t bytes);
 

@@ -144,8 +144,13 @@ double sim_gpu_peak_flops(const sim_gpu *gpu, usp_dtype dtype)
 
 double sim_gpu_op_seconds(const sim_gpu *gpu, usp_dtype dtype, const usp_op_cost *cost)
 {
+    return sim_gpu_op_seconds_held(gpu, dtype, cost, 0);
+}
+
+double sim_gpu_op_seconds_held(const sim_gpu *gpu, usp_dtype dtype, const usp_op_cost *cost, double held)
+{
     if (gpu->kernels.n > 0) { /* a calibrated machine: what its kernels took at this op's work */
-        double t = sim_kernel_seconds(&gpu->kernels, cost);
+        double t = sim_kernel_seconds_held(&gpu->kernels, cost, held);
         if (t >= 0)
             return t;
     }
@@ -184,6 +189,8 @@ static const sim_json_range peak_bf16 = PEAK_RANGE("bf16"), peak_fp32 = PEAK_RAN
                             peak_fp64 = PEAK_RANGE("fp64");
 static const sim_json_range hbm = {"hbm_tbs", 1e-3, 1e3, TERA, "HBM bandwidth in TB/s, e.g. 3.35"};
 static const sim_json_range memory = {"memory_gb", 1e-6, 1e5, 1e9, "memory capacity in GB, e.g. 80"};
+static const sim_json_range cache = {"cache_mb", 0, 1e6, 1 << 20, "the cache its ops share in MiB, e.g. 50 (an "
+                                     "H100's L2) or 2 (a CPU core's L2); 0: none"};
 #define EFFICIENCY_RANGE(key) {key, 1e-3, 1, 1, "a fraction of the peak, e.g. 0.7"}
 static const sim_json_range gemm_eff = EFFICIENCY_RANGE("gemm_efficiency"),
                             attention_eff = EFFICIENCY_RANGE("attention_efficiency"),
@@ -235,7 +242,7 @@ usp_status sim_gpu_from_json(const json_t *obj, const char *where, const char *p
 {
     static const char *const known[] = {"name", "peak_tflops", "hbm_tbs", "memory_gb", "gemm_efficiency",
                                         "attention_efficiency", "attention_backward_efficiency",
-                                        "memory_efficiency", "kernels", NULL};
+                                        "memory_efficiency", "kernels", "cache_mb", NULL};
     sim_json_at at = {where, prefix};
     USP_CHECK(sim_json_check_keys(obj, at, known));
     sim_gpu g = {.gemm_efficiency = 0.7, .attention_efficiency = 0.5, .memory_efficiency = 0.85,
@@ -259,6 +266,7 @@ usp_status sim_gpu_from_json(const json_t *obj, const char *where, const char *p
     const json_t *kernels = json_object_get(obj, "kernels");
     if (kernels)
         USP_CHECK(sim_kernel_model_from_json(kernels, where, prefix, &g.kernels));
+    USP_CHECK(sim_json_number(obj, at, &cache, 0, &g.cache_bytes));
     *out = g;
     return USP_OK;
 }

@@ -59,6 +59,8 @@ typedef struct sim_gpu {
     sim_attention_kernel attention_kernel; /* what the two attention efficiencies stand for */
     sim_kernel_model kernels;     /* a calibrated file's size-aware kernels (n 0: none): when present they price
                                      every op they have a class for, instead of the roofline */
+    double cache_bytes;           /* the cache a rank's ops share, bytes (0: not modelled; sim/cache_model.h): the
+                                     L2 of a GPU, a core's L2 on a CPU; used with the kernels' hot classes */
 } sim_gpu;
 
 /* "fa2", "fa3", "sdpa", "file". */
@@ -102,5 +104,8 @@ double sim_gpu_peak_flops(const sim_gpu *gpu, usp_dtype dtype);
 /* Seconds an op takes on the GPU when it computes in `dtype` (in bf16 when the op says so): its calibrated class
  * (gpu->kernels) when it has one, else the roofline above. */
 double sim_gpu_op_seconds(const sim_gpu *gpu, usp_dtype dtype, const usp_op_cost *cost);
+
+/* The same with the fraction `held` of the op's operand bytes in cache (sim/kernel_model.h's hot classes). */
+double sim_gpu_op_seconds_held(const sim_gpu *gpu, usp_dtype dtype, const usp_op_cost *cost, double held);
 
 #endif

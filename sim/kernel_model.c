@@ -13,11 +13,13 @@ enum { T_CALL, T_OUTPUT, T_BYTE, T_TABLE, T_TERMS = T_TABLE + SIM_KERNEL_TABLE }
 
 int sim_kernel_op_per_flop(const char *op) { return strcmp(op, "gemm") == 0 || strncmp(op, "attention_", 10) == 0; }
 
-const sim_kernel_fit *sim_kernel_find(const sim_kernel_model *m, const char *op, usp_dtype dtype)
+const sim_kernel_fit *sim_kernel_find_in(const sim_kernel_model *m, const char *op, usp_dtype dtype, int hot)
 {
     const sim_kernel_fit *fp32 = NULL, *other = NULL;
     for (int i = 0; i < m->n; i++) {
         const sim_kernel_fit *f = &m->fits[i];
+        if (f->hot != hot)
+            continue;
         if (strcmp(f->op, op) == 0 && f->dtype == dtype)
             return f;
         if (strcmp(f->op, op) == 0 && f->dtype == USP_F32)
@@ -26,6 +28,19 @@ const sim_kernel_fit *sim_kernel_find(const sim_kernel_model *m, const char *op,
             other = f;
     }
     return fp32 ? fp32 : other;
+}
+
+const sim_kernel_fit *sim_kernel_find(const sim_kernel_model *m, const char *op, usp_dtype dtype)
+{
+    return sim_kernel_find_in(m, op, dtype, 0);
+}
+
+int sim_kernel_model_has_hot(const sim_kernel_model *m)
+{
+    for (int i = 0; i < m->n; i++)
+        if (m->fits[i].hot)
+            return 1;
+    return 0;
 }
 
 /* x to the 6 significant digits a topology file keeps (JSON_REAL_PRECISION(6)). */
@@ -61,10 +76,19 @@ double sim_kernel_fit_seconds(const sim_kernel_fit *f, double flops, double byte
     return f->call_s + outputs * f->per_output_s + bytes * f->per_byte_s + (f->per_flop ? flops : bytes) * per_work;
 }
 
+double sim_kernel_seconds_held(const sim_kernel_model *m, const usp_op_cost *cost, double held)
+{
+    const sim_kernel_fit *cold = sim_kernel_find(m, cost->op, cost->dtype);
+    if (!cold)
+        return -1.0;
+    double t = sim_kernel_fit_seconds(cold, cost->flops, cost->bytes, cost->outputs);
+    const sim_kernel_fit *hot = held > 0 ? sim_kernel_find_in(m, cost->op, cost->dtype, 1) : NULL;
+    return hot ? held * sim_kernel_fit_seconds(hot, cost->flops, cost->bytes, cost->outputs) + (1 - held) * t : t;
+}
+
 double sim_kernel_seconds(const sim_kernel_model *m, const usp_op_cost *cost)
 {
-    const sim_kernel_fit *f = sim_kernel_find(m, cost->op, cost->dtype);
-    return f ? sim_kernel_fit_seconds(f, cost->flops, cost->bytes, cost->outputs) : -1.0;
+    return sim_kernel_seconds_held(m, cost, 0);
 }
 
 /* The fit's table: from the smallest measured bytes to the largest, evenly in log, about a factor of 100
@@ -210,9 +234,9 @@ usp_status sim_kernel_fit_points(const char *op, const sim_kernel_point *points,
 usp_status sim_kernel_model_add(sim_kernel_model *m, const sim_kernel_fit *f)
 {
     for (int i = 0; i < m->n; i++)
-        if (strcmp(m->fits[i].op, f->op) == 0 && m->fits[i].dtype == f->dtype)
-            return usp_error(USP_ERR_CONFIG, "kernel class %s (%s) given twice", f->op,
-                             f->dtype == USP_BF16 ? "bf16" : "fp32");
+        if (strcmp(m->fits[i].op, f->op) == 0 && m->fits[i].dtype == f->dtype && m->fits[i].hot == f->hot)
+            return usp_error(USP_ERR_CONFIG, "kernel class %s (%s%s) given twice", f->op,
+                             f->dtype == USP_BF16 ? "bf16" : "fp32", f->hot ? ", hot" : "");
     if (m->n == SIM_KERNEL_FITS_MAX)
         return usp_error(USP_ERR_CONFIG, "more than %d kernel classes", SIM_KERNEL_FITS_MAX);
     m->fits[m->n++] = *f;
@@ -248,6 +272,8 @@ json_t *sim_kernel_model_to_json(const sim_kernel_model *m)
             json_object_set_new(j, "ps_per_byte", json_real(f->per_byte_s / byte_range.unit));
         if (j && f->dtype == USP_BF16) /* absent: fp32, as in files written before classes had a dtype */
             json_object_set_new(j, "dtype", json_string("bf16"));
+        if (j && f->hot) /* absent: cold, as in files written before classes had a cache state */
+            json_object_set_new(j, "cache", json_string("hot"));
         if (!j || json_array_append_new(a, j) != 0)
             json_decref(a), a = NULL;
     }
@@ -301,7 +327,8 @@ static usp_status read_table(const json_t *t, sim_json_at at, sim_kernel_fit *f)
 
 static usp_status read_fit(const json_t *obj, sim_json_at at, sim_kernel_fit *f)
 {
-    static const char *const known[] = {"op", "dtype", "call_us", "ns_per_output", "ps_per_byte", "table", NULL};
+    static const char *const known[] = {"op", "dtype", "cache", "call_us", "ns_per_output", "ps_per_byte", "table",
+                                        NULL};
     if (!json_is_object(obj))
         return usp_error(USP_ERR_CONFIG, "%s: field '%s' must be an object {\"op\", \"call_us\", \"ns_per_output\", "
                          "\"table\"} (usp calibrate writes it)", at.where, at.prefix);
@@ -318,6 +345,13 @@ static usp_status read_fit(const json_t *obj, sim_json_at at, sim_kernel_fit *f)
         return usp_error(USP_ERR_CONFIG, "%s: field '%sdtype' must be \"fp32\" or \"bf16\" (absent: fp32), not %s",
                          at.where, at.prefix, dtype_name ? dtype_name : sim_json_kind(dtype));
     f->dtype = dtype_name && strcmp(dtype_name, "bf16") == 0 ? USP_BF16 : USP_F32;
+    const json_t *cache = json_object_get(obj, "cache");
+    const char *cache_name = json_string_value(cache);
+    if (cache && (!cache_name || (strcmp(cache_name, "cold") != 0 && strcmp(cache_name, "hot") != 0)))
+        return usp_error(USP_ERR_CONFIG, "%s: field '%scache' must be \"cold\" (after a flush) or \"hot\" (run again "
+                         "at once; absent: cold), not %s", at.where, at.prefix,
+                         cache_name ? cache_name : sim_json_kind(cache));
+    f->hot = cache_name && strcmp(cache_name, "hot") == 0;
     USP_CHECK(sim_json_number(obj, at, &call_range, 1, &f->call_s));
     USP_CHECK(sim_json_number(obj, at, &output_range, 0, &f->per_output_s));
     USP_CHECK(sim_json_number(obj, at, &byte_range, 0, &f->per_byte_s));

@@ -26,6 +26,12 @@
  * stores bf16 is measured in both and an op is priced by the class of its own
  * dtype (usp_op_cost.dtype); an fp32 class prices the dtypes without one.
  *
+ * A class is cold (its op timed after a flush: its operands out of cache) or
+ * hot (the op run again at once: they are in it). An op is priced by the
+ * cold class, or, when the model has the hot one too, by both weighted by
+ * the fraction of its operands' bytes the rank's cache holds
+ * (sim/cache_model.h): held x hot + (1 - held) x cold.
+ *
  * The fit is least squares on relative error over non-negative coefficients
  * (the optimum over every subset of the terms, fewest terms first on a tie),
  * so data the model generated gives the model back: the fixed point `usp
@@ -38,7 +44,7 @@
 #include "core/ops.h"
 #include "core/base/status.h"
 
-#define SIM_KERNEL_FITS_MAX 40 /* every op class in fp32, and gemm and attention again in bf16 */
+#define SIM_KERNEL_FITS_MAX 80 /* every op class in fp32, gemm and attention again in bf16; cold and hot */
 #define SIM_KERNEL_OP_MAX 32
 #define SIM_KERNEL_TABLE 4 /* points of a table, at most */
 
@@ -46,6 +52,7 @@
 typedef struct sim_kernel_fit {
     char op[SIM_KERNEL_OP_MAX];       /* the op's name, or "*" for every other op */
     usp_dtype dtype;                  /* USP_F32 (also every dtype without a class) or USP_BF16 */
+    int hot;                          /* 1: its operands in cache (the op run again at once); 0: after a flush */
     int per_flop;                     /* 1: the table prices flops (gemm, attention_*); 0: bytes */
     double call_s, per_output_s, per_byte_s; /* per_byte_s: a flop-priced class's traffic */
     int n_table;                      /* points of the table, >= 1 */
@@ -67,20 +74,30 @@ typedef struct sim_kernel_point {
 /* 1 when op `op` is priced by its flops (gemm, attention_*), 0 by its bytes. */
 int sim_kernel_op_per_flop(const char *op);
 
-/* The class that prices `op` in `dtype`: its own in that dtype, else its own in fp32, else "*", else NULL. */
+/* The cold class that prices `op` in `dtype`: its own in that dtype, else its own in fp32, else "*", else NULL. */
 const sim_kernel_fit *sim_kernel_find(const sim_kernel_model *m, const char *op, usp_dtype dtype);
+
+/* sim_kernel_find among the hot classes (hot 1) or the cold ones (hot 0). */
+const sim_kernel_fit *sim_kernel_find_in(const sim_kernel_model *m, const char *op, usp_dtype dtype, int hot);
 
 /* Seconds of an op under its class. */
 double sim_kernel_fit_seconds(const sim_kernel_fit *f, double flops, double bytes, double outputs);
 
-/* Seconds `cost` takes under the model; a negative number when no class prices it. */
+/* Seconds `cost` takes under the model with its operands out of cache; a negative number when no class prices
+ * it. */
 double sim_kernel_seconds(const sim_kernel_model *m, const usp_op_cost *cost);
+
+/* The same with the fraction `held` of its operands' bytes in cache (the cold class alone without a hot one). */
+double sim_kernel_seconds_held(const sim_kernel_model *m, const usp_op_cost *cost, double held);
+
+/* 1 when the model has a hot class (the cache then matters to it). */
+int sim_kernel_model_has_hot(const sim_kernel_model *m);
 
 /* Fits class `op` (fp32; set out->dtype for another) to n >= 1 points (see above) into *out. USP_ERR_CONFIG for no point, or a point whose work is
  * negative or not finite, or whose time is not a positive finite number. */
 usp_status sim_kernel_fit_points(const char *op, const sim_kernel_point *points, int n, sim_kernel_fit *out);
 
-/* Appends a class (USP_ERR_CONFIG when full or when `f->op` is there already in `f->dtype`). */
+/* Appends a class (USP_ERR_CONFIG when full or when `f->op` is there already in `f->dtype`, hot or cold alike). */
 usp_status sim_kernel_model_add(sim_kernel_model *m, const sim_kernel_fit *f);
 
 /* The model as the topology file's "kernels" array (docs/cluster_model.md); NULL when out of memory. */

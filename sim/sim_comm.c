@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "sim/cache_model.h"
 #include "sim/sim_internal.h"
 #include "sim/schedule_log.h"
 #include "sim/virtual_streams.h"
@@ -400,6 +401,15 @@ static usp_status note_access(sim_rank *r, const sim_comm *sc, const usp_comm_op
     return usp_backend_note_access(r->backend, op->stream, usp_comm_kind_name(op->kind), a, 2);
 }
 
+/* The call's buffers, as its rank's cache model sees them. */
+static void touch_cache(sim_rank *r, const sim_comm *sc, const usp_comm_op *op)
+{
+    size_t send, recv;
+    sim_buffer_extents(op, sc->local, sc->group->size, &send, &recv);
+    const usp_range touched[2] = {{op->send, op->send ? send : 0}, {op->recv, op->recv ? recv : 0}};
+    (void)sim_cache_touch(r->cache, touched, 2);
+}
+
 /* Posts the call and yields until it is complete or the run is aborted. */
 static usp_status post_and_wait(sim_comm *sc, usp_comm_op *op)
 {
@@ -414,6 +424,8 @@ static usp_status post_and_wait(sim_comm *sc, usp_comm_op *op)
         USP_CHECK(usp_backend_run_queued(r->backend, op->stream));
         USP_CHECK(note_access(r, sc, op));
     }
+    if (op->kind != USP_OP_SPLIT && r->cache) /* the call reads its send buffer and writes its recv buffer */
+        touch_cache(r, sc, op);
     op->issued_on = sc->handle;
     op->t_post = *sim_lane_clock(r, sim_stream_lane(r, op->stream));
     r->op = op;

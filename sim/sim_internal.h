@@ -83,6 +83,8 @@ typedef struct sim_rank {
     double hidden_comm_s, hidden_wait_s; /* parts of comm_s and wait_s that ran beside compute */
 
     int mute_costs;          /* 1 while sim/staged_move.c copies: the simulator's copies, not the cluster's, move no clock */
+    struct sim_cache *cache; /* what its ops' operands find in cache (sim/cache_model.h); NULL: not modelled (a GPU
+                                without hot kernel classes or a cache size) */
     struct sim_sched_log *sched; /* what the rank enqueued, for exploration (sim/schedule_log.h); NULL: not logged */
 
     sim_comm **comms;        /* the rank's live handles (the world frees those a rank left open) */

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "backends/cpu/cpu_backend.h"
+#include "sim/cache_model.h"
 #include "sim/schedule_log.h"
 #include "sim/sim_internal.h"
 #include "sim/virtual_streams.h"
@@ -46,7 +47,8 @@ static void on_compute_cost(void *ctx, const usp_op_cost *cost)
         return;
     int lane = sim_stream_lane(r, cost->stream);
     double *clock = sim_lane_clock(r, lane);
-    double start = *clock, seconds = sim_cost_compute(&r->world->config.cost, cost);
+    double held = r->cache ? sim_cache_touch(r->cache, cost->operands, cost->n_operands) : 0;
+    double start = *clock, seconds = sim_cost_compute_held(&r->world->config.cost, cost, held);
     *clock += seconds;
     r->compute_s += seconds;
     sim_lanes_compute(r, lane, start, *clock);
@@ -100,6 +102,9 @@ static usp_status make_ranks(sim_world *w)
         if (!w->config.cost.no_overlap && !usp_backend_defers(r->backend))
             USP_CHECK(sim_streams_wrap(r, r->backend, &r->backend)); /* on failure it freed the backend */
         usp_backend_set_cost_sink(r->backend, on_compute_cost, r);
+        const sim_gpu *gpu = &w->config.cost.topology.gpu;
+        if (gpu->cache_bytes > 0 && sim_kernel_model_has_hot(&gpu->kernels))
+            USP_CHECK(sim_cache_create(gpu->cache_bytes, &r->cache));
         usp_comm_t *world_comm;
         USP_CHECK(sim_comm_open(w, world_group, i, &world_comm));
         USP_CHECK(usp_comm_decorator_wrap(w->decorator, world_comm, &r->world_comm)); /* on failure the world frees it */
@@ -375,6 +380,7 @@ void sim_world_destroy(sim_world *w)
         sim_lanes_free(r);
         sim_sched_log_free(r->sched);
         sim_fiber_destroy(r->fiber);
+        sim_cache_destroy(r->cache);
     }
     for (int g = 0; g < w->n_groups; g++) {
         sim_group *grp = w->groups[g];

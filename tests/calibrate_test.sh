@@ -43,9 +43,11 @@ fi
 # --- a calibrated file is a fixed point of calibrate --backend sim ---------------------------
 # The full sweep (kernel classes and collective tables) on the simulator's model of known.json, then on that
 # file: the second file is the first, byte for byte (every figure fitted from the times the file's own model
-# gives, at the 6 digits it keeps), and GEMM and attention have bf16 classes beside the fp32 ones.
-timeout 120 "$usp" calibrate --backend sim --topology known.json --world 4 --gpus-per-node 2 --out fixed1.json \
-    >fixed1.txt 2>&1
+# gives, at the 6 digits it keeps), and GEMM and attention have bf16 classes beside the fp32 ones. With a cache
+# of 50 MiB the file has hot classes too, and on it the simulator's ranks model their caches: its cold runs
+# (after the 128 MiB flush) find nothing held and its hot runs everything, so the second fit gives both back.
+timeout 120 "$usp" calibrate --backend sim --topology known.json --world 4 --gpus-per-node 2 --cache-mb 50 \
+    --out fixed1.json >fixed1.txt 2>&1
 rc1=$?
 timeout 120 "$usp" calibrate --backend sim --topology fixed1.json --world 4 --gpus-per-node 2 --out fixed2.json \
     >fixed2.txt 2>&1
@@ -57,12 +59,42 @@ t = json.load(open('fixed1.json'))
 ks = t['gpu']['kernels']
 assert len(ks) >= 20 and any(k['op'] == 'gemm' and 'dtype' not in k for k in ks)
 assert {k['op'] for k in ks if k.get('dtype') == 'bf16'} == {'gemm', 'attention_forward', 'attention_backward'}
+assert t['gpu']['cache_mb'] == 50 and {k['op'] for k in ks if k.get('cache') == 'hot'} >= {'gemm', 'copy', '*'}
 assert {(c['op'], c['ranks'], c['spans_nodes']) for c in t['collectives']} >= {('all_to_all', 2, False), ('all_to_all', 2, True)}
 "; then
     ok
 else
     fail "calibrate --backend sim on a calibrated file: exit $rc1 / $rc2, or the file differs or lacks its classes" \
         "$(diff fixed1.json fixed2.json | head -20; tail -5 fixed1.txt fixed2.txt)"
+fi
+
+# The same with hot classes that are not the cold ones (each at half their cost): the simulator prices its hot
+# runs by them only where its cache model holds the operands, so the file comes back only if that model works.
+python3 -c "
+import json
+t = json.load(open('fixed1.json'))
+for k in t['gpu']['kernels']:
+    if k.get('cache') == 'hot':
+        for f in ('call_us', 'ns_per_output', 'ps_per_byte'):
+            if f in k:
+                k[f] = float('%.6g' % (k[f] / 2))
+        for f in ('ps_per_flop', 'ps_per_byte'):
+            if f in k['table']:
+                k['table'][f] = [float('%.6g' % (x / 2)) for x in k['table'][f]]
+json.dump(t, open('hot1.json', 'w'), indent=2)
+"
+timeout 120 "$usp" calibrate --backend sim --topology hot1.json --world 4 --gpus-per-node 2 --out hot2.json \
+    >hot2.txt 2>&1
+rc=$?
+verdict=$(python3 -c "
+import json
+a, b = (json.load(open(f))['gpu']['kernels'] for f in ('hot1.json', 'hot2.json'))
+print('ok' if a == b else 'differ: ' + str([(x['op'], x.get('cache'), x.get('dtype')) for x, y in zip(a, b) if x != y][:5]))
+" 2>&1)
+if [[ $rc -eq 0 && $verdict == ok ]]; then
+    ok
+else
+    fail "calibrate --backend sim on a file with hot classes of half the cost: exit $rc, $verdict" "$(tail -5 hot2.txt)"
 fi
 
 # --- the loop closes on this machine: calibrate, train, compare (issue 28) -----------------

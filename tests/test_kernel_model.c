@@ -177,6 +177,43 @@ START_TEST(a_calibrated_gpu_prices_its_ops_by_its_classes)
 }
 END_TEST
 
+/* A hot class prices the fraction of an op's bytes the cache holds, the cold one the rest; without a hot class,
+ * or with nothing held, the cold one alone; "cache" round-trips and a bad one is refused, naming the field. */
+START_TEST(hot_and_cold_classes_blend_by_the_fraction_held)
+{
+    sim_kernel_model m = {0}, back;
+    sim_kernel_fit cold = gemm_truth(), hot = gemm_truth();
+    hot.hot = 1, hot.call_s /= 4;
+    for (int j = 0; j < hot.n_table; j++)
+        hot.table_per_work_s[j] /= 2;
+    ck_assert_int_eq(sim_kernel_model_add(&m, &cold), USP_OK);
+    ck_assert(!sim_kernel_model_has_hot(&m));
+    ck_assert_int_eq(sim_kernel_model_add(&m, &hot), USP_OK); /* the same op, hot: not a repeat */
+    ck_assert_int_eq(sim_kernel_model_add(&m, &hot), USP_ERR_CONFIG);
+    ck_assert(sim_kernel_model_has_hot(&m));
+    usp_op_cost gemm = {.op = "gemm", .flops = 1e9, .bytes = 3e6, .outputs = 1e6};
+    double tc = sim_kernel_fit_seconds(&cold, 1e9, 3e6, 1e6), th = sim_kernel_fit_seconds(&hot, 1e9, 3e6, 1e6);
+    ck_assert(th < tc);
+    ck_assert_double_eq_tol(sim_kernel_seconds(&m, &gemm), tc, 1e-15);
+    ck_assert_double_eq_tol(sim_kernel_seconds_held(&m, &gemm, 0), tc, 1e-15);
+    ck_assert_double_eq_tol(sim_kernel_seconds_held(&m, &gemm, 1), th, 1e-15);
+    ck_assert_double_eq_tol(sim_kernel_seconds_held(&m, &gemm, 0.25), 0.25 * th + 0.75 * tc, 1e-15);
+    usp_op_cost copy = {.op = "copy", .bytes = 1e6}; /* no class at all */
+    ck_assert(sim_kernel_seconds_held(&m, &copy, 1) < 0);
+    json_t *j = sim_kernel_model_to_json(&m);
+    ck_assert_ptr_null(json_object_get(json_array_get(j, 0), "cache")); /* cold: absent, as older files */
+    ck_assert_str_eq(json_string_value(json_object_get(json_array_get(j, 1), "cache")), "hot");
+    ck_assert_int_eq(sim_kernel_model_from_json(j, "test", "gpu.", &back), USP_OK);
+    ck_assert_int_eq(back.n, 2);
+    ck_assert_double_eq_tol(sim_kernel_seconds_held(&back, &gemm, 0.25), 0.25 * th + 0.75 * tc, 1e-12);
+    json_object_set_new(json_array_get(j, 1), "cache", json_string("warm"));
+    ck_assert_int_eq(sim_kernel_model_from_json(j, "test", "gpu.", &back), USP_ERR_CONFIG);
+    ck_assert_msg(strstr(usp_error_message(), "gpu.kernels[1].cache") && strstr(usp_error_message(), "warm"), "%s",
+                  usp_error_message());
+    json_decref(j);
+}
+END_TEST
+
 START_TEST(a_collective_table_interpolates_in_log_and_prices_its_calls)
 {
     sim_collective_table a2a = {.kind = USP_OP_ALL_TO_ALL, .ranks = 2, .n = 3, .bytes = {1e3, 1e5, 1e7},
@@ -218,6 +255,7 @@ static Suite *kernel_model_suite(void)
     tcase_add_test(t, the_model_reads_back_from_its_json_and_refuses_bad_fields);
     tcase_add_test(t, a_bf16_class_prices_bf16_ops_and_fp32_the_rest);
     tcase_add_test(t, a_calibrated_gpu_prices_its_ops_by_its_classes);
+    tcase_add_test(t, hot_and_cold_classes_blend_by_the_fraction_held);
     tcase_add_test(t, a_collective_table_interpolates_in_log_and_prices_its_calls);
     suite_add_tcase(s, t);
     return s;

@@ -1,5 +1,6 @@
 /* Compute ops on the CPU backend: GEMM (every transpose, batched, beta) against
- * a naive double-precision product, and the cost each op reports. */
+ * a naive double-precision product, and the cost each op reports, its operands'
+ * ranges included. */
 #include <check.h>
 #include <math.h>
 #include <stdlib.h>
@@ -68,11 +69,59 @@ START_TEST(gemm_matches_a_naive_product_for_every_transpose)
 }
 END_TEST
 
+/* The last cost's operand ranges, copied (the cost's array lives while the sink runs). */
+typedef struct operands_seen {
+    usp_range ranges[USP_OP_OPERANDS_MAX];
+    int n, calls;
+} operands_seen;
+
+static void keep_operands(void *ctx, const usp_op_cost *c)
+{
+    operands_seen *o = ctx;
+    o->n = c->n_operands, o->calls++;
+    for (int i = 0; i < c->n_operands; i++)
+        o->ranges[i] = c->operands[i];
+}
+
+/* Each op's cost names the ranges core checked for it, once each, in the order checked, and the next op's
+ * cost starts a new list: what the simulator's cache model reads (sim/cache_model.h). */
+START_TEST(a_cost_carries_its_operands)
+{
+    usp_backend_t *be;
+    ck_assert_int_eq(usp_backend_cpu_create(&be), USP_OK);
+    operands_seen seen = {0};
+    usp_backend_set_cost_sink(be, keep_operands, &seen);
+    float *x, *y, *w;
+    ck_assert_int_eq(usp_buffer_alloc(be, 64 * 4, "test", (void **)&x), USP_OK);
+    ck_assert_int_eq(usp_buffer_alloc(be, 64 * 4, "test", (void **)&y), USP_OK);
+    ck_assert_int_eq(usp_buffer_alloc(be, 8 * 4, "test", (void **)&w), USP_OK);
+    ck_assert_int_eq(usp_buffer_zero(be, x, 64 * 4, NULL), USP_OK);
+    ck_assert_int_eq(seen.n, 1);
+    ck_assert(seen.ranges[0].ptr == x && seen.ranges[0].bytes == 256);
+    /* y[8..16) = x as 8 x 8 times w as 8 x 1 */
+    usp_gemm_desc g = {.m = 8, .n = 1, .k = 8, .alpha = 1, .a = x, .lda = 8, .b = w, .ldb = 1, .c = y + 8, .ldc = 1,
+                       .batch = 1};
+    ck_assert_int_eq(usp_gemm(be, &g, NULL), USP_OK);
+    ck_assert_int_eq(seen.n, 3);
+    ck_assert(seen.ranges[0].ptr == x && seen.ranges[0].bytes == 64 * 4); /* a */
+    ck_assert(seen.ranges[1].ptr == w && seen.ranges[1].bytes == 8 * 4);  /* b */
+    ck_assert(seen.ranges[2].ptr == y + 8 && seen.ranges[2].bytes == 8 * 4); /* c: its view, not its buffer */
+    ck_assert_int_eq(usp_buffer_copy(be, y, x, 16, USP_COPY_DEVICE_TO_DEVICE, NULL), USP_OK);
+    ck_assert_int_eq(seen.n, 2); /* source, destination: a new list */
+    ck_assert(seen.ranges[0].ptr == x && seen.ranges[1].ptr == y && seen.ranges[1].bytes == 16);
+    ck_assert_int_eq(usp_rmsnorm_forward(be, y, NULL, x, w, 8, 8, 1e-5f, NULL), USP_OK);
+    ck_assert_int_eq(seen.n, 3); /* out, inp, weight; the NULL rstd none */
+    ck_assert_int_eq(seen.calls, 4);
+    usp_backend_destroy(be);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("ops");
     TCase *t = tcase_create("cpu");
     tcase_add_test(t, gemm_matches_a_naive_product_for_every_transpose);
+    tcase_add_test(t, a_cost_carries_its_operands);
     suite_add_tcase(s, t);
     return check_main_run(s);
 }

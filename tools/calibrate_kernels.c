@@ -250,30 +250,41 @@ static int by_seconds(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
-/* A barrier, a warm-up, then REPS synchronised runs, each after the caches were flushed and a barrier:
- * the median run, with the work the op reported. */
-static usp_status time_case(const usp_rank_ctx *ctx, const pool *p, const kcase *c, sim_kernel_point *out)
+/* One timed run of case c, synchronised, with the work the op reported. */
+static usp_status timed_run(const usp_rank_ctx *ctx, const pool *p, const kcase *c, sim_kernel_point *out)
+{
+    double f0 = usp_backend_flops(ctx->backend), b0, o0, b1, o1;
+    usp_backend_work(ctx->backend, &b0, &o0);
+    double t0 = ctx->clock(ctx->runtime);
+    USP_CHECK(run_case(ctx, p, c));
+    USP_CHECK(usp_backend_synchronize(ctx->backend, ctx->stream));
+    double t = ctx->clock(ctx->runtime) - t0;
+    usp_backend_work(ctx->backend, &b1, &o1);
+    *out = (sim_kernel_point){usp_backend_flops(ctx->backend) - f0, b1 - b0, o1 - o0, t};
+    return USP_OK;
+}
+
+/* A barrier, a warm-up, then REPS times: the caches flushed, a barrier, a cold run, a barrier, a hot run (the
+ * same case again at once, its operands in cache): the median of each. */
+static usp_status time_case(const usp_rank_ctx *ctx, const pool *p, const kcase *c, sim_kernel_point *cold,
+                            sim_kernel_point *hot)
 {
     USP_CHECK(usp_comm_barrier(ctx->world, ctx->stream));
     USP_CHECK(run_case(ctx, p, c));
-    sim_kernel_point runs[REPS];
+    sim_kernel_point runs[2][REPS];
     for (int i = 0; i < REPS; i++) {
         USP_CHECK(usp_buffer_zero(ctx->backend, p->flush, FLUSH_BYTES, ctx->stream));
         USP_CHECK(usp_backend_synchronize(ctx->backend, ctx->stream));
         /* every rank's flush done before any rank's run: another rank's 128 MiB would take its memory
          * bandwidth (or, with more ranks than cores, its core) */
         USP_CHECK(usp_comm_barrier(ctx->world, ctx->stream));
-        double f0 = usp_backend_flops(ctx->backend), b0, o0, b1, o1;
-        usp_backend_work(ctx->backend, &b0, &o0);
-        double t0 = ctx->clock(ctx->runtime);
-        USP_CHECK(run_case(ctx, p, c));
-        USP_CHECK(usp_backend_synchronize(ctx->backend, ctx->stream));
-        double t = ctx->clock(ctx->runtime) - t0;
-        usp_backend_work(ctx->backend, &b1, &o1);
-        runs[i] = (sim_kernel_point){usp_backend_flops(ctx->backend) - f0, b1 - b0, o1 - o0, t};
+        USP_CHECK(timed_run(ctx, p, c, &runs[0][i]));
+        USP_CHECK(usp_comm_barrier(ctx->world, ctx->stream));
+        USP_CHECK(timed_run(ctx, p, c, &runs[1][i]));
     }
-    qsort(runs, REPS, sizeof runs[0], by_seconds);
-    *out = runs[REPS / 2];
+    qsort(runs[0], REPS, sizeof runs[0][0], by_seconds);
+    qsort(runs[1], REPS, sizeof runs[1][0], by_seconds);
+    *cold = runs[0][REPS / 2], *hot = runs[1][REPS / 2];
     return USP_OK;
 }
 
@@ -291,7 +302,7 @@ usp_status calibrate_kernel_sweep(const usp_rank_ctx *ctx, calibrate_run *run, c
         if (cases[i].kind == K_ADAMW && cases[i].a == 256) /* AdamW's v must be >= 0: start from zeros */
             s = usp_buffer_zero(ctx->backend, p.f[H], (size_t)elems * sizeof(float), ctx->stream);
         if (s == USP_OK)
-            s = time_case(ctx, &p, &cases[i], &rec->points[i]);
+            s = time_case(ctx, &p, &cases[i], &rec->points[i], &rec->hot_points[i]);
         if (ctx->rank == 0)
             run->point_op[i] = op_names[cases[i].kind], run->point_dtype[i] = cases[i].dtype;
     }
@@ -301,43 +312,54 @@ usp_status calibrate_kernel_sweep(const usp_rank_ctx *ctx, calibrate_run *run, c
     return s;
 }
 
-double calibrate_point_seconds(const calibrate_run *run, int world, int i)
+/* Point i's time of the slowest rank, cold or hot. */
+static double slowest_seconds(const calibrate_run *run, int world, int i, int hot)
 {
     double t = 0;
     for (int r = 0; r < world; r++)
-        t = fmax(t, run->records[r].points[i].seconds);
+        t = fmax(t, (hot ? run->records[r].hot_points : run->records[r].points)[i].seconds);
     return t;
 }
 
-/* Point i with the slowest rank's time. */
-static sim_kernel_point slowest_point(const calibrate_run *run, int world, int i)
+double calibrate_point_seconds(const calibrate_run *run, int world, int i)
 {
-    sim_kernel_point p = run->records[0].points[i];
-    p.seconds = calibrate_point_seconds(run, world, i);
+    return slowest_seconds(run, world, i, 0);
+}
+
+/* Point i, cold or hot, with the slowest rank's time. */
+static sim_kernel_point slowest_point(const calibrate_run *run, int world, int i, int hot)
+{
+    sim_kernel_point p = (hot ? run->records[0].hot_points : run->records[0].points)[i];
+    p.seconds = slowest_seconds(run, world, i, hot);
     return p;
 }
 
 static int elementwise(const char *op) { return strcmp(op, "gemm") != 0 && strncmp(op, "attention_", 10) != 0; }
 
-/* 1 when point i belongs to class (op, dtype): "*" takes every element-wise point (all fp32). */
-static int in_class(const calibrate_run *run, int i, const char *op, usp_dtype dtype)
+/* 1 when point i belongs to class f (its op, dtype and cache state): "*" takes every element-wise point (all
+ * fp32); a hot class only the cases whose traffic is at most half the cache, so that the operands of the run
+ * again at once were all in it (the model gives those cases a fraction held of 1: the fixed point). */
+static int in_class(const calibrate_run *run, int i, const sim_kernel_fit *f, double cache_bytes)
 {
-    if (strcmp(op, "*") == 0)
+    if (f->hot && !(run->records[0].hot_points[i].bytes <= cache_bytes / 2))
+        return 0;
+    if (strcmp(f->op, "*") == 0)
         return elementwise(run->point_op[i]);
-    return strcmp(run->point_op[i], op) == 0 && run->point_dtype[i] == dtype;
+    return strcmp(run->point_op[i], f->op) == 0 && run->point_dtype[i] == f->dtype;
 }
 
-/* Fits the points of class (op, dtype). */
-static usp_status fit_class(const calibrate_run *run, int world, const char *op, usp_dtype dtype, sim_kernel_fit *out)
+/* Fits the points of class (op, dtype, hot); 0 points (a hot class no case fits the cache for): *found 0. */
+static usp_status fit_class(const calibrate_run *run, int world, const sim_kernel_fit *class, double cache_bytes,
+                            sim_kernel_fit *out, int *found)
 {
     sim_kernel_point *points = NULL;
     USP_CHECK(usp_calloc((void **)&points, CALIBRATE_POINTS_MAX, sizeof *points, "the kernel points"));
     int n = 0;
     for (int i = 0; i < run->records[0].n_points; i++)
-        if (in_class(run, i, op, dtype))
-            points[n++] = slowest_point(run, world, i);
-    usp_status s = sim_kernel_fit_points(op, points, n, out);
-    out->dtype = dtype;
+        if (in_class(run, i, class, cache_bytes))
+            points[n++] = slowest_point(run, world, i, class->hot);
+    usp_status s = (*found = n > 0) ? sim_kernel_fit_points(class->op, points, n, out) : USP_OK;
+    out->dtype = class->dtype, out->hot = class->hot;
     free(points);
     return s;
 }
@@ -361,59 +383,71 @@ static void round_as_written(sim_kernel_fit *f)
         f->table_per_work_s[j] = as_written(f->table_per_work_s[j] / 1e-12) * 1e-12;
 }
 
-usp_status calibrate_fit_kernels(const calibrate_run *run, int world, sim_kernel_model *out)
+/* Fits class (op, dtype, hot) and adds it to the model, rounded as the file keeps it (when it has points). */
+static usp_status add_class(const calibrate_run *run, int world, const char *op, usp_dtype dtype, int hot,
+                            double cache_bytes, sim_kernel_model *out)
+{
+    sim_kernel_fit class = {.dtype = dtype, .hot = hot}, f;
+    snprintf(class.op, sizeof class.op, "%s", op);
+    int found;
+    USP_CHECK(fit_class(run, world, &class, cache_bytes, &f, &found));
+    if (!found)
+        return USP_OK;
+    round_as_written(&f);
+    return sim_kernel_model_add(out, &f);
+}
+
+usp_status calibrate_fit_kernels(const calibrate_run *run, int world, double cache_bytes, sim_kernel_model *out)
 {
     *out = (sim_kernel_model){0};
-    for (int i = 0; i < run->records[0].n_points; i++) {
-        const char *op = run->point_op[i];
-        const sim_kernel_fit *known = sim_kernel_find(out, op, run->point_dtype[i]);
-        if (known && strcmp(known->op, op) == 0 && known->dtype == run->point_dtype[i])
-            continue;
-        sim_kernel_fit f;
-        USP_CHECK(fit_class(run, world, op, run->point_dtype[i], &f));
-        round_as_written(&f);
-        USP_CHECK(sim_kernel_model_add(out, &f));
-    }
-    if (out->n > 0) { /* "*": the ops not measured one by one (embedding, attention_merge, ...) */
-        sim_kernel_fit f;
-        USP_CHECK(fit_class(run, world, "*", USP_F32, &f));
-        round_as_written(&f);
-        USP_CHECK(sim_kernel_model_add(out, &f));
+    for (int hot = 0; hot <= (cache_bytes > 0); hot++) {
+        for (int i = 0; i < run->records[0].n_points; i++) {
+            const char *op = run->point_op[i];
+            const sim_kernel_fit *known = sim_kernel_find_in(out, op, run->point_dtype[i], hot);
+            if (known && strcmp(known->op, op) == 0 && known->dtype == run->point_dtype[i])
+                continue;
+            USP_CHECK(add_class(run, world, op, run->point_dtype[i], hot, cache_bytes, out));
+        }
+        if (out->n > 0) /* "*": the ops not measured one by one (embedding, attention_merge, ...) */
+            USP_CHECK(add_class(run, world, "*", USP_F32, hot, cache_bytes, out));
     }
     return USP_OK;
 }
 
 /* The largest relative error of class f over its points, and how many there are. */
-static double worst_error(const calibrate_run *run, int world, const sim_kernel_fit *f, int *cases)
+static double worst_error(const calibrate_run *run, int world, const sim_kernel_fit *f, double cache_bytes,
+                          int *cases)
 {
     double worst = 0;
     *cases = 0;
     for (int i = 0; i < run->records[0].n_points; i++) {
-        if (!in_class(run, i, f->op, f->dtype))
+        if (!in_class(run, i, f, cache_bytes))
             continue;
-        sim_kernel_point p = slowest_point(run, world, i);
+        sim_kernel_point p = slowest_point(run, world, i, f->hot);
         double err = sim_kernel_fit_seconds(f, p.flops, p.bytes, p.outputs) / p.seconds - 1;
         worst = fabs(err) > fabs(worst) ? err : worst, ++*cases;
     }
     return worst;
 }
 
-void calibrate_print_kernels(const calibrate_run *run, int world, const sim_kernel_model *m)
+void calibrate_print_kernels(const calibrate_run *run, int world, const sim_kernel_model *m, double cache_bytes)
 {
     printf("\nkernel classes, %d cases (the slowest rank's median of %d): t = call + outputs x ns/output + work / "
            "rate(bytes),\nwork the flops (rate in GFLOP/s) of gemm and attention (+ bytes / GB/s), else the bytes (GB/s); the "
-           "rate at up to 4 sizes\nfrom the smallest measured to the largest, interpolated in log(bytes) (-: no cost):\n",
-           run->records[0].n_points, REPS);
+           "rate at up to 4 sizes\nfrom the smallest measured to the largest, interpolated in log(bytes) (-: no cost);\n"
+           "cold: each case after a flush; hot: the case again at once, from its cases of at most half the cache\n"
+           "(%.3g MiB%s):\n", run->records[0].n_points, REPS, cache_bytes / (1 << 20),
+           cache_bytes > 0 ? "" : ": not known, no hot class");
     printf("  %-24s %5s %8s %9s %8s %17s %8s %8s %8s %8s %9s\n", "op", "cases", "call(us)", "ns/output", "GB/s",
            "sizes(B)", "rate 1", "rate 2", "rate 3", "rate 4", "worst err");
     for (int k = 0; k < m->n; k++) {
         const sim_kernel_fit *f = &m->fits[k];
         int cases;
-        double worst = worst_error(run, world, f, &cases);
+        double worst = worst_error(run, world, f, cache_bytes, &cases);
         char sizes[32];
         snprintf(sizes, sizeof sizes, "%.2g..%.2g", f->table_bytes[0], f->table_bytes[f->n_table - 1]);
         char name[SIM_KERNEL_OP_MAX + 8];
-        snprintf(name, sizeof name, "%s%s", f->op, f->dtype == USP_BF16 ? " bf16" : "");
+        snprintf(name, sizeof name, "%s%s%s", f->op, f->dtype == USP_BF16 ? " bf16" : "", f->hot ? " hot" : "");
         printf("  %-24s %5d %8.2f %9.3g %8.3g %17s", name, cases, f->call_s * 1e6, f->per_output_s * 1e9,
                f->per_byte_s > 0 ? 1e-9 / f->per_byte_s : 0.0, sizes); /* GB/s: a flop-priced class's traffic */
         for (int j = 0; j < SIM_KERNEL_TABLE; j++)
@@ -429,13 +463,17 @@ json_t *calibrate_kernel_cases_json(const calibrate_run *run, int world, const s
 {
     json_t *a = json_array();
     for (int i = 0; a && i < run->records[0].n_points; i++) {
-        sim_kernel_point p = slowest_point(run, world, i);
+        sim_kernel_point p = slowest_point(run, world, i, 0), h = slowest_point(run, world, i, 1);
         const sim_kernel_fit *f = sim_kernel_find(m, run->point_op[i], run->point_dtype[i]);
+        const sim_kernel_fit *g = sim_kernel_find_in(m, run->point_op[i], run->point_dtype[i], 1);
         double model = f ? sim_kernel_fit_seconds(f, p.flops, p.bytes, p.outputs) : 0;
-        if (json_array_append_new(a, json_pack("{s:s, s:s, s:f, s:f, s:f, s:f, s:f}", "op", run->point_op[i],
-                                               "dtype", run->point_dtype[i] == USP_BF16 ? "bf16" : "fp32", "flops",
-                                               p.flops, "bytes", p.bytes, "outputs", p.outputs, "time_us",
-                                               p.seconds * 1e6, "model_us", model * 1e6)) != 0)
+        double hot_model = g ? sim_kernel_fit_seconds(g, h.flops, h.bytes, h.outputs) : 0;
+        if (json_array_append_new(a, json_pack("{s:s, s:s, s:f, s:f, s:f, s:f, s:f, s:f, s:f}", "op",
+                                               run->point_op[i], "dtype",
+                                               run->point_dtype[i] == USP_BF16 ? "bf16" : "fp32", "flops", p.flops,
+                                               "bytes", p.bytes, "outputs", p.outputs, "time_us", p.seconds * 1e6,
+                                               "model_us", model * 1e6, "hot_time_us", h.seconds * 1e6,
+                                               "hot_model_us", hot_model * 1e6)) != 0)
             json_decref(a), a = NULL;
     }
     return a;

@@ -16,11 +16,14 @@
  *   vocabularies; the smallest size shows the fixed cost a call.
  *
  * Each case: a barrier (every rank computes at once, as in a step), one
- * warm-up run, then the median of 3 synchronised runs with the work the op
- * reported (usp_backend_flops, usp_backend_work), each run after 128 MiB were
- * zeroed: its operands start out of cache, as most of a step's do (warm, a
- * 1.5 MB copy took 28 us here, and 72 us on average in a GPT-2 step). Rank 0 takes each case's
- * slowest rank. About a minute on a 2-core CPU with 2 ranks. */
+ * warm-up run, then 3 times a cold run (after 128 MiB were zeroed: its
+ * operands out of cache) and a hot run (the case again at once: its operands
+ * in cache), synchronised, with the work the op reported (usp_backend_flops,
+ * usp_backend_work); the median of each. A step's ops are some of each: a
+ * 1.5 MB copy took 28 us warm here, and 72 us on average in a GPT-2 step; the
+ * planner weighs the two by what the rank's cache holds (sim/cache_model.h).
+ * Rank 0 takes each case's slowest rank. About a minute on a 2-core CPU with
+ * 2 ranks. */
 #ifndef USP_TOOLS_CALIBRATE_KERNELS_H
 #define USP_TOOLS_CALIBRATE_KERNELS_H
 
@@ -30,16 +33,18 @@
 /* Runs the sweep on this rank into rec->points (rank 0 also names each point's op in run->point_op). */
 usp_status calibrate_kernel_sweep(const usp_rank_ctx *ctx, calibrate_run *run, calibrate_record *rec);
 
-/* Rank 0, after the run: one class a measured op, and "*" over the element-wise ones, into *out. */
-usp_status calibrate_fit_kernels(const calibrate_run *run, int world, sim_kernel_model *out);
+/* Rank 0, after the run: one class a measured op, and "*" over the element-wise ones, into *out; the cold ones,
+ * and with a cache of cache_bytes (> 0) the hot ones (sim/kernel_model.h) from the cases that fit half of it. */
+usp_status calibrate_fit_kernels(const calibrate_run *run, int world, double cache_bytes, sim_kernel_model *out);
 
 /* The slowest rank's time of point i. */
 double calibrate_point_seconds(const calibrate_run *run, int world, int i);
 
 /* Prints each class's line and how far it is from its points (the largest relative error). */
-void calibrate_print_kernels(const calibrate_run *run, int world, const sim_kernel_model *m);
+void calibrate_print_kernels(const calibrate_run *run, int world, const sim_kernel_model *m, double cache_bytes);
 
-/* The measured cases as JSON: [{op, flops, bytes, outputs, time_us, model_us}] (empty under --quick). */
+/* The measured cases as JSON: [{op, dtype, flops, bytes, outputs, time_us, model_us, hot_time_us, hot_model_us}]
+ * (empty under --quick). */
 json_t *calibrate_kernel_cases_json(const calibrate_run *run, int world, const sim_kernel_model *m);
 
 #endif

@@ -52,7 +52,8 @@ typedef struct calibrate_record {
     double copy_s, copy_bytes;
     sim_kernel_point reference[3]; /* the gemm, attention forward and backward above: work and seconds */
     int n_points;                  /* the full sweep's cases (0: --quick) */
-    sim_kernel_point points[CALIBRATE_POINTS_MAX];
+    sim_kernel_point points[CALIBRATE_POINTS_MAX];     /* each after a flush: cold */
+    sim_kernel_point hot_points[CALIBRATE_POINTS_MAX]; /* each case again at once: its operands in cache */
 } calibrate_record;
 
 typedef struct calibrate_run {

@@ -36,6 +36,7 @@ typedef struct calibrate_options {
     const char *backend, *out, *sizes, *name, *topology;
     int world, nodes, quick, json, gpus_per_node;
     double memory_gb;
+    double cache_mb;
 } calibrate_options;
 
 static const usp_comm_kind op_kinds[CAL_OPS] = {USP_OP_ALL_TO_ALL, USP_OP_ALL_REDUCE, USP_OP_SENDRECV};
@@ -123,6 +124,9 @@ static usp_status check_options(const calibrate_options *o, calibrate_plan *p)
                          o->world);
     if (o->memory_gb != 0 && !(o->memory_gb >= 1e-6 && o->memory_gb <= 1e5))
         return usp_error(USP_ERR_CONFIG, "--memory-gb %g: a rank's memory in GB, from 1e-6 to 100000", o->memory_gb);
+    if (o->cache_mb != 0 && !(o->cache_mb >= 1e-3 && o->cache_mb <= 1e6))
+        return usp_error(USP_ERR_CONFIG, "--cache-mb %g: the cache a rank's ops share in MiB, from 0.001 to 1000000 "
+                         "(e.g. 50 for an H100's L2)", o->cache_mb);
     if ((o->topology || o->nodes) && strcmp(o->backend, "sim") != 0)
         return usp_error(USP_ERR_CONFIG, "%s with --backend %s: the modelled cluster is the simulator's; a real "
                          "backend measures the machine it runs on", o->topology ? "--topology" : "--nodes",
@@ -234,8 +238,25 @@ typedef struct calibrate_result {
     sim_calibration cal;
     sim_topology topology;
     char name[64];
-    const char *memory_from;
+    const char *memory_from, *cache_from;
 } calibrate_result;
+
+/* The cache a rank's ops share (sim/cache_model.h): --cache-mb, the modelled GPU's, a CPU core's L2, or none. */
+static double cache_bytes(const calibrate_options *o, const calibrate_run *run, int world, const char **from)
+{
+    sim_topology modelled;
+    long l2 = sysconf(_SC_LEVEL2_CACHE_SIZE);
+    double bytes = 0;
+    *from = "not known: no hot class, give --cache-mb";
+    if (o->cache_mb > 0)
+        bytes = o->cache_mb * (1 << 20), *from = "--cache-mb";
+    else if (strcmp(o->backend, "sim") == 0 &&
+             sim_topology_for_world(o->topology, o->nodes, world, &modelled) == USP_OK)
+        bytes = modelled.gpu.cache_bytes, *from = "the modelled GPU's";
+    else if (strcmp(run->backend, "cpu") == 0 && l2 > 0)
+        bytes = (double)l2, *from = "a core's L2";
+    return bytes;
+}
 
 static usp_status fit_all(const calibrate_options *o, const calibrate_run *run, int world, calibrate_result *res)
 {
@@ -252,7 +273,8 @@ static usp_status fit_all(const calibrate_options *o, const calibrate_run *run, 
     c->attention_flops_per_s = RATE(run, world, attention_flops, attention_s);
     c->attention_backward_flops_per_s = RATE(run, world, backward_flops, backward_s);
     c->copy_bytes_per_s = RATE(run, world, copy_bytes, copy_s);
-    USP_CHECK(calibrate_fit_kernels(run, world, &c->kernels));
+    c->cache_bytes = cache_bytes(o, run, world, &res->cache_from);
+    USP_CHECK(calibrate_fit_kernels(run, world, c->cache_bytes, &c->kernels));
     USP_CHECK(measured_tables(run, world, &c->measured));
     if (c->kernels.n > 0) /* the classes' rates at the short form's shapes: a function of the file, as the sim gives */
         reference_rates(run, c);
@@ -355,7 +377,7 @@ static void print_text(const calibrate_options *o, const calibrate_run *run, int
            run->attention_heads, run->attention_head_dim, c->attention_backward_flops_per_s / 1e12);
     printf("  device copy (read + write)  %10.3f GB/s\n", c->copy_bytes_per_s / 1e9);
     if (c->kernels.n > 0)
-        calibrate_print_kernels(run, world, &c->kernels);
+        calibrate_print_kernels(run, world, &c->kernels, c->cache_bytes);
     else
         printf("  (--quick: one shape each; without it every kernel class is measured over shapes)\n");
     printf("\ntopology %s: %d node%s x %d, gpu_link %.3f GB/s %.2f us, base latency %.2f us", t->name, t->nodes,
@@ -363,9 +385,10 @@ static void print_text(const calibrate_options *o, const calibrate_run *run, int
            t->base_latency * 1e6);
     if (t->nics_per_node)
         printf(", %d NICs a node at %.3f GB/s %.2f us", t->nics_per_node, t->nic.bandwidth / 1e9, t->nic.latency * 1e6);
-    printf("; GPU peak %.4g TFLOP/s (gemm %.2f, attention %.2f / %.2f of it), memory %.3g GB (%s)\n",
-           t->gpu.peak_bf16 / 1e12, t->gpu.gemm_efficiency, t->gpu.attention_efficiency,
-           t->gpu.attention_backward_efficiency, t->gpu.memory_bytes / 1e9, res->memory_from);
+    printf("; GPU peak %.4g TFLOP/s (gemm %.2f, attention %.2f / %.2f of it), memory %.3g GB (%s), cache %.3g "
+           "MiB (%s)\n", t->gpu.peak_bf16 / 1e12, t->gpu.gemm_efficiency, t->gpu.attention_efficiency,
+           t->gpu.attention_backward_efficiency, t->gpu.memory_bytes / 1e9, res->memory_from,
+           t->gpu.cache_bytes / (1 << 20), res->cache_from);
     if (o->out)
         printf("usp calibrate: topology written to %s: usp plan --topology %s --world %d\n", o->out, o->out, world);
     else
@@ -484,6 +507,10 @@ int cmd_calibrate(int argc, char **argv)
          "ranks r*K .. r*K+K-1 form a node (default: ranks on one host form a node)", 1, 4096},
         {"--memory-gb", CLI_DOUBLE, &o.memory_gb, "GB",
          "a rank's memory in the file (default on the cpu backend: host memory / ranks a node)", 0, -1},
+        {"--cache-mb", CLI_DOUBLE, &o.cache_mb, "MB",
+         "the cache a rank's ops share, in MiB (default: on the cpu backend a core's L2; with --backend sim the "
+         "modelled GPU's; none on cuda): the hot kernel classes are fitted from the cases that fit half of it",
+         0, -1},
         {"--name", CLI_STRING, &o.name, "NAME", "the topology's name in the file (default calibrated)", 0, -1},
         {"--topology", CLI_STRING, &o.topology, "NAME|FILE", "--backend sim: the modelled cluster (default dgx-h100)",
          0, -1},
