@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The cuda backend on one GPU, in one script (under 8 minutes on an H100/H200):
+# The cuda backend on one GPU, in one script (steps 1-4 took under 8 minutes on an H100/H200; 4b is not timed yet):
 #   bench/gpu.sh [BUILD_DIR]   (default build/gpu; needs nvcc, cuBLAS and a GPU)
 #   bench/gpu.sh --build-only [BUILD_DIR]   step 1 alone, no GPU needed (CI runs it wherever nvcc is)
 # 1. builds usp with the cuda backend (Release, sm_90 unless CMAKE_CUDA_ARCHITECTURES is set), and
@@ -20,6 +20,10 @@
 #    bench/gpu --peer: cuBLAS fp32/bf16 TFLOP/s, flash attention forward/backward TFLOP/s (bf16,
 #    causal, head_dim 128, N 16384 and 65536) beside the GEMM, llama-1b at N 8192 and 32768:
 #    tokens/s, MFU, seconds to step 1; each beside PyTorch's figure as a ratio.
+# 4b. the calibration loop on the one GPU (issue 28): usp calibrate --backend nccl (every kernel class over
+#    shapes, cold and hot, the cache the GPU's L2), then tiny at 16384 tokens, gpt2-124m at 1024 x 8 and
+#    llama-1b at 8192 (bf16), 6 steps each traced, each usp plan --compare --compare-steps 5 against the
+#    file (the goal: step within 15%, each compute phase within 25%);
 # With more than one GPU (issue 13), also:
 # 5. usp train --backend nccl --gpus N (usp starts its N processes under mpirun) on the passkey
 #    task against the simulator's losses on the same mesh (fp32: within 1e-3 of each), a Ulysses,
@@ -84,6 +88,19 @@ if python3 bench/gpu_peer.py --out "$build/peer.json"; then
     peer=(--peer "$build/peer.json")
 fi
 "$build/bench/gpu" "${peer[@]}"
+echo "== 4b. usp calibrate on the one GPU, then predicted against measured (issue 28)"
+one=$(mktemp -d)
+"$build/tools/usp" calibrate --backend nccl --world 1 --out "$one/one.json" >"$one/cal.txt"
+sed -n '/^kernel classes/,$p' "$one/cal.txt"
+for run in "tiny 16384 1" "gpt2-124m 1024 8" "llama-1b 8192 1 --dtype bf16 --tiled-loss"; do
+    set -- $run
+    "$build/tools/usp" train --backend nccl --gpus 1 --model "$1" --seq "$2" --batch "$3" "${@:4}" --steps 6 \
+        --eval-samples 0 --trace "$one/run.json" >/dev/null
+    echo "-- $run"
+    "$build/tools/usp" plan --compare "$one/run.json" --topology "$one/one.json" --compare-steps 5 |
+        sed -n '/^  phase/,/^  step/p; /^  collective/,$p'
+done
+rm -rf "$one"
 if (( gpus > 1 )); then
     usp=$build/tools/usp
     work=$(mktemp -d)

@@ -69,6 +69,9 @@ typedef struct usp_backend_i {
     /* (optional) Checks and records what a call outside the slots reads and writes in the stream's
      * order (usp_backend_note_access). NULL: nothing is checked. */
     usp_status (*note_access)(void *ctx, usp_stream_t *stream, const char *what, const usp_access *a, int n);
+    /* (optional) Bytes of the cache the backend's ops share (a CPU core's L2, a GPU's L2): what a model of
+     * which operands an op finds in cache needs (sim/cache_model.h). NULL or 0: not known. */
+    size_t (*cache_bytes)(void *ctx);
     /* (optional) Runs fn(arg) on the host in the stream's order; NULL: the wrapper calls it at once. */
     usp_status (*launch_host_func)(void *ctx, usp_stream_t *stream, void (*fn)(void *arg), void *arg);
     /* Batched row-major GEMM; a, b, c are g's operands (g->a, g->b, g->c), unread a and b when g->k = 0. */

@@ -220,6 +220,9 @@ typedef struct usp_access {
 usp_status usp_backend_note_access(usp_backend_t *be, usp_stream_t *stream, const char *what, const usp_access *a,
                                    int n);
 
+/* Bytes of the cache the backend's ops share (a CPU core's L2, a GPU's L2); 0 when it does not say. */
+size_t usp_backend_cache_bytes(const usp_backend_t *be);
+
 /* Counts one host wait a backend makes inside an op (an allocation that synchronises, a fallback):
  * usp_backend_host_waits then includes it. A no-op on a backend that completes every op at once. */
 void usp_backend_count_host_wait(usp_backend_t *be);

@@ -37,6 +37,11 @@ usp_status usp_backend_note_access(usp_backend_t *be, usp_stream_t *stream, cons
     return be->iface->note_access ? be->iface->note_access(be->context, stream, what, a, n) : USP_OK;
 }
 
+size_t usp_backend_cache_bytes(const usp_backend_t *be)
+{
+    return be->iface->cache_bytes ? be->iface->cache_bytes(be->context) : 0;
+}
+
 usp_status usp_backend_synchronize(usp_backend_t *be, usp_stream_t *stream)
 {
     usp_backend_count_host_wait(be);

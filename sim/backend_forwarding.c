@@ -61,6 +61,11 @@ static usp_status fwd_accumulate_2d(void *ctx, usp_view dst, size_t dst_stride, 
                                              rows, NULL);
 }
 
+static size_t fwd_cache_bytes(void *ctx)
+{
+    return TARGET(ctx)->iface->cache_bytes(TARGET(ctx)->ctx);
+}
+
 static size_t fwd_attention_workspace_bytes(void *ctx, const usp_attention_shape *s, int backward)
 {
     return TARGET(ctx)->iface->attention_workspace_bytes(TARGET(ctx)->ctx, s, backward);
@@ -248,6 +253,7 @@ void sim_forwarding_slots(const usp_backend_i *inner, usp_backend_i *out)
     out->convert = inner->convert ? fwd_convert : NULL;
     out->accumulate_2d = fwd_accumulate_2d;
     out->attention_workspace_bytes = fwd_attention_workspace_bytes;
+    out->cache_bytes = inner->cache_bytes ? fwd_cache_bytes : NULL;
     out->attention_forward = fwd_attention_forward;
     out->attention_backward = fwd_attention_backward;
     out->attention_merge = fwd_attention_merge;

@@ -26,7 +26,7 @@
     X(synchronize, NULL) X(stream_create, NULL)                                                                 \
     X(stream_destroy, NULL) X(event_create, NULL) X(event_destroy, NULL) X(event_record, NULL)                  \
     X(stream_wait_event, NULL) X(timing_event_create, NULL) X(event_elapsed, NULL) X(run_queued, NULL)          \
-    X(note_access, NULL) X(launch_host_func, NULL)                                                              \
+    X(note_access, NULL) X(cache_bytes, NULL) X(launch_host_func, NULL)                                         \
     X(gemm, "gemm")                                                                                             \
     X(copy_2d, "copy") X(convert, "convert") X(accumulate_2d, "accumulate") X(attention_workspace_bytes, NULL)                        \
     X(attention_forward, "attention_forward") X(attention_backward, "attention_backward")                       \

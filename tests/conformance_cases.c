@@ -163,6 +163,16 @@ static void run_op_timing(conformance_run *r, const void *params)
     usp_trace_destroy(trace); /* no op runs on the backend after this case: nothing records into it again */
 }
 
+/* usp_backend_cache_bytes: 0 (the backend does not say) or a cache's size, from 64 KiB (an L2 smaller than any
+ * CPU core's or GPU's of the last decade) to 1 TiB; the meta and lazy backends say what cpu's would. */
+static void run_cache_size(conformance_run *r, const void *params)
+{
+    (void)params;
+    size_t bytes = usp_backend_cache_bytes(r->be);
+    float *got = conformance_host_output(r, "0 or a cache's size", 1);
+    got[0] = bytes == 0 || (bytes >= ((size_t)64 << 10) && bytes <= ((size_t)1 << 40));
+}
+
 /* ---- gemm ----------------------------------------------------------------- */
 
 typedef struct gemm_params {
@@ -313,6 +323,7 @@ const conformance_case conformance_cases[] = {
     {"streams and events both ways, a host function", run_streams_and_events, NULL, STREAMS, 0, 0, 0},
     {"op timing: a span per op (host clock, or timing events)", run_op_timing, NULL,
      SLOT(timing_event_create) | SLOT(event_elapsed), 0, 0, 0},
+    {"cache size: none, or a cache's", run_cache_size, NULL, SLOT(cache_bytes), 0, 0, 0},
     {"gemm nn, batch 3, beta 0", run_gemm, &gemm_nn, SLOT(gemm), 1e-5, 0, 0},
     {"gemm nt, beta 2, padded rows", run_gemm, &gemm_nt, SLOT(gemm), 1e-5, 0, 0},
     {"gemm tn, beta -1", run_gemm, &gemm_tn, SLOT(gemm), 1e-5, 0, 0},

@@ -366,6 +366,7 @@ usp_status calibrate_rank(const usp_rank_ctx *ctx, void *arg)
     if (s == USP_OK && ctx->rank == 0) {
         run->nodes = nodes, run->gpus_per_node = per_node;
         snprintf(run->backend, sizeof run->backend, "%s", usp_backend_name(ctx->backend));
+        run->cache_bytes = (double)usp_backend_cache_bytes(ctx->backend);
     }
     if (s == USP_OK)
         s = sweep(ctx, run, node_of, nodes, per_node, &rec);

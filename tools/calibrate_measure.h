@@ -65,6 +65,7 @@ typedef struct calibrate_run {
     size_t bytes[CAL_LEVELS][CAL_OPS][CALIBRATE_SIZES_MAX]; /* bytes a rank sent (the size, rounded to elements) */
     int gemm_n, attention_tokens, attention_heads, attention_head_dim;
     char backend[16];
+    double cache_bytes;                                  /* what the backend says its ops share (0: nothing) */
     const char *point_op[CALIBRATE_POINTS_MAX]; /* the op of each point of the sweep */
     usp_dtype point_dtype[CALIBRATE_POINTS_MAX]; /* and the dtype it ran in */
 } calibrate_run;

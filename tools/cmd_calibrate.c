@@ -241,20 +241,21 @@ typedef struct calibrate_result {
     const char *memory_from, *cache_from;
 } calibrate_result;
 
-/* The cache a rank's ops share (sim/cache_model.h): --cache-mb, the modelled GPU's, a CPU core's L2, or none. */
+/* The cache a rank's ops share (sim/cache_model.h): --cache-mb, the modelled GPU's, the backend's (a CPU core's
+ * L2, a GPU's L2), or none. */
 static double cache_bytes(const calibrate_options *o, const calibrate_run *run, int world, const char **from)
 {
     sim_topology modelled;
-    long l2 = sysconf(_SC_LEVEL2_CACHE_SIZE);
     double bytes = 0;
     *from = "not known: no hot class, give --cache-mb";
     if (o->cache_mb > 0)
         bytes = o->cache_mb * (1 << 20), *from = "--cache-mb";
     else if (strcmp(o->backend, "sim") == 0 &&
              sim_topology_for_world(o->topology, o->nodes, world, &modelled) == USP_OK)
-        bytes = modelled.gpu.cache_bytes, *from = "the modelled GPU's";
-    else if (strcmp(run->backend, "cpu") == 0 && l2 > 0)
-        bytes = (double)l2, *from = "a core's L2";
+        bytes = modelled.gpu.cache_bytes,
+        *from = bytes > 0 ? "the modelled GPU's" : "the modelled GPU has no cache_mb: no hot class";
+    else if (run->cache_bytes > 0)
+        bytes = run->cache_bytes, *from = strcmp(run->backend, "cpu") == 0 ? "a core's L2" : "the GPU's L2";
     return bytes;
 }
 
@@ -508,8 +509,9 @@ int cmd_calibrate(int argc, char **argv)
         {"--memory-gb", CLI_DOUBLE, &o.memory_gb, "GB",
          "a rank's memory in the file (default on the cpu backend: host memory / ranks a node)", 0, -1},
         {"--cache-mb", CLI_DOUBLE, &o.cache_mb, "MB",
-         "the cache a rank's ops share, in MiB (default: on the cpu backend a core's L2; with --backend sim the "
-         "modelled GPU's; none on cuda): the hot kernel classes are fitted from the cases that fit half of it",
+         "the cache a rank's ops share, in MiB (default: what the backend says, a CPU core's L2 or the GPU's L2; "
+         "with --backend sim the modelled GPU's): the hot kernel classes are fitted from the cases that fit half "
+         "of it",
          0, -1},
         {"--name", CLI_STRING, &o.name, "NAME", "the topology's name in the file (default calibrated)", 0, -1},
         {"--topology", CLI_STRING, &o.topology, "NAME|FILE", "--backend sim: the modelled cluster (default dgx-h100)",

@@ -312,6 +312,14 @@ static usp_status cpu_attention_merge(void *ctx, usp_view o_v, usp_view lse_v, u
     return USP_OK;
 }
 
+/* A core's L2 (glibc reads it from the CPU): the cache one rank's ops have to themselves. */
+static size_t cpu_cache_bytes(void *ctx)
+{
+    (void)ctx;
+    long l2 = sysconf(_SC_LEVEL2_CACHE_SIZE);
+    return l2 > 0 ? (size_t)l2 : 0;
+}
+
 /* The fp32 kernels; the backend's table is this one with bf16 operands widened (cpu_widen.h). */
 static const usp_backend_i cpu_fp32_iface = {
     .api_version = USP_BACKEND_API_VERSION,
@@ -322,6 +330,7 @@ static const usp_backend_i cpu_fp32_iface = {
     .copy = cpu_copy,
     .zero = cpu_zero,
     .synchronize = NULL,
+    .cache_bytes = cpu_cache_bytes,
     .gemm = cpu_gemm,
     .copy_2d = cpu_copy_2d,
     .accumulate_2d = cpu_accumulate_2d,

@@ -428,6 +428,15 @@ static usp_status cuda_bias_backward_slot(void *ctx, usp_view dbias, usp_view do
     return cuda_bias_backward(ARR(dbias), ARR(dout), n, C, STREAM(stream));
 }
 
+/* The GPU's L2, which every SM's loads and stores go through. */
+static size_t cuda_cache_bytes(void *ctx)
+{
+    cuda_ctx *c = ctx;
+    int bytes = 0;
+    return cudaDeviceGetAttribute(&bytes, cudaDevAttrL2CacheSize, c->device) == cudaSuccess && bytes > 0 ? (size_t)bytes
+                                                                                                        : 0;
+}
+
 /* ---- the context ------------------------------------------------------------------------ */
 
 static void cuda_destroy(void *ctx)
@@ -483,6 +492,7 @@ static const usp_backend_i cuda_backend_iface = {
     .accumulate_2d = cuda_accumulate,
     .convert = cuda_convert_slot,
     .attention_workspace_bytes = cuda_attention_workspace,
+    .cache_bytes = cuda_cache_bytes,
     .attention_forward = cuda_attention_forward_slot,
     .attention_backward = cuda_attention_backward_slot,
     .attention_merge = cuda_attention_merge_slot,

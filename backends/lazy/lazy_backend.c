@@ -443,6 +443,7 @@ static usp_status lazy_note_access(void *ctx, usp_stream_t *s, const char *what,
     return lazy_device_check(ctx, s, what, a, n);
 }
 static void lazy_destroy(void *ctx) { lazy_device_destroy(ctx); }
+static size_t lazy_cache_bytes(void *ctx) { return CPU->cache_bytes(ctx); } /* the cpu kernels' cache */
 
 static const usp_backend_i lazy_backend_iface = {
     .api_version = USP_BACKEND_API_VERSION,
@@ -463,6 +464,7 @@ static const usp_backend_i lazy_backend_iface = {
     .launch_host_func = lazy_launch_host_func,
     .run_queued = lazy_run_queued,
     .note_access = lazy_note_access,
+    .cache_bytes = lazy_cache_bytes,
     .gemm = lazy_gemm,
     .copy_2d = lazy_copy_2d,
     .convert = lazy_convert,
