@@ -1,12 +1,14 @@
-/* sim/cache_model.h: closed forms of the LRU stack model, and random ops in a small address space against
- * the model kept byte by byte (each byte's last touch; held when fewer than `capacity` bytes were touched
- * after it), which it must match exactly. */
+/* sim/cache_model.h: closed forms of the LRU stack model, random ops in a small address space against the
+ * model kept byte by byte (each byte's last touch; held when fewer than `capacity` bytes were touched after
+ * it), which it must match exactly, and a planned step priced by hot and cold kernel classes through it. */
 #include <check.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "check_main.h"
+#include "core/train/train.h"
+#include "plan/plan.h"
 #include "sim/cache_model.h"
 
 static char space[4096]; /* the addresses the ranges point into */
@@ -91,12 +93,51 @@ START_TEST(matches_the_byte_by_byte_model)
 }
 END_TEST
 
+/* The compute time of one tiny step on dgx-h100 whose GPU prices every op by "*": cold at 2 us + 100 ps a byte,
+ * hot at a quarter of that, with a cache of `cache_mb` (0: none). */
+static double compute_with_cache(double cache_mb)
+{
+    usp_train_config c;
+    usp_train_defaults(&c);
+    ck_assert_int_eq(usp_model_config_preset("tiny", &c.model), USP_OK);
+    ck_assert_int_eq(usp_mesh_shape_make(2, 2, 1, &c.shape), USP_OK);
+    c.data = "passkey", c.seq_len = 1024, c.batch = 1, c.steps = 1;
+    sim_cost_model m = {.dtype = USP_BF16};
+    ck_assert(sim_topology_preset("dgx-h100", 1, &m.topology));
+    sim_kernel_fit cold = {.op = "*", .call_s = 2e-6, .n_table = 1, .table_bytes = {1e3},
+                           .table_per_work_s = {100e-12}}, hot = cold;
+    hot.hot = 1, hot.call_s /= 4, hot.table_per_work_s[0] /= 4;
+    ck_assert_int_eq(sim_kernel_model_add(&m.topology.gpu.kernels, &cold), USP_OK);
+    ck_assert_int_eq(sim_kernel_model_add(&m.topology.gpu.kernels, &hot), USP_OK);
+    m.topology.gpu.cache_bytes = cache_mb * (1 << 20);
+    plan_result r;
+    ck_assert_int_eq(plan_run(&c, &m, NULL, &r), USP_OK);
+    double t = r.compute_time_s;
+    plan_result_free(&r);
+    return t;
+}
+
+/* A rank's cache model (sim/cache_model.h) makes the ops whose operands it holds cheaper: a larger cache
+ * holds more, none holds nothing, one far larger than the step holds all but what is touched first; the
+ * same plan twice gives the same time. */
+START_TEST(a_cache_model_prices_held_operands_hot)
+{
+    double none = compute_with_cache(0), small = compute_with_cache(0.25), large = compute_with_cache(1);
+    double all = compute_with_cache(1e5);
+    ck_assert_msg(all < large && large < small && small < none, "compute %g s (no cache), %g, %g, %g (1e5 MiB)",
+                  none, small, large, all);
+    ck_assert(all > none / 4); /* first touches (the weights' first read, fresh buffers) stay cold */
+    ck_assert(compute_with_cache(0.25) == small);
+}
+END_TEST
+
 static Suite *cache_model_suite(void)
 {
     Suite *s = suite_create("cache_model");
     TCase *t = tcase_create("core");
     tcase_add_test(t, closed_forms);
     tcase_add_test(t, matches_the_byte_by_byte_model);
+    tcase_add_test(t, a_cache_model_prices_held_operands_hot);
     suite_add_tcase(s, t);
     return s;
 }

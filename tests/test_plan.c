@@ -160,39 +160,6 @@ START_TEST(llama_7b_at_a_million_tokens_matches_the_closed_form)
 }
 END_TEST
 
-/* The compute time of one tiny step on dgx-h100 whose GPU prices every op by "*": cold at 2 us + 100 ps a byte,
- * hot at a quarter of that, with a cache of `cache_mb` (0: none). */
-static double compute_with_cache(double cache_mb)
-{
-    usp_train_config c = config_of("tiny", 2, 2, 1, 1024, 1);
-    sim_cost_model m = cluster("dgx-h100", 1);
-    sim_kernel_fit cold = {.op = "*", .call_s = 2e-6, .n_table = 1, .table_bytes = {1e3},
-                           .table_per_work_s = {100e-12}}, hot = cold;
-    hot.hot = 1, hot.call_s /= 4, hot.table_per_work_s[0] /= 4;
-    ck_assert_int_eq(sim_kernel_model_add(&m.topology.gpu.kernels, &cold), USP_OK);
-    ck_assert_int_eq(sim_kernel_model_add(&m.topology.gpu.kernels, &hot), USP_OK);
-    m.topology.gpu.cache_bytes = cache_mb * (1 << 20);
-    plan_result r;
-    ck_assert_int_eq(plan_run(&c, &m, NULL, &r), USP_OK);
-    double t = r.compute_time_s;
-    plan_result_free(&r);
-    return t;
-}
-
-/* A rank's cache model (sim/cache_model.h) makes the ops whose operands it holds cheaper: a larger cache
- * holds more, none holds nothing, one far larger than the step holds all but what is touched first; the
- * same plan twice gives the same time. */
-START_TEST(a_cache_model_prices_held_operands_hot)
-{
-    double none = compute_with_cache(0), small = compute_with_cache(0.25), large = compute_with_cache(1);
-    double all = compute_with_cache(1e5);
-    ck_assert_msg(all < large && large < small && small < none, "compute %g s (no cache), %g, %g, %g (1e5 MiB)",
-                  none, small, large, all);
-    ck_assert(all > none / 4); /* first touches (the weights' first read, fresh buffers) stay cold */
-    ck_assert(compute_with_cache(0.25) == small);
-}
-END_TEST
-
 /* Qwen3-4B's shapes (tests/validation/qwen3-4b.json, as a llama config): attention 32 x 128 = 4096 wide
  * on d_model 2560, so the q and o GEMMs are H D C each, not C^2: the forward is the closed form. */
 START_TEST(a_model_with_its_own_head_width_matches_the_closed_form)
@@ -617,7 +584,6 @@ int main(void)
     tcase_add_test(t, a_step_that_does_not_fit_gets_the_options_that_make_it_fit);
     tcase_add_test(t, the_fit_search_tries_other_splits_of_the_same_gpus_before_more_gpus);
     tcase_add_test(t, llama_7b_at_a_million_tokens_matches_the_closed_form);
-    tcase_add_test(t, a_cache_model_prices_held_operands_hot);
     tcase_add_test(t, a_model_with_its_own_head_width_matches_the_closed_form);
     suite_add_tcase(s, t);
     return check_main_run(s);
