@@ -21,13 +21,20 @@ double sim_collective_key(size_t entries, const int *src, const int *dst, const 
     return most;
 }
 
+const sim_collective_table *sim_collective_find_in(const sim_collective_tables *t, usp_comm_kind kind, int ranks,
+                                                   int spans_nodes, int hot)
+{
+    for (int i = 0; i < t->n; i++)
+        if (t->tables[i].kind == kind && t->tables[i].ranks == ranks && t->tables[i].spans_nodes == spans_nodes &&
+            t->tables[i].hot == hot)
+            return &t->tables[i];
+    return NULL;
+}
+
 const sim_collective_table *sim_collective_find(const sim_collective_tables *t, usp_comm_kind kind, int ranks,
                                                 int spans_nodes)
 {
-    for (int i = 0; i < t->n; i++)
-        if (t->tables[i].kind == kind && t->tables[i].ranks == ranks && t->tables[i].spans_nodes == spans_nodes)
-            return &t->tables[i];
-    return NULL;
+    return sim_collective_find_in(t, kind, ranks, spans_nodes, 0);
 }
 
 double sim_collective_seconds(const sim_collective_table *t, double bytes)
@@ -44,10 +51,19 @@ double sim_collective_seconds(const sim_collective_table *t, double bytes)
     return y[j] * pow(y[j + 1] / y[j], frac);
 }
 
+double sim_collective_seconds_held(const sim_collective_table *cold, const sim_collective_table *hot, double bytes,
+                                   double held)
+{
+    double t = sim_collective_seconds(cold, bytes);
+    if (!hot || !(held > 0) || bytes > hot->bytes[hot->n - 1])
+        return t;
+    return held * sim_collective_seconds(hot, bytes) + (1 - held) * t;
+}
+
 usp_status sim_collective_add(sim_collective_tables *t, const sim_collective_table *table)
 {
-    if (sim_collective_find(t, table->kind, table->ranks, table->spans_nodes))
-        return usp_error(USP_ERR_CONFIG, "a table of %s over %d ranks (%s) given twice",
+    if (sim_collective_find_in(t, table->kind, table->ranks, table->spans_nodes, table->hot))
+        return usp_error(USP_ERR_CONFIG, "a %s table of %s over %d ranks (%s) given twice", table->hot ? "hot" : "cold",
                          usp_comm_kind_name(table->kind), table->ranks, table->spans_nodes ? "across nodes" : "in a node");
     if (t->n == SIM_COLLECTIVE_TABLES_MAX)
         return usp_error(USP_ERR_CONFIG, "more than %d collective tables", SIM_COLLECTIVE_TABLES_MAX);
@@ -67,6 +83,8 @@ json_t *sim_collective_tables_to_json(const sim_collective_tables *t)
         }
         json_t *o = json_pack("{s:s, s:i, s:b, s:o, s:o}", "op", usp_comm_kind_name(c->kind), "ranks", c->ranks,
                               "spans_nodes", c->spans_nodes, "bytes", bytes, "us", us);
+        if (o && c->hot) /* absent: cold, as in files written before tables had a cache state */
+            json_object_set_new(o, "cache", json_string("hot"));
         if (!o || json_array_append_new(a, o) != 0)
             json_decref(a), a = NULL;
     }
@@ -75,7 +93,7 @@ json_t *sim_collective_tables_to_json(const sim_collective_tables *t)
 
 static usp_status read_table(const json_t *o, const char *where, size_t i, sim_collective_table *c)
 {
-    static const char *const known[] = {"op", "ranks", "spans_nodes", "bytes", "us", NULL};
+    static const char *const known[] = {"op", "ranks", "spans_nodes", "cache", "bytes", "us", NULL};
     char prefix[64];
     snprintf(prefix, sizeof prefix, "collectives[%zu].", i);
     sim_json_at at = {where, prefix};
@@ -92,6 +110,12 @@ static usp_status read_table(const json_t *o, const char *where, size_t i, sim_c
     else
         return usp_error(USP_ERR_CONFIG, "%s: field '%sop' must be \"all_to_all\" or \"all_reduce\"", where, prefix);
     USP_CHECK(sim_json_int(o, at, "ranks", 1, 2, 1 << 20, "the group's ranks", &c->ranks));
+    const json_t *cache = json_object_get(o, "cache");
+    const char *cache_name = json_string_value(cache);
+    if (cache && (!cache_name || (strcmp(cache_name, "cold") != 0 && strcmp(cache_name, "hot") != 0)))
+        return usp_error(USP_ERR_CONFIG, "%s: field '%scache' must be \"cold\" (after a flush) or \"hot\" (the call "
+                         "again at once; absent: cold), not %s", where, prefix, cache_name ? cache_name : sim_json_kind(cache));
+    c->hot = cache_name && strcmp(cache_name, "hot") == 0;
     const json_t *spans = json_object_get(o, "spans_nodes"), *bytes = json_object_get(o, "bytes"),
                  *us = json_object_get(o, "us");
     size_t n = json_array_size(bytes);

@@ -365,8 +365,11 @@ usp_status sim_cost_collective_traffic(const sim_cost_model *m, usp_comm_kind ki
     const sim_collective_table *measured =
         t->measured.n > 0 ? sim_collective_find(&t->measured, kind, n, spans_nodes) : NULL;
     if (measured) { /* a calibrated machine's own time for this call (sim/collective_table.h) */
-        *seconds = sim_collective_seconds(measured, sim_collective_key(traffic->n, traffic->src, traffic->dst,
-                                                                       traffic->bytes, n));
+        const sim_collective_table *hot =
+            traffic->held > 0 ? sim_collective_find_in(&t->measured, kind, n, spans_nodes, 1) : NULL;
+        *seconds = sim_collective_seconds_held(measured, hot, sim_collective_key(traffic->n, traffic->src,
+                                                                                 traffic->dst, traffic->bytes, n),
+                                               traffic->held);
         return USP_OK;
     }
     for (size_t k = 0; k < traffic->n; k++)

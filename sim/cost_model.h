@@ -101,6 +101,7 @@ typedef struct sim_traffic {
     size_t n;
     const int *src, *dst;
     const uint64_t *bytes;
+    double held; /* the fraction of the members' buffers their caches hold (sim/cache_model.h; 0: none) */
 } sim_traffic;
 
 /* sim_cost_collective_algo on the traffic list: the same price, in O(entries + n) steps. */

@@ -149,7 +149,7 @@ static usp_status complete_split(sim_world *w, sim_group *g)
  * The traffic is a list of the pairs that move bytes (usp_comm_op_peers): a ring
  * collective over n members is n entries, where an n x n matrix was 128 MB and
  * n^2 steps at every world collective of W = 4096. */
-static usp_status price_collective(sim_world *w, sim_group *g, double *seconds)
+static usp_status price_collective(sim_world *w, sim_group *g, double held, double *seconds)
 {
     size_t n = (size_t)g->size;
     usp_comm_kind kind = g->posted[0]->kind;
@@ -169,7 +169,7 @@ static usp_status price_collective(sim_world *w, sim_group *g, double *seconds)
         entries += (size_t)k;
     }
     w->traffic_entries += entries;
-    sim_traffic t = {.n = entries, .src = src, .dst = dst, .bytes = bytes};
+    sim_traffic t = {.n = entries, .src = src, .dst = dst, .bytes = bytes, .held = held};
     usp_status s = sim_cost_collective_traffic(&w->config.cost, kind, g->size, g->members, &t, SIM_ALGO_AUTO,
                                                seconds, NULL);
     if (bytes != bytes_stack)
@@ -186,21 +186,30 @@ static usp_status collective_seconds(sim_world *w, sim_group *g, double *seconds
 {
     const usp_comm_op *op = g->posted[0];
     sim_group_price key = {.kind = op->kind, .dtype = op->dtype, .count = op->count, .root = op->root};
-    int cacheable = op->kind != USP_OP_ALL_TO_ALL_V;
-    for (int i = 0; cacheable && i < g->n_prices; i++) {
+    int cacheable = op->kind != USP_OP_ALL_TO_ALL_V, found = 0, modelled = w->ranks[g->members[0]].cache != NULL;
+    for (int i = 0; cacheable && i < g->n_prices && !found; i++) {
         const sim_group_price *p = &g->prices[i];
-        if (p->kind == key.kind && p->dtype == key.dtype && p->count == key.count && p->root == key.root) {
-            *seconds = p->seconds;
-            return USP_OK;
-        }
+        if (p->kind == key.kind && p->dtype == key.dtype && p->count == key.count && p->root == key.root)
+            key = *p, found = 1;
     }
-    USP_CHECK(price_collective(w, g, seconds));
-    if (cacheable) {
-        key.seconds = *seconds;
+    if (!found) { /* the price is linear in the fraction held: its ends, priced once */
+        USP_CHECK(price_collective(w, g, 0, &key.seconds));
+        key.hot_seconds = key.seconds;
+        if (modelled)
+            USP_CHECK(price_collective(w, g, 1, &key.hot_seconds));
+    }
+    if (!found && cacheable) {
         g->prices[g->next_price] = key;
         g->next_price = (g->next_price + 1) % SIM_GROUP_PRICES;
         g->n_prices += g->n_prices < SIM_GROUP_PRICES;
     }
+    double held = 0; /* the mean over the members that ran (a parked mirror's rank stands for it: sim/mirrors.c) */
+    int ran = 0;
+    for (int i = 0; modelled && i < g->size; i++)
+        if (w->ranks[g->members[i]].state != RANK_PARKED)
+            held += w->ranks[g->members[i]].call_held, ran++;
+    held = ran > 0 ? held / ran : 0;
+    *seconds = held * key.hot_seconds + (1 - held) * key.seconds;
     return USP_OK;
 }
 
@@ -401,13 +410,13 @@ static usp_status note_access(sim_rank *r, const sim_comm *sc, const usp_comm_op
     return usp_backend_note_access(r->backend, op->stream, usp_comm_kind_name(op->kind), a, 2);
 }
 
-/* The call's buffers, as its rank's cache model sees them. */
-static void touch_cache(sim_rank *r, const sim_comm *sc, const usp_comm_op *op)
+/* The call's buffers, as its rank's cache model sees them: the fraction it held, then they are the most recent. */
+static double touch_cache(sim_rank *r, const sim_comm *sc, const usp_comm_op *op)
 {
     size_t send, recv;
     sim_buffer_extents(op, sc->local, sc->group->size, &send, &recv);
     const usp_range touched[2] = {{op->send, op->send ? send : 0}, {op->recv, op->recv ? recv : 0}};
-    (void)sim_cache_touch(r->cache, touched, 2);
+    return sim_cache_touch(r->cache, touched, 2);
 }
 
 /* Posts the call and yields until it is complete or the run is aborted. */
@@ -425,7 +434,7 @@ static usp_status post_and_wait(sim_comm *sc, usp_comm_op *op)
         USP_CHECK(note_access(r, sc, op));
     }
     if (op->kind != USP_OP_SPLIT && r->cache) /* the call reads its send buffer and writes its recv buffer */
-        touch_cache(r, sc, op);
+        r->call_held = touch_cache(r, sc, op);
     op->issued_on = sc->handle;
     op->t_post = *sim_lane_clock(r, sim_stream_lane(r, op->stream));
     r->op = op;

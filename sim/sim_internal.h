@@ -20,7 +20,8 @@ typedef struct sim_group_price {
     usp_dtype dtype;
     size_t count;
     int root;
-    double seconds;
+    double seconds;     /* with nothing in the members' caches */
+    double hot_seconds; /* with all of their buffers there (the same without hot tables or a cache model) */
 } sim_group_price;
 
 #define SIM_GROUP_PRICES 4
@@ -85,6 +86,7 @@ typedef struct sim_rank {
     int mute_costs;          /* 1 while sim/staged_move.c copies: the simulator's copies, not the cluster's, move no clock */
     struct sim_cache *cache; /* what its ops' operands find in cache (sim/cache_model.h); NULL: not modelled (a GPU
                                 without hot kernel classes or a cache size) */
+    double call_held;        /* the fraction of its last call's buffers the cache held at the post */
     struct sim_sched_log *sched; /* what the rank enqueued, for exploration (sim/schedule_log.h); NULL: not logged */
 
     sim_comm **comms;        /* the rank's live handles (the world frees those a rank left open) */

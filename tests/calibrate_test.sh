@@ -68,8 +68,9 @@ else
         "$(diff fixed1.json fixed2.json | head -20; tail -5 fixed1.txt fixed2.txt)"
 fi
 
-# The same with hot classes that are not the cold ones (each at half their cost): the simulator prices its hot
-# runs by them only where its cache model holds the operands, so the file comes back only if that model works.
+# The same with hot classes and hot collective tables that are not the cold ones (each at half their cost): the
+# simulator prices its hot runs by them only where its cache model holds the operands and buffers, so the file
+# comes back only if that model works.
 python3 -c "
 import json
 t = json.load(open('fixed1.json'))
@@ -81,6 +82,10 @@ for k in t['gpu']['kernels']:
         for f in ('ps_per_flop', 'ps_per_byte'):
             if f in k['table']:
                 k['table'][f] = [float('%.6g' % (x / 2)) for x in k['table'][f]]
+for c in t['collectives']:
+    if c.get('cache') == 'hot':
+        c['us'] = [float('%.6g' % (x / 2)) for x in c['us']]
+assert any(c.get('cache') == 'hot' for c in t['collectives'])
 json.dump(t, open('hot1.json', 'w'), indent=2)
 "
 timeout 120 "$usp" calibrate --backend sim --topology hot1.json --world 4 --gpus-per-node 2 --out hot2.json \
@@ -89,7 +94,10 @@ rc=$?
 verdict=$(python3 -c "
 import json
 a, b = (json.load(open(f))['gpu']['kernels'] for f in ('hot1.json', 'hot2.json'))
-print('ok' if a == b else 'differ: ' + str([(x['op'], x.get('cache'), x.get('dtype')) for x, y in zip(a, b) if x != y][:5]))
+c, d = (json.load(open(f))['collectives'] for f in ('hot1.json', 'hot2.json'))
+print('ok' if a == b and c == d else 'differ: ' + str([(x['op'], x.get('cache'), x.get('dtype')) for x, y in zip(a, b)
+                                                    if x != y][:5] + [(x['op'], x.get('cache')) for x, y in zip(c, d)
+                                                                      if x != y][:5]))
 " 2>&1)
 if [[ $rc -eq 0 && $verdict == ok ]]; then
     ok

@@ -245,6 +245,49 @@ START_TEST(a_collective_table_interpolates_in_log_and_prices_its_calls)
 }
 END_TEST
 
+/* A hot collective table prices the fraction of the members' buffers their caches hold, up to its largest size;
+ * beyond it, or with nothing held, the cold table alone; "cache" round-trips, a hot table twice is refused. */
+START_TEST(a_hot_collective_table_prices_what_the_caches_hold)
+{
+    sim_collective_table cold = {.kind = USP_OP_ALL_TO_ALL, .ranks = 2, .n = 2, .bytes = {1e3, 1e5},
+                                 .seconds = {4e-6, 40e-6}};
+    sim_collective_table hot = {.kind = USP_OP_ALL_TO_ALL, .ranks = 2, .hot = 1, .n = 1, .bytes = {1e3},
+                                .seconds = {1e-6}};
+    ck_assert_double_eq_tol(sim_collective_seconds_held(&cold, &hot, 1e3, 0.5), 2.5e-6, 1e-18);
+    ck_assert_double_eq_tol(sim_collective_seconds_held(&cold, &hot, 1e3, 0), 4e-6, 1e-18);
+    ck_assert_double_eq_tol(sim_collective_seconds_held(&cold, NULL, 1e3, 1), 4e-6, 1e-18);
+    /* past the hot table's largest size: the cold time */
+    ck_assert_double_eq_tol(sim_collective_seconds_held(&cold, &hot, 1e4, 1), sim_collective_seconds(&cold, 1e4),
+                            1e-18);
+    sim_topology t;
+    ck_assert_int_eq(sim_topology_from_name_or_file("dgx-h100", 1, &t), USP_OK);
+    ck_assert_int_eq(sim_collective_add(&t.measured, &cold), USP_OK);
+    ck_assert_int_eq(sim_collective_add(&t.measured, &hot), USP_OK); /* the same call, hot: not a repeat */
+    ck_assert_int_eq(sim_collective_add(&t.measured, &hot), USP_ERR_CONFIG);
+    ck_assert_ptr_eq(sim_collective_find(&t.measured, USP_OP_ALL_TO_ALL, 2, 0), &t.measured.tables[0]);
+    ck_assert_ptr_eq(sim_collective_find_in(&t.measured, USP_OP_ALL_TO_ALL, 2, 0, 1), &t.measured.tables[1]);
+    /* the cost model: each member sends 1e3 bytes to the other, their caches hold a quarter */
+    sim_cost_model m = sim_cost_model_make(&t, USP_F32);
+    int members[2] = {0, 1}, src[2] = {0, 1}, dst[2] = {1, 0};
+    uint64_t bytes[2] = {1000, 1000};
+    sim_traffic traffic = {.n = 2, .src = src, .dst = dst, .bytes = bytes, .held = 0.25};
+    double s;
+    ck_assert_int_eq(sim_cost_collective_traffic(&m, USP_OP_ALL_TO_ALL, 2, members, &traffic, SIM_ALGO_AUTO, &s, NULL),
+                     USP_OK);
+    ck_assert_double_eq_tol(s, 0.25 * 1e-6 + 0.75 * 4e-6, 1e-18);
+    json_t *j = sim_collective_tables_to_json(&t.measured);
+    sim_collective_tables back;
+    ck_assert_int_eq(sim_collective_tables_from_json(j, "test", &back), USP_OK);
+    ck_assert(back.n == 2 && !back.tables[0].hot && back.tables[1].hot);
+    ck_assert_ptr_null(json_object_get(json_array_get(j, 0), "cache")); /* cold: absent, as older files */
+    json_object_set_new(json_array_get(j, 1), "cache", json_string("warm"));
+    ck_assert_int_eq(sim_collective_tables_from_json(j, "test", &back), USP_ERR_CONFIG);
+    ck_assert_msg(strstr(usp_error_message(), "collectives[1].cache") && strstr(usp_error_message(), "warm"), "%s",
+                  usp_error_message());
+    json_decref(j);
+}
+END_TEST
+
 static Suite *kernel_model_suite(void)
 {
     Suite *s = suite_create("kernel_model");
@@ -257,6 +300,7 @@ static Suite *kernel_model_suite(void)
     tcase_add_test(t, a_calibrated_gpu_prices_its_ops_by_its_classes);
     tcase_add_test(t, hot_and_cold_classes_blend_by_the_fraction_held);
     tcase_add_test(t, a_collective_table_interpolates_in_log_and_prices_its_calls);
+    tcase_add_test(t, a_hot_collective_table_prices_what_the_caches_hold);
     suite_add_tcase(s, t);
     return s;
 }

@@ -14,7 +14,11 @@
 #define HOST_NAME_BYTES 64
 #define MIB ((size_t)1 << 20)
 #define ITERATIONS_MAX 50 /* calls a size, at most (iterations()) */
-#define STAGGER_BYTES ((size_t)16 << 20) /* zeroed by the last rank before each timed call (time_op) */
+#define STAGGER_BYTES ((size_t)16 << 20) /* zeroed by the last rank before each cold call (time_op) */
+#define FLUSH_BYTES ((size_t)128 << 20)  /* zeroed by every rank before each cold call, as before a cold kernel */
+#define COLD_ITERATIONS 5                /* cold calls a size, at most: each pays a flush */
+#define SPIN_SECONDS 1e-3                /* a hot call's stagger */
+#define SPIN_READS_MAX (1 << 16)         /* its clock reads, at most: the simulator's clock does not move */
 
 const char *calibrate_level_name(int level)
 {
@@ -131,28 +135,49 @@ static int by_value(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
-/* One warm-up call, then `iters` calls as a step meets them: after a barrier the group's last rank
- * first zeroes STAGGER_BYTES (about a millisecond on a CPU core), so its peers post and wait for it, and
- * it alone times its call, from its post (the last) to its completion with the backend synchronised:
- * the transfer, which is what `plan --compare` sets against the model (a call's time less its wait for
- * the last peer). Its peers report 0, so the slowest rank's figure is a last rank's. Timed in lockstep
- * instead, the calls ran 2-3 times faster than the same calls of a step on mpi (a 1 MiB all_to_all of 2
- * processes: 61 us, and 148-183 us where one peer had waited 2-10 ms). The median call: on a machine
- * shared with other work one call whose process lost its core takes a thousand times the others. */
-static usp_status time_op(const usp_rank_ctx *ctx, usp_comm_t *g, int op, size_t count, int iters, const float *send,
-                          float *recv, void *stagger, double *seconds)
+/* The last rank of a hot call is busy for SPIN_SECONDS without touching memory. */
+static void spin(const usp_rank_ctx *ctx)
+{
+    double t0 = clock_now(ctx);
+    for (int i = 0; i < SPIN_READS_MAX && clock_now(ctx) - t0 < SPIN_SECONDS; i++)
+        ;
+}
+
+/* The buffers of a timed call, the one that stays in cache and the ones that flush it. */
+typedef struct op_buffers {
+    const float *send;
+    float *recv;
+    void *stagger, *flush;
+} op_buffers;
+
+/* One warm-up call, then `iters` calls as a step meets them: after a barrier the group's last rank is busy
+ * first (cold: every rank has flushed its cache, and the last rank zeroes STAGGER_BYTES, about a millisecond
+ * on a CPU core; hot: it spins), so its peers post and wait for it, and it alone times its call, from its post
+ * (the last) to its completion with the backend synchronised: the transfer, which is what `plan --compare`
+ * sets against the model (a call's time less its wait for the last peer). Its peers report 0, so the slowest
+ * rank's figure is a last rank's. Timed in lockstep instead, the calls ran 2-3 times faster than the same
+ * calls of a step on mpi (a 1 MiB all_to_all of 2 processes: 61 us, and 148-183 us where one peer had waited
+ * 2-10 ms). The median call: on a machine shared with other work one call whose process lost its core takes a
+ * thousand times the others. */
+static usp_status time_op(const usp_rank_ctx *ctx, usp_comm_t *g, int op, size_t count, int iters, int hot,
+                          const op_buffers *b, double *seconds)
 {
     double took[ITERATIONS_MAX];
     iters = iters < ITERATIONS_MAX ? iters : ITERATIONS_MAX;
+    iters = hot || iters < COLD_ITERATIONS ? iters : COLD_ITERATIONS;
     const int last = usp_comm_rank(g) == usp_comm_size(g) - 1;
-    USP_CHECK(issue(ctx, g, op, send, recv, count)); /* warm-up: connections, first touch */
+    USP_CHECK(issue(ctx, g, op, b->send, b->recv, count)); /* warm-up: connections, first touch */
     for (int i = 0; i < iters; i++) {
+        if (!hot)
+            USP_CHECK(usp_buffer_zero(ctx->backend, b->flush, FLUSH_BYTES, ctx->stream));
         USP_CHECK(usp_comm_barrier(g, ctx->stream));
-        if (last)
-            USP_CHECK(usp_buffer_zero(ctx->backend, stagger, STAGGER_BYTES, ctx->stream));
+        if (last && !hot)
+            USP_CHECK(usp_buffer_zero(ctx->backend, b->stagger, STAGGER_BYTES, ctx->stream));
         USP_CHECK(usp_backend_synchronize(ctx->backend, ctx->stream));
+        if (last && hot)
+            spin(ctx);
         double t0 = clock_now(ctx);
-        USP_CHECK(issue(ctx, g, op, send, recv, count));
+        USP_CHECK(issue(ctx, g, op, b->send, b->recv, count));
         USP_CHECK(usp_backend_synchronize(ctx->backend, ctx->stream));
         took[i] = last ? clock_now(ctx) - t0 : 0.0;
     }
@@ -163,7 +188,7 @@ static usp_status time_op(const usp_rank_ctx *ctx, usp_comm_t *g, int op, size_t
 
 /* Every op at every size on group g (one of the level's groups; all of them run at once). */
 static usp_status sweep_level(const usp_rank_ctx *ctx, calibrate_run *run, int level, usp_comm_t *g,
-                              const float *send, float *recv, void *stagger, calibrate_record *rec)
+                              const op_buffers *b, calibrate_record *rec)
 {
     const calibrate_plan *p = run->plan;
     int n = usp_comm_size(g);
@@ -174,8 +199,10 @@ static usp_status sweep_level(const usp_rank_ctx *ctx, calibrate_run *run, int l
             size_t count = op_count(op, p->sizes[i], n);
             if (ctx->rank == 0)
                 run->bytes[level][op][i] = op_bytes(op, count, n);
-            USP_CHECK(time_op(ctx, g, op, count, iterations(p, p->sizes[i]), send, recv, stagger,
-                              &rec->seconds[level][op][i]));
+            USP_CHECK(time_op(ctx, g, op, count, iterations(p, p->sizes[i]), 0, b, &rec->seconds[level][op][i]));
+            if (op != CAL_OP_SENDRECV) /* the collective tables' ops */
+                USP_CHECK(time_op(ctx, g, op, count, iterations(p, p->sizes[i]), 1, b,
+                                  &rec->hot_seconds[level][op][i]));
         }
     return USP_OK;
 }
@@ -187,7 +214,7 @@ static usp_status sweep(const usp_rank_ctx *ctx, calibrate_run *run, const int *
     const calibrate_plan *p = run->plan;
     size_t largest = p->sizes[p->n_sizes - 1] + (size_t)ctx->world_size * sizeof(float);
     float *send = NULL, *recv = NULL;
-    void *stagger = NULL;
+    void *stagger = NULL, *flush = NULL;
     usp_comm_t *node = NULL, *network = NULL;
     usp_status s = usp_buffer_alloc(ctx->backend, largest, "calibrate", (void **)&send);
     if (s == USP_OK)
@@ -195,23 +222,27 @@ static usp_status sweep(const usp_rank_ctx *ctx, calibrate_run *run, const int *
     if (s == USP_OK)
         s = usp_buffer_alloc(ctx->backend, STAGGER_BYTES, "calibrate", &stagger);
     if (s == USP_OK)
+        s = usp_buffer_alloc(ctx->backend, FLUSH_BYTES, "calibrate (cache flush)", &flush);
+    if (s == USP_OK)
         s = usp_buffer_zero(ctx->backend, send, largest, ctx->stream);
+    const op_buffers b = {send, recv, stagger, flush};
     if (s == USP_OK && ctx->world_size > 1)
-        s = sweep_level(ctx, run, CAL_LEVEL_WORLD, ctx->world, send, recv, stagger, rec);
+        s = sweep_level(ctx, run, CAL_LEVEL_WORLD, ctx->world, &b, rec);
     if (s == USP_OK && nodes > 1 && per_node > 1) { /* one rank a node: the world is the network level */
         s = usp_comm_split(ctx->world, node_of[ctx->rank], ctx->rank, "node", &node);
         if (s == USP_OK)
             s = usp_comm_split(ctx->world, ctx->rank % per_node, ctx->rank, "network", &network);
         if (s == USP_OK)
-            s = sweep_level(ctx, run, CAL_LEVEL_NODE, node, send, recv, stagger, rec);
+            s = sweep_level(ctx, run, CAL_LEVEL_NODE, node, &b, rec);
         if (s == USP_OK)
-            s = sweep_level(ctx, run, CAL_LEVEL_NETWORK, network, send, recv, stagger, rec);
+            s = sweep_level(ctx, run, CAL_LEVEL_NETWORK, network, &b, rec);
     }
     usp_comm_destroy(node);
     usp_comm_destroy(network);
     usp_buffer_free(ctx->backend, send);
     usp_buffer_free(ctx->backend, recv);
     usp_buffer_free(ctx->backend, stagger);
+    usp_buffer_free(ctx->backend, flush);
     return s;
 }
 

@@ -12,13 +12,18 @@
  * --gpus-per-node; the model puts rank r on node r / gpus_per_node, so ranks
  * placed otherwise are refused with the launch option that fixes it.
  *
- * Timing, per call and size: one warm-up call, then `iters` calls, each
- * after a barrier and a stagger (the group's last rank zeroes 16 MiB while
- * its peers post and wait, as a step meets its collectives), timed by the
- * last rank alone from its post to the completion (the backend
- * synchronised): the transfer. The median call (nccl-tests takes the mean; on a machine
- * shared with other work the median is not one stalled call's). Each rank's figures are gathered to
- * rank 0 (usp_rank_gather), which takes the slowest rank's (a last rank's: the others report 0). */
+ * Timing, per call and size: one warm-up call, then calls each after a
+ * barrier and a stagger (the group's last rank is busy while its peers post
+ * and wait, as a step meets its collectives), timed by the last rank alone
+ * from its post to the completion (the backend synchronised): the transfer.
+ * Cold: every rank first zeroes 128 MiB (its buffers out of cache), then the
+ * last rank zeroes 16 MiB more as its stagger; up to 5 calls. Hot (all_to_all
+ * and all_reduce): the call again at once, the last rank's stagger a spin
+ * that touches no memory; up to 50 calls. The median call (nccl-tests takes
+ * the mean; on a machine shared with other work the median is not one
+ * stalled call's). Each rank's figures are gathered to rank 0
+ * (usp_rank_gather), which takes the slowest rank's (a last rank's: the
+ * others report 0). */
 #ifndef USP_TOOLS_CALIBRATE_MEASURE_H
 #define USP_TOOLS_CALIBRATE_MEASURE_H
 
@@ -47,7 +52,8 @@ typedef struct calibrate_plan {
 
 /* One rank's figures, gathered to rank 0. */
 typedef struct calibrate_record {
-    double seconds[CAL_LEVELS][CAL_OPS][CALIBRATE_SIZES_MAX]; /* a call's mean; 0: not measured */
+    double seconds[CAL_LEVELS][CAL_OPS][CALIBRATE_SIZES_MAX]; /* a call, cold; 0: not measured */
+    double hot_seconds[CAL_LEVELS][CAL_OPS][CALIBRATE_SIZES_MAX]; /* again at once, hot (no sendrecv); 0: none */
     double gemm_s, gemm_flops, attention_s, attention_flops, backward_s, backward_flops;
     double copy_s, copy_bytes;
     sim_kernel_point reference[3]; /* the gemm, attention forward and backward above: work and seconds */

@@ -136,14 +136,19 @@ static usp_status check_options(const calibrate_options *o, calibrate_plan *p)
 
 /* The slowest rank's time of each call, to the 6 digits of microseconds the file keeps of it (the fits take
  * what a reader of the file sees: calibrate --backend sim on the file then gives it back to the digit). */
-static double slowest(const calibrate_run *run, int world, int level, int op, int i)
+static double slowest_of(const calibrate_run *run, int world, int level, int op, int i, int hot)
 {
     double t = 0;
     for (int r = 0; r < world; r++)
-        t = fmax(t, run->records[r].seconds[level][op][i]);
+        t = fmax(t, (hot ? run->records[r].hot_seconds : run->records[r].seconds)[level][op][i]);
     char text[32];
     snprintf(text, sizeof text, "%.6g", t * 1e6);
     return strtod(text, NULL) * 1e-6;
+}
+
+static double slowest(const calibrate_run *run, int world, int level, int op, int i)
+{
+    return slowest_of(run, world, level, op, i, 0);
 }
 
 /* The key a collective table prices a call by (sim_collective_key: the most bytes a member sends to the
@@ -155,21 +160,26 @@ static double table_key(const calibrate_run *run, int level, int op, int i)
     return (double)(op == CAL_OP_ALL_TO_ALL ? (n - 1) * (b / n) : 2 * (n - 1) * b / n);
 }
 
-/* The measured all_to_all and all_reduce of every level as the topology's collective tables. */
-static usp_status measured_tables(const calibrate_run *run, int world, sim_collective_tables *out)
+/* The measured all_to_all and all_reduce of every level as the topology's collective tables: the cold ones,
+ * and with a cache (cache_bytes > 0) the hot ones, of the sizes whose send and receive buffers fit half of it
+ * (so that a call again at once finds them all held: sim/collective_table.h). */
+static usp_status measured_tables(const calibrate_run *run, int world, double cache_bytes, sim_collective_tables *out)
 {
     *out = (sim_collective_tables){0};
-    for (int level = 0; level < CAL_LEVELS; level++)
-        for (int op = CAL_OP_ALL_TO_ALL; run->level_ranks[level] > 1 && op <= CAL_OP_ALL_REDUCE; op++) {
-            sim_collective_table t = {.kind = op_kinds[op], .ranks = run->level_ranks[level], .n = run->plan->n_sizes,
-                                      .spans_nodes = level == CAL_LEVEL_NETWORK ||
-                                                     (level == CAL_LEVEL_WORLD && run->nodes > 1)};
-            for (int i = 0; i < t.n; i++)
-                t.bytes[i] = table_key(run, level, op, i), t.seconds[i] = slowest(run, world, level, op, i);
-            if (sim_collective_find(out, t.kind, t.ranks, t.spans_nodes))
-                continue; /* one node of one rank each: the world is the network level, measured once */
-            USP_CHECK(sim_collective_add(out, &t));
-        }
+    for (int hot = 0; hot <= (cache_bytes > 0); hot++)
+        for (int level = 0; level < CAL_LEVELS; level++)
+            for (int op = CAL_OP_ALL_TO_ALL; run->level_ranks[level] > 1 && op <= CAL_OP_ALL_REDUCE; op++) {
+                sim_collective_table t = {.kind = op_kinds[op], .ranks = run->level_ranks[level], .hot = hot,
+                                          .spans_nodes = level == CAL_LEVEL_NETWORK ||
+                                                         (level == CAL_LEVEL_WORLD && run->nodes > 1)};
+                for (int i = 0; i < run->plan->n_sizes; i++)
+                    if (!hot || 2.0 * (double)run->bytes[level][op][i] <= cache_bytes / 2)
+                        t.bytes[t.n] = table_key(run, level, op, i),
+                        t.seconds[t.n++] = slowest_of(run, world, level, op, i, hot);
+                if (t.n == 0 || sim_collective_find_in(out, t.kind, t.ranks, t.spans_nodes, hot))
+                    continue; /* one node of one rank each: the world is the network level, measured once */
+                USP_CHECK(sim_collective_add(out, &t));
+            }
     return USP_OK;
 }
 
@@ -276,7 +286,7 @@ static usp_status fit_all(const calibrate_options *o, const calibrate_run *run, 
     c->copy_bytes_per_s = RATE(run, world, copy_bytes, copy_s);
     c->cache_bytes = cache_bytes(o, run, world, &res->cache_from);
     USP_CHECK(calibrate_fit_kernels(run, world, c->cache_bytes, &c->kernels));
-    USP_CHECK(measured_tables(run, world, &c->measured));
+    USP_CHECK(measured_tables(run, world, c->cache_bytes, &c->measured));
     if (c->kernels.n > 0) /* the classes' rates at the short form's shapes: a function of the file, as the sim gives */
         reference_rates(run, c);
     sim_topology modelled;
@@ -332,13 +342,18 @@ static void print_table(const calibrate_run *run, int world, const sim_topology 
     printf("\n# %s on %s (%d ranks%s), busbw = algbw x %.3g\n", calibrate_op_name(op), calibrate_level_name(level), n,
            level == CAL_LEVEL_WORLD ? "" : level == CAL_LEVEL_NODE ? " of one node, every node at once"
                                                                     : ", one a node, every group at once", factor);
-    printf("#%12s %12s %6s %11s %12s %12s %11s %11s\n", "size(B)", "count", "type", "time(us)", "algbw(GB/s)",
-           "busbw(GB/s)", "model(us)", "links(us)");
+    printf("#%12s %12s %6s %11s %12s %12s %11s %11s %11s\n", "size(B)", "count", "type", "time(us)", "algbw(GB/s)",
+           "busbw(GB/s)", "model(us)", "links(us)", "hot(us)");
     for (int i = 0; i < run->plan->n_sizes; i++) {
         double b = (double)run->bytes[level][op][i], s = slowest(run, world, level, op, i);
-        printf(" %12zu %12zu %6s %11.2f %12.3f %12.3f %11.2f %11.2f\n", run->bytes[level][op][i],
+        double hot = slowest_of(run, world, level, op, i, 1);
+        printf(" %12zu %12zu %6s %11.2f %12.3f %12.3f %11.2f %11.2f", run->bytes[level][op][i],
                run->bytes[level][op][i] / sizeof(float), "float", s * 1e6, b / s / 1e9, b / s * factor / 1e9,
                modelled(t, run, level, op, i, 0) * 1e6, modelled(t, run, level, op, i, 1) * 1e6);
+        if (hot > 0)
+            printf(" %11.2f\n", hot * 1e6);
+        else
+            printf(" %11s\n", "-"); /* sendrecv: no table */
     }
 }
 
@@ -411,10 +426,11 @@ static json_t *report_json(const calibrate_options *o, const calibrate_run *run,
                 double b = (double)run->bytes[level][op][i], s = slowest(run, world, level, op, i);
                 double m = modelled(&res->topology, run, level, op, i, 0);
                 double l = modelled(&res->topology, run, level, op, i, 1);
-                json_array_append_new(rows, json_pack("{s:f, s:f, s:f, s:f, s:f, s:f}", "bytes", b, "time_us",
+                json_array_append_new(rows, json_pack("{s:f, s:f, s:f, s:f, s:f, s:f, s:f}", "bytes", b, "time_us",
                                                       s * 1e6, "algbw_gbs", b / s / 1e9, "busbw_gbs",
                                                       b / s * factor / 1e9, "model_us", isfinite(m) ? m * 1e6 : -1.0,
-                                                      "links_us", isfinite(l) ? l * 1e6 : -1.0));
+                                                      "links_us", isfinite(l) ? l * 1e6 : -1.0, "hot_time_us",
+                                                      slowest_of(run, world, level, op, i, 1) * 1e6));
             }
             json_array_append_new(tables, json_pack("{s:s, s:s, s:i, s:f, s:o}", "level", calibrate_level_name(level),
                                                     "op", calibrate_op_name(op), "ranks", n, "busbw_factor", factor,
