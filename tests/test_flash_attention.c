@@ -375,6 +375,45 @@ START_TEST(fully_masked_block_gives_zero_and_minus_inf)
 }
 END_TEST
 
+/* A softmax that spans 2^0 .. 2^-126 (key j's score 2j binary orders under key 0's, as a trained model's
+ * attention gets peaky): the backward makes no subnormal gradient (x86 computes them through a microcode
+ * assist, 100x slower), keys whose P is under 2^-64 get exactly zero gradients, and the rest still match the
+ * double reference. */
+START_TEST(a_peaky_softmax_makes_no_subnormal_gradient)
+{
+    problem p;
+    problem_init(&p, make_shape(1, 64, 64, 1, 1, 16, 0, 0, 0), 11);
+    const double c = 2.0 / (p.s.scale * 1.4426950408889634); /* scale x log2(e) x q.k_j = -2j */
+    for (int64_t i = 0; i < 64; i++)
+        for (int64_t d = 0; d < 16; d++)
+            p.q[i * 16 + d] = d == 0 ? 1.0f : 0.0f;
+    for (int64_t j = 0; j < 64; j++)
+        for (int64_t d = 0; d < 16; d++)
+            p.k[j * 16 + d] = d == 0 ? (float)(-c * (double)j) : 0.0f;
+    for (size_t i = 0; i < p.nq_el; i++)
+        p.d_o[i] *= 0.01f; /* small upstream gradients: products below 2^-126 without the floor */
+    problem_run(&p);
+    reference_run(&p);
+    size_t subnormal = 0;
+    for (size_t i = 0; i < p.nq_el; i++)
+        subnormal += fpclassify(p.dq[i]) == FP_SUBNORMAL;
+    for (size_t i = 0; i < p.nkv_el; i++)
+        subnormal += (fpclassify(p.dk[i]) == FP_SUBNORMAL) + (fpclassify(p.dv[i]) == FP_SUBNORMAL);
+    ck_assert_msg(subnormal == 0, "%zu subnormal gradients", subnormal);
+    for (int64_t j = 33; j < 64; j++) /* P = 2^-2j / Z < 2^-64 */
+        for (int64_t d = 0; d < 16; d++)
+            ck_assert_msg(p.dk[j * 16 + d] == 0.0f && p.dv[j * 16 + d] == 0.0f, "key %lld: dk %g dv %g", (long long)j,
+                          p.dk[j * 16 + d], p.dv[j * 16 + d]);
+    for (size_t i = 0; i < p.nkv_el; i++)
+        ck_assert_msg(fabs(p.dv[i] - p.rdv[i]) <= 1e-5 * (1 + fabs(p.rdv[i])), "dv[%zu] %g, reference %g", i,
+                      p.dv[i], p.rdv[i]);
+    for (size_t i = 0; i < p.nq_el; i++)
+        ck_assert_msg(fabs(p.dq[i] - p.rdq[i]) <= 1e-5 * (1 + fabs(p.rdq[i])), "dq[%zu] %g, reference %g", i,
+                      p.dq[i], p.rdq[i]);
+    problem_free(&p);
+}
+END_TEST
+
 /* ------------------------------------------------------------------------- */
 /* Determinism                                                                */
 
@@ -419,6 +458,7 @@ static Suite *flash_attention_suite(void)
                         (int)(sizeof ref_cases / sizeof ref_cases[0]));
     tcase_add_test(tc, blocks_merged_by_lse_equal_one_call);
     tcase_add_test(tc, fully_masked_block_gives_zero_and_minus_inf);
+    tcase_add_test(tc, a_peaky_softmax_makes_no_subnormal_gradient);
     tcase_add_test(tc, outputs_are_bitwise_equal_across_runs_and_thread_counts);
     suite_add_tcase(s, tc);
     return s;

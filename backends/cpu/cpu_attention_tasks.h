@@ -174,7 +174,7 @@ static void F(dq_task)(const cpu_attention_shape *s, const float *q, const float
                 for (int64_t i = 0; i < f; i++) srow[i] = -INFINITY;
             }
             for (int64_t i = 0; i < BQP; i += VW) {
-                const F(vec) p = F(vexp2)(F(vload)(srow + i) - F(vload)(lse2 + i));
+                const F(vec) p = F(vexp2_p)(F(vload)(srow + i) - F(vload)(lse2 + i));
                 F(vstore)(drow + i, sc * p * (F(vload)(drow + i) - F(vload)(delta + i)));
             }
         }
@@ -229,7 +229,7 @@ static void F(dkdv_task)(const cpu_attention_shape *s, const float *q, const flo
                 const int64_t nvis = cpu_attn_clamp64(cpu_attn_kv_visible_end(s, q0 + i) - k0, 0, bk);
                 const F(vec) lv = F(vsplat)(li), dv_ = F(vsplat)(di);
                 for (int64_t j = 0; j < nvis; j += VW) { /* whole vectors: the padding holds 0, then is reset */
-                    const F(vec) p = F(vexp2)(F(vload)(srow + j) - lv);
+                    const F(vec) p = F(vexp2_p)(F(vload)(srow + j) - lv);
                     F(vstore)(srow + j, p);
                     F(vstore)(drow + j, sc * p * (F(vload)(drow + j) - dv_));
                 }
