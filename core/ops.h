@@ -63,7 +63,6 @@ typedef struct usp_backend usp_backend_t;
 typedef struct usp_stream usp_stream_t; /* a backend queue; NULL is the default one */
 struct usp_trace;                       /* core/trace/trace.h */
 
-/* What an op costs, for the virtual clock. */
 /* A byte range an op touches, read or written. */
 typedef struct usp_range {
     const void *ptr;
@@ -72,6 +71,7 @@ typedef struct usp_range {
 
 #define USP_OP_OPERANDS_MAX 16 /* ranges a cost carries, at most: the most any op has is 10 (attention backward) */
 
+/* What an op costs, for the virtual clock. */
 typedef struct usp_op_cost {
     const char *op; /* "gemm", "copy", ... */
     double flops;

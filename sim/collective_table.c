@@ -110,12 +110,7 @@ static usp_status read_table(const json_t *o, const char *where, size_t i, sim_c
     else
         return usp_error(USP_ERR_CONFIG, "%s: field '%sop' must be \"all_to_all\" or \"all_reduce\"", where, prefix);
     USP_CHECK(sim_json_int(o, at, "ranks", 1, 2, 1 << 20, "the group's ranks", &c->ranks));
-    const json_t *cache = json_object_get(o, "cache");
-    const char *cache_name = json_string_value(cache);
-    if (cache && (!cache_name || (strcmp(cache_name, "cold") != 0 && strcmp(cache_name, "hot") != 0)))
-        return usp_error(USP_ERR_CONFIG, "%s: field '%scache' must be \"cold\" (after a flush) or \"hot\" (the call "
-                         "again at once; absent: cold), not %s", where, prefix, cache_name ? cache_name : sim_json_kind(cache));
-    c->hot = cache_name && strcmp(cache_name, "hot") == 0;
+    USP_CHECK(sim_json_cache_state(o, at, &c->hot));
     const json_t *spans = json_object_get(o, "spans_nodes"), *bytes = json_object_get(o, "bytes"),
                  *us = json_object_get(o, "us");
     size_t n = json_array_size(bytes);

@@ -90,6 +90,17 @@ usp_status sim_json_check_int(sim_json_at at, const char *key, long long value, 
                      at.prefix, key, value, lo, hi, hint);
 }
 
+usp_status sim_json_cache_state(const json_t *obj, sim_json_at at, int *hot)
+{
+    const json_t *cache = json_object_get(obj, "cache");
+    const char *name = json_string_value(cache);
+    if (cache && (!name || (strcmp(name, "cold") != 0 && strcmp(name, "hot") != 0)))
+        return usp_error(USP_ERR_CONFIG, "%s: field '%scache' must be \"cold\" (after a flush) or \"hot\" (measured "
+                         "again at once; absent: cold), not %s", at.where, at.prefix, name ? name : sim_json_kind(cache));
+    *hot = name && strcmp(name, "hot") == 0;
+    return USP_OK;
+}
+
 usp_status sim_json_int(const json_t *obj, sim_json_at at, const char *key, int required, int lo, int hi,
                         const char *hint, int *out)
 {

@@ -50,6 +50,10 @@ usp_status sim_json_check_number(sim_json_at at, const sim_json_range *f, double
 usp_status sim_json_int(const json_t *obj, sim_json_at at, const char *key, int required, int lo, int hi,
                         const char *hint, int *out);
 
+/* The "cache" field of a calibrated kernel class or collective table into *hot: "hot" (measured again at once)
+ * 1, "cold" (after a flush) or absent 0; anything else USP_ERR_CONFIG naming the field and the value. */
+usp_status sim_json_cache_state(const json_t *obj, sim_json_at at, int *hot);
+
 /* Checks a count held in code against [lo, hi], with the message sim_json_int gives. */
 usp_status sim_json_check_int(sim_json_at at, const char *key, long long value, int lo, int hi, const char *hint);
 

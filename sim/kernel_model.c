@@ -345,13 +345,7 @@ static usp_status read_fit(const json_t *obj, sim_json_at at, sim_kernel_fit *f)
         return usp_error(USP_ERR_CONFIG, "%s: field '%sdtype' must be \"fp32\" or \"bf16\" (absent: fp32), not %s",
                          at.where, at.prefix, dtype_name ? dtype_name : sim_json_kind(dtype));
     f->dtype = dtype_name && strcmp(dtype_name, "bf16") == 0 ? USP_BF16 : USP_F32;
-    const json_t *cache = json_object_get(obj, "cache");
-    const char *cache_name = json_string_value(cache);
-    if (cache && (!cache_name || (strcmp(cache_name, "cold") != 0 && strcmp(cache_name, "hot") != 0)))
-        return usp_error(USP_ERR_CONFIG, "%s: field '%scache' must be \"cold\" (after a flush) or \"hot\" (run again "
-                         "at once; absent: cold), not %s", at.where, at.prefix,
-                         cache_name ? cache_name : sim_json_kind(cache));
-    f->hot = cache_name && strcmp(cache_name, "hot") == 0;
+    USP_CHECK(sim_json_cache_state(obj, at, &f->hot));
     USP_CHECK(sim_json_number(obj, at, &call_range, 1, &f->call_s));
     USP_CHECK(sim_json_number(obj, at, &output_range, 0, &f->per_output_s));
     USP_CHECK(sim_json_number(obj, at, &byte_range, 0, &f->per_byte_s));

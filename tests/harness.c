@@ -17,6 +17,16 @@
 static usp_status cuda_on_gpu0(usp_backend_t **out) { return usp_backend_cuda_create(0, out); }
 #endif
 
+usp_status harness_config(const char *model, int world, int ulysses, int ring, int64_t seq, int64_t batch,
+                          usp_train_config *out)
+{
+    usp_train_defaults(out);
+    USP_CHECK(usp_model_config_preset(model, &out->model));
+    USP_CHECK(usp_mesh_shape_make(world, ulysses, ring, &out->shape));
+    out->data = "passkey", out->seq_len = seq, out->batch = batch, out->steps = 1;
+    return USP_OK;
+}
+
 sim_backend_factory harness_backend_factory(void)
 {
     const char *name = getenv("USP_TEST_BACKEND");

@@ -10,6 +10,11 @@
 #include "core/train/train.h"
 #include "sim/world.h"
 
+/* One step of training preset `model` (tiny, gpt2-124m, llama-7b, ...) on the mesh world = dp x ulysses x ring,
+ * `batch` passkey sequences of `seq` tokens, the other options at their defaults, into *out. */
+usp_status harness_config(const char *model, int world, int ulysses, int ring, int64_t seq, int64_t batch,
+                          usp_train_config *out);
+
 /* The backend the harness gives every rank: the environment's USP_TEST_BACKEND (cpu, the
  * default, or lazy: ctest runs the training tests on both; cuda, every rank on GPU 0, in a build with it). */
 sim_backend_factory harness_backend_factory(void);

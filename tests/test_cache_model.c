@@ -7,9 +7,9 @@
 #include <string.h>
 
 #include "check_main.h"
-#include "core/train/train.h"
 #include "plan/plan.h"
 #include "sim/cache_model.h"
+#include "tests/harness.h"
 
 static char space[4096]; /* the addresses the ranges point into */
 
@@ -98,10 +98,7 @@ END_TEST
 static double compute_with_cache(double cache_mb)
 {
     usp_train_config c;
-    usp_train_defaults(&c);
-    ck_assert_int_eq(usp_model_config_preset("tiny", &c.model), USP_OK);
-    ck_assert_int_eq(usp_mesh_shape_make(2, 2, 1, &c.shape), USP_OK);
-    c.data = "passkey", c.seq_len = 1024, c.batch = 1, c.steps = 1;
+    ck_assert_int_eq(harness_config("tiny", 2, 2, 1, 1024, 1, &c), USP_OK);
     sim_cost_model m = {.dtype = USP_BF16};
     ck_assert(sim_topology_preset("dgx-h100", 1, &m.topology));
     sim_kernel_fit cold = {.op = "*", .call_s = 2e-6, .n_table = 1, .table_bytes = {1e3},

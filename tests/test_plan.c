@@ -33,10 +33,7 @@ static sim_cost_model cluster(const char *preset, int nodes)
 static usp_train_config config_of(const char *model, int world, int ulysses, int ring, int64_t seq, int64_t batch)
 {
     usp_train_config c;
-    usp_train_defaults(&c);
-    ck_assert_int_eq(usp_model_config_preset(model, &c.model), USP_OK);
-    ck_assert_int_eq(usp_mesh_shape_make(world, ulysses, ring, &c.shape), USP_OK);
-    c.data = "passkey", c.seq_len = seq, c.batch = batch, c.steps = 1;
+    ck_assert_int_eq(harness_config(model, world, ulysses, ring, seq, batch, &c), USP_OK);
     return c;
 }
 

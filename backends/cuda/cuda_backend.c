@@ -433,8 +433,9 @@ static size_t cuda_cache_bytes(void *ctx)
 {
     cuda_ctx *c = ctx;
     int bytes = 0;
-    return cudaDeviceGetAttribute(&bytes, cudaDevAttrL2CacheSize, c->device) == cudaSuccess && bytes > 0 ? (size_t)bytes
-                                                                                                        : 0;
+    if (cudaDeviceGetAttribute(&bytes, cudaDevAttrL2CacheSize, c->device) != cudaSuccess || bytes <= 0)
+        return 0;
+    return (size_t)bytes;
 }
 
 /* ---- the context ------------------------------------------------------------------------ */
