@@ -407,7 +407,8 @@ usp_status plan_trace_median_phases(const plan_trace *t, int k, plan_step_phases
     double *column = values + (size_t)k * MEDIAN_FIGURES;
     const int64_t last = out->step;
     usp_status s = USP_OK;
-    for (int i = 0; i < k && s == USP_OK; i++) {
+    figures_of(out, values); /* the last step, read above */
+    for (int i = 1; i < k && s == USP_OK; i++) {
         plan_step_phases one;
         s = plan_trace_step_phases(t, last - i, &one);
         if (s == USP_OK)
