@@ -148,24 +148,41 @@ typedef struct op_buffers {
     const float *send;
     float *recv;
     void *stagger, *flush;
+    void *times, *all_times; /* a rank's posts and ends (2 x ITERATIONS_MAX doubles), and every member's */
 } op_buffers;
+
+/* Each call's transfer as `plan --compare` measures one in a step (plan/trace_phases.c): every member's time
+ * from the last member's post to its own end (0 for a member done before it), the mean over the members.
+ * times[r] holds member r's posts, then its ends (clocks aligned across ranks: core/runtime/rank.h). */
+static void transfers(const double *times, int n, int iters, double *out)
+{
+    for (int i = 0; i < iters; i++) {
+        double last_post = -INFINITY, sum = 0;
+        for (int r = 0; r < n; r++)
+            last_post = fmax(last_post, times[(size_t)r * 2 * ITERATIONS_MAX + (size_t)i]);
+        for (int r = 0; r < n; r++)
+            sum += fmax(0, times[(size_t)r * 2 * ITERATIONS_MAX + ITERATIONS_MAX + (size_t)i] - last_post);
+        out[i] = sum / n;
+    }
+}
 
 /* One warm-up call, then `iters` calls as a step meets them: after a barrier the group's last rank is busy
  * first (cold: every rank has flushed its cache, and the last rank zeroes STAGGER_BYTES, about a millisecond
- * on a CPU core; hot: it spins), so its peers post and wait for it, and it alone times its call, from its post
- * (the last) to its completion with the backend synchronised: the transfer, which is what `plan --compare`
- * sets against the model (a call's time less its wait for the last peer). Its peers report 0, so the slowest
- * rank's figure is a last rank's. Timed in lockstep instead, the calls ran 2-3 times faster than the same
- * calls of a step on mpi (a 1 MiB all_to_all of 2 processes: 61 us, and 148-183 us where one peer had waited
- * 2-10 ms). The median call: on a machine shared with other work one call whose process lost its core takes a
- * thousand times the others. */
+ * on a CPU core; hot: it spins), so its peers post and wait for it. Every member notes its post and its end
+ * (the backend synchronised); the members' notes are gathered and each call's transfer is what `plan
+ * --compare` sets against the model (transfers()). Timed by the last rank alone, from its post to its own end,
+ * an all_reduce of 2 processes took 190 us where its peer, done 185 us later, made the mean 282 us in a step
+ * (tiny, 8192 tokens). Timed in lockstep instead, the calls ran 2-3 times faster than the same calls of a
+ * step on mpi (a 1 MiB all_to_all of 2 processes: 61 us, and 148-183 us where one peer had waited 2-10 ms).
+ * The median call: on a machine shared with other work one call whose process lost its core takes a thousand
+ * times the others. */
 static usp_status time_op(const usp_rank_ctx *ctx, usp_comm_t *g, int op, size_t count, int iters, int hot,
                           const op_buffers *b, double *seconds)
 {
-    double took[ITERATIONS_MAX];
+    double took[ITERATIONS_MAX], times[2 * ITERATIONS_MAX] = {0}; /* posts, then ends */
     iters = iters < ITERATIONS_MAX ? iters : ITERATIONS_MAX;
     iters = hot || iters < COLD_ITERATIONS ? iters : COLD_ITERATIONS;
-    const int last = usp_comm_rank(g) == usp_comm_size(g) - 1;
+    const int last = usp_comm_rank(g) == usp_comm_size(g) - 1, n = usp_comm_size(g);
     USP_CHECK(issue(ctx, g, op, b->send, b->recv, count)); /* warm-up: connections, first touch */
     for (int i = 0; i < iters; i++) {
         if (!hot)
@@ -176,10 +193,26 @@ static usp_status time_op(const usp_rank_ctx *ctx, usp_comm_t *g, int op, size_t
         USP_CHECK(usp_backend_synchronize(ctx->backend, ctx->stream));
         if (last && hot)
             spin(ctx);
-        double t0 = clock_now(ctx);
+        times[i] = clock_now(ctx);
         USP_CHECK(issue(ctx, g, op, b->send, b->recv, count));
         USP_CHECK(usp_backend_synchronize(ctx->backend, ctx->stream));
-        took[i] = last ? clock_now(ctx) - t0 : 0.0;
+        times[ITERATIONS_MAX + i] = clock_now(ctx);
+    }
+    if (usp_backend_has_numerics(ctx->backend)) {
+        USP_CHECK(usp_buffer_copy(ctx->backend, b->times, times, sizeof times, USP_COPY_HOST_TO_DEVICE,
+                                  ctx->stream));
+        USP_CHECK(usp_comm_all_gather(g, b->times, b->all_times, sizeof times, USP_U8, ctx->stream));
+        double *all = NULL;
+        USP_CHECK(usp_malloc((void **)&all, (size_t)n * sizeof times, "the calls' times"));
+        usp_status s = usp_buffer_download(ctx->backend, all, b->all_times, (size_t)n * sizeof times, ctx->stream);
+        if (s == USP_OK)
+            transfers(all, n, iters, took);
+        free(all);
+        USP_CHECK(s);
+    } else { /* the simulator's meta backend moves no data; there every member ends at the last post plus the
+              * call's price, so the last rank's own time is the mean */
+        for (int i = 0; i < iters; i++)
+            took[i] = last ? times[ITERATIONS_MAX + i] - times[i] : 0.0;
     }
     qsort(took, (size_t)iters, sizeof *took, by_value);
     *seconds = took[iters / 2];
@@ -214,7 +247,8 @@ static usp_status sweep(const usp_rank_ctx *ctx, calibrate_run *run, const int *
     const calibrate_plan *p = run->plan;
     size_t largest = p->sizes[p->n_sizes - 1] + (size_t)ctx->world_size * sizeof(float);
     float *send = NULL, *recv = NULL;
-    void *stagger = NULL, *flush = NULL;
+    void *stagger = NULL, *flush = NULL, *times = NULL, *all_times = NULL;
+    const size_t times_bytes = 2 * ITERATIONS_MAX * sizeof(double);
     usp_comm_t *node = NULL, *network = NULL;
     usp_status s = usp_buffer_alloc(ctx->backend, largest, "calibrate", (void **)&send);
     if (s == USP_OK)
@@ -224,8 +258,12 @@ static usp_status sweep(const usp_rank_ctx *ctx, calibrate_run *run, const int *
     if (s == USP_OK)
         s = usp_buffer_alloc(ctx->backend, FLUSH_BYTES, "calibrate (cache flush)", &flush);
     if (s == USP_OK)
+        s = usp_buffer_alloc(ctx->backend, times_bytes, "calibrate", &times);
+    if (s == USP_OK)
+        s = usp_buffer_alloc(ctx->backend, (size_t)ctx->world_size * times_bytes, "calibrate", &all_times);
+    if (s == USP_OK)
         s = usp_buffer_zero(ctx->backend, send, largest, ctx->stream);
-    const op_buffers b = {send, recv, stagger, flush};
+    const op_buffers b = {send, recv, stagger, flush, times, all_times};
     if (s == USP_OK && ctx->world_size > 1)
         s = sweep_level(ctx, run, CAL_LEVEL_WORLD, ctx->world, &b, rec);
     if (s == USP_OK && nodes > 1 && per_node > 1) { /* one rank a node: the world is the network level */
@@ -243,6 +281,8 @@ static usp_status sweep(const usp_rank_ctx *ctx, calibrate_run *run, const int *
     usp_buffer_free(ctx->backend, recv);
     usp_buffer_free(ctx->backend, stagger);
     usp_buffer_free(ctx->backend, flush);
+    usp_buffer_free(ctx->backend, times);
+    usp_buffer_free(ctx->backend, all_times);
     return s;
 }
 

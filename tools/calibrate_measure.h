@@ -14,16 +14,18 @@
  *
  * Timing, per call and size: one warm-up call, then calls each after a
  * barrier and a stagger (the group's last rank is busy while its peers post
- * and wait, as a step meets its collectives), timed by the last rank alone
- * from its post to the completion (the backend synchronised): the transfer.
+ * and wait, as a step meets its collectives); every member notes its post
+ * and its end (the backend synchronised, the clocks aligned across ranks),
+ * and the call's transfer is what `plan --compare` measures in a step: each
+ * member's time from the last post to its own end, the mean over them.
  * Cold: every rank first zeroes 128 MiB (its buffers out of cache), then the
  * last rank zeroes 16 MiB more as its stagger; up to 5 calls. Hot (all_to_all
  * and all_reduce): the call again at once, the last rank's stagger a spin
  * that touches no memory; up to 50 calls. The median call (nccl-tests takes
  * the mean; on a machine shared with other work the median is not one
  * stalled call's). Each rank's figures are gathered to rank 0
- * (usp_rank_gather), which takes the slowest rank's (a last rank's: the
- * others report 0). */
+ * (usp_rank_gather), which takes the slowest rank's (every member of a group
+ * reports the same). */
 #ifndef USP_TOOLS_CALIBRATE_MEASURE_H
 #define USP_TOOLS_CALIBRATE_MEASURE_H
 
