@@ -14,4 +14,17 @@ static inline int check_main_run(Suite *suite)
     return failed == 0 ? 0 : 1;
 }
 
+/* The main() of a test file of one test: a suite and a case named `name`, the case's timeout `timeout_s`
+ * (0: Check's default). */
+static inline int check_main_one(const char *name, const TTest *test, double timeout_s)
+{
+    Suite *s = suite_create(name);
+    TCase *t = tcase_create(name);
+    if (timeout_s > 0)
+        tcase_set_timeout(t, timeout_s);
+    tcase_add_test(t, test);
+    suite_add_tcase(s, t);
+    return check_main_run(s);
+}
+
 #endif

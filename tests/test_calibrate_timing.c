@@ -63,14 +63,7 @@ START_TEST(gathered_notes_give_the_last_ranks_time_where_members_end_at_once)
 }
 END_TEST
 
-static Suite *calibrate_timing_suite(void)
+int main(void)
 {
-    Suite *s = suite_create("calibrate_timing");
-    TCase *t = tcase_create("calibrate_timing");
-    tcase_set_timeout(t, 120);
-    tcase_add_test(t, gathered_notes_give_the_last_ranks_time_where_members_end_at_once);
-    suite_add_tcase(s, t);
-    return s;
+    return check_main_one("calibrate_timing", gathered_notes_give_the_last_ranks_time_where_members_end_at_once, 120);
 }
-
-int main(void) { return check_main_run(calibrate_timing_suite()); }
