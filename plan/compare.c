@@ -150,20 +150,23 @@ typedef struct row {
     const char *name;
     double predicted, measured;
     double predicted_wait, measured_wait; /* -1: not a collective */
+    double lo, hi;                        /* the measured figure's lowest and highest over the steps compared */
 } row;
 
-/* The phases, then compute, communication and the step: n rows into rows[PLAN_PHASES + 3]. */
+/* The phases, then compute, communication and the step: n rows into rows[PLAN_ROWS]. */
 static int rows_of(const plan_comparison *c, row *rows)
 {
     int n = 0;
     for (int p = 0; p < PLAN_PHASES; p++) {
         int comm = plan_phase_is_comm((plan_phase)p);
         rows[n++] = (row){plan_phase_name((plan_phase)p), c->predicted.phase_s[p], c->measured.phase_s[p],
-                          comm ? c->predicted.wait_s[p] : -1, comm ? c->measured.wait_s[p] : -1};
+                          comm ? c->predicted.wait_s[p] : -1, comm ? c->measured.wait_s[p] : -1, 0, 0};
     }
-    rows[n++] = (row){"compute", c->predicted.compute_s, c->measured.compute_s, -1, -1};
-    rows[n++] = (row){"communication", c->predicted.comm_s, c->measured.comm_s, -1, -1};
-    rows[n++] = (row){"step", c->predicted.step_s, c->measured.step_s, -1, -1};
+    rows[n++] = (row){"compute", c->predicted.compute_s, c->measured.compute_s, -1, -1, 0, 0};
+    rows[n++] = (row){"communication", c->predicted.comm_s, c->measured.comm_s, -1, -1, 0, 0};
+    rows[n++] = (row){"step", c->predicted.step_s, c->measured.step_s, -1, -1, 0, 0};
+    for (int i = 0; i < n; i++)
+        rows[i].lo = c->measured.lo_s[i], rows[i].hi = c->measured.hi_s[i];
     return n;
 }
 
@@ -230,10 +233,12 @@ void plan_comparison_print(FILE *out, const plan_comparison *c)
             c->measured.ranks > 1 ? "mean of " : "", c->measured.ranks, c->measured.ranks > 1 ? "s" : "");
     fprintf(out, "predicted: one step planned on %s, by the same code on the meta backend in the simulator\n",
             c->topology);
-    fprintf(out, "\n  %-18s %12s %12s %10s\n", "phase", "predicted", "measured", "ratio");
-    row rows[PLAN_PHASES + 3];
+    const int ranges = m->steps_compared > 1;
+    fprintf(out, "\n  %-18s %12s %12s %10s%s\n", "phase", "predicted", "measured", "ratio",
+            ranges ? "   measured: lowest - highest step" : "");
+    row rows[PLAN_ROWS];
     int n = rows_of(c, rows);
-    char a[32], b[32], ratio[32];
+    char a[32], b[32], ratio[32], lo[32], hi[32];
     for (int i = 0; i < n; i++) {
         if (i == PLAN_PHASES)
             fputc('\n', out);
@@ -241,8 +246,12 @@ void plan_comparison_print(FILE *out, const plan_comparison *c)
             snprintf(ratio, sizeof ratio, "%.3g", rows[i].measured / rows[i].predicted);
         else
             snprintf(ratio, sizeof ratio, "%s", rows[i].measured > 0 ? "(none)" : "-");
-        fprintf(out, "  %-18s %12s %12s %10s\n", rows[i].name, fmt_seconds(a, sizeof a, rows[i].predicted),
+        fprintf(out, "  %-18s %12s %12s %10s", rows[i].name, fmt_seconds(a, sizeof a, rows[i].predicted),
                 fmt_seconds(b, sizeof b, rows[i].measured), ratio);
+        if (ranges && rows[i].hi > 0)
+            fprintf(out, "   %12s - %s", fmt_seconds(lo, sizeof lo, rows[i].lo),
+                    fmt_seconds(hi, sizeof hi, rows[i].hi));
+        fputc('\n', out);
     }
     fprintf(out, "\nratio: measured / predicted. A phase: the mean over the ranks of the step's time in it (a call\n"
             "from post to completion, waiting included); step: the longest rank's.\n");
@@ -252,12 +261,13 @@ void plan_comparison_print(FILE *out, const plan_comparison *c)
 usp_status plan_comparison_print_json(FILE *out, const plan_comparison *c, const char *trace)
 {
     json_t *phases = json_array();
-    row rows[PLAN_PHASES + 3];
+    row rows[PLAN_ROWS];
     int n = rows_of(c, rows);
     for (int i = 0; phases && i < n; i++) {
         json_t *ratio = rows[i].predicted > 0 ? json_real(rows[i].measured / rows[i].predicted) : json_null();
-        json_t *r = json_pack("{s:s, s:f, s:f, s:o}", "phase", rows[i].name, "predicted_s", rows[i].predicted,
-                              "measured_s", rows[i].measured, "ratio", ratio);
+        json_t *r = json_pack("{s:s, s:f, s:f, s:o, s:f, s:f}", "phase", rows[i].name, "predicted_s",
+                              rows[i].predicted, "measured_s", rows[i].measured, "ratio", ratio, "measured_lo_s",
+                              rows[i].lo, "measured_hi_s", rows[i].hi);
         if (r && rows[i].predicted_wait >= 0) /* a collective: its wait for the last peer, and the transfer */
             json_object_update_new(r, json_pack("{s:f, s:f}", "predicted_wait_s", rows[i].predicted_wait,
                                                 "measured_wait_s", rows[i].measured_wait));

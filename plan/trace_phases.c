@@ -391,9 +391,20 @@ static void figures_of(const plan_step_phases *p, double *f)
     f[2 * PLAN_PHASES] = p->compute_s, f[2 * PLAN_PHASES + 1] = p->comm_s, f[2 * PLAN_PHASES + 2] = p->step_s;
 }
 
+/* The row of figure f (figures_of's order) in lo_s and hi_s, or -1 for a transfer. */
+static int row_of_figure(int f)
+{
+    return f < PLAN_PHASES ? f : f < 2 * PLAN_PHASES ? -1 : PLAN_ROW_COMPUTE + (f - 2 * PLAN_PHASES);
+}
+
 usp_status plan_trace_median_phases(const plan_trace *t, int k, plan_step_phases *out)
 {
     USP_CHECK(plan_trace_step_phases(t, 0, out));
+    double own[MEDIAN_FIGURES];
+    figures_of(out, own);
+    for (int f = 0; f < MEDIAN_FIGURES; f++)
+        if (row_of_figure(f) >= 0)
+            out->lo_s[row_of_figure(f)] = out->hi_s[row_of_figure(f)] = own[f];
     if (k <= 1)
         return USP_OK;
     if (k > out->steps)
@@ -418,7 +429,9 @@ usp_status plan_trace_median_phases(const plan_trace *t, int k, plan_step_phases
     for (int f = 0; f < MEDIAN_FIGURES && s == USP_OK; f++) {
         for (int i = 0; i < k; i++)
             column[i] = values[(size_t)i * MEDIAN_FIGURES + f];
-        m[f] = median(column, k);
+        m[f] = median(column, k); /* sorts the column */
+        if (row_of_figure(f) >= 0)
+            out->lo_s[row_of_figure(f)] = column[0], out->hi_s[row_of_figure(f)] = column[k - 1];
     }
     if (s == USP_OK) {
         for (int q = 0; q < PLAN_PHASES; q++)

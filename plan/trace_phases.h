@@ -56,7 +56,13 @@ typedef struct plan_step_phases {
                                      transfer); the mean over the ranks */
     double compute_s, comm_s;     /* the sums of the compute and communication phases */
     double step_s;                /* the longest rank's step */
+    /* Each phase, then compute, communication and the step (PLAN_ROW_*): the lowest and the highest of their
+     * values over the steps compared (of one step, its own): how far the median could have moved. */
+    double lo_s[PLAN_PHASES + 3], hi_s[PLAN_PHASES + 3]; /* PLAN_ROWS: the enum below */
 } plan_step_phases;
+
+/* The rows of a comparison after the phases, as lo_s and hi_s index them. */
+enum { PLAN_ROW_COMPUTE = PLAN_PHASES, PLAN_ROW_COMM, PLAN_ROW_STEP, PLAN_ROWS };
 
 /* Reads the trace file `path`. Not JSON (a truncated file), not a Chrome trace, or not one usp wrote:
  * USP_ERR_CONFIG naming the file and what is wrong. */
@@ -76,7 +82,8 @@ const char *plan_trace_clock(const plan_trace *t);
 usp_status plan_trace_step_phases(const plan_trace *t, int64_t step, plan_step_phases *out);
 
 /* The last `k` steps every rank completed, each figure (a phase, its transfer, the sums, the step) the median
- * of its k values; a phase's wait is its median less its transfer's. On a machine shared with other work one
+ * of its k values, with its lowest and highest value (lo_s, hi_s); a phase's wait is its median less its
+ * transfer's. On a machine shared with other work one
  * step's figures move by tens of percent, a median of several by much less. k 1 is plan_trace_step_phases of the
  * last step; more steps than the ranks completed: USP_ERR_CONFIG naming the file, k and what it has. */
 usp_status plan_trace_median_phases(const plan_trace *t, int k, plan_step_phases *out);

@@ -45,7 +45,8 @@ static void measure(int shapes_only, double seconds[2][CAL_LEVELS][CAL_OPS][CALI
 
 START_TEST(gathered_notes_give_the_last_ranks_time_where_members_end_at_once)
 {
-    static double numerics[2][CAL_LEVELS][CAL_OPS][CALIBRATE_SIZES_MAX], shapes[2][CAL_LEVELS][CAL_OPS][CALIBRATE_SIZES_MAX];
+    static double numerics[2][CAL_LEVELS][CAL_OPS][CALIBRATE_SIZES_MAX];
+    static double shapes[2][CAL_LEVELS][CAL_OPS][CALIBRATE_SIZES_MAX];
     measure(0, numerics);
     measure(1, shapes);
     int compared = 0;

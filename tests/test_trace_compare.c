@@ -128,12 +128,22 @@ START_TEST(a_median_over_steps_takes_each_figure_apart)
     ck_assert(fabs(p.phase_s[PLAN_PHASE_ALL_TO_ALL] - 14e-6) < 1e-15);
     ck_assert(fabs(p.phase_s[PLAN_PHASE_ALL_TO_ALL] - p.wait_s[PLAN_PHASE_ALL_TO_ALL] - 6e-6) < 1e-15);
     ck_assert(fabs(p.step_s - 90e-6) < 1e-15);
+    /* each row's lowest and highest step: GEMM 10 and 40 us, the all_to_all phase 4 and 16, the sums the same */
+    ck_assert(fabs(p.lo_s[PLAN_PHASE_GEMM] - 10e-6) < 1e-15 && fabs(p.hi_s[PLAN_PHASE_GEMM] - 40e-6) < 1e-15);
+    ck_assert(fabs(p.lo_s[PLAN_PHASE_ALL_TO_ALL] - 4e-6) < 1e-15);
+    ck_assert(fabs(p.hi_s[PLAN_PHASE_ALL_TO_ALL] - 16e-6) < 1e-15);
+    ck_assert(fabs(p.lo_s[PLAN_ROW_COMPUTE] - 10e-6) < 1e-15 && fabs(p.hi_s[PLAN_ROW_COMPUTE] - 40e-6) < 1e-15);
+    ck_assert(fabs(p.lo_s[PLAN_ROW_COMM] - 4e-6) < 1e-15 && fabs(p.hi_s[PLAN_ROW_COMM] - 16e-6) < 1e-15);
+    ck_assert(p.lo_s[PLAN_ROW_STEP] == p.hi_s[PLAN_ROW_STEP] && fabs(p.hi_s[PLAN_ROW_STEP] - 90e-6) < 1e-15);
     ck_assert_msg(plan_trace_median_phases(&t, 2, &p) == USP_OK, "%s", usp_error_message());
     ck_assert(fabs(p.phase_s[PLAN_PHASE_GEMM] - 30e-6) < 1e-15); /* steps 2 and 3: the mean of 40 and 20 */
+    ck_assert(fabs(p.lo_s[PLAN_PHASE_GEMM] - 20e-6) < 1e-15 && fabs(p.hi_s[PLAN_PHASE_GEMM] - 40e-6) < 1e-15);
     ck_assert(fabs(p.phase_s[PLAN_PHASE_ALL_TO_ALL] - 15e-6) < 1e-15);
     ck_assert(fabs(p.phase_s[PLAN_PHASE_ALL_TO_ALL] - p.wait_s[PLAN_PHASE_ALL_TO_ALL] - 8e-6) < 1e-15);
     ck_assert_msg(plan_trace_median_phases(&t, 1, &p) == USP_OK, "%s", usp_error_message());
     ck_assert(p.steps_compared == 1 && fabs(p.phase_s[PLAN_PHASE_GEMM] - 20e-6) < 1e-15); /* the last step */
+    ck_assert(p.lo_s[PLAN_PHASE_GEMM] == p.phase_s[PLAN_PHASE_GEMM]);
+    ck_assert(p.hi_s[PLAN_PHASE_GEMM] == p.phase_s[PLAN_PHASE_GEMM]);
     ck_assert_int_eq(plan_trace_median_phases(&t, 4, &p), USP_ERR_CONFIG);
     ck_assert_msg(strstr(usp_error_message(), "three.json: a median over the last 4 steps, but every rank "
                          "completed 3"), "%s", usp_error_message());
