@@ -195,7 +195,7 @@ static usp_status collective_seconds(sim_world *w, sim_group *g, double *seconds
     if (!found) { /* the price is linear in the fraction held: its ends, priced once */
         USP_CHECK(price_collective(w, g, 0, &key.seconds));
         key.hot_seconds = key.seconds;
-        if (modelled)
+        if (modelled && w->config.cost.topology.measured.n > 0) /* without tables the links ignore the cache */
             USP_CHECK(price_collective(w, g, 1, &key.hot_seconds));
     }
     if (!found && cacheable) {
