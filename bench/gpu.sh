@@ -1,7 +1,12 @@
 #!/usr/bin/env bash
-# The cuda backend on one GPU, in one script (steps 1-4 took under 8 minutes on an H100/H200; 4b is not timed yet):
-#   bench/gpu.sh [BUILD_DIR]   (default build/gpu; needs nvcc, cuBLAS and a GPU)
-#   bench/gpu.sh --build-only [BUILD_DIR]   step 1 alone, no GPU needed (CI runs it wherever nvcc is)
+# The cuda backend on one GPU, in one script (steps 1-4 took under 8 minutes on an H100/H200; 3b, 4b not timed yet):
+#   bench/gpu.sh [--only STEPS] [BUILD_DIR]   (default build/gpu; needs nvcc, cuBLAS and a GPU)
+#   bench/gpu.sh --build-only [BUILD_DIR]      step 1 alone, no GPU needed (CI runs it wherever nvcc is)
+#   bench/gpu.sh --prebuilt [--only STEPS] DIR  the binaries in DIR, built on another machine (a GPU machine
+#                                              without the Debian libraries: DIR/tools/usp, tests/test_backend_conformance,
+#                                              tests/test_cuda_attention_mma, tests/test_sim_staged, bench/gpu); no step 1
+#   --only STEPS: a comma-separated list of the steps below to run (e.g. 3b,4b), the others skipped; each step
+#   prints the seconds since the start, so a GPU lent for minutes can be spent on the steps that are due.
 # 1. builds usp with the cuda backend (Release, sm_90 unless CMAKE_CUDA_ARCHITECTURES is set), and
 #    prints ptxas' registers and spills of the tensor-core attention kernels (issue 27: none spill);
 # 2. the op-conformance table on cuda: every slot against the cpu backend, fp32 within the
@@ -38,74 +43,101 @@
 # that fails.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-build_only=0
-if [[ ${1:-} == --build-only ]]; then
-    build_only=1
+usage() { echo "usage: bench/gpu.sh [--build-only | --prebuilt] [--only STEPS] [BUILD_DIR]" >&2; exit 2; }
+build_only=0 prebuilt=0 only=
+while [[ ${1:-} == --* ]]; do
+    case $1 in
+        --build-only) build_only=1 ;;
+        --prebuilt) prebuilt=1 ;;
+        --only) only=${2:?--only needs a list of steps, e.g. 3b,4b}; shift ;;
+        *) echo "bench/gpu.sh: unknown option $1" >&2; usage ;;
+    esac
     shift
-fi
+done
+(( $# <= 1 )) || usage
 build=${1:-build/gpu}
+steps="1 2 2b 3 3b 4 4b 5 6 7"
+for s in ${only//,/ }; do
+    [[ " $steps " == *" $s "* ]] || { echo "bench/gpu.sh: --only $only: no step $s (steps: ${steps// /, })" >&2; exit 2; }
+done
 t0=$SECONDS
+# step S runs: announced with its title and the seconds so far
+step() {
+    [[ -z $only || ",$only," == *",$1,"* ]] || return 1
+    echo "== $1. $2 (at $((SECONDS - t0)) s)"
+}
 command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
-echo "== 1. build ($build)"
 gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
 gpus=${gpus:-0}
-mpi=OFF
-(( gpus > 1 )) && mpi=ON # several GPUs are launched under mpirun
-cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DUSP_WITH_CUDA=ON -DUSP_WITH_MPI=$mpi >/dev/null
-cmake --build "$build" -j"$(nproc)" --target usp test_backend_conformance test_cuda_attention_mma test_sim_staged bench_gpu \
-    >"$build/build.log" 2>&1 || { tail -40 "$build/build.log"; exit 1; }
-echo "built in $((SECONDS - t0)) s"
-# ptxas -v of the tensor-core attention (a file compiled again only when it changed: the lines are kept)
-if grep -q "ptxas info.*attention_mma\|ptxas info.*mma_" "$build/build.log"; then
-    grep -A3 "Compiling entry function.*mma" "$build/build.log" | grep -E "entry function|Used [0-9]+ registers|spill" |
-        sed -E "s/.*entry function '([^']*)'.*/\1:/; s/^ptxas info +: +/    /" >"$build/ptxas.txt"
+if ((prebuilt)); then
+    for b in tools/usp tests/test_backend_conformance tests/test_cuda_attention_mma tests/test_sim_staged bench/gpu; do
+        [[ -x $build/$b ]] || { echo "bench/gpu.sh --prebuilt: $build/$b is not an executable" >&2; exit 2; }
+    done
+    echo "== 1. prebuilt binaries in $build (not built here)"
+elif step 1 "build ($build)" || ((build_only)); then
+    mpi=OFF
+    (( gpus > 1 )) && mpi=ON # several GPUs are launched under mpirun
+    cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DUSP_WITH_CUDA=ON -DUSP_WITH_MPI=$mpi >/dev/null
+    cmake --build "$build" -j"$(nproc)" --target usp test_backend_conformance test_cuda_attention_mma test_sim_staged \
+        bench_gpu >"$build/build.log" 2>&1 || { tail -40 "$build/build.log"; exit 1; }
+    echo "built in $((SECONDS - t0)) s"
+    # ptxas -v of the tensor-core attention (a file compiled again only when it changed: the lines are kept)
+    if grep -q "ptxas info.*attention_mma\|ptxas info.*mma_" "$build/build.log"; then
+        grep -A3 "Compiling entry function.*mma" "$build/build.log" | grep -E "entry function|Used [0-9]+ registers|spill" |
+            sed -E "s/.*entry function '([^']*)'.*/\1:/; s/^ptxas info +: +/    /" >"$build/ptxas.txt"
+    fi
+    [[ -s $build/ptxas.txt ]] && { echo "tensor-core attention, ptxas for sm_90:"; cat "$build/ptxas.txt"; }
 fi
-[[ -s $build/ptxas.txt ]] && { echo "tensor-core attention, ptxas for sm_90:"; cat "$build/ptxas.txt"; }
 if ((build_only)); then
     exit 0
 fi
-echo "== 2. conformance table on cuda"
-CK_FORK=no "$build/tests/test_backend_conformance" --backend cuda
-echo "== 2b. tensor-core attention against the cpu attention (bf16 tolerances), twice bit for bit"
-CK_FORK=no "$build/tests/test_cuda_attention_mma"
-echo "== 3. usp train --backend nccl --gpus 1 (the default passkey task)"
-"$build/tools/usp" train --backend nccl --gpus 1
-echo "== 3b. simulated ranks on the one GPU (--sim-compute cuda) against the cpu simulator, ZeRO 3"
-losses() { # MESH [OPTION...]: every step's loss, one a line
-    "$build/tools/usp" train $1 --world 4 --zero 3 --steps 20 --log-every 1 --eval-samples 0 --json "${@:2}" |
-        grep -v '"summary"' | grep -o '"loss":[^,}]*' | cut -d: -f2
-}
-for mesh in "--ulysses 4" "--ring 4" "--ulysses 2 --ring 2" "--ulysses 2"; do
-    paste <(losses "$mesh") <(losses "$mesh" --sim-compute cuda) | awk -v mesh="$mesh" '
-        { d = ($1 - $2) / $1; if (d < 0) d = -d; if (d > worst) worst = d; n++ }
-        END { printf "%s (world 4): %d losses, worst |cpu - cuda| / cpu %.2e\n", mesh, n, worst
-              exit !(n == 20 && worst < 1e-5) }'
-done
-USP_TEST_BACKEND=cuda CK_FORK=no "$build/tests/test_sim_staged"
-echo "== 4. PyTorch (bench/gpu_peer.py), then usp's kernels and training steps beside it"
-peer=()
-if python3 bench/gpu_peer.py --out "$build/peer.json"; then
-    peer=(--peer "$build/peer.json")
+if step 2 "conformance table on cuda"; then
+    CK_FORK=no "$build/tests/test_backend_conformance" --backend cuda
 fi
-"$build/bench/gpu" "${peer[@]}"
-echo "== 4b. usp calibrate on the one GPU, then predicted against measured (issue 28)"
-one=$(mktemp -d)
-"$build/tools/usp" calibrate --backend nccl --world 1 --out "$one/one.json" >"$one/cal.txt"
-sed -n '/^kernel classes/,$p' "$one/cal.txt"
-for run in "tiny 16384 1" "gpt2-124m 1024 8" "llama-1b 8192 1 --dtype bf16 --tiled-loss"; do
-    set -- $run
-    "$build/tools/usp" train --backend nccl --gpus 1 --model "$1" --seq "$2" --batch "$3" "${@:4}" --steps 6 \
-        --eval-samples 0 --trace "$one/run.json" >/dev/null
-    echo "-- $run"
-    "$build/tools/usp" plan --compare "$one/run.json" --topology "$one/one.json" --compare-steps 5 |
-        sed -n '/^  phase/,/^  step/p; /^  collective/,$p'
-done
-rm -rf "$one"
-if (( gpus > 1 )); then
-    usp=$build/tools/usp
-    work=$(mktemp -d)
-    trap 'rm -rf "$work"' EXIT
-    echo "== 5. usp train --backend nccl --gpus $gpus against the simulator (losses)"
+if step 2b "tensor-core attention against the cpu attention (bf16 tolerances), twice bit for bit"; then
+    CK_FORK=no "$build/tests/test_cuda_attention_mma"
+fi
+if step 3 "usp train --backend nccl --gpus 1 (the default passkey task)"; then
+    "$build/tools/usp" train --backend nccl --gpus 1
+fi
+if step 3b "simulated ranks on the one GPU (--sim-compute cuda) against the cpu simulator, ZeRO 3"; then
+    losses() { # MESH [OPTION...]: every step's loss, one a line
+        "$build/tools/usp" train $1 --world 4 --zero 3 --steps 20 --log-every 1 --eval-samples 0 --json "${@:2}" |
+            grep -v '"summary"' | grep -o '"loss":[^,}]*' | cut -d: -f2
+    }
+    for mesh in "--ulysses 4" "--ring 4" "--ulysses 2 --ring 2" "--ulysses 2"; do
+        paste <(losses "$mesh") <(losses "$mesh" --sim-compute cuda) | awk -v mesh="$mesh" '
+            { d = ($1 - $2) / $1; if (d < 0) d = -d; if (d > worst) worst = d; n++ }
+            END { printf "%s (world 4): %d losses, worst |cpu - cuda| / cpu %.2e\n", mesh, n, worst
+                  exit !(n == 20 && worst < 1e-5) }'
+    done
+    USP_TEST_BACKEND=cuda CK_FORK=no "$build/tests/test_sim_staged"
+fi
+if step 4 "PyTorch (bench/gpu_peer.py), then usp's kernels and training steps beside it"; then
+    peer=()
+    if python3 bench/gpu_peer.py --out "$build/peer.json"; then
+        peer=(--peer "$build/peer.json")
+    fi
+    "$build/bench/gpu" "${peer[@]}"
+fi
+if step 4b "usp calibrate on the one GPU, then predicted against measured (issue 28)"; then
+    one=$(mktemp -d)
+    "$build/tools/usp" calibrate --backend nccl --world 1 --out "$one/one.json" >"$one/cal.txt"
+    sed -n '/^kernel classes/,$p' "$one/cal.txt"
+    for run in "tiny 16384 1" "gpt2-124m 1024 8" "llama-1b 8192 1 --dtype bf16 --tiled-loss"; do
+        set -- $run
+        "$build/tools/usp" train --backend nccl --gpus 1 --model "$1" --seq "$2" --batch "$3" "${@:4}" --steps 6 \
+            --eval-samples 0 --trace "$one/run.json" >/dev/null
+        echo "-- $run (at $((SECONDS - t0)) s)"
+        "$build/tools/usp" plan --compare "$one/run.json" --topology "$one/one.json" --compare-steps 5 |
+            sed -n '/^  phase/,/^  step/p; /^  collective/,$p'
+    done
+    rm -rf "$one"
+fi
+usp=$build/tools/usp
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+if (( gpus > 1 )) && step 5 "usp train --backend nccl --gpus $gpus against the simulator (losses)"; then
     meshes=("--ulysses $gpus" "--ring $gpus")
     (( gpus % 2 == 0 )) && meshes+=("--ulysses $((gpus / 2)) --bucket-mb 0.001")
     for mesh in "${meshes[@]}"; do
@@ -116,15 +148,18 @@ if (( gpus > 1 )); then
             { d = $1 - $2; if (d < 0) d = -d; if (d > worst) worst = d; n++ }
             END { printf "%s: %d losses, worst |sim - nccl| %.2e\n", mesh, n, worst; exit !(n > 0 && worst < 1e-3) }'
     done
-    echo "== 5b. the safety net: rank 1's all-to-all never starts"
+    echo "-- 5b. the safety net: rank 1's all-to-all never starts"
     rc=0
     "$usp" train --backend nccl --gpus "$gpus" --steps 2 --inject stall:rank=1,op=all_to_all --timeout 20 \
         --dump-dir "$work/dumps" >/dev/null 2>"$work/stall.txt" || rc=$?
     echo "exit $rc (expected 3), $(ls "$work"/dumps/rank-*.usp-flight.json 2>/dev/null | wc -l) of $gpus records"
     "$usp" postmortem "$work/dumps" | head -3 || true
-    echo "== 6. usp calibrate --backend nccl (busbw beside nccl-tests' figures for this machine)"
+fi
+if (( gpus > 1 )) && step 6 "usp calibrate --backend nccl (busbw beside nccl-tests' figures for this machine)"; then
     "$usp" calibrate --backend nccl --world "$gpus" --out "$work/calibrated.json"
-    echo "== 7. predicted (calibrated file) against measured, a Ulysses and a ring mesh"
+fi
+if (( gpus > 1 )) && [[ -s $work/calibrated.json ]] &&
+    step 7 "predicted (calibrated file) against measured, a Ulysses and a ring mesh"; then
     for mesh in "--ulysses $gpus" "--ring $gpus"; do
         "$usp" train $mesh --backend nccl --gpus "$gpus" --model llama-1b --seq 32768 --batch 1 --dtype bf16 \
             --tiled-loss --steps 3 --eval-samples 0 --trace "$work/run.json" >/dev/null
