@@ -264,50 +264,65 @@ static usp_status timed_run(const usp_rank_ctx *ctx, const pool *p, const kcase 
     return USP_OK;
 }
 
-/* A barrier, a warm-up, then REPS times: the caches flushed, a barrier, a cold run, a barrier, a hot run (the
- * same case again at once, its operands in cache): the median of each. */
-static usp_status time_case(const usp_rank_ctx *ctx, const pool *p, const kcase *c, sim_kernel_point *cold,
+/* Case c once: in the first pass a barrier and a warm-up; then the caches flushed, a barrier, a cold run, a barrier,
+ * a hot run (the same case again at once, its operands in cache). */
+static usp_status time_case(const usp_rank_ctx *ctx, const pool *p, const kcase *c, int pass, sim_kernel_point *cold,
                             sim_kernel_point *hot)
 {
-    USP_CHECK(usp_comm_barrier(ctx->world, ctx->stream));
-    USP_CHECK(run_case(ctx, p, c));
-    sim_kernel_point runs[2][REPS];
-    for (int i = 0; i < REPS; i++) {
-        USP_CHECK(usp_buffer_zero(ctx->backend, p->flush, FLUSH_BYTES, ctx->stream));
-        USP_CHECK(usp_backend_synchronize(ctx->backend, ctx->stream));
-        /* every rank's flush done before any rank's run: another rank's 128 MiB would take its memory
-         * bandwidth (or, with more ranks than cores, its core) */
+    if (pass == 0) {
         USP_CHECK(usp_comm_barrier(ctx->world, ctx->stream));
-        USP_CHECK(timed_run(ctx, p, c, &runs[0][i]));
-        USP_CHECK(usp_comm_barrier(ctx->world, ctx->stream));
-        USP_CHECK(timed_run(ctx, p, c, &runs[1][i]));
+        USP_CHECK(run_case(ctx, p, c));
     }
-    qsort(runs[0], REPS, sizeof runs[0][0], by_seconds);
-    qsort(runs[1], REPS, sizeof runs[1][0], by_seconds);
-    *cold = runs[0][REPS / 2], *hot = runs[1][REPS / 2];
-    return USP_OK;
+    USP_CHECK(usp_buffer_zero(ctx->backend, p->flush, FLUSH_BYTES, ctx->stream));
+    USP_CHECK(usp_backend_synchronize(ctx->backend, ctx->stream));
+    /* every rank's flush done before any rank's run: another rank's 128 MiB would take its memory bandwidth (or,
+     * with more ranks than cores, its core) */
+    USP_CHECK(usp_comm_barrier(ctx->world, ctx->stream));
+    USP_CHECK(timed_run(ctx, p, c, cold));
+    USP_CHECK(usp_comm_barrier(ctx->world, ctx->stream));
+    return timed_run(ctx, p, c, hot);
+}
+
+/* The median of a case's REPS runs (sorted in place). */
+static sim_kernel_point median_run(sim_kernel_point *runs)
+{
+    qsort(runs, REPS, sizeof runs[0], by_seconds);
+    return runs[REPS / 2];
 }
 
 usp_status calibrate_kernel_sweep(const usp_rank_ctx *ctx, calibrate_run *run, calibrate_record *rec)
 {
     kcase *cases = NULL;
+    sim_kernel_point(*runs)[2][REPS] = NULL; /* case, cold or hot, pass */
     USP_CHECK(usp_calloc((void **)&cases, CALIBRATE_POINTS_MAX, sizeof *cases, "the kernel cases"));
     int n = make_cases(cases, CALIBRATE_POINTS_MAX, usp_backend_stores_bf16(ctx->backend));
+    usp_status s = usp_calloc((void **)&runs, (size_t)n, sizeof *runs, "the kernel runs");
     int64_t elems = 0;
     for (int i = 0; i < n; i++)
         elems = case_elems(&cases[i]) > elems ? case_elems(&cases[i]) : elems;
-    pool p;
-    usp_status s = pool_make(ctx, elems, &p);
+    pool p = {0};
+    if (s == USP_OK)
+        s = pool_make(ctx, elems, &p);
+    /* REPS passes over the whole sweep rather than REPS runs of a case back to back: a moment of load on a shared
+     * machine (another process, another tenant of the host) then falls on one run of the few cases timed in it,
+     * which their medians drop, instead of on every run of one case (3 calibrations on the 2-core VM here: see
+     * docs/cluster_model.md, "Calibrated kernels") */
+    for (int pass = 0; pass < REPS && s == USP_OK; pass++)
+        for (int i = 0; i < n && s == USP_OK; i++) {
+            if (cases[i].kind == K_ADAMW && cases[i].a == 256) /* AdamW's v must be >= 0: start from zeros */
+                s = usp_buffer_zero(ctx->backend, p.f[H], (size_t)elems * sizeof(float), ctx->stream);
+            if (s == USP_OK)
+                s = time_case(ctx, &p, &cases[i], pass, &runs[i][0][pass], &runs[i][1][pass]);
+        }
     for (int i = 0; i < n && s == USP_OK; i++) {
-        if (cases[i].kind == K_ADAMW && cases[i].a == 256) /* AdamW's v must be >= 0: start from zeros */
-            s = usp_buffer_zero(ctx->backend, p.f[H], (size_t)elems * sizeof(float), ctx->stream);
-        if (s == USP_OK)
-            s = time_case(ctx, &p, &cases[i], &rec->points[i], &rec->hot_points[i]);
+        rec->points[i] = median_run(runs[i][0]), rec->hot_points[i] = median_run(runs[i][1]);
         if (ctx->rank == 0)
             run->point_op[i] = op_names[cases[i].kind], run->point_dtype[i] = cases[i].dtype;
     }
     rec->n_points = s == USP_OK ? n : 0;
-    pool_free(ctx, &p);
+    if (p.elems > 0)
+        pool_free(ctx, &p);
+    free(runs);
     free(cases);
     return s;
 }

@@ -16,10 +16,12 @@
  *   vocabularies; the smallest size shows the fixed cost a call.
  *
  * Each case: a barrier (every rank computes at once, as in a step), one
- * warm-up run, then 3 times a cold run (after 128 MiB were zeroed: its
- * operands out of cache) and a hot run (the case again at once: its operands
- * in cache), synchronised, with the work the op reported (usp_backend_flops,
- * usp_backend_work); the median of each. A step's ops are some of each: a
+ * warm-up run, then a cold run (after 128 MiB were zeroed: its operands out
+ * of cache) and a hot run (the case again at once: its operands in cache),
+ * synchronised, with the work the op reported (usp_backend_flops,
+ * usp_backend_work). The sweep runs 3 times over all the cases (the warm-up
+ * in the first pass only), and each case keeps the median of its 3 cold and
+ * of its 3 hot runs. A step's ops are some of each: a
  * 1.5 MB copy took 28 us warm here, and 72 us on average in a GPT-2 step; the
  * planner weighs the two by what the rank's cache holds (sim/cache_model.h).
  * Rank 0 takes each case's slowest rank. About a minute on a 2-core CPU with
