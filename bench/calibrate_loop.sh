@@ -6,8 +6,9 @@
 # compared with usp plan --compare --topology cal-W.json --compare-steps 5 (each figure the median of steps 2-6:
 # one step's figures move by tens of percent on a shared machine). One line a run: the step's ratio (measured /
 # predicted), each compute phase's, and each collective's transfer (its time less the wait for the last peer)
-# and wait. With REPEATS > 1 a last table gives each ratio's median over the rounds and its range: a round
-# calibrates again, so the range is what a user of this machine sees from one calibration and one run.
+# and wait; then the four ops (plan --compare-ops) whose measured time is furthest from the predicted. With
+# REPEATS > 1 a last table gives each ratio's median over the rounds and its range: a round calibrates again, so
+# the range is what a user of this machine sees from one calibration and one run.
 # The goal (issue 28): step within 15%, compute phases and transfers within 25%.
 set -u
 build=${1:-build/release}
@@ -31,7 +32,7 @@ for W in $worlds; do
             set -- $run
             mpirun --oversubscribe -np "$W" "$usp" train --backend mpi --model "$1" --seq "$2" --batch 1 --steps 6 \
                 --eval-samples 0 --trace "run.json" >run.txt 2>&1 || { tail -5 run.txt; exit 1; }
-            "$usp" plan --compare run.json --topology "cal-$W.json" --compare-steps 5 --json |
+            "$usp" plan --compare run.json --topology "cal-$W.json" --compare-steps 5 --compare-ops --json |
                 python3 -c "
 import json, sys
 j = json.loads(sys.stdin.read())
@@ -50,6 +51,9 @@ for k in ('all_to_all', 'all_reduce'):
     out.append('%s transfer %.2f (%.0f / %.0f us), wait %.0f us' % (k, r(mt, pt), 1e6 * mt, 1e6 * pt,
                                                                   1e6 * p['measured_wait_s']))
 print('  W=%s %s %s: ' % ('$W', '$1', '$2') + ', '.join(out))
+ops = sorted(j['ops'], key=lambda o: -abs(o['measured_s'] - o['predicted_s']))[:4]
+print('    most off, op by op: ' + ', '.join('%s %+.0f us (%s)' % (o['op'], 1e6 * (o['measured_s'] - o['predicted_s']),
+      '%.2f' % o['ratio'] if o['ratio'] is not None else 'none') for o in ops))
 with open('ratios.tsv', 'a') as f:
     for name, v in figs:
         f.write('W=%s %s %s\t%s\t%r\n' % ('$W', '$1', '$2', name, v))

@@ -139,7 +139,7 @@ usp_status plan_compare_run(const plan_compare_options *o, plan_comparison *out)
                  file ? topology : "", file ? ")" : "");
         snprintf(out->clock, sizeof out->clock, "%s", plan_trace_clock(&t));
         out->shape = c.shape, out->seq = (long long)c.seq_len, out->batch = (long long)c.batch;
-        out->modelled = r.modelled;
+        out->modelled = r.modelled, out->ops = o->ops;
     }
     plan_trace_free(&t);
     return s;
@@ -217,6 +217,75 @@ static void print_waits(FILE *out, const plan_comparison *c)
                 "transfer: the rest of the call.\n");
 }
 
+/* One op's row: its name, the measured and predicted seconds and calls a step. */
+typedef struct op_row {
+    const char *name;
+    double measured, predicted, measured_calls, predicted_calls;
+} op_row;
+
+static int by_measured_time(const void *a, const void *b)
+{
+    const op_row *x = a, *y = b;
+    double kx = x->measured > 0 ? x->measured : x->predicted, ky = y->measured > 0 ? y->measured : y->predicted;
+    return kx > ky ? -1 : kx < ky;
+}
+
+/* The ops of either side into rows[2 * PLAN_OP_ROWS_MAX], the largest first; how many. */
+static int op_rows_of(const plan_comparison *c, op_row *rows)
+{
+    int n = 0;
+    const plan_op_rows *m = &c->measured.ops, *p = &c->predicted.ops;
+    for (int i = 0; i < m->n; i++) {
+        const plan_op_row *q = plan_op_rows_find(p, m->rows[i].name);
+        rows[n++] = (op_row){m->rows[i].name, m->rows[i].s, q ? q->s : 0, m->rows[i].calls, q ? q->calls : 0};
+    }
+    for (int i = 0; i < p->n; i++)
+        if (!plan_op_rows_find(m, p->rows[i].name))
+            rows[n++] = (op_row){p->rows[i].name, 0, p->rows[i].s, 0, p->rows[i].calls};
+    qsort(rows, (size_t)n, sizeof *rows, by_measured_time);
+    return n;
+}
+
+/* The step op by op: where each phase's ratio comes from. */
+static void print_ops(FILE *out, const plan_comparison *c)
+{
+    op_row rows[2 * PLAN_OP_ROWS_MAX];
+    int n = op_rows_of(c, rows);
+    char a[32], b[32], r[32];
+    fprintf(out, "\n  %-28s %12s %12s %10s %14s\n", "op (a call: its transfer)", "predicted", "measured", "ratio",
+            "calls a step");
+    for (int i = 0; i < n; i++) {
+        ratio_text(r, sizeof r, rows[i].measured, rows[i].predicted);
+        fprintf(out, "  %-28s %12s %12s %10s %8.4g", rows[i].name, fmt_seconds(a, sizeof a, rows[i].predicted),
+                fmt_seconds(b, sizeof b, rows[i].measured), r, rows[i].measured_calls);
+        if (rows[i].predicted_calls != rows[i].measured_calls)
+            fprintf(out, " (predicted %.4g)", rows[i].predicted_calls);
+        fputc('\n', out);
+    }
+    if (c->measured.ops.dropped || c->predicted.ops.dropped)
+        fprintf(out, "(more than %d ops and call sizes: %d measured and %d predicted left out)\n", PLAN_OP_ROWS_MAX,
+                c->measured.ops.dropped, c->predicted.ops.dropped);
+    fprintf(out, "an op: the mean over the ranks of its time a step (of a median over steps, the median); a call of\n"
+            "a group: by its op and the bytes a rank sent, its transfer (the wait for the last peer left out).\n");
+}
+
+/* The op rows as a JSON array, or NULL when out of memory. */
+static json_t *ops_json(const plan_comparison *c)
+{
+    op_row rows[2 * PLAN_OP_ROWS_MAX];
+    int n = op_rows_of(c, rows);
+    json_t *a = json_array();
+    for (int i = 0; a && i < n; i++) {
+        json_t *ratio = rows[i].predicted > 0 ? json_real(rows[i].measured / rows[i].predicted) : json_null();
+        json_t *r = json_pack("{s:s, s:f, s:f, s:o, s:f, s:f}", "op", rows[i].name, "predicted_s", rows[i].predicted,
+                              "measured_s", rows[i].measured, "ratio", ratio, "predicted_calls",
+                              rows[i].predicted_calls, "measured_calls", rows[i].measured_calls);
+        if (!r || json_array_append_new(a, r) != 0)
+            json_decref(a), a = NULL;
+    }
+    return a;
+}
+
 void plan_comparison_print(FILE *out, const plan_comparison *c)
 {
     fprintf(out, "usp plan --compare: a run of usp train --backend %s, model %s, world %d = dp %d x ring %d x ulysses "
@@ -256,6 +325,8 @@ void plan_comparison_print(FILE *out, const plan_comparison *c)
     fprintf(out, "\nratio: measured / predicted. A phase: the mean over the ranks of the step's time in it (a call\n"
             "from post to completion, waiting included); step: the longest rank's.\n");
     print_waits(out, c);
+    if (c->ops)
+        print_ops(out, c);
 }
 
 usp_status plan_comparison_print_json(FILE *out, const plan_comparison *c, const char *trace)
@@ -284,6 +355,11 @@ usp_status plan_comparison_print_json(FILE *out, const plan_comparison *c, const
                                    c->topology, "clock", c->clock, "phases", phases, "steps_compared",
                                    (json_int_t)c->measured.steps_compared)
                        : NULL;
+    if (j && c->ops) {
+        json_t *ops = ops_json(c);
+        if (!ops || json_object_set_new(j, "ops", ops) != 0)
+            json_decref(j), j = NULL;
+    }
     char *text = j ? json_dumps(j, JSON_COMPACT | JSON_REAL_PRECISION(9)) : NULL;
     json_decref(j);
     if (!text)

@@ -24,6 +24,7 @@ typedef struct plan_compare_options {
     const char *topology, *attention_kernel;
     int nodes;
     int steps;                    /* the measured side: the median of the last `steps` steps (0 or 1: the last) */
+    int ops;                      /* 1: also op by op (plan/op_rows.h) */
     /* options given beside --compare, which must be the run's (NULL / 0: not given) */
     const char *model;
     int world, ulysses, ring, seq, batch;
@@ -35,16 +36,19 @@ typedef struct plan_comparison {
     usp_mesh_shape shape;
     long long seq, batch;
     int modelled;                 /* the run's times are the simulator's */
+    int ops;                      /* print the op-by-op table too (plan_compare_options.ops) */
 } plan_comparison;
 
 /* Reads o->trace, plans its run and fills *out. A file that is not a usp trace, a trace without the run's
  * options, or an option beside it that is not the run's: USP_ERR_CONFIG naming the file and what is wrong. */
 usp_status plan_compare_run(const plan_compare_options *o, plan_comparison *out);
 
-/* The comparison as a table, one row per phase, then compute, communication and the step. */
+/* The comparison as a table, one row per phase, then compute, communication and the step (with c->ops, then
+ * one row per op, the largest measured first). */
 void plan_comparison_print(FILE *out, const plan_comparison *c);
 
-/* The comparison as one line of JSON (fields in docs/viz.md, "Measured against predicted"). */
+/* The comparison as one line of JSON (fields in docs/viz.md, "Measured against predicted"; with c->ops an "ops"
+ * array). */
 usp_status plan_comparison_print_json(FILE *out, const plan_comparison *c, const char *trace);
 
 #endif

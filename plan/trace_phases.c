@@ -4,6 +4,7 @@
  * as viz/chrome_trace.c writes them. */
 #include "plan/trace_phases.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -103,6 +104,7 @@ typedef struct slice {
     const char *name, *op; /* op: a call's args.op (NULL for compute and step slices) */
     const char *group;     /* a call's args.group, and its args.seq: which call of the group it is */
     int64_t seq;
+    double bytes;          /* a call's args.bytes_sent */
     int64_t step;          /* a step slice's args.step */
     double start, end;     /* microseconds */
     int depth;             /* 0: top level on its thread */
@@ -152,6 +154,7 @@ static usp_status each_slice(const plan_trace *t, int world, void (*visit)(const
                     .op = json_string_value(json_object_get(args, "op")),
                     .group = json_string_value(json_object_get(args, "group")),
                     .seq = json_integer_value(json_object_get(args, "seq")),
+                    .bytes = json_number_value(json_object_get(args, "bytes_sent")),
                     .step = json_integer_value(json_object_get(args, "step")),
                     .start = json_number_value(json_object_get(b, "ts")),
                     .end = json_number_value(json_object_get(e, "ts")), .depth = depth[track]};
@@ -222,6 +225,8 @@ static void collect_step(const slice *s, void *ctx)
 typedef struct phase_sums {
     const step_span *window; /* [world]: each rank's span of the step */
     double *phase_us;        /* [world * PLAN_PHASES] */
+    plan_op_rows *ops;       /* the compute ops, the mean over the world's ranks */
+    int world;
 } phase_sums;
 
 static void add_to_phase(const slice *s, void *ctx)
@@ -232,6 +237,14 @@ static void add_to_phase(const slice *s, void *ctx)
         return; /* a nested slice ("waiting for peers") is inside its call, already counted */
     plan_phase phase = s->tid == TID_COMPUTE ? compute_phase(s->name) : comm_phase(s->op ? s->op : s->name);
     p->phase_us[(size_t)s->pid * PLAN_PHASES + phase] += s->end - s->start;
+    if (s->tid != TID_COMPUTE && s->group)
+        return; /* a call of a group: its row is its transfer (add_waits) */
+    char name[PLAN_OP_NAME_MAX];
+    if (s->tid == TID_COMPUTE || !s->op)
+        snprintf(name, sizeof name, "%s", s->name);
+    else
+        plan_op_call_name(name, sizeof name, s->op, s->bytes);
+    plan_op_rows_add(p->ops, name, 1e-6 * (s->end - s->start) / p->world, 1.0 / p->world);
 }
 
 /* Pass 3: each call's wait for the last peer. A call of a group is known across the ranks by its group and
@@ -240,10 +253,11 @@ static void add_to_phase(const slice *s, void *ctx)
  * The clocks of the processes must agree (MPI_Wtime on one host, or the simulator's): an estimate with no
  * barrier added to the run. */
 typedef struct call_post {
-    const char *group;
+    const char *group, *op;
     int64_t seq;
     int rank;
     plan_phase phase;
+    double bytes;
     double start, end;
 } call_post;
 
@@ -262,7 +276,8 @@ static void collect_call(const slice *s, void *ctx)
         l->out_of_memory = 1;
         return;
     }
-    l->calls[l->n++] = (call_post){s->group, s->seq, s->pid, comm_phase(s->op ? s->op : s->name), s->start, s->end};
+    const char *op = s->op ? s->op : s->name;
+    l->calls[l->n++] = (call_post){s->group, op, s->seq, s->pid, comm_phase(op), s->bytes, s->start, s->end};
 }
 
 static int by_call(const void *a, const void *b)
@@ -272,8 +287,9 @@ static int by_call(const void *a, const void *b)
     return c ? c : x->seq < y->seq ? -1 : x->seq > y->seq;
 }
 
-/* Each rank's wait in the window's calls, by phase, into wait_us[world * PLAN_PHASES]. */
-static void add_waits(call_list *l, const step_span *window, double *wait_us)
+/* Each rank's wait in the window's calls, by phase, into wait_us[world * PLAN_PHASES]; each call's transfer, the
+ * mean over the world's ranks, into its row of ops. */
+static void add_waits(call_list *l, const step_span *window, int world, double *wait_us, plan_op_rows *ops)
 {
     if (l->n == 0) /* no calls (and no array: qsort's pointer must not be NULL) */
         return;
@@ -287,8 +303,11 @@ static void add_waits(call_list *l, const step_span *window, double *wait_us)
             const step_span *w = &window[c->rank];
             if (c->start < w->start || c->start >= w->end)
                 continue;
-            double wait = last - c->start, took = c->end - c->start;
-            wait_us[(size_t)c->rank * PLAN_PHASES + c->phase] += wait < took ? wait : took;
+            double took = c->end - c->start, wait = last - c->start < took ? last - c->start : took;
+            wait_us[(size_t)c->rank * PLAN_PHASES + c->phase] += wait;
+            char name[PLAN_OP_NAME_MAX];
+            plan_op_call_name(name, sizeof name, c->op, c->bytes);
+            plan_op_rows_add(ops, name, 1e-6 * (took - wait) / world, 1.0 / world);
         }
     }
 }
@@ -337,7 +356,8 @@ usp_status plan_trace_step_phases(const plan_trace *t, int64_t want, plan_step_p
     int64_t step = 0, common = 0;
     if (s == USP_OK)
         s = choose_step(t, &l, world, want, window, &step, &common);
-    phase_sums sums = {.window = window, .phase_us = phase_us};
+    plan_op_rows ops = {0};
+    phase_sums sums = {.window = window, .phase_us = phase_us, .ops = &ops, .world = world};
     if (s == USP_OK)
         s = each_slice(t, world, add_to_phase, &sums);
     call_list calls = {0};
@@ -349,9 +369,9 @@ usp_status plan_trace_step_phases(const plan_trace *t, int64_t want, plan_step_p
     if (s == USP_OK && calls.out_of_memory)
         s = usp_error(USP_ERR_RUNTIME, "out of memory reading the calls of %s", t->name);
     if (s == USP_OK)
-        add_waits(&calls, window, wait_us);
+        add_waits(&calls, window, world, wait_us, &ops);
     if (s == USP_OK) {
-        *out = (plan_step_phases){.step = step, .steps = common, .steps_compared = 1, .ranks = world};
+        *out = (plan_step_phases){.step = step, .steps = common, .steps_compared = 1, .ranks = world, .ops = ops};
         for (int r = 0; r < world; r++) {
             for (int p = 0; p < PLAN_PHASES; p++) {
                 out->phase_s[p] += 1e-6 * phase_us[(size_t)r * PLAN_PHASES + p] / world;
@@ -397,6 +417,30 @@ static int row_of_figure(int f)
     return f < PLAN_PHASES ? f : f < 2 * PLAN_PHASES ? -1 : PLAN_ROW_COMPUTE + (f - 2 * PLAN_PHASES);
 }
 
+/* Every op row of steps[0 .. k-1] (each step's rows) into *out, its seconds and calls the median over the k steps
+ * (0 in a step without it), in the order the rows first appear; column: room for k values. */
+static void op_rows_median(const plan_op_rows *steps, int k, double *column, plan_op_rows *out)
+{
+    *out = (plan_op_rows){0};
+    for (int i = 0; i < k; i++) {
+        out->dropped = steps[i].dropped > out->dropped ? steps[i].dropped : out->dropped;
+        for (int j = 0; j < steps[i].n; j++)
+            plan_op_rows_add(out, steps[i].rows[j].name, 0, 0); /* the union of the names */
+    }
+    for (int j = 0; j < out->n; j++) {
+        for (int i = 0; i < k; i++) {
+            const plan_op_row *r = plan_op_rows_find(&steps[i], out->rows[j].name);
+            column[i] = r ? r->s : 0;
+        }
+        out->rows[j].s = median(column, k);
+        for (int i = 0; i < k; i++) {
+            const plan_op_row *r = plan_op_rows_find(&steps[i], out->rows[j].name);
+            column[i] = r ? r->calls : 0;
+        }
+        out->rows[j].calls = median(column, k);
+    }
+}
+
 usp_status plan_trace_median_phases(const plan_trace *t, int k, plan_step_phases *out)
 {
     USP_CHECK(plan_trace_step_phases(t, 0, out));
@@ -413,17 +457,21 @@ usp_status plan_trace_median_phases(const plan_trace *t, int k, plan_step_phases
                          (long long)out->steps);
     /* values[i][f]: figure f of the i-th last step; then k more for one figure's column */
     double *values = calloc((size_t)k * (MEDIAN_FIGURES + 1), sizeof *values);
-    if (!values)
+    plan_op_rows *ops = calloc((size_t)k, sizeof *ops); /* each step's */
+    if (!values || !ops) {
+        free(values), free(ops);
         return usp_error(USP_ERR_RUNTIME, "out of memory reading %s", t->name);
+    }
     double *column = values + (size_t)k * MEDIAN_FIGURES;
     const int64_t last = out->step;
     usp_status s = USP_OK;
     figures_of(out, values); /* the last step, read above */
+    ops[0] = out->ops;
     for (int i = 1; i < k && s == USP_OK; i++) {
         plan_step_phases one;
         s = plan_trace_step_phases(t, last - i, &one);
         if (s == USP_OK)
-            figures_of(&one, values + (size_t)i * MEDIAN_FIGURES);
+            figures_of(&one, values + (size_t)i * MEDIAN_FIGURES), ops[i] = one.ops;
     }
     double m[MEDIAN_FIGURES];
     for (int f = 0; f < MEDIAN_FIGURES && s == USP_OK; f++) {
@@ -438,7 +486,8 @@ usp_status plan_trace_median_phases(const plan_trace *t, int k, plan_step_phases
             out->phase_s[q] = m[q], out->wait_s[q] = m[q] - m[PLAN_PHASES + q];
         out->compute_s = m[2 * PLAN_PHASES], out->comm_s = m[2 * PLAN_PHASES + 1];
         out->step_s = m[2 * PLAN_PHASES + 2], out->steps_compared = k;
+        op_rows_median(ops, k, column, &out->ops);
     }
-    free(values);
+    free(values), free(ops);
     return s;
 }

@@ -21,6 +21,7 @@
 #include <stdint.h>
 
 #include "core/base/status.h"
+#include "plan/op_rows.h"
 
 typedef enum plan_phase {
     PLAN_PHASE_ATTENTION,      /* attention_forward, attention_backward, attention_merge */
@@ -59,6 +60,8 @@ typedef struct plan_step_phases {
     /* Each phase, then compute, communication and the step (PLAN_ROW_*): the lowest and the highest of their
      * values over the steps compared (of one step, its own): how far the median could have moved. */
     double lo_s[PLAN_PHASES + 3], hi_s[PLAN_PHASES + 3]; /* PLAN_ROWS: the enum below */
+    plan_op_rows ops;             /* the step op by op (a call: its transfer), the mean over the ranks; of a median
+                                     over steps, each row's median */
 } plan_step_phases;
 
 /* The rows of a comparison after the phases, as lo_s and hi_s index them. */

@@ -217,12 +217,30 @@ bad = [(x['phase'], x['ratio']) for x in d['phases']
        if x['phase'] in ('step', 'compute', 'communication') + tuple(sys.argv[1:]) and abs(x['ratio'] - 1) >= 1e-6]
 print('ok' if not bad else bad)" "${@:2}" 2>&1
 }
+# --compare-ops: every op of the sim trace priced as the plan prices it (ratio 1, the same calls a step), the
+# collectives by op and size
+sim_op_ratios() {
+    "$usp" plan --compare "$1" --compare-ops --json | python3 -c "
+import json, sys
+ops = json.load(sys.stdin)['ops']
+bad = [(x['op'], x['ratio'], x['measured_calls'], x['predicted_calls']) for x in ops
+       if x['ratio'] is None or abs(x['ratio'] - 1) >= 1e-6 or x['measured_calls'] != x['predicted_calls']]
+names = [x['op'] for x in ops]
+missing = [n for n in sys.argv[1:] if not any(m == n or m.startswith(n + ' ') for m in names)]
+print('ok' if ops and not bad and not missing else (bad, missing))" "${@:2}" 2>&1
+}
 if command -v python3 >/dev/null; then
     "$usp" train --world 2 "${short[@]:1}" --trace "$cmp_dir/u.json" >/dev/null 2>&1
     check "plan --compare of a Ulysses sim trace: ratios of 1" test "$(sim_ratios "$cmp_dir/u.json" gemm attention all_to_all)" = ok
     "$usp" train --world 4 --ulysses 1 --ring 2 "${short[@]:1}" --trace "$cmp_dir/r.json" >/dev/null 2>&1
     check "plan --compare of a ring x DP sim trace: ratios of 1" test "$(sim_ratios "$cmp_dir/r.json" ring_p2p all_reduce)" = ok
+    check "plan --compare-ops of a Ulysses sim trace: every op's ratio 1" \
+        test "$(sim_op_ratios "$cmp_dir/u.json" gemm attention_forward adamw_step all_to_all all_reduce)" = ok
+    check "plan --compare-ops of a ring x DP sim trace: every op's ratio 1" \
+        test "$(sim_op_ratios "$cmp_dir/r.json" gemm sendrecv all_reduce)" = ok
 fi
+expect 0 "an op: the mean over the ranks of its time a step" -- plan --compare "$cmp_dir/u.json" --compare-ops
+expect 2 "--compare-ops without --compare FILE" -- plan --compare-ops
 expect 0 "the run: step 2 of 2, modelled by the simulator on dgx-h100, mean of 2 ranks" -- plan --compare "$cmp_dir/u.json"
 expect 0 "the run: steps 1-2 of 2, each figure the median of the 2, modelled" -- plan --compare "$cmp_dir/u.json" --compare-steps 2
 expect 2 "$cmp_dir/u.json: a median over the last 3 steps, but every rank completed 2" -- plan --compare "$cmp_dir/u.json" --compare-steps 3

@@ -1,4 +1,4 @@
-/* plan/trace_phases.h: hand-built traces, phase sums checked exactly (whole
+/* plan/trace_phases.h: hand-built traces, phase sums and op rows checked exactly (whole
  * microseconds, so each phase is the one product 1e-6 x us / ranks), the step frame, and bad
  * documents refused with USP_ERR_CONFIG naming the file; and core's trace
  * packing round-trips what the ranks of a real run send to rank 0. (A trace of
@@ -84,6 +84,12 @@ START_TEST(phases_of_the_last_step_are_the_mean_over_ranks)
                           p.phase_s[PLAN_PHASE_ALL_REDUCE] + p.phase_s[PLAN_PHASE_OTHER_COMM]);
     ck_assert(fabs(p.compute_s - 31e-6) < 1e-18 && fabs(p.comm_s - 46e-6) < 1e-18);
     ck_assert(p.step_s == 128e-6); /* rank 1's, the longer */
+    /* op by op, the mean over the ranks: calls without a group by op and size, their whole time */
+    const plan_op_row *layernorm = plan_op_rows_find(&p.ops, "layernorm_forward");
+    const plan_op_row *gather = plan_op_rows_find(&p.ops, "all_gather 0 B");
+    ck_assert(layernorm && layernorm->s == 2e-6 && layernorm->calls == 1);
+    ck_assert(gather && gather->s == 64e-6 / 2 && gather->calls == 0.5);
+    ck_assert_int_eq(p.ops.n, 9); /* 5 compute ops, 4 calls */
     ck_assert_msg(plan_trace_step_phases(&t, 1, &p) == USP_OK, "%s", usp_error_message());
     ck_assert(p.phase_s[PLAN_PHASE_GEMM] == 32e-6);
     ck_assert(p.phase_s[PLAN_PHASE_ATTENTION] == 0);
@@ -101,7 +107,7 @@ START_TEST(a_median_over_steps_takes_each_figure_apart)
 {
     static const double gemm[] = {0, 10, 40, 20}, wait[] = {0, 4, 20, 8}, transfer[] = {0, 2, 6, 10};
     static char doc[16384];
-    char name[64], args[80];
+    char name[64], args[112];
     snprintf(doc, sizeof doc, HEAD);
     for (int s = 1; s <= 3; s++) {
         double t0 = 100.0 * s;
@@ -110,7 +116,10 @@ START_TEST(a_median_over_steps_takes_each_figure_apart)
             snprintf(args, sizeof args, "{\"step\":%d}", s);
             slice(doc, sizeof doc, r, 2, "step", args, t0, t0 + 90);
             slice(doc, sizeof doc, r, 0, "gemm", "", t0, t0 + gemm[s]);
-            snprintf(args, sizeof args, "{\"op\":\"all_to_all\",\"group\":\"ulysses[0]\",\"seq\":%d}", s);
+            if (s == 3) /* an op of one step only */
+                slice(doc, sizeof doc, r, 0, "adamw_step", "", t0 + 30, t0 + 36);
+            snprintf(args, sizeof args, "{\"op\":\"all_to_all\",\"group\":\"ulysses[0]\",\"seq\":%d,"
+                     "\"bytes_sent\":65536}", s);
             slice(doc, sizeof doc, r, 1, name, args, t0 + 50 + (r ? wait[s] : 0),
                   t0 + 50 + wait[s] + transfer[s]);
         }
@@ -135,7 +144,18 @@ START_TEST(a_median_over_steps_takes_each_figure_apart)
     ck_assert(fabs(p.lo_s[PLAN_ROW_COMPUTE] - 10e-6) < 1e-15 && fabs(p.hi_s[PLAN_ROW_COMPUTE] - 40e-6) < 1e-15);
     ck_assert(fabs(p.lo_s[PLAN_ROW_COMM] - 4e-6) < 1e-15 && fabs(p.hi_s[PLAN_ROW_COMM] - 16e-6) < 1e-15);
     ck_assert(p.lo_s[PLAN_ROW_STEP] == p.hi_s[PLAN_ROW_STEP] && fabs(p.hi_s[PLAN_ROW_STEP] - 90e-6) < 1e-15);
+    /* op by op: the GEMM's median, the call's transfer (its wait left out) by op and size, and an op of one step
+     * of three at its median, 0 */
+    ck_assert_int_eq(p.ops.n, 3);
+    const plan_op_row *g = plan_op_rows_find(&p.ops, "gemm"), *a = plan_op_rows_find(&p.ops, "all_to_all 64 KiB");
+    const plan_op_row *adam = plan_op_rows_find(&p.ops, "adamw_step");
+    ck_assert(g && a && adam);
+    ck_assert(fabs(g->s - 20e-6) < 1e-15 && g->calls == 1);
+    ck_assert(fabs(a->s - 6e-6) < 1e-15 && a->calls == 1);
+    ck_assert(adam->s == 0 && adam->calls == 0);
     ck_assert_msg(plan_trace_median_phases(&t, 2, &p) == USP_OK, "%s", usp_error_message());
+    adam = plan_op_rows_find(&p.ops, "adamw_step"); /* steps 2 and 3: the mean of 0 and 6 us, of 0 and 1 call */
+    ck_assert(adam && fabs(adam->s - 3e-6) < 1e-15 && adam->calls == 0.5);
     ck_assert(fabs(p.phase_s[PLAN_PHASE_GEMM] - 30e-6) < 1e-15); /* steps 2 and 3: the mean of 40 and 20 */
     ck_assert(fabs(p.lo_s[PLAN_PHASE_GEMM] - 20e-6) < 1e-15 && fabs(p.hi_s[PLAN_PHASE_GEMM] - 40e-6) < 1e-15);
     ck_assert(fabs(p.phase_s[PLAN_PHASE_ALL_TO_ALL] - 15e-6) < 1e-15);

@@ -22,6 +22,7 @@ typedef struct plan_options {
     const char *model, *data, *topology, *trace, *attention_kernel, *compare;
     int world, ulysses, ring, nodes, seq, batch, pad, sweep, json, no_overlap, forward_only, require_fit;
     int compare_steps;
+    int compare_ops;
     memory_options memory;
 } plan_options;
 
@@ -342,12 +343,28 @@ static usp_status run_compare(const plan_options *o, const plan_options *default
         .model = strcmp(o->model, defaults->model) != 0 ? o->model : NULL,
         .world = o->world != defaults->world ? o->world : 0,
         .ulysses = o->ulysses, .ring = o->ring != defaults->ring ? o->ring : 0,
-        .seq = o->seq != defaults->seq ? o->seq : 0, .batch = o->batch, .steps = o->compare_steps};
+        .seq = o->seq != defaults->seq ? o->seq : 0, .batch = o->batch, .steps = o->compare_steps,
+        .ops = o->compare_ops};
     plan_comparison result;
     USP_CHECK(plan_compare_run(&c, &result));
     if (o->json)
         return plan_comparison_print_json(stdout, &result, o->compare);
     plan_comparison_print(stdout, &result);
+    return USP_OK;
+}
+
+/* The --compare options that need --compare, and those that do not go with it. */
+static usp_status check_compare_options(const plan_options *o)
+{
+    if (o->compare && o->require_fit)
+        return usp_error(USP_ERR_CONFIG, "--require-fit with --compare %s: a comparison plans a run that already "
+                         "ran; drop one of them", o->compare);
+    if (o->compare_steps && !o->compare)
+        return usp_error(USP_ERR_CONFIG, "--compare-steps %d without --compare FILE: it says how many of a traced "
+                         "run's steps to compare; give the trace too", o->compare_steps);
+    if (o->compare_ops && !o->compare)
+        return usp_error(USP_ERR_CONFIG, "--compare-ops without --compare FILE: it adds the ops of a comparison; "
+                         "give the trace too");
     return USP_OK;
 }
 
@@ -391,6 +408,9 @@ int cmd_plan(int argc, char **argv)
          "with --compare: the measured side is the median of the run's last K steps, figure by figure (default 1: "
          "the last step alone); a machine shared with other work moves one step's figures by tens of percent",
          1, 1000000},
+        {"--compare-ops", CLI_FLAG, &o.compare_ops, NULL,
+         "with --compare: also op by op (compute ops by name, collectives by op and bytes a rank sent, their "
+         "transfer), the largest measured first: which ops make a phase's ratio", 0, -1},
         MEMORY_OPTIONS(o.memory),
         {0},
     };
@@ -414,13 +434,8 @@ int cmd_plan(int argc, char **argv)
     usp_status s = cli_parse(&c, argc, argv, 2, &done);
     if (s != USP_OK || done)
         return s != USP_OK ? cli_fail("plan", s) : 0;
-    if (o.compare && o.require_fit)
-        return cli_fail("plan", usp_error(USP_ERR_CONFIG, "--require-fit with --compare %s: a comparison plans a "
-                                          "run that already ran; drop one of them", o.compare));
-    if (o.compare_steps && !o.compare)
-        return cli_fail("plan", usp_error(USP_ERR_CONFIG, "--compare-steps %d without --compare FILE: it says how "
-                                          "many of a traced run's steps to compare; give the trace too",
-                                          o.compare_steps));
+    if ((s = check_compare_options(&o)) != USP_OK)
+        return cli_fail("plan", s);
     int fits = 1;
     s = o.compare ? run_compare(&o, &defaults) : run(&o, &fits);
     if (s != USP_OK)
