@@ -28,7 +28,7 @@
 # 4b. the calibration loop on the one GPU (issue 28): usp calibrate --backend nccl (every kernel class over
 #    shapes, cold and hot, the cache the GPU's L2), then tiny at 16384 tokens, gpt2-124m at 1024 x 8 and
 #    llama-1b at 8192 (bf16), 6 steps each traced, each usp plan --compare --compare-steps 5 against the
-#    file (the goal: step within 15%, each compute phase within 25%);
+#    file, phase by phase and op by op (the goal: step within 15%, each compute phase within 25%);
 # With more than one GPU (issue 13), also:
 # 5. usp train --backend nccl --gpus N (usp starts its N processes under mpirun) on the passkey
 #    task against the simulator's losses on the same mesh (fp32: within 1e-3 of each), a Ulysses,
@@ -129,8 +129,8 @@ if step 4b "usp calibrate on the one GPU, then predicted against measured (issue
         "$build/tools/usp" train --backend nccl --gpus 1 --model "$1" --seq "$2" --batch "$3" "${@:4}" --steps 6 \
             --eval-samples 0 --trace "$one/run.json" >/dev/null
         echo "-- $run (at $((SECONDS - t0)) s)"
-        "$build/tools/usp" plan --compare "$one/run.json" --topology "$one/one.json" --compare-steps 5 |
-            sed -n '/^  phase/,/^  step/p; /^  collective/,$p'
+        "$build/tools/usp" plan --compare "$one/run.json" --topology "$one/one.json" --compare-steps 5 --compare-ops |
+            sed -n '/^  phase/,/^  step/p; /^  collective/,/^transfer:/p; /^  op (a call/,/^an op:/p'
     done
     rm -rf "$one"
 fi
