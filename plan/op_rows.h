@@ -21,7 +21,7 @@ typedef struct plan_op_row {
 
 typedef struct plan_op_rows {
     int n;
-    int dropped; /* ops past PLAN_OP_ROWS_MAX, counted in no row */
+    int dropped; /* > 0: ops past PLAN_OP_ROWS_MAX were counted in no row */
     plan_op_row rows[PLAN_OP_ROWS_MAX];
 } plan_op_rows;
 

@@ -243,6 +243,34 @@ START_TEST(a_packed_trace_unpacks_to_the_same_events)
 }
 END_TEST
 
+/* plan/op_rows.h: a call's row name from its bytes, rows summed by name, and at most PLAN_OP_ROWS_MAX of them. */
+START_TEST(op_rows_name_calls_and_stop_at_their_limit)
+{
+    char name[PLAN_OP_NAME_MAX];
+    plan_op_call_name(name, sizeof name, "all_to_all", 65536);
+    ck_assert_str_eq(name, "all_to_all 64 KiB");
+    plan_op_call_name(name, sizeof name, "all_reduce", 8);
+    ck_assert_str_eq(name, "all_reduce 8 B");
+    plan_op_call_name(name, sizeof name, "all_reduce", 429312);
+    ck_assert_str_eq(name, "all_reduce 419 KiB");
+    plan_op_call_name(name, sizeof name, "sendrecv", 1.5 * (1 << 30));
+    ck_assert_str_eq(name, "sendrecv 1.5 GiB");
+    static plan_op_rows t;
+    plan_op_rows_add(&t, "gemm", 1e-6, 1);
+    plan_op_rows_add(&t, "gemm", 2e-6, 1);
+    ck_assert(t.n == 1 && t.rows[0].s == 3e-6 && t.rows[0].calls == 2);
+    for (int i = 1; i <= PLAN_OP_ROWS_MAX; i++) {
+        snprintf(name, sizeof name, "op %d", i);
+        plan_op_rows_add(&t, name, 1e-6, 1);
+    }
+    ck_assert_int_eq(t.n, PLAN_OP_ROWS_MAX); /* "op 64" had no room */
+    ck_assert_int_eq(t.dropped, 1);
+    ck_assert(plan_op_rows_find(&t, "op 63") && !plan_op_rows_find(&t, "op 64"));
+    plan_op_rows_add(&t, "gemm", 1e-6, 1); /* a row it has still adds */
+    ck_assert(plan_op_rows_find(&t, "gemm")->calls == 3 && t.dropped == 1);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("trace_compare");
@@ -251,6 +279,7 @@ int main(void)
     tcase_add_test(t, a_median_over_steps_takes_each_figure_apart);
     tcase_add_test(t, bad_documents_are_refused_naming_the_file);
     tcase_add_test(t, a_packed_trace_unpacks_to_the_same_events);
+    tcase_add_test(t, op_rows_name_calls_and_stop_at_their_limit);
     suite_add_tcase(s, t);
     return check_main_run(s);
 }
