@@ -418,8 +418,8 @@ static int row_of_figure(int f)
 }
 
 /* Every op row of steps[0 .. k-1] (each step's rows) into *out, its seconds and calls the median over the k steps
- * (0 in a step without it), in the order the rows first appear; column: room for k values. */
-static void op_rows_median(const plan_op_rows *steps, int k, double *column, plan_op_rows *out)
+ * (0 in a step without it), in the order the rows first appear; scratch: room for 2k values. */
+static void op_rows_median(const plan_op_rows *steps, int k, double *scratch, plan_op_rows *out)
 {
     *out = (plan_op_rows){0};
     for (int i = 0; i < k; i++) {
@@ -427,17 +427,13 @@ static void op_rows_median(const plan_op_rows *steps, int k, double *column, pla
         for (int j = 0; j < steps[i].n; j++)
             plan_op_rows_add(out, steps[i].rows[j].name, 0, 0); /* the union of the names */
     }
+    double *seconds = scratch, *calls = scratch + k;
     for (int j = 0; j < out->n; j++) {
         for (int i = 0; i < k; i++) {
             const plan_op_row *r = plan_op_rows_find(&steps[i], out->rows[j].name);
-            column[i] = r ? r->s : 0;
+            seconds[i] = r ? r->s : 0, calls[i] = r ? r->calls : 0;
         }
-        out->rows[j].s = median(column, k);
-        for (int i = 0; i < k; i++) {
-            const plan_op_row *r = plan_op_rows_find(&steps[i], out->rows[j].name);
-            column[i] = r ? r->calls : 0;
-        }
-        out->rows[j].calls = median(column, k);
+        out->rows[j].s = median(seconds, k), out->rows[j].calls = median(calls, k);
     }
 }
 
@@ -486,7 +482,7 @@ usp_status plan_trace_median_phases(const plan_trace *t, int k, plan_step_phases
             out->phase_s[q] = m[q], out->wait_s[q] = m[q] - m[PLAN_PHASES + q];
         out->compute_s = m[2 * PLAN_PHASES], out->comm_s = m[2 * PLAN_PHASES + 1];
         out->step_s = m[2 * PLAN_PHASES + 2], out->steps_compared = k;
-        op_rows_median(ops, k, column, &out->ops);
+        op_rows_median(ops, k, values, &out->ops); /* the figures' medians are taken: values is scratch now */
     }
     free(values), free(ops);
     return s;
