@@ -20,18 +20,12 @@
 
 #include "backends/cpu/cpu_backend.h"
 #include "bench/cpu_vectors.h"
+#include "core/base/clock_seconds.h"
 #include "core/ops.h"
 
 #define MIB ((size_t)1 << 20)
 #define REPS 5
 #define CALIBRATE_FLUSH (128 * MIB) /* tools/calibrate_kernels.c's cold flush */
-
-static double now(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
 
 static int by_value(const void *a, const void *b)
 {
@@ -49,10 +43,10 @@ static usp_status copy_after(usp_backend_t *be, void *src, void *dst, size_t byt
         if (flush)
             USP_CHECK(usp_buffer_zero(be, f, flush, NULL));
         USP_CHECK(usp_backend_synchronize(be, NULL));
-        double t0 = now();
+        double t0 = usp_wall_seconds();
         USP_CHECK(usp_buffer_copy(be, dst, src, bytes, USP_COPY_DEVICE_TO_DEVICE, NULL));
         USP_CHECK(usp_backend_synchronize(be, NULL));
-        t[i] = now() - t0;
+        t[i] = usp_wall_seconds() - t0;
     }
     qsort(t, REPS, sizeof *t, by_value);
     *seconds = t[REPS / 2];

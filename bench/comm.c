@@ -31,6 +31,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "core/base/clock_seconds.h"
 #include "sim/world.h"
 
 #define WORLD 8
@@ -82,13 +83,6 @@ static void usage(FILE *f)
             "Exit status: 0, 2 for a bad option, else the usp status of a failed call.\n");
 }
 
-static double now_s(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
-
 /* Runs fn on a fresh world of WORLD ranks with tracing on or off. */
 static usp_status run_world(int trace, usp_rank_main_fn fn, void *arg)
 {
@@ -114,11 +108,11 @@ static usp_status a2a_timed(const usp_rank_ctx *ctx, a2a_run *run, int round, co
 {
     size_t count = run->plan->a2a_bytes_per_rank / sizeof(float) / (size_t)ctx->world_size;
     USP_CHECK(usp_comm_barrier(ctx->world, ctx->stream));
-    double t0 = now_s();
+    double t0 = usp_wall_seconds();
     for (int i = 0; i < run->plan->a2a_reps; i++)
         USP_CHECK(usp_comm_all_to_all(ctx->world, send, recv, count, USP_F32, ctx->stream));
     if (ctx->rank == 0)
-        run->sim_s[round] = now_s() - t0;
+        run->sim_s[round] = usp_wall_seconds() - t0;
     return USP_OK;
 }
 
@@ -128,10 +122,10 @@ static usp_status a2a_timed(const usp_rank_ctx *ctx, a2a_run *run, int round, co
 static void a2a_reference(const usp_rank_ctx *ctx, a2a_run *run, int round, const void *send, void *recv)
 {
     (void)ctx;
-    double t0 = now_s();
+    double t0 = usp_wall_seconds();
     for (int i = 0; i < run->plan->a2a_reps; i++)
         memcpy(recv, send, run->plan->a2a_bytes_per_rank);
-    run->memcpy_s[round] += now_s() - t0;
+    run->memcpy_s[round] += usp_wall_seconds() - t0;
 }
 
 static usp_status a2a_rank(const usp_rank_ctx *ctx, void *arg)
@@ -225,11 +219,11 @@ static usp_status small_rank(const usp_rank_ctx *ctx, void *arg)
     USP_CHECK_GOTO(usp_buffer_zero(ctx->backend, send, bytes, ctx->stream), s, done);
     USP_CHECK_GOTO(small_call(ctx, run, send, recv), s, done); /* warm-up */
     USP_CHECK_GOTO(usp_comm_barrier(ctx->world, ctx->stream), s, done);
-    double t0 = now_s();
+    double t0 = usp_wall_seconds();
     for (int i = 0; i < run->calls; i++)
         USP_CHECK_GOTO(small_call(ctx, run, send, recv), s, done);
     if (ctx->rank == 0)
-        run->seconds = now_s() - t0;
+        run->seconds = usp_wall_seconds() - t0;
 done:
     usp_buffer_free(ctx->backend, send);
     usp_buffer_free(ctx->backend, recv);

@@ -29,6 +29,7 @@
 #include <jansson.h>
 
 #include "backends/cuda/cuda_backend.h"
+#include "core/base/clock_seconds.h"
 #include "core/runtime/runtime_single.h"
 #include "core/train/train.h"
 
@@ -63,13 +64,6 @@ static const char *beside(char *buf, size_t size, double ours, double theirs, co
     else
         snprintf(buf, size, "%s", peer ? " (PyTorch: no figure)" : "");
     return buf;
-}
-
-static double now(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
 
 static void check(usp_status s, const char *what)
@@ -111,11 +105,11 @@ static double gemm_tflops(usp_backend_t *be, int64_t n, usp_dtype dtype, int rep
     for (int i = 0; i < 2; i++)
         check(usp_gemm(be, &g, NULL), "gemm");
     check(usp_backend_synchronize(be, NULL), "synchronize");
-    double f0 = usp_backend_flops(be), t0 = now();
+    double f0 = usp_backend_flops(be), t0 = usp_wall_seconds();
     for (int i = 0; i < reps; i++)
         check(usp_gemm(be, &g, NULL), "gemm");
     check(usp_backend_synchronize(be, NULL), "synchronize");
-    double tflops = (usp_backend_flops(be) - f0) / (now() - t0) / 1e12;
+    double tflops = (usp_backend_flops(be) - f0) / (usp_wall_seconds() - t0) / 1e12;
     usp_buffer_free(be, (void *)g.a), usp_buffer_free(be, (void *)g.b), usp_buffer_free(be, g.c);
     return tflops;
 }
@@ -132,16 +126,16 @@ static void attention_tflops(usp_backend_t *be, int64_t n, double *fwd, double *
     const int reps = n > 32768 ? 1 : 3;
     check(usp_flash_attention_forward(be, &s, q, k, v, o, lse, NULL), "attention forward (warm-up)");
     check(usp_backend_synchronize(be, NULL), "synchronize");
-    double f0 = usp_backend_flops(be), t0 = now();
+    double f0 = usp_backend_flops(be), t0 = usp_wall_seconds();
     for (int i = 0; i < reps; i++)
         check(usp_flash_attention_forward(be, &s, q, k, v, o, lse, NULL), "attention forward");
     check(usp_backend_synchronize(be, NULL), "synchronize");
-    *fwd = (usp_backend_flops(be) - f0) / (now() - t0) / 1e12;
-    f0 = usp_backend_flops(be), t0 = now();
+    *fwd = (usp_backend_flops(be) - f0) / (usp_wall_seconds() - t0) / 1e12;
+    f0 = usp_backend_flops(be), t0 = usp_wall_seconds();
     for (int i = 0; i < reps; i++)
         check(usp_flash_attention_backward(be, &s, q, k, v, o, lse, d_o, dq, dk, dv, 0, NULL), "attention backward");
     check(usp_backend_synchronize(be, NULL), "synchronize");
-    *bwd = (usp_backend_flops(be) - f0) / (now() - t0) / 1e12;
+    *bwd = (usp_backend_flops(be) - f0) / (usp_wall_seconds() - t0) / 1e12;
     float *all[] = {q, k, v, o, d_o, dq, dk, dv, lse};
     for (size_t i = 0; i < sizeof all / sizeof *all; i++)
         usp_buffer_free(be, all[i]);
@@ -158,7 +152,7 @@ static void on_record(void *ctx, const usp_train_record *r)
 {
     step_times *t = ctx;
     if (r->kind == USP_TRAIN_RECORD_STEP && t->n < 8)
-        t->at[t->n++] = now();
+        t->at[t->n++] = usp_wall_seconds();
 }
 
 static usp_status make_gpu0(void *arg, usp_backend_t **out)
@@ -182,7 +176,7 @@ static void train_step(int64_t n, double peak, double *tokens_per_s, double *mfu
     size_t peak_bytes = 0;
     usp_train_result result = {.passkey_accuracy = -1, .peak_bytes = &peak_bytes};
     usp_runtime_t *rt;
-    const double start = now();
+    const double start = usp_wall_seconds();
     check(usp_runtime_single_create("GPU 0", make_gpu0, NULL, &rt), "runtime");
     check(usp_runtime_run(rt, usp_train_rank, &(usp_train_run){.config = &c, .result = &result}), "training");
     usp_runtime_destroy(rt);

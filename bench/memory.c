@@ -67,6 +67,7 @@
 #include <time.h>
 
 #include "backends/meta/meta_backend.h"
+#include "core/base/clock_seconds.h"
 #include "core/train/train.h"
 #include "sim/world.h"
 
@@ -163,13 +164,6 @@ static void usage(FILE *f)
  * peaks as `usp train` does, so the memory measured is that run's. */
 static void ignore_record(void *ctx, const usp_train_record *record) { (void)ctx, (void)record; }
 
-static double wall_now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 /* The peak and its breakdown of every rank of the finished world w. */
 static void read_peaks(const sim_world *w, int world, mem_result *r)
 {
@@ -218,9 +212,9 @@ static usp_status measure_model(const char *model, int64_t n_layer, sim_backend_
     usp_train_run run = {.config = &c, .result = &result};
     usp_status s = sim_world_create(&sc, &w);
     if (s == USP_OK) {
-        const double t0 = wall_now();
+        const double t0 = usp_wall_seconds();
         s = sim_world_run(w, usp_train_rank, &run);
-        r->wall_s = wall_now() - t0;
+        r->wall_s = usp_wall_seconds() - t0;
     }
     if (s == USP_OK) {
         read_peaks(w, mc->world, r);

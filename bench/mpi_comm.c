@@ -21,6 +21,7 @@
 
 #include "backends/mpi/mpi_runtime.h"
 #include "bench/cpu_vectors.h"
+#include "core/base/clock_seconds.h"
 #include "core/comm/comm.h"
 #include "core/runtime/rank.h"
 #include "sim/sim_runtime.h"
@@ -34,23 +35,16 @@ typedef struct bench_run {
     double a2a_s, memcpy_s, all_reduce_s, small_a2a_s; /* rank 0's windows */
 } bench_run;
 
-static double now(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
-
 static usp_status timed_rounds(const usp_rank_ctx *ctx, int rounds, const void *send, void *recv, size_t count,
                                int all_reduce, double *seconds)
 {
     USP_CHECK(usp_comm_barrier(ctx->world, ctx->stream));
-    double t0 = now();
+    double t0 = usp_wall_seconds();
     for (int i = 0; i < rounds; i++)
         USP_CHECK(all_reduce ? usp_comm_all_reduce(ctx->world, send, recv, count, USP_F32, USP_REDUCE_SUM, ctx->stream)
                              : usp_comm_all_to_all(ctx->world, send, recv, count, USP_F32, ctx->stream));
     USP_CHECK(usp_comm_barrier(ctx->world, ctx->stream));
-    *seconds = now() - t0;
+    *seconds = usp_wall_seconds() - t0;
     return USP_OK;
 }
 
@@ -74,12 +68,12 @@ static usp_status bench_rank(const usp_rank_ctx *ctx, void *arg)
     if (s == USP_OK)
         s = timed_rounds(ctx, b->small_calls, send, recv, 1, 0, &small_a2a);
     if (s == USP_OK && ctx->rank == 0) {
-        double t0 = now();
+        double t0 = usp_wall_seconds();
         for (int i = 0; i < b->rounds; i++) {
             memcpy(recv, send, b->bytes_per_rank);
             send[i % 16] += recv[(i + 1) % 16]; /* the copies are used: none is optimised away */
         }
-        b->memcpy_s = now() - t0;
+        b->memcpy_s = usp_wall_seconds() - t0;
         b->a2a_s = a2a, b->all_reduce_s = small_reduce, b->small_a2a_s = small_a2a;
     }
     usp_buffer_free(ctx->backend, send);

@@ -23,6 +23,7 @@
 #include <unistd.h>
 
 #include "bench/cpu_vectors.h"
+#include "core/base/clock_seconds.h"
 #include "plan/plan.h"
 #include "sim/topology.h"
 #include "tools/commands.h"
@@ -32,13 +33,6 @@ typedef struct scale_case {
 } scale_case;
 
 static const scale_case cases[] = {{8, 1, 8, 1}, {512, 64, 8, 64}, {4096, 512, 32, 128}};
-
-static double now(clockid_t id)
-{
-    struct timespec t;
-    clock_gettime(id, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
 
 /* `usp plan` on case k, its report sent to /dev/null: wall and CPU seconds, or -1 when it failed. */
 static int time_command(const scale_case *k, double *wall, double *cpu)
@@ -52,9 +46,9 @@ static int time_command(const scale_case *k, double *wall, double *cpu)
     int saved = dup(STDOUT_FILENO);
     if (saved < 0 || !freopen("/dev/null", "w", stdout))
         return -1;
-    double w0 = now(CLOCK_MONOTONIC), c0 = now(CLOCK_PROCESS_CPUTIME_ID);
+    double w0 = usp_clock_seconds(CLOCK_MONOTONIC), c0 = usp_clock_seconds(CLOCK_PROCESS_CPUTIME_ID);
     int rc = cmd_plan((int)(sizeof argv / sizeof *argv) - 1, argv);
-    *wall = now(CLOCK_MONOTONIC) - w0, *cpu = now(CLOCK_PROCESS_CPUTIME_ID) - c0;
+    *wall = usp_clock_seconds(CLOCK_MONOTONIC) - w0, *cpu = usp_clock_seconds(CLOCK_PROCESS_CPUTIME_ID) - c0;
     fflush(stdout);
     dup2(saved, STDOUT_FILENO);
     close(saved);
@@ -72,9 +66,9 @@ static usp_status time_step(const scale_case *k, int share, double *wall, double
     sim_cost_model cost = {.dtype = USP_BF16};
     USP_CHECK(sim_topology_for_world("dgx-h100", k->nodes, k->world, &cost.topology));
     plan_result r;
-    double w0 = now(CLOCK_MONOTONIC);
+    double w0 = usp_clock_seconds(CLOCK_MONOTONIC);
     USP_CHECK(plan_run_sharing(&c, &cost, NULL, share, &r));
-    *wall = now(CLOCK_MONOTONIC) - w0, *step_s = r.step_time_s;
+    *wall = usp_clock_seconds(CLOCK_MONOTONIC) - w0, *step_s = r.step_time_s;
     plan_result_free(&r);
     return USP_OK;
 }

@@ -42,6 +42,7 @@
 #include "backends/cpu/cpu_attention.h"
 #include "bench/cpu_vectors.h"
 #include "bench/train_threads.h"
+#include "core/base/clock_seconds.h"
 #include "core/train/train.h"
 #include "sim/world.h"
 
@@ -146,13 +147,6 @@ static void usage(FILE *f)
             SGEMM_N, MAX_STEPS - 1);
 }
 
-static double wall_now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 /* ---- the sgemm reference ------------------------------------------------- */
 
 typedef struct sgemm_ref {
@@ -173,10 +167,10 @@ static int sgemm_ref_make(sgemm_ref *r)
 /* GFLOP/s of one SGEMM_N^3 sgemm on all threads; *seconds (may be NULL) its time. */
 static double sgemm_ref_gflops(const sgemm_ref *r, double *seconds)
 {
-    double t = wall_now();
+    double t = usp_wall_seconds();
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, SGEMM_N, SGEMM_N, SGEMM_N, 1.0f, r->a, SGEMM_N, r->b,
                 SGEMM_N, 0.0f, r->c, SGEMM_N);
-    t = wall_now() - t;
+    t = usp_wall_seconds() - t;
     if (seconds)
         *seconds = t;
     return 2.0 * SGEMM_N * (double)SGEMM_N * SGEMM_N / t / 1e9;
@@ -200,13 +194,13 @@ typedef struct step_log {
 static void step_log_record(void *ctx, const usp_train_record *record)
 {
     step_log *l = ctx;
-    double now = wall_now();
+    double now = usp_wall_seconds();
     if (record->kind != USP_TRAIN_RECORD_STEP || record->step < 1 || record->step > MAX_STEPS)
         return;
     l->wall[record->step] = now - l->paused;
     l->sim[record->step] = record->clock_s;
     l->sgemm[record->step] = sgemm_ref_gflops(l->ref, NULL);
-    l->paused += wall_now() - now; /* the sgemm: all of it is off the steps' clock */
+    l->paused += usp_wall_seconds() - now; /* the sgemm: all of it is off the steps' clock */
 }
 
 /* ---- one configuration ----------------------------------------------------- */

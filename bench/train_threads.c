@@ -16,6 +16,7 @@
 #include <time.h>
 
 #include "bench/cpu_vectors.h"
+#include "core/base/clock_seconds.h"
 #include "core/train/train.h"
 #include "sim/world.h"
 
@@ -34,13 +35,6 @@ static const mesh_case cases[] = {
     {"ulysses4", "usp train (the default mesh)", 4, 4, 1, 16},
 };
 
-static double wall_now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 /* The arrival of the records of step 1 and of the last step. */
 typedef struct window {
     double first, last;
@@ -53,9 +47,9 @@ static void on_record(void *ctx, const usp_train_record *r)
     if (r->kind != USP_TRAIN_RECORD_STEP)
         return;
     if (r->step == 1)
-        w->first = wall_now();
+        w->first = usp_wall_seconds();
     if (r->step == w->steps)
-        w->last = wall_now();
+        w->last = usp_wall_seconds();
 }
 
 /* Tokens/s of TIMED steps of `m` (tiny model, N = 64, usp train's defaults), after one warm-up step. */

@@ -23,6 +23,7 @@
 
 #include "tests/conformance.h"
 
+#include "core/base/clock_seconds.h"
 #include "core/trace/trace.h"
 
 /* ---- memory: alloc, free, the three copy kinds, zero ---------------------- */
@@ -129,9 +130,7 @@ static void run_streams_and_events(conformance_run *r, const void *params)
 static double monotonic_seconds(const void *ctx)
 {
     (void)ctx;
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+    return usp_wall_seconds();
 }
 
 /* usp_backend_time_ops (--trace on a real backend): every op a span of the trace, in the order the ops

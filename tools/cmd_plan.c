@@ -7,6 +7,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "core/base/clock_seconds.h"
 #include "plan/compare.h"
 #include "plan/report.h"
 #include "sim/cost_model.h"
@@ -43,13 +44,6 @@ static usp_status build_config(const plan_options *o, usp_train_config *c)
     if (o->trace) /* written after the plan: a path that cannot take it is refused before */
         USP_CHECK(output_path_check("--trace", o->trace, 0));
     return USP_OK;
-}
-
-static double wall_now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
 /* `bytes` in decimal GB, MB or kB, whichever reads best ("1.23 GB"). */
@@ -321,10 +315,10 @@ static usp_status run(const plan_options *o, int *fits)
         USP_CHECK(sim_topology_for_world(o->topology, o->nodes, c.shape.world, &cost.topology));
     USP_CHECK(sim_gpu_use_attention_kernel_named(&cost.topology.gpu, o->attention_kernel));
     cost.no_overlap = o->no_overlap;
-    double wall = wall_now();
+    double wall = usp_wall_seconds();
     plan_report p;
     USP_CHECK(plan_report_make(&c, &cost, o->sweep, o->trace, &p));
-    wall = wall_now() - wall;
+    wall = usp_wall_seconds() - wall;
     usp_status s = USP_OK;
     if (o->json)
         s = print_report_json(o, &c, &cost, &p, wall);

@@ -1,6 +1,6 @@
 /* Room core/base/: what every room stands on: status codes and messages (this file),
- * growable strings (strbuf.h), whole-or-nothing files and directories (atomic_file.h). It
- * may use: nothing of usp.
+ * growable strings (strbuf.h), whole-or-nothing files and directories (atomic_file.h), a clock
+ * in seconds (clock_seconds.h). It may use: nothing of usp.
  *
  * Status codes and error messages.
  *

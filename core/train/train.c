@@ -195,7 +195,7 @@ static void record_step(trainer *t, int64_t step, double loss, double tokens_per
     t->log_clock = sim, t->log_step = step;
     usp_train_record r = {.kind = USP_TRAIN_RECORD_STEP, .step = step, .steps = t->c->steps, .loss = loss,
                           .lr = usp_train_lr(t->c, step), .grad_norm = t->grad_norm,
-                          .elapsed_s = trainer_wall_now() - t->start_wall, .first_step = t->first_step,
+                          .elapsed_s = usp_wall_seconds() - t->start_wall, .first_step = t->first_step,
                           .last_step = t->last_step, .tokens_per_s = tokens_per_s, .clock_s = sim,
                           .clock_step_s = per_step, .peak_bytes = peaks,
                           .n_peaks = t->numerics ? t->ctx->world_size : 1, .shapes_only = !t->numerics};
@@ -375,7 +375,7 @@ static usp_status run(trainer *t)
     const usp_train_config *c = t->c;
     USP_CHECK(setup(t));
     int64_t until = c->eval_only ? t->step : c->until > 0 && c->until < c->steps ? c->until : c->steps;
-    double start = trainer_wall_now(), loss = 0, tokens = 0;
+    double start = usp_wall_seconds(), loss = 0, tokens = 0;
     t->grad_norm = NAN, t->first_step = t->step, t->last_step = until, t->start_wall = start;
     /* Every rank's peak reaches rank 0's record only with numerics: on meta nothing arrives
      * (the meta backend writes no host memory) and one slot, this rank's own, is all that is
@@ -402,7 +402,7 @@ static usp_status run(trainer *t)
         if (s == USP_OK && c->on_record && logged(t, step, until)) {
             s = gather_peaks(t, peaks);
             if (s == USP_OK && t->ctx->rank == 0)
-                record_step(t, step, loss, tokens / (trainer_wall_now() - start - t->eval_wall), peaks);
+                record_step(t, step, loss, tokens / (usp_wall_seconds() - start - t->eval_wall), peaks);
         }
         t->step_waits += usp_backend_host_waits(BE) - waits_start;
         if (s == USP_OK)
@@ -414,7 +414,7 @@ static usp_status run(trainer *t)
     free(peaks);
     if (s == USP_OK && c->record_tensors && c->on_record && t->numerics)
         s = record_last_weights(t);
-    double wall = trainer_wall_now() - start, accuracy = -1, steps_clock = trainer_clock_now(t);
+    double wall = usp_wall_seconds() - start, accuracy = -1, steps_clock = trainer_clock_now(t);
     double steps_wall = wall - t->eval_wall;
     double steps_run = t->step > t->first_step ? (double)(t->step - t->first_step) : 1;
     if (s == USP_OK && c->save_dir)

@@ -142,9 +142,9 @@ usp_status trainer_evaluate_every(trainer *t, int64_t step)
     int64_t every = t->c->eval_every;
     if (every <= 0 || step % every != 0 || t->stopping || step == t->last_step)
         return USP_OK;
-    double wall = trainer_wall_now(), clock = trainer_clock_now(t), loss, accuracy;
+    double wall = usp_wall_seconds(), clock = trainer_clock_now(t), loss, accuracy;
     USP_CHECK(trainer_evaluate(t, &loss, &accuracy));
-    t->eval_wall += trainer_wall_now() - wall, t->log_clock += trainer_clock_now(t) - clock;
+    t->eval_wall += usp_wall_seconds() - wall, t->log_clock += trainer_clock_now(t) - clock;
     trainer_record_eval(t, step, loss, accuracy);
     return USP_OK;
 }

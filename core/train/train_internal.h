@@ -5,6 +5,7 @@
 
 #include <time.h>
 
+#include "core/base/clock_seconds.h"
 #include "core/data/data.h"
 #include "core/model/model.h"
 #include "core/train/train.h"
@@ -43,13 +44,6 @@ typedef struct trainer {
 
 /* The rank's modelled clock (0 when the runtime has none). */
 static inline double trainer_clock_now(const trainer *t) { return t->ctx->clock ? t->ctx->clock(t->ctx->runtime) : 0; }
-
-static inline double trainer_wall_now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 /* Sums n doubles over `group` (through backend memory, as every transfer must), waiting for them.
  * On meta the calls are made (their time counts) but nothing arrives: `values` keep this rank's own. */
