@@ -298,6 +298,45 @@ static void print_error(const conformance_case *c, const char *backend, const co
                backend, g->name, g->stored ? "bf16" : "f32", e, e / BF16_ULP, tol);
 }
 
+/* FNV-1a over n bytes, continued from h. */
+static uint64_t fnv1a(uint64_t h, const void *bytes, size_t n)
+{
+    const unsigned char *p = bytes;
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ p[i]) * 0x100000001b3ull;
+    return h;
+}
+
+/* USP_CONFORMANCE_DIGEST=1: a hash of every output's bits and of the costs reported (op, flops, bytes,
+ * outputs, dtype), per case and backend, so that two builds (before and after a change that must not
+ * move a bit) are compared by diffing what they print. */
+static void print_digest(const conformance_case *c, const char *backend, const case_result *got)
+{
+    static int print = -1;
+    if (print < 0)
+        print = getenv("USP_CONFORMANCE_DIGEST") != NULL;
+    if (!print)
+        return;
+    for (int k = 0; k < got->run.n_out; k++) {
+        const conformance_output *g = &got->run.out[k];
+        uint64_t h = 0xcbf29ce484222325ull;
+        h = g->host ? fnv1a(h, g->host, (size_t)g->n * sizeof *g->host) : fnv1a(h, &g->scalar, sizeof g->scalar);
+        printf("conformance digest: %-58s %-5s %-10s %016llx\n", c->name, backend, g->name, (unsigned long long)h);
+    }
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (int i = 0; i < got->n_costs; i++) {
+        const usp_op_cost *o = &got->costs[i];
+        h = fnv1a(h, o->op, strlen(o->op));
+        h = fnv1a(h, &o->flops, sizeof o->flops);
+        h = fnv1a(h, &o->bytes, sizeof o->bytes);
+        h = fnv1a(h, &o->outputs, sizeof o->outputs);
+        h = fnv1a(h, &o->dtype, sizeof o->dtype);
+    }
+    printf("conformance digest: %-58s %-5s %-10s %016llx (%d ops)\n", c->name, backend, "costs",
+           (unsigned long long)h, got->n_costs);
+    fflush(stdout);
+}
+
 static void expect_outputs_match(const conformance_case *c, const case_result *got, const case_result *ref,
                                  const char *backend)
 {
@@ -391,6 +430,7 @@ START_TEST(backend_matches_the_cpu_backend)
     if (!c->bf16)
         expect_named_ops_ran(c, &ref);
     run_case(c, b, &got);
+    print_digest(c, b->name, &got);
     if (c->bf16) /* the reference's conversions are copies: the named ops show on the backend under test */
         expect_named_ops_ran(c, &got);
     else
