@@ -21,7 +21,7 @@
 #include "backends/cpu/cpu_backend.h"
 #include "bench/cpu_vectors.h"
 #include "core/base/clock_seconds.h"
-#include "core/ops.h"
+#include "core/ops/ops.h"
 
 #define MIB ((size_t)1 << 20)
 #define REPS 5

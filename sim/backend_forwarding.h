@@ -6,7 +6,7 @@
 #ifndef USP_SIM_BACKEND_FORWARDING_H
 #define USP_SIM_BACKEND_FORWARDING_H
 
-#include "core/backend_impl.h"
+#include "core/ops/backend_impl.h"
 
 /* The backend a decorator wraps: a decorator's context must begin with it. */
 typedef struct sim_forward_target {

@@ -18,7 +18,7 @@
 #ifndef USP_SIM_CACHE_MODEL_H
 #define USP_SIM_CACHE_MODEL_H
 
-#include "core/ops.h"
+#include "core/ops/ops.h"
 #include "core/base/status.h"
 
 typedef struct sim_cache sim_cache;

@@ -41,7 +41,7 @@
 #include <stdint.h>
 
 #include "core/comm/comm.h"
-#include "core/ops.h"
+#include "core/ops/ops.h"
 #include "sim/topology.h"
 
 typedef struct sim_cost_model {

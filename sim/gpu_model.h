@@ -24,8 +24,8 @@
 
 #include <jansson.h>
 
-#include "core/dtype.h"
-#include "core/ops.h"
+#include "core/ops/dtype.h"
+#include "core/ops/ops.h"
 #include "core/base/status.h"
 #include "sim/kernel_model.h"
 

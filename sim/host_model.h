@@ -11,7 +11,7 @@
 #ifndef USP_SIM_HOST_MODEL_H
 #define USP_SIM_HOST_MODEL_H
 
-#include "core/ops.h"
+#include "core/ops/ops.h"
 #include "core/base/status.h"
 
 #include <jansson.h>

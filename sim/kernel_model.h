@@ -1,7 +1,7 @@
 /* A calibrated, size-aware model of a backend's kernels (usp calibrate writes
  * it into a topology file's GPU; docs/cluster_model.md, "Calibrated kernels").
  *
- * Each op class (an op name core/ops.c reports: "gemm", "attention_forward",
+ * Each op class (an op name core/ops/ops.c reports: "gemm", "attention_forward",
  * "layernorm_backward", ...) prices an op of `flops`, `bytes` of memory
  * traffic and `outputs` (usp_op_cost) as
  *     seconds = call + outputs x per_output + bytes x per_byte + work x per_work(bytes)
@@ -41,7 +41,7 @@
 
 #include <jansson.h>
 
-#include "core/ops.h"
+#include "core/ops/ops.h"
 #include "core/base/status.h"
 
 #define SIM_KERNEL_FITS_MAX 80 /* every op class in fp32, gemm and attention again in bf16; cold and hot */

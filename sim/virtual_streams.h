@@ -28,7 +28,7 @@
 #ifndef USP_SIM_VIRTUAL_STREAMS_H
 #define USP_SIM_VIRTUAL_STREAMS_H
 
-#include "core/ops.h"
+#include "core/ops/ops.h"
 
 struct sim_rank;
 

@@ -15,7 +15,7 @@
 
 #include <stdint.h>
 
-#include "core/backend_impl.h"
+#include "core/ops/backend_impl.h"
 
 /* Every slot of usp_backend_i in declaration order, with the op name its
  * wrapper reports to the cost sink (NULL: the slot reports no cost of its own).

@@ -3,7 +3,7 @@
  * wrapper, before the cost is reported and the slot runs.
  *
  * The slots receive views whose dtype the wrapper read from the buffer table
- * (core/backend_impl.h): lse, mean, rstd, losses, master weights and Adam
+ * (core/ops/backend_impl.h): lse, mean, rstd, losses, master weights and Adam
  * moments are f32 in every backend's kernels, int32 ids live in 4-byte
  * buffers, and activations, weights and gradients are f32 or bf16. Each case
  * makes every operand f32 but one, stored as `storage`: with USP_F32 the call

@@ -5,7 +5,7 @@
 
 #include <stdint.h>
 
-#include "core/ops.h"
+#include "core/ops/ops.h"
 
 #define FD_STEP 1e-2f
 #define FD_TOL 1e-3

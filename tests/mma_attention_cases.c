@@ -9,7 +9,7 @@
 
 #include "backends/cpu/cpu_attention.h"
 #include "backends/cuda/cuda_attention_tiles.h"
-#include "core/dtype.h"
+#include "core/ops/dtype.h"
 
 #define U_BF16 (1.0 / 256.0)
 #define C_FP32 (1.0 / 4096.0)

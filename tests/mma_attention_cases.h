@@ -24,7 +24,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "core/ops.h"
+#include "core/ops/ops.h"
 
 /* One problem: inputs, the cpu's outputs, the implementation's, and the double pass's magnitudes. */
 typedef struct mma_case {

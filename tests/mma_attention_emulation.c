@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/dtype.h"
+#include "core/ops/dtype.h"
 
 #define EMU_MAX_D 128
 #define EMU_KSTEPS (EMU_MAX_D / MMA_K)         /* k steps of 16 over head_dim */

@@ -1,4 +1,4 @@
-/* Dtype as a property of the buffer (core/ops.h): usp_buffer_alloc_as gives
+/* Dtype as a property of the buffer (core/ops/ops.h): usp_buffer_alloc_as gives
  * storage-sized buffers on every backend (meta included) that answer for their
  * dtype, offsets go through usp_buffer_at / usp_elem_at, and an offset or a
  * size counted in float units inside bf16 storage lands outside its buffer,
@@ -12,7 +12,7 @@
 
 #include "backends/cpu/cpu_backend.h"
 #include "backends/meta/meta_backend.h"
-#include "core/ops.h"
+#include "core/ops/ops.h"
 #include "core/train/train.h"
 #include "sim/world.h"
 #include "tests/check_main.h"

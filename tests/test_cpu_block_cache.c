@@ -7,7 +7,7 @@
 
 #include "backends/cpu/cpu_backend.h"
 #include "backends/cpu/cpu_block_cache.h"
-#include "core/ops.h"
+#include "core/ops/ops.h"
 #include "tests/check_main.h"
 
 #define BIG ((size_t)1 << 20)

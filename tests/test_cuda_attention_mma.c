@@ -10,7 +10,7 @@
 
 #include "backends/cuda/cuda_attention_mma.h"
 #include "backends/cuda/cuda_attention_tiles.h"
-#include "core/dtype.h"
+#include "core/ops/dtype.h"
 #include "tests/check_main.h"
 #include "tests/mma_attention_cases.h"
 

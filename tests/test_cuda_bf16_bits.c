@@ -6,7 +6,7 @@
 #include <string.h>
 
 #include "backends/cuda/cuda_bf16_bits.h"
-#include "core/dtype.h"
+#include "core/ops/dtype.h"
 #include "tests/check_main.h"
 
 static float from_bits(uint32_t bits)

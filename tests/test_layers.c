@@ -1,4 +1,4 @@
-/* Tests of the transformer layer ops (core/ops.h) on the CPU backend
+/* Tests of the transformer layer ops (core/ops/ops.h) on the CPU backend
  * (backends/cpu/cpu_layers.c).
  *
  * Forwards are compared with naive double-precision references written here
@@ -23,7 +23,7 @@
 #include <string.h>
 
 #include "backends/cpu/cpu_backend.h"
-#include "core/backend_impl.h"
+#include "core/ops/backend_impl.h"
 #include "tests/check_main.h"
 #include "tests/layer_check.h"
 

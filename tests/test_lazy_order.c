@@ -13,7 +13,7 @@
 #include <string.h>
 
 #include "backends/lazy/lazy_backend.h"
-#include "core/ops.h"
+#include "core/ops/ops.h"
 #include "tests/check_main.h"
 #include "tests/harness.h"
 

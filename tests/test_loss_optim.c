@@ -1,4 +1,4 @@
-/* Tests of the loss, optimizer and reduction ops (core/ops.h) on the CPU
+/* Tests of the loss, optimizer and reduction ops (core/ops/ops.h) on the CPU
  * backend (backends/cpu/cpu_loss_optim.c), with the same references and
  * tolerances as test_layers.c; then every op at n = 0, bad arguments as status
  * values, and the wrappers on a backend without numerics. */
@@ -9,7 +9,7 @@
 #include <string.h>
 
 #include "backends/cpu/cpu_backend.h"
-#include "core/backend_impl.h"
+#include "core/ops/backend_impl.h"
 #include "tests/check_main.h"
 #include "tests/layer_check.h"
 

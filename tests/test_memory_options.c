@@ -18,7 +18,7 @@
 
 #include "backends/meta/meta_backend.h"
 #include "core/trace/comm_kind.h"
-#include "core/dtype.h"
+#include "core/ops/dtype.h"
 #include "core/model/model_params.h"
 #include "core/trace/trace.h"
 #include "core/train/train.h"

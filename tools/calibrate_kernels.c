@@ -7,7 +7,7 @@
 #include <string.h>
 
 #include "core/comm/comm.h"
-#include "core/ops.h"
+#include "core/ops/ops.h"
 
 #define GEMM_FLOPS_MAX 2.2e9
 #define GEMM_OPERAND_MAX ((int64_t)1 << 23) /* elements of A, B or C: the pool's buffers stay 32 MiB */
@@ -26,7 +26,7 @@ enum kind {
     K_ROPE_FORWARD, K_ROPE_BACKWARD, K_CROSS_ENTROPY, K_ADAMW, K_KINDS
 };
 
-/* The op name each kind reports (core/ops.c, core/ops_layers.c). */
+/* The op name each kind reports (core/ops/ops.c, core/ops/ops_layers.c). */
 static const char *const op_names[K_KINDS] = {
     "gemm", "attention_forward", "attention_backward", "copy", "copy", "accumulate", "zero", "accumulate", "convert", "scale",
     "sum_squares", "add_bias", "bias_backward", "gelu_tanh_forward", "gelu_tanh_backward", "swiglu_forward",

@@ -1,5 +1,5 @@
 /* The kernel sweep of a full `usp calibrate` (not --quick): every kernel class
- * a training step runs, over the shapes that matter, through core/ops.h on
+ * a training step runs, over the shapes that matter, through core/ops/ops.h on
  * the rank's backend (cpu, cuda, or the simulator's meta: the method is the
  * same on each), and the fit of each class (sim/kernel_model.h).
  *

@@ -8,7 +8,7 @@
 #include <unistd.h>
 
 #include "core/comm/comm.h"
-#include "core/ops.h"
+#include "core/ops/ops.h"
 #include "tools/calibrate_kernels.h"
 
 #define HOST_NAME_BYTES 64

@@ -2,7 +2,7 @@
  * and fits it): all_to_all, all_reduce and sendrecv over message sizes on each
  * level of the machine, and its backend's GEMM, flash attention (forward and
  * backward) and device copies, all through usp's own interfaces (core/comm/comm.h,
- * core/ops.h) on the runtime --backend names, so the figures are what a
+ * core/ops/ops.h) on the runtime --backend names, so the figures are what a
  * training step pays, the communicator's decorator and fingerprints included.
  *
  * Levels: the world; when the world spans nodes, the ranks of one node (a

@@ -17,7 +17,7 @@
 #include "backends/cpu/cpu_block_cache.h"
 #include "backends/cpu/cpu_layers.h"
 #include "backends/cpu/cpu_widen.h"
-#include "core/backend_impl.h"
+#include "core/ops/backend_impl.h"
 
 #include <math.h>
 

@@ -15,7 +15,7 @@
 #ifndef USP_CPU_BACKEND_H
 #define USP_CPU_BACKEND_H
 
-#include "core/ops.h"
+#include "core/ops/ops.h"
 
 /* Creates a CPU backend (one per rank). */
 usp_status usp_backend_cpu_create(usp_backend_t **out);

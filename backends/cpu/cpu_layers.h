@@ -1,11 +1,11 @@
 /* The transformer layer ops of the CPU backend (cpu_layers.c), declared for the
  * backend's table in cpu_backend.c. Each function is one slot of usp_backend_i
- * with the semantics of its wrapper in core/ops.h; the wrappers have already
+ * with the semantics of its wrapper in core/ops/ops.h; the wrappers have already
  * checked shapes and buffers, and n > 0 on every call. */
 #ifndef USP_CPU_LAYERS_H
 #define USP_CPU_LAYERS_H
 
-#include "core/backend_impl.h"
+#include "core/ops/backend_impl.h"
 
 /* out [n, C] = wte[tokens] (+ wpe[positions]). */
 usp_status cpu_embedding_forward(void *ctx, usp_view out_v, const int32_t *tokens, const int32_t *positions,

@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/dtype.h"
+#include "core/ops/dtype.h"
 
 #define MAX_OPERANDS 12
 #define PARALLEL_CONVERT ((int64_t)1 << 16)

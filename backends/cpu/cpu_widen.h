@@ -14,7 +14,7 @@
 #ifndef USP_CPU_WIDEN_H
 #define USP_CPU_WIDEN_H
 
-#include "core/backend_impl.h"
+#include "core/ops/backend_impl.h"
 
 /* The table `fp32`'s slots with bf16 operands widened and rounded as above, stores_bf16 set and a
  * `convert` slot added; built on the first call, for the one fp32 table a process has (the cpu

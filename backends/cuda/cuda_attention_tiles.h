@@ -25,7 +25,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "core/ops.h"
+#include "core/ops/ops.h"
 
 #ifdef __CUDACC__
 #define CUDA_HD __host__ __device__
@@ -328,7 +328,7 @@ static inline CUDA_HD float attn_backward_prob(float score, float lse)
 /* dS_ij from P_ij, dP_ij = dO_i . V_j and delta_i. */
 static inline CUDA_HD float attn_backward_dscore(float p, float dp, float delta) { return p * (dp - delta); }
 
-/* Merge of a partial result into an accumulated one (core/ops.h):
+/* Merge of a partial result into an accumulated one (core/ops/ops.h):
  *   lse' = log(e^a + e^b), o' = (w_a o + w_b o_part) / (w_a + w_b), w = e^(x - max(a, b)).
  * skip = 1 when the part saw no key (b = -inf): (o, lse) stay as they are. */
 typedef struct attn_merge_weights {

@@ -14,7 +14,7 @@
 
 #include <cuda_runtime_api.h>
 
-#include "core/ops.h"
+#include "core/ops/ops.h"
 
 /* Creates a backend on GPU `device` (0-based, of those CUDA_VISIBLE_DEVICES
  * shows). No GPU, no driver, or no such device: USP_ERR_CONFIG naming what is

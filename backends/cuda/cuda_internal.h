@@ -6,7 +6,7 @@
 #include <cuda_runtime.h>
 
 #include "backends/cuda/cuda_kernels.h"
-#include "core/backend_impl.h"
+#include "core/ops/backend_impl.h"
 
 #define CUDA_ROPE_TABLES 4 /* (theta, D, table) triples kept on the device */
 

@@ -19,7 +19,7 @@
  * inputs: no atomics on floating point; reductions run in a fixed order that
  * depends on the shape only.
  *
- * Semantics of each op: its wrapper in core/ops.h and the cpu backend
+ * Semantics of each op: its wrapper in core/ops/ops.h and the cpu backend
  * (backends/cpu/), which the conformance table compares against. */
 #ifndef USP_CUDA_KERNELS_H
 #define USP_CUDA_KERNELS_H
@@ -27,7 +27,7 @@
 #include <cuda_runtime.h>
 #include <stdint.h>
 
-#include "core/ops.h"
+#include "core/ops/ops.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -150,7 +150,7 @@ usp_status cuda_attention_scalar_backward(const usp_attention_shape *s, cuda_arr
                                           cuda_array dk, cuda_array dv, int accumulate, void *workspace,
                                           cudaStream_t stream);
 
-/* Online-softmax merge of a partial result (o_part, lse_part) into (o, lse); see core/ops.h. */
+/* Online-softmax merge of a partial result (o_part, lse_part) into (o, lse); see core/ops/ops.h. */
 usp_status cuda_attention_merge(cuda_array o, float *lse, cuda_array o_part, const float *lse_part, int64_t n,
                                 int64_t heads, int64_t head_dim, cudaStream_t stream);
 

@@ -9,7 +9,7 @@
  * allocation it waits for that event (cudaStreamWaitEvent, no host wait), so
  * no stream uses memory before the pool has given it out in the default
  * stream's order. A stream that saw every allocation waits for nothing more.
- * Frees are cudaFreeAsync on the default stream (core/ops.h's contract joins
+ * Frees are cudaFreeAsync on the default stream (core/ops/ops.h's contract joins
  * other streams to it first).
  *
  * When the pool cannot grow, the device is synchronised (every pending free

@@ -30,7 +30,7 @@
 #include "backends/launch/mpi_watchdog.h"
 #include "core/safety/comm_decorator.h"
 #include "core/comm/comm_impl.h"
-#include "core/ops.h"
+#include "core/ops/ops.h"
 #include "core/runtime/rank.h"
 #include "core/runtime/runtime.h"
 

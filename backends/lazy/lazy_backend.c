@@ -7,8 +7,8 @@
 
 #include "backends/cpu/cpu_backend.h"
 #include "backends/lazy/lazy_device.h"
-#include "core/backend_impl.h"
-#include "core/dtype.h"
+#include "core/ops/backend_impl.h"
+#include "core/ops/dtype.h"
 
 #define CPU usp_backend_cpu_interface()
 #define QUEUE(name, n, ...) \

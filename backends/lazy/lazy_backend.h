@@ -1,5 +1,5 @@
 /* The lazy compute backend: the cpu backend's kernels, run as late as the
- * contracts of core/ops.h allow.
+ * contracts of core/ops/ops.h allow.
  *
  * Every slot only queues its work; the queues run at a synchronisation point
  * or a blocking op (lazy_device.h). What a real GPU backend would do to a
@@ -19,7 +19,7 @@
 #ifndef USP_LAZY_BACKEND_H
 #define USP_LAZY_BACKEND_H
 
-#include "core/ops.h"
+#include "core/ops/ops.h"
 
 /* Creates a lazy backend (one per rank). */
 usp_status usp_backend_lazy_create(usp_backend_t **out);

@@ -7,7 +7,7 @@
 
 #include "backends/cpu/cpu_backend.h"
 #include "backends/lazy/lazy_order.h"
-#include "core/backend_impl.h"
+#include "core/ops/backend_impl.h"
 
 struct usp_stream {
     lazy_op *head, *tail;

@@ -15,7 +15,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "core/backend_impl.h"
+#include "core/ops/backend_impl.h"
 
 typedef struct lazy_device lazy_device;
 typedef struct lazy_op lazy_op;
@@ -85,7 +85,7 @@ usp_status lazy_device_run_queued(lazy_device *d, usp_stream_t *stream);
  * nothing orders a write and another access: a missing event wait. */
 usp_status lazy_device_check(lazy_device *d, usp_stream_t *stream, const char *what, const usp_access *a, int n);
 
-/* Streams and events, as the slots of core/backend_impl.h. */
+/* Streams and events, as the slots of core/ops/backend_impl.h. */
 usp_status lazy_device_stream_create(lazy_device *d, usp_stream_t **out);
 void lazy_device_stream_destroy(lazy_device *d, usp_stream_t *stream);
 usp_status lazy_device_event_create(lazy_device *d, usp_event_t **out);

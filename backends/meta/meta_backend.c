@@ -5,13 +5,13 @@
  * address from a bump pointer: 64-byte aligned like the cpu backend's, never
  * reused (so no two live buffers overlap and a stale pointer never aliases a
  * new buffer), with a 64-byte gap after each buffer (so an access one past
- * the end never lands inside the next one when core/ops.c checks ownership).
- * The addresses are never dereferenced: the wrappers in core/ops.c count the
+ * the end never lands inside the next one when core/ops/ops.c checks ownership).
+ * The addresses are never dereferenced: the wrappers in core/ops/ops.c count the
  * allocation and report each op's cost from its shapes before calling a slot,
  * so memory and cost equal the cpu backend's for the same calls. Every slot
  * below is therefore empty; the layer slots are left NULL, which the wrappers
  * allow when has_numerics = 0. The one number that must match the cpu backend
- * is the flash-attention workspace, which core/ops.c allocates from the size
+ * is the flash-attention workspace, which core/ops/ops.c allocates from the size
  * the backend asks for: it is the cpu kernel's own formula, so the memory of
  * a meta run is the peak a numeric run measures. */
 #include "backends/meta/meta_backend.h"
@@ -20,7 +20,7 @@
 #include <stdlib.h>
 
 #include "backends/cpu/cpu_attention.h"
-#include "core/backend_impl.h"
+#include "core/ops/backend_impl.h"
 
 /* Far from anything a real allocator hands out, and non-NULL. */
 #define META_BASE ((uintptr_t)1 << 44)

@@ -19,7 +19,7 @@
 #include <unistd.h>
 
 #include "core/base/atomic_file.h"
-#include "core/dtype.h"
+#include "core/ops/dtype.h"
 
 #if !defined(__BYTE_ORDER__) || __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "safetensors data is little-endian; this reader copies it as is and needs a little-endian host"

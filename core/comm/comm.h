@@ -4,7 +4,7 @@
  *
  * The communicator: a process group and its collectives, shaped like NCCL.
  *
- * Buffers are backend memory (core/ops.h) and every call carries a stream, so
+ * Buffers are backend memory (core/ops/ops.h) and every call carries a stream, so
  * the NCCL backend maps each call onto one NCCL call; the simulator runs each
  * call when every party has posted it. Counts are in elements of `dtype`. Each call is made through
  * a macro that records its call site (file:line), and every completed call
@@ -15,7 +15,7 @@
  * count, dtype, root and reduce op. Point-to-point calls match in order per
  * (sender, receiver) pair.
  *
- * Ordering (the contract of core/ops.h, as NCCL keeps it): a call is enqueued
+ * Ordering (the contract of core/ops/ops.h, as NCCL keeps it): a call is enqueued
  * on `stream` in order with the compute ops there. It reads its send buffer
  * after the work enqueued before it on that stream, and its receive buffer
  * holds the data for the work enqueued after it on that stream; the host sees
@@ -37,8 +37,8 @@
 #include <stddef.h>
 
 #include "core/trace/comm_kind.h"
-#include "core/dtype.h"
-#include "core/ops.h"
+#include "core/ops/dtype.h"
+#include "core/ops/ops.h"
 #include "core/base/status.h"
 
 typedef struct usp_comm usp_comm_t;

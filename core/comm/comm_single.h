@@ -7,7 +7,7 @@
 #define USP_COMM_SINGLE_H
 
 #include "core/comm/comm.h"
-#include "core/ops.h"
+#include "core/ops/ops.h"
 
 /* The world group of a one-rank run on `backend` (named "world"). */
 usp_status usp_comm_single_world(usp_backend_t *backend, usp_comm_t **out);

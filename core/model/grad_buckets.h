@@ -44,7 +44,7 @@
 #define USP_GRAD_BUCKETS_H
 
 #include "core/comm/comm.h"
-#include "core/ops.h"
+#include "core/ops/ops.h"
 
 /* PyTorch DDP's default bucket_cap_mb: 25 MiB. */
 #define USP_GRAD_BUCKET_DEFAULT_BYTES ((int64_t)25 << 20)

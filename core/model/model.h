@@ -5,7 +5,7 @@
  *
  * A decoder-only transformer (GPT-2 and Llama families) on one rank of the
  * mesh: forward, loss and backward of every layer through the compute ops
- * (core/ops.h), with sequence-parallel attention (Ulysses, Ring or both:
+ * (core/ops/ops.h), with sequence-parallel attention (Ulysses, Ring or both:
  * core/parallel/ulysses.h) or, for teaching, each rank attending to its own shard only.
  *
  * Shapes (n = B T rows: this rank's B sequences of T tokens each):
@@ -39,7 +39,7 @@
 #include "core/parallel/mesh.h"
 #include "core/parallel/ring.h"
 #include "core/model/model_params.h"
-#include "core/ops.h"
+#include "core/ops/ops.h"
 #include "core/model/param_store.h"
 
 typedef struct usp_model usp_model;

@@ -166,7 +166,7 @@ usp_status usp_model_loss_enqueue(usp_model *m, float grad_scale, int with_grad,
     }
     USP_CHECK(model_drop_weights(m, head_layer(m)));
     m->head_grads_ready = with_grad;
-    /* enqueued only: the host reads the losses after its next wait on the stream (core/ops.h) */
+    /* enqueued only: the host reads the losses after its next wait on the stream (core/ops/ops.h) */
     return usp_buffer_copy(BE, losses, m->losses, (size_t)m->n * sizeof *losses, USP_COPY_DEVICE_TO_HOST, ST);
 }
 

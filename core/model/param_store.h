@@ -29,7 +29,7 @@
 
 #include "core/comm/comm.h"
 #include "core/model/model_params.h"
-#include "core/ops.h"
+#include "core/ops/ops.h"
 
 typedef struct usp_param_store usp_param_store;
 

@@ -29,7 +29,7 @@
 #include "core/comm/comm.h"
 #include "core/parallel/layout.h"
 #include "core/parallel/overlap.h"
-#include "core/ops.h"
+#include "core/ops/ops.h"
 
 typedef struct ring_attention ring_attention;
 

@@ -41,7 +41,7 @@
 #include "core/comm/comm.h"
 #include "core/parallel/layout.h"
 #include "core/parallel/ring.h"
-#include "core/ops.h"
+#include "core/ops/ops.h"
 
 typedef struct ulysses_attention ulysses_attention;
 

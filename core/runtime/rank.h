@@ -6,7 +6,7 @@
 #define USP_RANK_H
 
 #include "core/comm/comm.h"
-#include "core/ops.h"
+#include "core/ops/ops.h"
 #include "core/trace/trace.h"
 
 typedef struct usp_rank_ctx {

@@ -1,6 +1,6 @@
 /* The runtime interface, for runtime implementers only (commands see core/runtime/runtime.h).
  *
- * As core/backend_impl.h: a `static const` table of function pointers filled
+ * As core/ops/backend_impl.h: a `static const` table of function pointers filled
  * with designated initializers, plus a context. Every slot blocks. */
 #ifndef USP_RUNTIME_IMPL_H
 #define USP_RUNTIME_IMPL_H

@@ -15,7 +15,7 @@ typedef usp_status (*usp_backend_maker)(void *arg, usp_backend_t **out);
 usp_status usp_runtime_single_create(const char *machine, usp_backend_maker make, void *arg, usp_runtime_t **out);
 
 /* Makes the run record a trace (usp_runtime_trace): the rank's steps and every op, timed on the device where
- * the backend can (core/ops.h, usp_backend_time_ops). One rank has no calls to record. */
+ * the backend can (core/ops/ops.h, usp_backend_time_ops). One rank has no calls to record. */
 usp_status usp_runtime_single_record_trace(usp_runtime_t *rt);
 
 #endif

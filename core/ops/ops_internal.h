@@ -1,12 +1,12 @@
-/* The backend handle behind core/ops.h, shared by the wrappers in core/ops.c
- * (memory, GEMM, attention) and core/ops_layers.c (the transformer layer ops).
+/* The backend handle behind core/ops/ops.h, shared by the wrappers in core/ops/ops.c
+ * (memory, GEMM, attention) and core/ops/ops_layers.c (the transformer layer ops).
  * Nothing outside core/ops*.c includes it. */
 #ifndef USP_OPS_INTERNAL_H
 #define USP_OPS_INTERNAL_H
 
 #include <stdint.h>
 
-#include "core/backend_impl.h"
+#include "core/ops/backend_impl.h"
 
 /* One live allocation. The table is sorted by address so that ownership of a
  * range, and the dtype a pointer's elements are stored in, is a binary search
@@ -52,7 +52,7 @@ struct usp_backend {
     usp_cost_sink_fn cost_fn;
     void *cost_ctx;
     struct ops_timer *timer; /* usp_backend_time_ops (NULL: ops are not timed) */
-    uint64_t host_waits;     /* usp_backend_host_waits (core/ops_host.c) */
+    uint64_t host_waits;     /* usp_backend_host_waits (core/ops/ops_host.c) */
     /* The ranges checked since the last cost report, the next cost's operands; kept only while a cost sink
      * listens. A pointer, so that the checks, which take the backend const, can note them. */
     struct ops_operands *operands;

@@ -1,4 +1,4 @@
-/* Measured op times (usp_backend_time_ops in core/ops.h): every op the wrappers
+/* Measured op times (usp_backend_time_ops in core/ops/ops.h): every op the wrappers
  * run inside OPS_TIMED becomes a compute span of the trace, the same record
  * the simulator makes from its cost model, so a measured run and a modelled
  * one draw the same timeline (viz/chrome_trace.h) and compare op by op
@@ -14,7 +14,7 @@
  *   device while the step runs. */
 #include <stdlib.h>
 
-#include "core/ops_internal.h"
+#include "core/ops/ops_internal.h"
 #include "core/trace/trace.h"
 
 #define OPEN_MAX 4 /* ops inside ops: none today; a few levels are kept rather than mismatched */

@@ -1,9 +1,9 @@
-/* The compute-backend interface, for backend implementers only (users see core/ops.h).
+/* The compute-backend interface, for backend implementers only (users see core/ops/ops.h).
  *
  * In the spirit of ggml-backend: a `static const` table of function pointers
  * filled with designated initializers, plus a context. The wrappers in
- * core/ops.c check arguments, count memory and report costs, so a backend
- * only does the work. The ordering contract is core/ops.h's: every slot that
+ * core/ops/ops.c check arguments, count memory and report costs, so a backend
+ * only does the work. The ordering contract is core/ops/ops.h's: every slot that
  * takes a stream enqueues its work there and may return before it is done,
  * unless it says "blocking"; host memory a slot reads is read before it
  * returns. A backend that completes every op before returning (cpu, meta)
@@ -11,14 +11,14 @@
 #ifndef USP_BACKEND_IMPL_H
 #define USP_BACKEND_IMPL_H
 
-#include "core/ops.h"
+#include "core/ops/ops.h"
 
 #define USP_BACKEND_API_VERSION 5
 
 /* A device operand as a slot receives it: where it starts, the dtype its elements are stored in and
  * how many elements the op reads or writes from there. The wrapper builds it with one look-up in the
  * live-buffer table, which also proves the `count` elements lie inside that one buffer and that the
- * dtype is one the op takes for that operand (core/ops.h says which): a backend reads `dtype` here and
+ * dtype is one the op takes for that operand (core/ops/ops.h says which): a backend reads `dtype` here and
  * never asks a buffer. data NULL: an optional operand left out (dtype USP_F32, count 0). One type for
  * inputs and outputs: the const-ness of an input is the public wrapper's, the slot's comment says
  * which operands it writes. */
@@ -51,7 +51,7 @@ typedef struct usp_backend_i {
     usp_status (*zero)(void *ctx, void *ptr, size_t bytes, usp_stream_t *stream);
     /* (optional) Waits for the stream. Blocking. NULL: every slot completes before it returns. */
     usp_status (*synchronize)(void *ctx, usp_stream_t *stream);
-    /* (optional, all six or none, with synchronize) Streams and events, CUDA's semantics (core/ops.h). */
+    /* (optional, all six or none, with synchronize) Streams and events, CUDA's semantics (core/ops/ops.h). */
     usp_status (*stream_create)(void *ctx, usp_stream_t **out);
     void (*stream_destroy)(void *ctx, usp_stream_t *stream); /* after synchronize */
     usp_status (*event_create)(void *ctx, usp_event_t **out);
@@ -89,17 +89,17 @@ typedef struct usp_backend_i {
     /* Bytes of scratch attention_backward (backward = 1) or attention_forward (0) needs for `s`: 0 where
      * the slot reads none (cuda's forward keeps its state on chip), and then none is allocated. */
     size_t (*attention_workspace_bytes)(void *ctx, const usp_attention_shape *s, int backward);
-    /* Flash attention forward and backward (see core/ops.h); `workspace` as sized above. Writes o,
+    /* Flash attention forward and backward (see core/ops/ops.h); `workspace` as sized above. Writes o,
      * lse; dq, dk, dv. lse is f32. */
     usp_status (*attention_forward)(void *ctx, const usp_attention_shape *s, usp_view q, usp_view k, usp_view v,
                                     usp_view o, usp_view lse, void *workspace, usp_stream_t *stream);
     usp_status (*attention_backward)(void *ctx, const usp_attention_shape *s, usp_view q, usp_view k, usp_view v,
                                      usp_view o, usp_view lse, usp_view d_o, usp_view dq, usp_view dk,
                                      usp_view dv, int accumulate, void *workspace, usp_stream_t *stream);
-    /* Online-softmax merge of a partial attention result into o, lse (see core/ops.h); lse, lse_part f32. */
+    /* Online-softmax merge of a partial attention result into o, lse (see core/ops/ops.h); lse, lse_part f32. */
     usp_status (*attention_merge)(void *ctx, usp_view o, usp_view lse, usp_view o_part, usp_view lse_part,
                                   int64_t n, int64_t heads, int64_t head_dim, usp_stream_t *stream);
-    /* Transformer layer ops, semantics of their wrappers in core/ops.h; called with n > 0 and
+    /* Transformer layer ops, semantics of their wrappers in core/ops/ops.h; called with n > 0 and
      * checked shapes and views (the first operands listed are the ones written; the f32-only ones
      * are named). Each may be NULL only when has_numerics = 0 (the wrapper
      * then reports the cost and returns; usp_sum_squares gives 0); on a numeric backend a

@@ -1,5 +1,5 @@
 /* Sizes and names of element types, and bfloat16 conversions. */
-#include "core/dtype.h"
+#include "core/ops/dtype.h"
 
 #include <string.h>
 

@@ -1,5 +1,5 @@
 /* The points where the host waits for the device, and their count
- * (usp_backend_host_waits in core/ops.h). A wait is counted where it is asked
+ * (usp_backend_host_waits in core/ops/ops.h). A wait is counted where it is asked
  * for, on a backend that defers its work (one with a synchronize slot): a
  * synchronize, a download, a stream's destruction, a blocking sum of squares,
  * a read of device timings, and the waits a backend makes inside an op, which
@@ -8,7 +8,7 @@
  * Every wait stalls the host until the device has drained the stream, so the
  * host cannot run ahead and queue the next kernels: a training step aims at
  * one (core/train/train.c says which). */
-#include "core/ops_internal.h"
+#include "core/ops/ops_internal.h"
 
 #include <stdlib.h>
 

@@ -1,4 +1,4 @@
-/* Room core/ (its root): the op seam: the compute ops every backend fills (this file,
+/* Room core/ops/: the op seam: the compute ops every backend fills (this file,
  * ops_layers.c), the slots behind them (backend_impl.h), dtypes (dtype.h), op timing
  * (ops_timer.c). Rooms above call only these functions; backends/ fill them. It may use:
  * base/, trace/.
@@ -52,7 +52,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "core/dtype.h"
+#include "core/ops/dtype.h"
 #include "core/base/status.h"
 
 #ifdef __cplusplus /* the CUDA kernels are C++ */
@@ -229,7 +229,7 @@ void usp_backend_count_host_wait(usp_backend_t *be);
 
 /* Host waits so far: every usp_backend_synchronize, usp_buffer_download, usp_stream_destroy,
  * usp_sum_squares and device-timing read on a backend that defers its work, and every
- * usp_backend_count_host_wait (core/ops_host.c). 0 on the cpu and meta backends. */
+ * usp_backend_count_host_wait (core/ops/ops_host.c). 0 on the cpu and meta backends. */
 uint64_t usp_backend_host_waits(const usp_backend_t *be);
 
 typedef struct usp_event usp_event_t; /* a point in a stream's work */
@@ -284,7 +284,7 @@ void usp_backend_set_cost_sink(usp_backend_t *be, usp_cost_sink_fn fn, void *ctx
  * on too): between device events where the backend times them (the
  * event_elapsed slot), else on the host around the op, which is the op's
  * duration on a backend that completes it before returning. Until this is
- * called an op pays one untaken branch. (core/ops_timer.c) */
+ * called an op pays one untaken branch. (core/ops/ops_timer.c) */
 usp_status usp_backend_time_ops(usp_backend_t *be, struct usp_trace *trace, int rank,
                                 double (*clock)(const void *clock_ctx), const void *clock_ctx);
 
@@ -328,7 +328,7 @@ usp_status usp_attention_merge(usp_backend_t *be, float *o, float *lse, const fl
  * lse, lse_part, mean, rstd, losses and AdamW's params, m and v are f32 only, and
  * int32 ids live in 4-byte buffers (usp_buffer_alloc). Each wrapper reads every
  * operand's dtype from its buffer once and hands the backend a typed view
- * (core/backend_impl.h); an operand in another dtype is USP_ERR_CONFIG naming the
+ * (core/ops/backend_impl.h); an operand in another dtype is USP_ERR_CONFIG naming the
  * op, the operand and the dtype, before the op's cost is reported. */
 
 /* ---- Transformer layer ops. Activations are row-major [n, C], n = batch * tokens;

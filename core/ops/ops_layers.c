@@ -1,11 +1,11 @@
-/* Wrappers of the transformer layer ops (core/ops.h): embedding, norms,
+/* Wrappers of the transformer layer ops (core/ops/ops.h): embedding, norms,
  * activations, rotary embeddings, cross-entropy, AdamW and the small
  * reductions of a training step. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/ops_internal.h"
+#include "core/ops/ops_internal.h"
 
 /* ---- Transformer layer ops. Checks first (shapes, then every buffer lies inside
  * one live allocation, which turns an off-by-a-row in model code into a message

@@ -1,7 +1,7 @@
 /* Wrappers around the backend interface: argument checks, memory accounting,
  * cost reports. Costs are computed here from shapes alone, so the cpu, meta
  * and cuda backends report identical flops and bytes for the same call. */
-#include "core/ops_internal.h"
+#include "core/ops/ops_internal.h"
 
 #include <math.h>
 #include <stdlib.h>
