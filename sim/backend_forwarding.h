@@ -14,9 +14,9 @@ typedef struct sim_forward_target {
     void *ctx;
 } sim_forward_target;
 
-/* Fills every op slot of `out` with one that calls inner's with a NULL stream (NULL where inner's is NULL,
- * so that a shapes-only backend keeps its meaning), and copies inner's name and flags. Leaves the stream,
- * event, synchronize, launch_host_func and destroy slots alone. */
+/* Fills the memory, copy and op slots of `out` with ones that call inner's with a NULL stream (NULL where
+ * inner's is NULL, so that a shapes-only backend keeps its meaning), and copies inner's name and flags.
+ * Leaves the stream, event, synchronize, launch_host_func and destroy slots alone. */
 void sim_forwarding_slots(const usp_backend_i *inner, usp_backend_i *out);
 
 #endif

@@ -16,33 +16,34 @@
 #include <stdint.h>
 
 #include "core/ops/backend_impl.h"
+#include "core/ops/op.h"
 
-/* Every slot of usp_backend_i in declaration order, with the op name its
- * wrapper reports to the cost sink (NULL: the slot reports no cost of its own).
- * test_backend_conformance.c checks at compile time that this is exactly the
- * struct's list, so a new slot cannot go untested unnoticed. */
+/* What a case may be about: every slot of usp_backend_i in declaration order, with the op name its
+ * wrapper reports to the cost sink (NULL: the slot reports no cost of its own), then every op kind of
+ * core/ops/op.h (USP_OP_KINDS) and every element-wise function (USP_MAP_FNS), named as their lists name
+ * them. test_backend_conformance.c checks at compile time that the slots are exactly the struct's,
+ * and the ops come from the lists themselves, so a new slot, kind or function cannot go untested
+ * unnoticed. */
 #define CONFORMANCE_SLOTS(X)                                                                                     \
     X(alloc, NULL) X(free, NULL) X(host_alloc, NULL) X(host_free, NULL) X(copy, "copy") X(zero, "zero")          \
     X(synchronize, NULL) X(stream_create, NULL)                                                                 \
     X(stream_destroy, NULL) X(event_create, NULL) X(event_destroy, NULL) X(event_record, NULL)                  \
     X(stream_wait_event, NULL) X(timing_event_create, NULL) X(event_elapsed, NULL) X(run_queued, NULL)          \
-    X(note_access, NULL) X(cache_bytes, NULL) X(launch_host_func, NULL)                                         \
-    X(gemm, "gemm")                                                                                             \
-    X(copy_2d, "copy") X(convert, "convert") X(accumulate_2d, "accumulate") X(attention_workspace_bytes, NULL)                        \
-    X(attention_forward, "attention_forward") X(attention_backward, "attention_backward")                       \
-    X(attention_merge, "attention_merge") X(embedding_forward, "embedding_forward")                             \
-    X(embedding_backward, "embedding_backward") X(layernorm_forward, "layernorm_forward")                       \
-    X(layernorm_backward, "layernorm_backward") X(rmsnorm_forward, "rmsnorm_forward")                           \
-    X(rmsnorm_backward, "rmsnorm_backward") X(gelu_tanh_forward, "gelu_tanh_forward")                           \
-    X(gelu_tanh_backward, "gelu_tanh_backward") X(swiglu_forward, "swiglu_forward")                             \
-    X(swiglu_backward, "swiglu_backward") X(rope_forward, "rope_forward") X(rope_backward, "rope_backward")     \
-    X(cross_entropy, "cross_entropy") X(adamw_step, "adamw_step") X(sum_squares, "sum_squares")                 \
-    X(scale, "scale") X(add_bias, "add_bias") X(bias_backward, "bias_backward") X(destroy, NULL)
+    X(note_access, NULL) X(cache_bytes, NULL) X(launch_host_func, NULL) X(supports, NULL)                       \
+    X(workspace_bytes, NULL) X(run, NULL) X(destroy, NULL)
 
 typedef enum conformance_slot {
 #define CONFORMANCE_SLOT_ENUM(slot, op) SLOT_##slot,
     CONFORMANCE_SLOTS(CONFORMANCE_SLOT_ENUM)
 #undef CONFORMANCE_SLOT_ENUM
+    SLOT_INTERFACE_COUNT, /* the slots above; the op kinds follow */
+    SLOT_OPS_BEFORE = SLOT_INTERFACE_COUNT - 1,
+#define CONFORMANCE_KIND_ENUM(kind, name) SLOT_##name,
+    USP_OP_KINDS(CONFORMANCE_KIND_ENUM)
+#undef CONFORMANCE_KIND_ENUM
+#define CONFORMANCE_MAP_ENUM(fn, name, outs, ins, flops, bytes, names) SLOT_##name,
+    USP_MAP_FNS(CONFORMANCE_MAP_ENUM)
+#undef CONFORMANCE_MAP_ENUM
     SLOT_COUNT
 } conformance_slot;
 

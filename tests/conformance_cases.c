@@ -311,7 +311,7 @@ static void run_attention_merge(conformance_run *r, const void *params)
 #define STREAMS                                                                                             \
     (SLOT(stream_create) | SLOT(stream_destroy) | SLOT(event_create) | SLOT(event_destroy) | SLOT(event_record) | \
      SLOT(stream_wait_event) | SLOT(run_queued) | SLOT(note_access) | SLOT(launch_host_func))
-#define ATTENTION (SLOT(attention_workspace_bytes) | SLOT(attention_forward))
+#define ATTENTION (SLOT(workspace_bytes) | SLOT(supports) | SLOT(run) | SLOT(attention_forward))
 #define ATTENTION_BWD (ATTENTION | SLOT(attention_backward))
 
 const conformance_case conformance_cases[] = {

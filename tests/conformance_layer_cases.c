@@ -308,7 +308,7 @@ const conformance_case conformance_layer_cases[] = {
     {"cross-entropy, V 5000 in place", run_cross_entropy, &ce_large_vocab, SLOT(cross_entropy), 1e-5, 0, 0},
     {"adamw step 3, weight decay", run_adamw_step, NULL, SLOT(adamw_step), 1e-6, 0, 0},
     {"sum_squares", run_sum_squares, NULL, SLOT(sum_squares), 1e-12, 0, 0},
-    {"scale", run_scale, NULL, SLOT(scale), 0, 0, 0},
+    {"scale", run_scale, NULL, SLOT(map) | SLOT(scale), 0, 0, 0},
     {"add_bias", run_add_bias, NULL, SLOT(add_bias), 0, 0, 0},
     {"bias_backward", run_bias_backward, NULL, SLOT(bias_backward), 1e-6, 0, 0},
 };

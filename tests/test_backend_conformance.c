@@ -46,16 +46,41 @@
                    "tests/conformance.h lists slot " #slot " out of usp_backend_i's order");
 CONFORMANCE_SLOTS(SLOT_IS_AT)
 #undef SLOT_IS_AT
-_Static_assert(sizeof(usp_backend_i) == offsetof(usp_backend_i, alloc) + SLOT_COUNT * sizeof(void (*)(void)),
+_Static_assert(sizeof(usp_backend_i) ==
+                   offsetof(usp_backend_i, alloc) + SLOT_INTERFACE_COUNT * sizeof(void (*)(void)),
                "usp_backend_i has a slot that CONFORMANCE_SLOTS (tests/conformance.h) lacks: list it and give it a "
                "case in tests/conformance_cases.c");
 
+/* The name of slot s (an interface slot, an op kind or a map function) and the op its cases report (NULL:
+ * none of its own; the map kind reports its functions' names). */
+static const char *slot_name(int s)
+{
 #define SLOT_NAME(slot, op) #slot,
-static const char *const slot_names[SLOT_COUNT] = {CONFORMANCE_SLOTS(SLOT_NAME)};
+    static const char *const interface[] = {CONFORMANCE_SLOTS(SLOT_NAME)};
 #undef SLOT_NAME
+    if (s < SLOT_INTERFACE_COUNT)
+        return interface[s];
+    if (s < SLOT_INTERFACE_COUNT + USP_OP_KIND_COUNT)
+        return usp_op_kind_name((usp_op_kind)(s - SLOT_INTERFACE_COUNT));
+    return usp_map_fn_name((usp_map_fn)(s - SLOT_INTERFACE_COUNT - USP_OP_KIND_COUNT));
+}
+
+static const char *slot_op(int s)
+{
 #define SLOT_OP(slot, op) op,
-static const char *const slot_ops[SLOT_COUNT] = {CONFORMANCE_SLOTS(SLOT_OP)};
+    static const char *const interface[] = {CONFORMANCE_SLOTS(SLOT_OP)};
 #undef SLOT_OP
+    if (s < SLOT_INTERFACE_COUNT)
+        return interface[s];
+    if (s == SLOT_map)
+        return NULL;
+    usp_op op = {.kind = USP_OP_MAP};
+    if (s < SLOT_INTERFACE_COUNT + USP_OP_KIND_COUNT)
+        op.kind = (usp_op_kind)(s - SLOT_INTERFACE_COUNT);
+    else
+        op.p.map.fn = (usp_map_fn)(s - SLOT_INTERFACE_COUNT - USP_OP_KIND_COUNT);
+    return usp_op_cost_name(&op);
+}
 
 /* ---- the backends ---------------------------------------------------------- */
 
@@ -387,13 +412,13 @@ static void expect_costs_match(const conformance_case *c, const case_result *got
 static void expect_named_ops_ran(const conformance_case *c, const case_result *ref)
 {
     for (int s = 0; s < SLOT_COUNT; s++) {
-        if (!(c->slots >> s & 1) || !slot_ops[s])
+        if (!(c->slots >> s & 1) || !slot_op(s))
             continue;
         int seen = 0;
         for (int i = 0; i < ref->n_costs && !seen; i++)
-            seen = strcmp(ref->costs[i].op, slot_ops[s]) == 0;
-        ck_assert_msg(seen, "case \"%s\" names slot %s but reported no \"%s\" op", c->name, slot_names[s],
-                      slot_ops[s]);
+            seen = strcmp(ref->costs[i].op, slot_op(s)) == 0;
+        ck_assert_msg(seen, "case \"%s\" names slot %s but reported no \"%s\" op", c->name, slot_name(s),
+                      slot_op(s));
     }
 }
 
@@ -456,8 +481,9 @@ START_TEST(every_slot_of_usp_backend_i_has_a_case)
     size_t len = 0;
     for (int s = 0; s < SLOT_COUNT; s++)
         if (!(ticked >> s & 1))
-            len += (size_t)snprintf(missing + len, sizeof missing - len, " %s", slot_names[s]);
-    ck_assert_msg(len == 0, "slots of usp_backend_i that no case of the conformance tables names:%s", missing);
+            len += (size_t)snprintf(missing + len, sizeof missing - len, " %s", slot_name(s));
+    ck_assert_msg(len == 0, "slots of usp_backend_i, op kinds and map functions that no case of the conformance "
+                  "tables names:%s", missing);
 }
 END_TEST
 

@@ -82,7 +82,7 @@ START_TEST(a_float_offset_into_bf16_storage_is_refused_by_the_copies_and_ops)
     assert_refused(usp_buffer_zero(be, wrong, half, NULL), "usp_buffer_zero");
     assert_refused(usp_buffer_copy(be, wrong, other, half, USP_COPY_DEVICE_TO_DEVICE, NULL), "usp_buffer_copy");
     assert_refused(usp_buffer_copy(be, other, wrong, half, USP_COPY_DEVICE_TO_DEVICE, NULL), "usp_buffer_copy");
-    assert_refused(usp_copy_2d(be, wrong, half / 2, other, half / 2, half / 2, 2, NULL), "usp_copy_2d");
+    assert_refused(usp_copy_2d(be, wrong, half / 2, other, half / 2, half / 2, 2, NULL), "copy_2d");
     assert_refused(usp_gelu_tanh_forward(be, wrong, other, N, NULL), "gelu_tanh_forward");
     /* a size counted in floats from the right place runs past the end just the same */
     assert_refused(usp_buffer_zero(be, right, (size_t)N * sizeof(float), NULL), "usp_buffer_zero");

@@ -115,13 +115,15 @@ START_TEST(rope_with_these_indices_is_the_cpu_rope)
     float x[N * H * D], want[N * H * D];
     for (int k = 0; k < N * H * D; k++)
         x[k] = want[k] = (float)sin(0.37 * k + 0.1);
-    const usp_view want_v = {.data = want, .dtype = USP_F32, .count = N * H * D}; /* the cpu slot's operand */
+    usp_op op = {.p.rope = {N, H, D, 10000.0f, inv_freq}, /* the cpu kernel's op: x, positions */
+                 .operand = {{want, USP_F32, N * H * D}, {(void *)positions, USP_F32, N}}};
     for (int direction = 1; direction >= -1; direction -= 2) {
         rope_emulated(x, positions, N, H, D, inv_freq, direction);
+        op.kind = direction > 0 ? USP_OP_ROPE_FORWARD : USP_OP_ROPE_BACKWARD;
         if (direction > 0)
-            ck_assert_int_eq(cpu_rope_forward(NULL, want_v, positions, N, H, D, 10000.0f, inv_freq, NULL), USP_OK);
+            ck_assert_int_eq(cpu_rope_forward(&op), USP_OK);
         else
-            ck_assert_int_eq(cpu_rope_backward(NULL, want_v, positions, N, H, D, 10000.0f, inv_freq, NULL), USP_OK);
+            ck_assert_int_eq(cpu_rope_backward(&op), USP_OK);
         for (int k = 0; k < N * H * D; k++) /* the same expressions; a fused multiply-add may move the last bit */
             ck_assert_msg(fabsf(x[k] - want[k]) <= 1e-6f, "direction %d element %d: %.9g vs %.9g", direction, k,
                           (double)x[k], (double)want[k]);

@@ -26,7 +26,7 @@ enum kind {
     K_ROPE_FORWARD, K_ROPE_BACKWARD, K_CROSS_ENTROPY, K_ADAMW, K_KINDS
 };
 
-/* The op name each kind reports (core/ops/ops.c, core/ops/ops_layers.c). */
+/* The op name each kind reports (its cost name: core/ops/op_kinds.c). */
 static const char *const op_names[K_KINDS] = {
     "gemm", "attention_forward", "attention_backward", "copy", "copy", "accumulate", "zero", "accumulate", "convert", "scale",
     "sum_squares", "add_bias", "bias_backward", "gelu_tanh_forward", "gelu_tanh_backward", "swiglu_forward",

@@ -166,23 +166,26 @@ static usp_status cpu_zero(void *ctx, void *ptr, size_t bytes, usp_stream_t *str
  * usp runs with (bench/train --threads: the tiny model's meshes as fast at 2 threads as at 1). */
 #define GEMM_TEAM_MIN ((double)(1 << 23))
 
-static void gemm_tile(const usp_gemm_desc *g, int64_t i, int64_t r0, int64_t c0, int64_t rows, int64_t cols)
+/* Rows [r0, r0 + rows) and columns [c0, c0 + cols) of C for matrix i. */
+static void gemm_tile(const usp_gemm_shape *g, const float *a, const float *b, float *c, int64_t i, int64_t r0,
+                      int64_t c0, int64_t rows, int64_t cols)
 {
-    const float *a = g->a + i * g->stride_a + (g->trans_a ? r0 : r0 * g->lda);
-    const float *b = g->b + i * g->stride_b + (g->trans_b ? c0 * g->ldb : c0);
+    a += i * g->stride_a + (g->trans_a ? r0 : r0 * g->lda);
+    b += i * g->stride_b + (g->trans_b ? c0 * g->ldb : c0);
     cblas_sgemm(CblasRowMajor, g->trans_a ? CblasTrans : CblasNoTrans, g->trans_b ? CblasTrans : CblasNoTrans,
                 (blasint)rows, (blasint)cols, (blasint)g->k, g->alpha, a, (blasint)g->lda, b, (blasint)g->ldb,
-                g->beta, g->c + i * g->stride_c + r0 * g->ldc + c0, (blasint)g->ldc);
+                g->beta, c + i * g->stride_c + r0 * g->ldc + c0, (blasint)g->ldc);
 }
 
-/* fp32 only (cpu_widen.c gives it bf16 operands): the views are g's own pointers (the wrapper checked them), so the tiles read g. */
-static usp_status cpu_gemm(void *ctx, const usp_gemm_desc *g, usp_view a, usp_view b, usp_view c,
-                           usp_stream_t *stream)
+/* fp32 only (cpu_widen.c gives it bf16 operands as fp32 temporaries). */
+static usp_status cpu_gemm(const usp_op *op)
 {
-    (void)ctx, (void)stream, (void)a, (void)b, (void)c;
+    const usp_gemm_shape *g = &op->p.gemm;
+    const float *a = op->operand[0].data, *b = op->operand[1].data;
+    float *c = op->operand[2].data;
     if ((double)g->m * (double)g->n * (double)g->k < GEMM_SINGLE_THREAD_FLOPS) {
         for (int64_t i = 0; i < g->batch; i++)
-            gemm_tile(g, i, 0, 0, g->m, g->n);
+            gemm_tile(g, a, b, c, i, 0, 0, g->m, g->n);
         return USP_OK;
     }
     const int64_t tm = (g->m + GEMM_TILE_M - 1) / GEMM_TILE_M, tn = (g->n + GEMM_TILE_N - 1) / GEMM_TILE_N;
@@ -195,7 +198,7 @@ static usp_status cpu_gemm(void *ctx, const usp_gemm_desc *g, usp_view a, usp_vi
         omp_set_num_threads(1);
         for (int64_t t = 0; t < tiles; t++) {
             int64_t i = t / (tm * tn), r0 = t / tn % tm * GEMM_TILE_M, c0 = t % tn * GEMM_TILE_N;
-            gemm_tile(g, i, r0, c0, g->m - r0 < GEMM_TILE_M ? g->m - r0 : GEMM_TILE_M,
+            gemm_tile(g, a, b, c, i, r0, c0, g->m - r0 < GEMM_TILE_M ? g->m - r0 : GEMM_TILE_M,
                       g->n - c0 < GEMM_TILE_N ? g->n - c0 : GEMM_TILE_N);
         }
         omp_set_num_threads(threads);
@@ -204,28 +207,30 @@ static usp_status cpu_gemm(void *ctx, const usp_gemm_desc *g, usp_view a, usp_vi
     #pragma omp parallel for schedule(dynamic)
     for (int64_t t = 0; t < tiles; t++) {
         int64_t i = t / (tm * tn), r0 = t / tn % tm * GEMM_TILE_M, c0 = t % tn * GEMM_TILE_N;
-        gemm_tile(g, i, r0, c0, g->m - r0 < GEMM_TILE_M ? g->m - r0 : GEMM_TILE_M,
+        gemm_tile(g, a, b, c, i, r0, c0, g->m - r0 < GEMM_TILE_M ? g->m - r0 : GEMM_TILE_M,
                   g->n - c0 < GEMM_TILE_N ? g->n - c0 : GEMM_TILE_N);
     }
     return USP_OK;
 }
 
-static usp_status cpu_copy_2d(void *ctx, void *dst, size_t dst_stride, const void *src, size_t src_stride,
-                              size_t row_bytes, size_t rows, usp_stream_t *stream)
+static usp_status cpu_copy_2d(const usp_op *op)
 {
-    (void)ctx, (void)stream;
+    char *dst = op->operand[1].data;
+    const char *src = op->operand[0].data;
+    const size_t dst_stride = op->p.strided.dst_stride, src_stride = op->p.strided.src_stride;
+    const size_t row_bytes = op->p.strided.row, rows = op->p.strided.rows;
     #pragma omp parallel for schedule(static) if (row_bytes * rows > ((size_t)1 << 20))
     for (size_t r = 0; r < rows; r++)
-        memcpy((char *)dst + r * dst_stride, (const char *)src + r * src_stride, row_bytes);
+        memcpy(dst + r * dst_stride, src + r * src_stride, row_bytes);
     return USP_OK;
 }
 
-static usp_status cpu_accumulate_2d(void *ctx, usp_view dst_v, size_t dst_stride, usp_view src_v,
-                                    size_t src_stride, size_t row_elems, size_t rows, usp_stream_t *stream)
+static usp_status cpu_accumulate_2d(const usp_op *op)
 {
-    float *dst = dst_v.data;
-    const float *src = src_v.data;
-    (void)ctx, (void)stream;
+    float *dst = op->operand[0].data;
+    const float *src = op->operand[1].data;
+    const size_t dst_stride = op->p.strided.dst_stride, src_stride = op->p.strided.src_stride;
+    const size_t row_elems = op->p.strided.row, rows = op->p.strided.rows;
     #pragma omp parallel for schedule(static) if (row_elems * rows > ((size_t)1 << 18))
     for (size_t r = 0; r < rows; r++)
         for (size_t i = 0; i < row_elems; i++)
@@ -242,59 +247,33 @@ static cpu_attention_shape kernel_shape(const usp_attention_shape *s)
     };
 }
 
-static size_t cpu_attention_workspace(void *ctx, const usp_attention_shape *s, int backward)
+/* Operands: q, o, lse, k, v, workspace (core/ops/op_kinds.c). */
+static usp_status cpu_attention_forward(const usp_op *op)
 {
-    (void)ctx, (void)backward; /* both passes use a row of scratch per thread */
-    cpu_attention_shape k = kernel_shape(s);
-    return cpu_attention_workspace_bytes(&k);
-}
-
-static usp_status cpu_attention_forward(void *ctx, const usp_attention_shape *s, usp_view q_v, usp_view k_v,
-                                        usp_view v_v, usp_view o_v, usp_view lse_v, void *workspace,
-                                        usp_stream_t *stream)
-{
-    const float *q = q_v.data;
-    const float *k = k_v.data;
-    const float *v = v_v.data;
-    float *o = o_v.data;
-    float *lse = lse_v.data;
-    (void)ctx, (void)stream;
-    cpu_attention_shape ks = kernel_shape(s);
-    cpu_flash_attention_forward(&ks, q, k, v, o, lse, workspace);
+    const usp_view *x = op->operand;
+    cpu_attention_shape ks = kernel_shape(&op->p.attention.shape);
+    cpu_flash_attention_forward(&ks, x[0].data, x[3].data, x[4].data, x[1].data, x[2].data, x[5].data);
     return USP_OK;
 }
 
-static usp_status cpu_attention_backward(void *ctx, const usp_attention_shape *s, usp_view q_v,
-                                         usp_view k_v, usp_view v_v, usp_view o_v, usp_view lse_v,
-                                         usp_view d_o_v, usp_view dq_v, usp_view dk_v, usp_view dv_v, int accumulate,
-                                         void *workspace, usp_stream_t *stream)
+/* Operands: q, o, d_o, dq, lse, k, v, dk, dv, workspace. */
+static usp_status cpu_attention_backward(const usp_op *op)
 {
-    const float *q = q_v.data;
-    const float *k = k_v.data;
-    const float *v = v_v.data;
-    const float *o = o_v.data;
-    const float *lse = lse_v.data;
-    const float *d_o = d_o_v.data;
-    float *dq = dq_v.data;
-    float *dk = dk_v.data;
-    float *dv = dv_v.data;
-    (void)ctx, (void)stream;
-    cpu_attention_shape ks = kernel_shape(s);
-    cpu_flash_attention_backward(&ks, q, k, v, o, lse, d_o, dq, dk, dv, accumulate, workspace);
+    const usp_view *x = op->operand;
+    cpu_attention_shape ks = kernel_shape(&op->p.attention.shape);
+    cpu_flash_attention_backward(&ks, x[0].data, x[5].data, x[6].data, x[1].data, x[4].data, x[2].data, x[3].data,
+                                 x[7].data, x[8].data, op->p.attention.accumulate, x[9].data);
     return USP_OK;
 }
 
 /* lse' = lse + log(1 + e^(lse_part - lse)) computed around the larger of the
  * two, so that -inf (a row that has seen no key yet) needs no special case
- * beyond "both -inf". */
-static usp_status cpu_attention_merge(void *ctx, usp_view o_v, usp_view lse_v, usp_view o_part_v, usp_view lse_part_v,
-                                      int64_t n, int64_t heads, int64_t head_dim, usp_stream_t *stream)
+ * beyond "both -inf". Operands: o, o_part, lse, lse_part. */
+static usp_status cpu_attention_merge(const usp_op *op)
 {
-    float *o = o_v.data;
-    float *lse = lse_v.data;
-    const float *o_part = o_part_v.data;
-    const float *lse_part = lse_part_v.data;
-    (void)ctx, (void)stream;
+    float *o = op->operand[0].data, *lse = op->operand[2].data;
+    const float *o_part = op->operand[1].data, *lse_part = op->operand[3].data;
+    const int64_t n = op->p.merge.n, heads = op->p.merge.heads, head_dim = op->p.merge.head_dim;
     #pragma omp parallel for schedule(static) if (n * heads * head_dim > (1 << 16))
     for (int64_t i = 0; i < n; i++)
         for (int64_t h = 0; h < heads; h++) {
@@ -312,6 +291,58 @@ static usp_status cpu_attention_merge(void *ctx, usp_view o_v, usp_view lse_v, u
     return USP_OK;
 }
 
+/* The fp32 kernel of each kind (conversion is cpu_widen.c's: its operands are bf16 by design). */
+typedef usp_status (*cpu_kernel)(const usp_op *op);
+static const cpu_kernel kernels[USP_OP_KIND_COUNT] = {
+    [USP_OP_GEMM] = cpu_gemm,
+    [USP_OP_COPY_2D] = cpu_copy_2d,
+    [USP_OP_ACCUMULATE_2D] = cpu_accumulate_2d,
+    [USP_OP_ATTENTION_FORWARD] = cpu_attention_forward,
+    [USP_OP_ATTENTION_BACKWARD] = cpu_attention_backward,
+    [USP_OP_ATTENTION_MERGE] = cpu_attention_merge,
+    [USP_OP_EMBEDDING_FORWARD] = cpu_embedding_forward,
+    [USP_OP_EMBEDDING_BACKWARD] = cpu_embedding_backward,
+    [USP_OP_LAYERNORM_FORWARD] = cpu_layernorm_forward,
+    [USP_OP_LAYERNORM_BACKWARD] = cpu_layernorm_backward,
+    [USP_OP_RMSNORM_FORWARD] = cpu_rmsnorm_forward,
+    [USP_OP_RMSNORM_BACKWARD] = cpu_rmsnorm_backward,
+    [USP_OP_ROPE_FORWARD] = cpu_rope_forward,
+    [USP_OP_ROPE_BACKWARD] = cpu_rope_backward,
+    [USP_OP_CROSS_ENTROPY] = cpu_cross_entropy,
+    [USP_OP_ADAMW_STEP] = cpu_adamw_step,
+    [USP_OP_SUM_SQUARES] = cpu_sum_squares,
+    [USP_OP_ADD_BIAS] = cpu_add_bias,
+    [USP_OP_BIAS_BACKWARD] = cpu_bias_backward,
+    [USP_OP_MAP] = cpu_map,
+};
+
+static usp_status run_fp32(const usp_op *op) { return kernels[op->kind](op); }
+
+static int cpu_supports(void *ctx, const usp_op *op)
+{
+    (void)ctx;
+    if (op->kind == USP_OP_CONVERT)
+        return 1;
+    return (unsigned)op->kind < USP_OP_KIND_COUNT && kernels[op->kind] &&
+           (op->kind != USP_OP_MAP || cpu_map_supports(op->p.map.fn));
+}
+
+/* Both attention passes use a row of scratch per thread. */
+static size_t cpu_workspace_bytes(void *ctx, const usp_op *op)
+{
+    (void)ctx;
+    if (op->kind != USP_OP_ATTENTION_FORWARD && op->kind != USP_OP_ATTENTION_BACKWARD)
+        return 0;
+    cpu_attention_shape k = kernel_shape(&op->p.attention.shape);
+    return cpu_attention_workspace_bytes(&k);
+}
+
+static usp_status cpu_run(void *ctx, const usp_op *op)
+{
+    (void)ctx;
+    return op->kind == USP_OP_CONVERT ? cpu_convert(op) : cpu_run_widened(op, run_fp32);
+}
+
 /* A core's L2 (glibc reads it from the CPU): the cache one rank's ops have to themselves. */
 static size_t cpu_cache_bytes(void *ctx)
 {
@@ -320,46 +351,24 @@ static size_t cpu_cache_bytes(void *ctx)
     return l2 > 0 ? (size_t)l2 : 0;
 }
 
-/* The fp32 kernels; the backend's table is this one with bf16 operands widened (cpu_widen.h). */
-static const usp_backend_i cpu_fp32_iface = {
+static const usp_backend_i cpu_iface = {
     .api_version = USP_BACKEND_API_VERSION,
     .name = "cpu",
     .has_numerics = 1,
+    .stores_bf16 = 1, /* widened for the fp32 kernels (cpu_widen.h) */
     .alloc = cpu_alloc,
     .free = cpu_free,
     .copy = cpu_copy,
     .zero = cpu_zero,
     .synchronize = NULL,
     .cache_bytes = cpu_cache_bytes,
-    .gemm = cpu_gemm,
-    .copy_2d = cpu_copy_2d,
-    .accumulate_2d = cpu_accumulate_2d,
-    .attention_workspace_bytes = cpu_attention_workspace,
-    .attention_forward = cpu_attention_forward,
-    .attention_backward = cpu_attention_backward,
-    .attention_merge = cpu_attention_merge,
-    .embedding_forward = cpu_embedding_forward,
-    .embedding_backward = cpu_embedding_backward,
-    .layernorm_forward = cpu_layernorm_forward,
-    .layernorm_backward = cpu_layernorm_backward,
-    .rmsnorm_forward = cpu_rmsnorm_forward,
-    .rmsnorm_backward = cpu_rmsnorm_backward,
-    .gelu_tanh_forward = cpu_gelu_tanh_forward,
-    .gelu_tanh_backward = cpu_gelu_tanh_backward,
-    .swiglu_forward = cpu_swiglu_forward,
-    .swiglu_backward = cpu_swiglu_backward,
-    .rope_forward = cpu_rope_forward,
-    .rope_backward = cpu_rope_backward,
-    .cross_entropy = cpu_cross_entropy,
-    .adamw_step = cpu_adamw_step,
-    .sum_squares = cpu_sum_squares,
-    .scale = cpu_scale,
-    .add_bias = cpu_add_bias,
-    .bias_backward = cpu_bias_backward,
+    .supports = cpu_supports,
+    .workspace_bytes = cpu_workspace_bytes,
+    .run = cpu_run,
     .destroy = NULL,
 };
 
-const usp_backend_i *usp_backend_cpu_interface(void) { return cpu_widened_interface(&cpu_fp32_iface); }
+const usp_backend_i *usp_backend_cpu_interface(void) { return &cpu_iface; }
 
 usp_status usp_backend_cpu_create(usp_backend_t **out)
 {

@@ -1,6 +1,6 @@
-/* Transformer layer ops on the CPU: embedding, layernorm, rmsnorm, GELU, SwiGLU
- * and rotary embeddings (cpu_loss_optim.c has the loss, AdamW and the small
- * reductions of a training step).
+/* Transformer layer ops on the CPU: embedding, layernorm, rmsnorm and rotary
+ * embeddings (cpu_map.c has the element-wise ones, GELU and SwiGLU; cpu_loss_optim.c
+ * the loss, AdamW and the small reductions of a training step).
  *
  * The shape is llm.c's train_gpt2.c (outputs first, dimensions last, one free
  * function per op), with three differences that matter at long context on many
@@ -26,9 +26,6 @@
 #include <omp.h>
 #include <string.h>
 
-/* tanh(u) = 1 - 2 / (e^2u + 1): exact limits +-1, absolute error ~1e-7 near 0. */
-static inline float tanh_fast(float u) { return 1.0f - 2.0f / (exp_fast(2.0f * u) + 1.0f); }
-
 /* ---- embedding ---------------------------------------------------------- */
 
 SIMD_CLONES static void add_rows(float *dst, const float *a, const float *b, int64_t C)
@@ -38,13 +35,12 @@ SIMD_CLONES static void add_rows(float *dst, const float *a, const float *b, int
         dst[c] = a[c] + b[c];
 }
 
-usp_status cpu_embedding_forward(void *ctx, usp_view out_v, const int32_t *tokens, const int32_t *positions,
-                                 usp_view wte_v, usp_view wpe_v, int64_t n, int64_t C, usp_stream_t *stream)
+usp_status cpu_embedding_forward(const usp_op *op)
 {
-    float *out = out_v.data;
-    const float *wte = wte_v.data;
-    const float *wpe = wpe_v.data;
-    (void)ctx, (void)stream;
+    float *out = op->operand[0].data;
+    const int32_t *tokens = op->operand[1].data, *positions = op->operand[4].data;
+    const float *wte = op->operand[2].data, *wpe = op->operand[3].data;
+    const int64_t n = op->p.rows.n, C = op->p.rows.C;
 #pragma omp parallel for schedule(static) if (n * C >= PARALLEL_MIN)
     for (int64_t i = 0; i < n; i++) {
         const float *e = wte + (int64_t)tokens[i] * C;
@@ -71,13 +67,12 @@ static void scatter_add_rows(float *table, const float *rows, const int32_t *ids
     }
 }
 
-usp_status cpu_embedding_backward(void *ctx, usp_view dwte_v, usp_view dwpe_v, usp_view dout_v, const int32_t *tokens,
-                                  const int32_t *positions, int64_t n, int64_t C, usp_stream_t *stream)
+usp_status cpu_embedding_backward(const usp_op *op)
 {
-    float *dwte = dwte_v.data;
-    float *dwpe = dwpe_v.data;
-    const float *dout = dout_v.data;
-    (void)ctx, (void)stream;
+    float *dwte = op->operand[0].data, *dwpe = op->operand[1].data;
+    const float *dout = op->operand[2].data;
+    const int32_t *tokens = op->operand[3].data, *positions = op->operand[4].data;
+    const int64_t n = op->p.rows.n, C = op->p.rows.C;
     scatter_add_rows(dwte, dout, tokens, n, C);
     if (dwpe)
         scatter_add_rows(dwpe, dout, positions, n, C);
@@ -113,17 +108,12 @@ SIMD_CLONES static void layernorm_row(float *y, float *mean, float *rstd, const 
     *mean = m, *rstd = r;
 }
 
-usp_status cpu_layernorm_forward(void *ctx, usp_view out_v, usp_view mean_v, usp_view rstd_v, usp_view inp_v,
-                                 usp_view weight_v, usp_view bias_v, int64_t n, int64_t C, float eps,
-                                 usp_stream_t *stream)
+usp_status cpu_layernorm_forward(const usp_op *op)
 {
-    float *out = out_v.data;
-    float *mean = mean_v.data;
-    float *rstd = rstd_v.data;
-    const float *inp = inp_v.data;
-    const float *weight = weight_v.data;
-    const float *bias = bias_v.data;
-    (void)ctx, (void)stream;
+    float *out = op->operand[0].data, *mean = op->operand[1].data, *rstd = op->operand[2].data;
+    const float *inp = op->operand[3].data, *weight = op->operand[4].data, *bias = op->operand[5].data;
+    const int64_t n = op->p.rows.n, C = op->p.rows.C;
+    const float eps = op->p.rows.eps;
 #pragma omp parallel for schedule(static) if (n * C >= PARALLEL_MIN)
     for (int64_t i = 0; i < n; i++) {
         float m, r;
@@ -187,19 +177,12 @@ static void norm_param_grads(float *dw, float *db, const float *dout, const floa
         norm_param_grads_block(dw, db, dout, inp, mean, rstd, n, C, b * width, min64(width, C - b * width));
 }
 
-usp_status cpu_layernorm_backward(void *ctx, usp_view dinp_v, usp_view dweight_v, usp_view dbias_v, usp_view dout_v,
-                                  usp_view inp_v, usp_view weight_v, usp_view mean_v, usp_view rstd_v,
-                                  int64_t n, int64_t C, usp_stream_t *stream)
+usp_status cpu_layernorm_backward(const usp_op *op)
 {
-    float *dinp = dinp_v.data;
-    float *dweight = dweight_v.data;
-    float *dbias = dbias_v.data;
-    const float *dout = dout_v.data;
-    const float *inp = inp_v.data;
-    const float *weight = weight_v.data;
-    const float *mean = mean_v.data;
-    const float *rstd = rstd_v.data;
-    (void)ctx, (void)stream;
+    float *dinp = op->operand[0].data, *dweight = op->operand[1].data, *dbias = op->operand[2].data;
+    const float *dout = op->operand[3].data, *inp = op->operand[4].data, *weight = op->operand[5].data;
+    const float *mean = op->operand[6].data, *rstd = op->operand[7].data;
+    const int64_t n = op->p.rows.n, C = op->p.rows.C;
 #pragma omp parallel for schedule(static) if (n * C >= PARALLEL_MIN)
     for (int64_t i = 0; i < n; i++)
         layernorm_row_backward(dinp + i * C, dout + i * C, inp + i * C, weight, mean[i], rstd[i], C);
@@ -220,14 +203,12 @@ SIMD_CLONES static float rmsnorm_row(float *y, const float *x, const float *w, i
     return r;
 }
 
-usp_status cpu_rmsnorm_forward(void *ctx, usp_view out_v, usp_view rstd_v, usp_view inp_v, usp_view weight_v, int64_t n,
-                               int64_t C, float eps, usp_stream_t *stream)
+usp_status cpu_rmsnorm_forward(const usp_op *op)
 {
-    float *out = out_v.data;
-    float *rstd = rstd_v.data;
-    const float *inp = inp_v.data;
-    const float *weight = weight_v.data;
-    (void)ctx, (void)stream;
+    float *out = op->operand[0].data, *rstd = op->operand[1].data;
+    const float *inp = op->operand[2].data, *weight = op->operand[3].data;
+    const int64_t n = op->p.rows.n, C = op->p.rows.C;
+    const float eps = op->p.rows.eps;
 #pragma omp parallel for schedule(static) if (n * C >= PARALLEL_MIN)
     for (int64_t i = 0; i < n; i++) {
         const float r = rmsnorm_row(out + i * C, inp + i * C, weight, C, eps);
@@ -252,129 +233,16 @@ SIMD_CLONES static void rmsnorm_row_backward(float *dx, const float *dy, const f
         dx[c] += r * w[c] * dy[c] - k * x[c];
 }
 
-usp_status cpu_rmsnorm_backward(void *ctx, usp_view dinp_v, usp_view dweight_v, usp_view dout_v, usp_view inp_v,
-                                usp_view weight_v, usp_view rstd_v, int64_t n, int64_t C, usp_stream_t *stream)
+usp_status cpu_rmsnorm_backward(const usp_op *op)
 {
-    float *dinp = dinp_v.data;
-    float *dweight = dweight_v.data;
-    const float *dout = dout_v.data;
-    const float *inp = inp_v.data;
-    const float *weight = weight_v.data;
-    const float *rstd = rstd_v.data;
-    (void)ctx, (void)stream;
+    float *dinp = op->operand[0].data, *dweight = op->operand[1].data;
+    const float *dout = op->operand[2].data, *inp = op->operand[3].data, *weight = op->operand[4].data;
+    const float *rstd = op->operand[5].data;
+    const int64_t n = op->p.rows.n, C = op->p.rows.C;
 #pragma omp parallel for schedule(static) if (n * C >= PARALLEL_MIN)
     for (int64_t i = 0; i < n; i++)
         rmsnorm_row_backward(dinp + i * C, dout + i * C, inp + i * C, weight, rstd[i], C);
     norm_param_grads(dweight, NULL, dout, inp, NULL, rstd, n, C); /* dw = sum_rows dy * x * r */
-    return USP_OK;
-}
-
-/* ---- activations: tasks of ELEM_CHUNK elements, each a vectorised range ---- */
-
-/* gelu(x) = x/2 * (1 + tanh(u)), u = k (x + 0.044715 x^3). */
-SIMD_CLONES static void gelu_range(float *out, const float *inp, int64_t n)
-{
-#pragma omp simd
-    for (int64_t i = 0; i < n; i++) {
-        const float x = inp[i];
-        out[i] = 0.5f * x * (1.0f + tanh_fast(GELU_K * (x + 0.044715f * x * x * x)));
-    }
-}
-
-/* gelu'(x) = (1 + t)/2 + x/2 * (1 - t^2) * k (1 + 3 * 0.044715 x^2), t = tanh(u). */
-SIMD_CLONES static void gelu_backward_range(float *dinp, const float *inp, const float *dout, int64_t n)
-{
-#pragma omp simd
-    for (int64_t i = 0; i < n; i++) {
-        const float x = inp[i], t = tanh_fast(GELU_K * (x + 0.044715f * x * x * x));
-        dinp[i] = (0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * GELU_K * (1.0f + 3.0f * 0.044715f * x * x)) *
-                  dout[i];
-    }
-}
-
-/* silu(g) = g * s with s = sigmoid(g) = 1/(1 + e^-g): saturates to 0 or 1, never NaN. */
-SIMD_CLONES static void swiglu_range(float *out, const float *gate, const float *up, int64_t n)
-{
-#pragma omp simd
-    for (int64_t i = 0; i < n; i++) {
-        const float g = gate[i];
-        out[i] = g / (1.0f + exp_fast(-g)) * up[i];
-    }
-}
-
-/* d silu(g)/dg = s + g s (1 - s) = s (1 + g (1 - s)). */
-SIMD_CLONES static void swiglu_backward_range(float *dgate, float *dup, const float *gate, const float *up,
-                                              const float *dout, int64_t n)
-{
-#pragma omp simd
-    for (int64_t i = 0; i < n; i++) {
-        const float g = gate[i], s = 1.0f / (1.0f + exp_fast(-g)), dy = dout[i];
-        dgate[i] = dy * up[i] * s * (1.0f + g * (1.0f - s));
-        dup[i] = dy * g * s;
-    }
-}
-
-usp_status cpu_gelu_tanh_forward(void *ctx, usp_view out_v, usp_view inp_v, int64_t n, usp_stream_t *stream)
-{
-    float *out = out_v.data;
-    const float *inp = inp_v.data;
-    (void)ctx, (void)stream;
-    const int64_t chunks = (n + ELEM_CHUNK - 1) / ELEM_CHUNK;
-#pragma omp parallel for schedule(static) if (n >= PARALLEL_MIN)
-    for (int64_t k = 0; k < chunks; k++) {
-        const int64_t lo = k * ELEM_CHUNK, len = min64(ELEM_CHUNK, n - lo);
-        gelu_range(out + lo, inp + lo, len);
-    }
-    return USP_OK;
-}
-
-usp_status cpu_gelu_tanh_backward(void *ctx, usp_view dinp_v, usp_view inp_v, usp_view dout_v, int64_t n,
-                                  usp_stream_t *stream)
-{
-    float *dinp = dinp_v.data;
-    const float *inp = inp_v.data;
-    const float *dout = dout_v.data;
-    (void)ctx, (void)stream;
-    const int64_t chunks = (n + ELEM_CHUNK - 1) / ELEM_CHUNK;
-#pragma omp parallel for schedule(static) if (n >= PARALLEL_MIN)
-    for (int64_t k = 0; k < chunks; k++) {
-        const int64_t lo = k * ELEM_CHUNK, len = min64(ELEM_CHUNK, n - lo);
-        gelu_backward_range(dinp + lo, inp + lo, dout + lo, len);
-    }
-    return USP_OK;
-}
-
-usp_status cpu_swiglu_forward(void *ctx, usp_view out_v, usp_view gate_v, usp_view up_v, int64_t n,
-                              usp_stream_t *stream)
-{
-    float *out = out_v.data;
-    const float *gate = gate_v.data;
-    const float *up = up_v.data;
-    (void)ctx, (void)stream;
-    const int64_t chunks = (n + ELEM_CHUNK - 1) / ELEM_CHUNK;
-#pragma omp parallel for schedule(static) if (n >= PARALLEL_MIN)
-    for (int64_t k = 0; k < chunks; k++) {
-        const int64_t lo = k * ELEM_CHUNK, len = min64(ELEM_CHUNK, n - lo);
-        swiglu_range(out + lo, gate + lo, up + lo, len);
-    }
-    return USP_OK;
-}
-
-usp_status cpu_swiglu_backward(void *ctx, usp_view dgate_v, usp_view dup_v, usp_view gate_v, usp_view up_v,
-                               usp_view dout_v, int64_t n, usp_stream_t *stream)
-{
-    float *dgate = dgate_v.data;
-    float *dup = dup_v.data;
-    const float *gate = gate_v.data;
-    const float *up = up_v.data;
-    const float *dout = dout_v.data;
-    (void)ctx, (void)stream;
-    const int64_t chunks = (n + ELEM_CHUNK - 1) / ELEM_CHUNK;
-#pragma omp parallel for schedule(static) if (n >= PARALLEL_MIN)
-    for (int64_t k = 0; k < chunks; k++) {
-        const int64_t lo = k * ELEM_CHUNK, len = min64(ELEM_CHUNK, n - lo);
-        swiglu_backward_range(dgate + lo, dup + lo, gate + lo, up + lo, dout + lo, len);
-    }
     return USP_OK;
 }
 
@@ -428,22 +296,17 @@ static void rope_rotate(float *x, const int32_t *positions, int64_t n, int64_t H
     }
 }
 
-usp_status cpu_rope_forward(void *ctx, usp_view x_v, const int32_t *positions, int64_t n, int64_t H, int64_t D,
-                            float theta, const double *inv_freq, usp_stream_t *stream)
+usp_status cpu_rope_forward(const usp_op *op)
 {
-    float *x = x_v.data;
-    (void)ctx, (void)stream;
-    rope_rotate(x, positions, n, H, D, theta, inv_freq, 1.0);
+    rope_rotate(op->operand[0].data, op->operand[1].data, op->p.rope.n, op->p.rope.H, op->p.rope.D, op->p.rope.theta,
+                op->p.rope.inv_freq, 1.0);
     return USP_OK;
 }
 
 /* The forward is y = R x with R orthogonal, so dx = R^T dy: the rotation by -angle. */
-usp_status cpu_rope_backward(void *ctx, usp_view dx_v, const int32_t *positions, int64_t n, int64_t H, int64_t D,
-                             float theta, const double *inv_freq, usp_stream_t *stream)
+usp_status cpu_rope_backward(const usp_op *op)
 {
-    float *dx = dx_v.data;
-    (void)ctx, (void)stream;
-    rope_rotate(dx, positions, n, H, D, theta, inv_freq, -1.0);
+    rope_rotate(op->operand[0].data, op->operand[1].data, op->p.rope.n, op->p.rope.H, op->p.rope.D, op->p.rope.theta,
+                op->p.rope.inv_freq, -1.0);
     return USP_OK;
 }
-

@@ -1,67 +1,43 @@
-/* The transformer layer ops of the CPU backend (cpu_layers.c), declared for the
- * backend's table in cpu_backend.c. Each function is one slot of usp_backend_i
- * with the semantics of its wrapper in core/ops/ops.h; the wrappers have already
- * checked shapes and buffers, and n > 0 on every call. */
+/* The layer, loss, optimizer and element-wise kernels of the CPU backend (cpu_layers.c,
+ * cpu_loss_optim.c, cpu_map.c), declared for the backend's table in cpu_backend.c. Each runs
+ * one op kind (core/ops/op.h) in fp32 with the semantics of its typed call in core/ops/ops.h;
+ * usp_op_run has already checked shapes and buffers, and n > 0 on every call. */
 #ifndef USP_CPU_LAYERS_H
 #define USP_CPU_LAYERS_H
 
 #include "core/ops/backend_impl.h"
 
 /* out [n, C] = wte[tokens] (+ wpe[positions]). */
-usp_status cpu_embedding_forward(void *ctx, usp_view out_v, const int32_t *tokens, const int32_t *positions,
-                                 usp_view wte_v, usp_view wpe_v, int64_t n, int64_t C, usp_stream_t *stream);
+usp_status cpu_embedding_forward(const usp_op *op);
 /* dwte[tokens[i]] += dout[i] (and dwpe[positions[i]]), rows in order per column block. */
-usp_status cpu_embedding_backward(void *ctx, usp_view dwte_v, usp_view dwpe_v, usp_view dout_v, const int32_t *tokens,
-                                  const int32_t *positions, int64_t n, int64_t C, usp_stream_t *stream);
+usp_status cpu_embedding_backward(const usp_op *op);
 /* LayerNorm over the last dimension; saves mean and rstd [n] when non-NULL. */
-usp_status cpu_layernorm_forward(void *ctx, usp_view out_v, usp_view mean_v, usp_view rstd_v, usp_view inp_v,
-                                 usp_view weight_v, usp_view bias_v, int64_t n, int64_t C, float eps,
-                                 usp_stream_t *stream);
+usp_status cpu_layernorm_forward(const usp_op *op);
 /* LayerNorm backward; dinp, dweight and dbias (if non-NULL) accumulate. */
-usp_status cpu_layernorm_backward(void *ctx, usp_view dinp_v, usp_view dweight_v, usp_view dbias_v, usp_view dout_v,
-                                  usp_view inp_v, usp_view weight_v, usp_view mean_v, usp_view rstd_v,
-                                  int64_t n, int64_t C, usp_stream_t *stream);
+usp_status cpu_layernorm_backward(const usp_op *op);
 /* RMSNorm; saves rstd [n] when non-NULL. */
-usp_status cpu_rmsnorm_forward(void *ctx, usp_view out_v, usp_view rstd_v, usp_view inp_v, usp_view weight_v, int64_t n,
-                               int64_t C, float eps, usp_stream_t *stream);
+usp_status cpu_rmsnorm_forward(const usp_op *op);
 /* RMSNorm backward; dinp and dweight accumulate. */
-usp_status cpu_rmsnorm_backward(void *ctx, usp_view dinp_v, usp_view dweight_v, usp_view dout_v, usp_view inp_v,
-                                usp_view weight_v, usp_view rstd_v, int64_t n, int64_t C, usp_stream_t *stream);
-/* GELU, tanh approximation, over n elements. */
-usp_status cpu_gelu_tanh_forward(void *ctx, usp_view out_v, usp_view inp_v, int64_t n, usp_stream_t *stream);
-/* dinp = gelu'(inp) * dout (overwritten). */
-usp_status cpu_gelu_tanh_backward(void *ctx, usp_view dinp_v, usp_view inp_v, usp_view dout_v, int64_t n,
-                                  usp_stream_t *stream);
-/* out = silu(gate) * up over n elements. */
-usp_status cpu_swiglu_forward(void *ctx, usp_view out_v, usp_view gate_v, usp_view up_v, int64_t n,
-                              usp_stream_t *stream);
-/* dgate, dup of swiglu (overwritten). */
-usp_status cpu_swiglu_backward(void *ctx, usp_view dgate_v, usp_view dup_v, usp_view gate_v, usp_view up_v,
-                               usp_view dout_v, int64_t n, usp_stream_t *stream);
+usp_status cpu_rmsnorm_backward(const usp_op *op);
 /* Rotary embedding of x [n, H, D] in place (rotate_half pairs). */
-usp_status cpu_rope_forward(void *ctx, usp_view x_v, const int32_t *positions, int64_t n, int64_t H, int64_t D,
-                            float theta, const double *inv_freq, usp_stream_t *stream);
+usp_status cpu_rope_forward(const usp_op *op);
 /* The inverse (transposed) rotation of dx [n, H, D] in place. */
-usp_status cpu_rope_backward(void *ctx, usp_view dx_v, const int32_t *positions, int64_t n, int64_t H, int64_t D,
-                             float theta, const double *inv_freq, usp_stream_t *stream);
+usp_status cpu_rope_backward(const usp_op *op);
 /* Fused softmax cross-entropy over logits [n, V]; losses and dlogits each optional. */
-usp_status cpu_cross_entropy(void *ctx, usp_view losses_v, usp_view dlogits_v, usp_view logits_v,
-                             const int32_t *targets, int64_t n, int64_t V, float grad_scale, usp_stream_t *stream);
+usp_status cpu_cross_entropy(const usp_op *op);
 /* One AdamW step over n parameters. */
-usp_status cpu_adamw_step(void *ctx, usp_view params_v, usp_view grads_v, usp_view m_v, usp_view v_v, int64_t n,
-                          float lr, float beta1, float beta2, float eps, float weight_decay, int64_t t,
-                          usp_stream_t *stream);
+usp_status cpu_adamw_step(const usp_op *op);
 /* *out = sum of x[i]^2 in double, blocked by n alone (same bits for any thread count). */
-usp_status cpu_sum_squares(void *ctx, double *out, usp_view x_v, int64_t n, usp_stream_t *stream);
-/* x *= s over n elements. */
-usp_status cpu_scale(void *ctx, usp_view x_v, float s, int64_t n, usp_stream_t *stream);
+usp_status cpu_sum_squares(const usp_op *op);
 /* x [n, C] += bias [C] on every row. */
-usp_status cpu_add_bias(void *ctx, usp_view x_v, usp_view bias_v, int64_t n, int64_t C, usp_stream_t *stream);
+usp_status cpu_add_bias(const usp_op *op);
 /* dbias [C] += column sums of dout [n, C]. */
-usp_status cpu_bias_backward(void *ctx, usp_view dbias_v, usp_view dout_v, int64_t n, int64_t C, usp_stream_t *stream);
+usp_status cpu_bias_backward(const usp_op *op);
+/* An element-wise function (cpu_map.c), and whether it has a formula here. */
+usp_status cpu_map(const usp_op *op);
+int cpu_map_supports(usp_map_fn fn);
 
-
-/* ---- shared by cpu_layers.c and cpu_loss_optim.c ------------------------- */
+/* ---- shared by cpu_layers.c, cpu_loss_optim.c and cpu_map.c ------------------------- */
 
 #include <math.h>
 #include <omp.h>

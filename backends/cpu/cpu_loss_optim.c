@@ -80,13 +80,13 @@ SIMD_CLONES static float cross_entropy_row(float *dz, const float *z, int32_t t,
     return (float)((double)m + log(sum) - (double)zt);
 }
 
-usp_status cpu_cross_entropy(void *ctx, usp_view losses_v, usp_view dlogits_v, usp_view logits_v,
-                             const int32_t *targets, int64_t n, int64_t V, float grad_scale, usp_stream_t *stream)
+usp_status cpu_cross_entropy(const usp_op *op)
 {
-    float *losses = losses_v.data;
-    float *dlogits = dlogits_v.data;
-    const float *logits = logits_v.data;
-    (void)ctx, (void)stream;
+    float *losses = op->operand[0].data, *dlogits = op->operand[1].data;
+    const float *logits = op->operand[2].data;
+    const int32_t *targets = op->operand[3].data;
+    const int64_t n = op->p.loss.n, V = op->p.loss.V;
+    const float grad_scale = op->p.loss.grad_scale;
     for (int64_t i = 0; i < n; i++)
         if (targets[i] >= V)
             return usp_error(USP_ERR_CONFIG,
@@ -125,15 +125,13 @@ SIMD_CLONES static void adamw_range(float *p, const float *grad, float *m, float
     }
 }
 
-usp_status cpu_adamw_step(void *ctx, usp_view params_v, usp_view grads_v, usp_view m_v, usp_view v_v, int64_t n,
-                          float lr, float beta1, float beta2, float eps, float weight_decay, int64_t t,
-                          usp_stream_t *stream)
+usp_status cpu_adamw_step(const usp_op *op)
 {
-    float *params = params_v.data;
-    const float *grads = grads_v.data;
-    float *m = m_v.data;
-    float *v = v_v.data;
-    (void)ctx, (void)stream;
+    float *params = op->operand[0].data, *m = op->operand[2].data, *v = op->operand[3].data;
+    const float *grads = op->operand[1].data;
+    const int64_t n = op->p.adamw.n, t = op->p.adamw.t;
+    const float lr = op->p.adamw.lr, beta1 = op->p.adamw.beta1, beta2 = op->p.adamw.beta2, eps = op->p.adamw.eps,
+                weight_decay = op->p.adamw.weight_decay;
     const float c1 = (float)(1.0 / (1.0 - pow((double)beta1, (double)t)));
     const float c2 = (float)(1.0 / (1.0 - pow((double)beta2, (double)t)));
     const int64_t chunks = (n + ELEM_CHUNK - 1) / ELEM_CHUNK;
@@ -167,10 +165,11 @@ SIMD_CLONES static double sum_squares_chunk(const float *x, int64_t n)
     return s;
 }
 
-usp_status cpu_sum_squares(void *ctx, double *out, usp_view x_v, int64_t n, usp_stream_t *stream)
+usp_status cpu_sum_squares(const usp_op *op)
 {
-    const float *x = x_v.data;
-    (void)ctx, (void)stream;
+    const float *x = op->operand[0].data;
+    const int64_t n = op->p.sum.n;
+    double *out = op->p.sum.out;
     double part[SUMSQ_CHUNKS];
     const int64_t chunk = (n + SUMSQ_CHUNKS - 1) / SUMSQ_CHUNKS;
 #pragma omp parallel for schedule(static) if (n >= PARALLEL_MIN)
@@ -185,31 +184,11 @@ usp_status cpu_sum_squares(void *ctx, double *out, usp_view x_v, int64_t n, usp_
     return USP_OK;
 }
 
-SIMD_CLONES static void scale_range(float *x, float s, int64_t n)
+usp_status cpu_add_bias(const usp_op *op)
 {
-#pragma omp simd
-    for (int64_t i = 0; i < n; i++)
-        x[i] *= s;
-}
-
-usp_status cpu_scale(void *ctx, usp_view x_v, float s, int64_t n, usp_stream_t *stream)
-{
-    float *x = x_v.data;
-    (void)ctx, (void)stream;
-    const int64_t chunks = (n + ELEM_CHUNK - 1) / ELEM_CHUNK;
-#pragma omp parallel for schedule(static) if (n >= PARALLEL_MIN)
-    for (int64_t k = 0; k < chunks; k++) {
-        const int64_t lo = k * ELEM_CHUNK, len = min64(ELEM_CHUNK, n - lo);
-        scale_range(x + lo, s, len);
-    }
-    return USP_OK;
-}
-
-usp_status cpu_add_bias(void *ctx, usp_view x_v, usp_view bias_v, int64_t n, int64_t C, usp_stream_t *stream)
-{
-    float *x = x_v.data;
-    const float *bias = bias_v.data;
-    (void)ctx, (void)stream;
+    float *x = op->operand[0].data;
+    const float *bias = op->operand[1].data;
+    const int64_t n = op->p.rows.n, C = op->p.rows.C;
 #pragma omp parallel for schedule(static) if (n * C >= PARALLEL_MIN)
     for (int64_t i = 0; i < n; i++)
     {
@@ -236,11 +215,11 @@ SIMD_CLONES static void bias_grads_block(float *dbias, const float *dout, int64_
         dbias[c0 + c] += (float)acc[c];
 }
 
-usp_status cpu_bias_backward(void *ctx, usp_view dbias_v, usp_view dout_v, int64_t n, int64_t C, usp_stream_t *stream)
+usp_status cpu_bias_backward(const usp_op *op)
 {
-    float *dbias = dbias_v.data;
-    const float *dout = dout_v.data;
-    (void)ctx, (void)stream;
+    float *dbias = op->operand[0].data;
+    const float *dout = op->operand[1].data;
+    const int64_t n = op->p.rows.n, C = op->p.rows.C;
     const int64_t width = col_block_width(C), blocks = (C + width - 1) / width;
 #pragma omp parallel for schedule(static) if (n * C >= PARALLEL_MIN)
     for (int64_t b = 0; b < blocks; b++)

@@ -1,22 +1,17 @@
-/* bf16 operands for the fp32 cpu kernels: widen, run, round back (cpu_widen.h). */
+/* bf16 operands for the fp32 cpu kernels: widen, run, round back (cpu_widen.h): one loop over an
+ * op's operands, their roles from its kind's row (core/ops/op_kinds.c). */
 #include "backends/cpu/cpu_widen.h"
 
 #include <pthread.h>
-#include <stdarg.h>
-#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "core/ops/dtype.h"
 
-#define MAX_OPERANDS 12
+#define MAX_OPERANDS USP_OP_OPERANDS_MAX
 #define PARALLEL_CONVERT ((int64_t)1 << 16)
 
-/* The fp32 slots the wrappers call (atomic: every caller of cpu_widened_interface stores the same one). */
-static _Atomic(const usp_backend_i *) fp32_slots;
-#define F atomic_load(&fp32_slots)
-
-/* The fp32 temporaries of one slot call, one per distinct bf16 operand. */
+/* The fp32 temporaries of one kernel call, one per distinct bf16 operand. */
 typedef struct widening {
     usp_view narrow[MAX_OPERANDS]; /* the operand as the caller passed it */
     float *wide[MAX_OPERANDS];
@@ -142,21 +137,19 @@ static usp_view widen(widening *w, usp_view v)
     return (usp_view){.data = wide, .dtype = USP_F32, .count = v.count};
 }
 
-/* After the fp32 slot returned `st`: rounds the `n_written` operands it writes (the caller's views,
- * as passed to widen) back into their bf16 buffers, then gives every temporary back. */
-static usp_status narrow_back(widening *w, usp_status st, int n_written, ...)
+/* After the fp32 kernel returned `st`: rounds the operands it writes back into their bf16 buffers (a
+ * temporary's narrow view is the caller's operand), then gives every temporary back. */
+static usp_status narrow_back(widening *w, const usp_op *op, usp_status st)
 {
     if (st == USP_OK)
         st = w->status;
-    va_list ap;
-    va_start(ap, n_written);
-    for (int k = 0; k < n_written; k++) {
-        usp_view v = va_arg(ap, usp_view);
+    for (int k = 0; k < usp_op_operand_count(op); k++) {
+        if (!(usp_op_operand(op, k).flags & USP_OPERAND_WRITTEN))
+            continue;
         for (int i = 0; i < w->n && st == USP_OK; i++)
-            if (w->narrow[i].data == v.data)
-                to_bf16(v.data, w->wide[i], w->narrow[i].count);
+            if (w->narrow[i].data && w->narrow[i].data == op->operand[k].data)
+                to_bf16(op->operand[k].data, w->wide[i], w->narrow[i].count);
     }
-    va_end(ap);
     for (int i = 0; i < w->n; i++)
         if (w->owned[i])
             free(w->wide[i]);
@@ -165,13 +158,9 @@ static usp_status narrow_back(widening *w, usp_status st, int n_written, ...)
     return st;
 }
 
-/* The slot's body: widen every operand named, call the fp32 slot on the wide views, round back. */
-#define CALL(slot, ...) (w.status != USP_OK ? w.status : F->slot(__VA_ARGS__))
-#define W(v) widen(&w, v)
-
-static usp_status convert(void *ctx, usp_view dst, usp_view src, usp_stream_t *stream)
+usp_status cpu_convert(const usp_op *op)
 {
-    (void)ctx, (void)stream;
+    const usp_view src = op->operand[0], dst = op->operand[1];
     if (dst.dtype == USP_BF16 && src.dtype == USP_F32)
         to_bf16(dst.data, src.data, src.count);
     else if (dst.dtype == USP_F32 && src.dtype == USP_BF16)
@@ -195,62 +184,7 @@ static usp_view rounded(widening *w, usp_view v)
     return (usp_view){.data = r, .dtype = USP_F32, .count = v.count};
 }
 
-/* The fp32 gemm reads g's pointers: the wide copy of g points at the temporaries. A bf16 operand
- * times an fp32 one (the loss's fp32 dlogits by the bf16 lm_head) multiplies the fp32 one rounded
- * to bf16, as the cuda backend does (cuBLAS takes one input dtype) and as autocast casts. */
-static usp_status gemm(void *ctx, const usp_gemm_desc *g, usp_view a, usp_view b, usp_view c,
-                       usp_stream_t *stream)
-{
-    widening w = {0};
-    if (g->k > 0 && a.dtype != b.dtype && a.data && b.data) {
-        if (a.dtype == USP_F32)
-            a = rounded(&w, a);
-        else
-            b = rounded(&w, b);
-    }
-    usp_view wa = W(a), wb = W(b), wc = W(c);
-    usp_gemm_desc wg = *g;
-    wg.a = wa.data, wg.b = wb.data, wg.c = wc.data;
-    return narrow_back(&w, CALL(gemm, ctx, &wg, wa, wb, wc, stream), 1, c);
-}
-
-static usp_status accumulate_2d(void *ctx, usp_view dst, size_t dst_stride, usp_view src, size_t src_stride,
-                                size_t row_elems, size_t rows, usp_stream_t *stream)
-{
-    widening w = {0};
-    usp_view d = W(dst), s = W(src);
-    return narrow_back(&w, CALL(accumulate_2d, ctx, d, dst_stride, s, src_stride, row_elems, rows, stream), 1,
-                       dst);
-}
-
-static usp_status attention_forward(void *ctx, const usp_attention_shape *s, usp_view q, usp_view k, usp_view v,
-                                    usp_view o, usp_view lse, void *workspace, usp_stream_t *stream)
-{
-    widening w = {0};
-    usp_view wq = W(q), wk = W(k), wv = W(v), wo = W(o);
-    return narrow_back(&w, CALL(attention_forward, ctx, s, wq, wk, wv, wo, lse, workspace, stream), 1, o);
-}
-
-static usp_status attention_backward(void *ctx, const usp_attention_shape *s, usp_view q, usp_view k, usp_view v,
-                                     usp_view o, usp_view lse, usp_view d_o, usp_view dq, usp_view dk, usp_view dv,
-                                     int accumulate, void *workspace, usp_stream_t *stream)
-{
-    widening w = {0};
-    usp_view wq = W(q), wk = W(k), wv = W(v), wo = W(o), wdo = W(d_o), wdq = W(dq), wdk = W(dk), wdv = W(dv);
-    usp_status st = CALL(attention_backward, ctx, s, wq, wk, wv, wo, lse, wdo, wdq, wdk, wdv, accumulate,
-                         workspace, stream);
-    return narrow_back(&w, st, 3, dq, dk, dv);
-}
-
-static usp_status attention_merge(void *ctx, usp_view o, usp_view lse, usp_view o_part, usp_view lse_part,
-                                  int64_t n, int64_t heads, int64_t head_dim, usp_stream_t *stream)
-{
-    widening w = {0};
-    usp_view wo = W(o), wp = W(o_part);
-    return narrow_back(&w, CALL(attention_merge, ctx, wo, lse, wp, lse_part, n, heads, head_dim, stream), 1, o);
-}
-
-/* An embedding table's view covers one row (C elements: the wrapper cannot know the vocabulary); the
+/* An embedding table's view covers one row (C elements: the typed call cannot know the vocabulary); the
  * kernel reads the rows the ids name, so the table is widened through the largest id. The ids are
  * host memory here (cpu; lazy runs this when the upload before it has run). */
 static usp_view table_rows(usp_view table, const int32_t *ids, int64_t n, int64_t C)
@@ -263,177 +197,25 @@ static usp_view table_rows(usp_view table, const int32_t *ids, int64_t n, int64_
     return table;
 }
 
-static usp_status embedding_forward(void *ctx, usp_view out, const int32_t *tokens, const int32_t *positions,
-                                    usp_view wte, usp_view wpe, int64_t n, int64_t C, usp_stream_t *stream)
+usp_status cpu_run_widened(const usp_op *op, usp_status (*fp32)(const usp_op *op))
 {
     widening w = {0};
-    usp_view wo = W(out), wt = W(table_rows(wte, tokens, n, C)), wp = W(table_rows(wpe, positions, n, C));
-    return narrow_back(&w, CALL(embedding_forward, ctx, wo, tokens, positions, wt, wp, n, C, stream), 1, out);
-}
-
-static usp_status embedding_backward(void *ctx, usp_view dwte, usp_view dwpe, usp_view dout, const int32_t *tokens,
-                                     const int32_t *positions, int64_t n, int64_t C, usp_stream_t *stream)
-{
-    widening w = {0};
-    usp_view wt = W(table_rows(dwte, tokens, n, C)), wp = W(table_rows(dwpe, positions, n, C)), wd = W(dout);
-    return narrow_back(&w, CALL(embedding_backward, ctx, wt, wp, wd, tokens, positions, n, C, stream), 2, dwte,
-                       dwpe);
-}
-
-static usp_status layernorm_forward(void *ctx, usp_view out, usp_view mean, usp_view rstd, usp_view inp,
-                                    usp_view weight, usp_view bias, int64_t n, int64_t C, float eps,
-                                    usp_stream_t *stream)
-{
-    widening w = {0};
-    usp_view wo = W(out), wi = W(inp), ww = W(weight), wb = W(bias);
-    return narrow_back(&w, CALL(layernorm_forward, ctx, wo, mean, rstd, wi, ww, wb, n, C, eps, stream), 1, out);
-}
-
-static usp_status layernorm_backward(void *ctx, usp_view dinp, usp_view dweight, usp_view dbias, usp_view dout,
-                                     usp_view inp, usp_view weight, usp_view mean, usp_view rstd, int64_t n,
-                                     int64_t C, usp_stream_t *stream)
-{
-    widening w = {0};
-    usp_view wdi = W(dinp), wdw = W(dweight), wdb = W(dbias), wdo = W(dout), wi = W(inp), ww = W(weight);
-    usp_status st = CALL(layernorm_backward, ctx, wdi, wdw, wdb, wdo, wi, ww, mean, rstd, n, C, stream);
-    return narrow_back(&w, st, 3, dinp, dweight, dbias);
-}
-
-static usp_status rmsnorm_forward(void *ctx, usp_view out, usp_view rstd, usp_view inp, usp_view weight,
-                                  int64_t n, int64_t C, float eps, usp_stream_t *stream)
-{
-    widening w = {0};
-    usp_view wo = W(out), wi = W(inp), ww = W(weight);
-    return narrow_back(&w, CALL(rmsnorm_forward, ctx, wo, rstd, wi, ww, n, C, eps, stream), 1, out);
-}
-
-static usp_status rmsnorm_backward(void *ctx, usp_view dinp, usp_view dweight, usp_view dout, usp_view inp,
-                                   usp_view weight, usp_view rstd, int64_t n, int64_t C, usp_stream_t *stream)
-{
-    widening w = {0};
-    usp_view wdi = W(dinp), wdw = W(dweight), wdo = W(dout), wi = W(inp), ww = W(weight);
-    usp_status st = CALL(rmsnorm_backward, ctx, wdi, wdw, wdo, wi, ww, rstd, n, C, stream);
-    return narrow_back(&w, st, 2, dinp, dweight);
-}
-
-static usp_status gelu_tanh_forward(void *ctx, usp_view out, usp_view inp, int64_t n, usp_stream_t *stream)
-{
-    widening w = {0};
-    usp_view wo = W(out), wi = W(inp);
-    return narrow_back(&w, CALL(gelu_tanh_forward, ctx, wo, wi, n, stream), 1, out);
-}
-
-static usp_status gelu_tanh_backward(void *ctx, usp_view dinp, usp_view inp, usp_view dout, int64_t n,
-                                     usp_stream_t *stream)
-{
-    widening w = {0};
-    usp_view wdi = W(dinp), wi = W(inp), wdo = W(dout);
-    return narrow_back(&w, CALL(gelu_tanh_backward, ctx, wdi, wi, wdo, n, stream), 1, dinp);
-}
-
-static usp_status swiglu_forward(void *ctx, usp_view out, usp_view gate, usp_view up, int64_t n,
-                                 usp_stream_t *stream)
-{
-    widening w = {0};
-    usp_view wo = W(out), wg = W(gate), wu = W(up);
-    return narrow_back(&w, CALL(swiglu_forward, ctx, wo, wg, wu, n, stream), 1, out);
-}
-
-static usp_status swiglu_backward(void *ctx, usp_view dgate, usp_view dup, usp_view gate, usp_view up,
-                                  usp_view dout, int64_t n, usp_stream_t *stream)
-{
-    widening w = {0};
-    usp_view wdg = W(dgate), wdu = W(dup), wg = W(gate), wu = W(up), wdo = W(dout);
-    return narrow_back(&w, CALL(swiglu_backward, ctx, wdg, wdu, wg, wu, wdo, n, stream), 2, dgate, dup);
-}
-
-static usp_status rope_forward(void *ctx, usp_view x, const int32_t *positions, int64_t n, int64_t H, int64_t D,
-                               float theta, const double *inv_freq, usp_stream_t *stream)
-{
-    widening w = {0};
-    usp_view wx = W(x);
-    return narrow_back(&w, CALL(rope_forward, ctx, wx, positions, n, H, D, theta, inv_freq, stream), 1, x);
-}
-
-static usp_status rope_backward(void *ctx, usp_view dx, const int32_t *positions, int64_t n, int64_t H, int64_t D,
-                                float theta, const double *inv_freq, usp_stream_t *stream)
-{
-    widening w = {0};
-    usp_view wx = W(dx);
-    return narrow_back(&w, CALL(rope_backward, ctx, wx, positions, n, H, D, theta, inv_freq, stream), 1, dx);
-}
-
-static usp_status cross_entropy(void *ctx, usp_view losses, usp_view dlogits, usp_view logits,
-                                const int32_t *targets, int64_t n, int64_t V, float grad_scale,
-                                usp_stream_t *stream)
-{
-    widening w = {0};
-    usp_view wl = W(logits), wd = W(dlogits);
-    return narrow_back(&w, CALL(cross_entropy, ctx, losses, wd, wl, targets, n, V, grad_scale, stream), 1,
-                       dlogits);
-}
-
-static usp_status adamw_step(void *ctx, usp_view params, usp_view grads, usp_view m, usp_view v, int64_t n,
-                             float lr, float beta1, float beta2, float eps, float weight_decay, int64_t t,
-                             usp_stream_t *stream)
-{
-    widening w = {0};
-    usp_view wp = W(params), wg = W(grads);
-    usp_status st = CALL(adamw_step, ctx, wp, wg, m, v, n, lr, beta1, beta2, eps, weight_decay, t, stream);
-    return narrow_back(&w, st, 1, params);
-}
-
-static usp_status sum_squares(void *ctx, double *out, usp_view x, int64_t n, usp_stream_t *stream)
-{
-    widening w = {0};
-    usp_view wx = W(x);
-    return narrow_back(&w, CALL(sum_squares, ctx, out, wx, n, stream), 0);
-}
-
-static usp_status scale(void *ctx, usp_view x, float s, int64_t n, usp_stream_t *stream)
-{
-    widening w = {0};
-    usp_view wx = W(x);
-    return narrow_back(&w, CALL(scale, ctx, wx, s, n, stream), 1, x);
-}
-
-static usp_status add_bias(void *ctx, usp_view x, usp_view bias, int64_t n, int64_t C, usp_stream_t *stream)
-{
-    widening w = {0};
-    usp_view wx = W(x), wb = W(bias);
-    return narrow_back(&w, CALL(add_bias, ctx, wx, wb, n, C, stream), 1, x);
-}
-
-static usp_status bias_backward(void *ctx, usp_view dbias, usp_view dout, int64_t n, int64_t C,
-                                usp_stream_t *stream)
-{
-    widening w = {0};
-    usp_view wb = W(dbias), wd = W(dout);
-    return narrow_back(&w, CALL(bias_backward, ctx, wb, wd, n, C, stream), 1, dbias);
-}
-
-static usp_backend_i widened;
-static pthread_once_t widened_once = PTHREAD_ONCE_INIT;
-
-static void build_widened(void)
-{
-    widened = *F; /* then every slot that takes views, wrapped */
-    widened.stores_bf16 = 1;
-    widened.convert = convert;
-#define WRAP(slot) widened.slot = F->slot ? slot : NULL
-    WRAP(gemm); WRAP(accumulate_2d); WRAP(attention_forward); WRAP(attention_backward); WRAP(attention_merge);
-    WRAP(embedding_forward); WRAP(embedding_backward); WRAP(layernorm_forward); WRAP(layernorm_backward);
-    WRAP(rmsnorm_forward); WRAP(rmsnorm_backward); WRAP(gelu_tanh_forward); WRAP(gelu_tanh_backward);
-    WRAP(swiglu_forward); WRAP(swiglu_backward); WRAP(rope_forward); WRAP(rope_backward); WRAP(cross_entropy);
-    WRAP(adamw_step); WRAP(sum_squares); WRAP(scale); WRAP(add_bias); WRAP(bias_backward);
-#undef WRAP
-}
-
-const usp_backend_i *cpu_widened_interface(const usp_backend_i *fp32)
-{
-    const usp_backend_i *expected = NULL;
-    if (!atomic_compare_exchange_strong(&fp32_slots, &expected, fp32))
-        USP_ASSERT(expected == fp32, "%s", "cpu_widened_interface wraps one fp32 table per process");
-    pthread_once(&widened_once, build_widened);
-    return &widened;
+    usp_op wide = *op;
+    /* A bf16 operand times an fp32 one (the loss's fp32 dlogits by the bf16 lm_head) multiplies the fp32
+     * one rounded to bf16, as the cuda backend does (cuBLAS takes one input dtype) and as autocast casts. */
+    usp_view *a = &wide.operand[0], *b = &wide.operand[1];
+    if (op->kind == USP_OP_GEMM && op->p.gemm.k > 0 && a->dtype != b->dtype && a->data && b->data) {
+        if (a->dtype == USP_F32)
+            *a = rounded(&w, *a);
+        else
+            *b = rounded(&w, *b);
+    }
+    for (int i = 0; i < usp_op_operand_count(op); i++) {
+        const usp_operand_info info = usp_op_operand(op, i);
+        usp_view v = wide.operand[i];
+        if (info.rows_by >= 0)
+            v = table_rows(v, op->operand[info.rows_by].data, op->p.rows.n, op->p.rows.C);
+        wide.operand[i] = widen(&w, v);
+    }
+    return narrow_back(&w, op, w.status != USP_OK ? w.status : fp32(&wide));
 }

@@ -1,6 +1,6 @@
 /* The CUDA backend's slot table (see cuda_backend.h): memory, copies, streams
- * and events here; GEMM in cuda_gemm.c; every other op a launcher of
- * cuda_kernels.h, handed each operand's dtype from its view. */
+ * and events here; every op kind's launch (GEMM in cuda_gemm.c, every other a
+ * launcher of cuda_kernels.h, handed each operand's dtype from its view). */
 #include "backends/cuda/cuda_backend.h"
 
 #include <math.h>
@@ -154,150 +154,113 @@ static usp_status cuda_launch_host_func(void *ctx, usp_stream_t *stream, void (*
     return cuda_check(cudaLaunchHostFunc(STREAM(stream), fn, arg), "cudaLaunchHostFunc");
 }
 
-/* ---- data movement ---------------------------------------------------------------- */
+/* ---- the ops: each kind's operands in its row's order (core/ops/op_kinds.c) ------------- */
 
-static usp_status cuda_copy_2d(void *ctx, void *dst, size_t dst_stride, const void *src, size_t src_stride,
-                               size_t row_bytes, size_t rows, usp_stream_t *stream)
+#define X(i) (op->operand[i])
+#define OP_STREAM STREAM(op->stream)
+
+static usp_status run_copy_2d(cuda_ctx *c, const usp_op *op)
 {
-    cuda_ctx *c = ctx;
-    return cuda_check(cudaMemcpy2DAsync(dst, dst_stride, src, src_stride, row_bytes, rows, cudaMemcpyDeviceToDevice,
-                                        STREAM(stream)),
+    return cuda_check(cudaMemcpy2DAsync(X(1).data, op->p.strided.dst_stride, X(0).data, op->p.strided.src_stride,
+                                        op->p.strided.row, op->p.strided.rows, cudaMemcpyDeviceToDevice, OP_STREAM),
                       "cudaMemcpy2DAsync");
 }
 
-static usp_status cuda_accumulate(void *ctx, usp_view dst, size_t dst_stride, usp_view src, size_t src_stride,
-                                  size_t row_elems, size_t rows, usp_stream_t *stream)
+static usp_status run_convert(cuda_ctx *c, const usp_op *op)
 {
-    cuda_ctx *c = ctx;
-    return cuda_accumulate_2d(ARR(dst), dst_stride, ARR(src), src_stride, row_elems, rows, STREAM(stream));
+    return cuda_convert(ARR(X(1)), ARR(X(0)), op->p.convert.n, OP_STREAM);
 }
 
-static usp_status cuda_convert_slot(void *ctx, usp_view dst, usp_view src, usp_stream_t *stream)
+static usp_status run_accumulate_2d(cuda_ctx *c, const usp_op *op)
 {
-    cuda_ctx *c = ctx;
-    return cuda_convert(ARR(dst), ARR(src), src.count, STREAM(stream));
+    return cuda_accumulate_2d(ARR(X(0)), op->p.strided.dst_stride, ARR(X(1)), op->p.strided.src_stride,
+                              op->p.strided.row, op->p.strided.rows, OP_STREAM);
 }
 
-/* ---- attention --------------------------------------------------------------------- */
-
-static size_t cuda_attention_workspace(void *ctx, const usp_attention_shape *s, int backward)
+/* q, o, lse, k, v, workspace. */
+static usp_status run_attention_forward(cuda_ctx *c, const usp_op *op)
 {
-    (void)ctx;
-    return backward ? cuda_attention_workspace_bytes(s) : 0; /* the forward keeps its state in shared memory */
+    return cuda_attention_forward(&op->p.attention.shape, ARR(X(0)), ARR(X(3)), ARR(X(4)), ARR(X(1)), F32(X(2)),
+                                  X(5).data, OP_STREAM);
 }
 
-static usp_status cuda_attention_forward_slot(void *ctx, const usp_attention_shape *s, usp_view q,
-                                              usp_view k, usp_view v, usp_view o, usp_view lse, void *workspace,
-                                              usp_stream_t *stream)
+/* q, o, d_o, dq, lse, k, v, dk, dv, workspace. */
+static usp_status run_attention_backward(cuda_ctx *c, const usp_op *op)
 {
-    cuda_ctx *c = ctx;
-    return cuda_attention_forward(s, ARR(q), ARR(k), ARR(v), ARR(o), F32(lse), workspace, STREAM(stream));
-}
-
-static usp_status cuda_attention_backward_slot(void *ctx, const usp_attention_shape *s, usp_view q,
-                                               usp_view k, usp_view v, usp_view o, usp_view lse,
-                                               usp_view d_o, usp_view dq, usp_view dk, usp_view dv, int accumulate,
-                                               void *workspace, usp_stream_t *stream)
-{
-    cuda_ctx *c = ctx;
-    USP_CHECK(cuda_attention_backward(s, ARR(q), ARR(k), ARR(v), ARR(o), F32(lse), ARR(d_o), ARR(dq), ARR(dk), ARR(dv),
-                                      accumulate, workspace, STREAM(stream)));
-    /* The wrapper frees the workspace (delta) as soon as this returns, in the default stream's
+    void *workspace = X(9).data;
+    USP_CHECK(cuda_attention_backward(&op->p.attention.shape, ARR(X(0)), ARR(X(5)), ARR(X(6)), ARR(X(1)), F32(X(4)),
+                                      ARR(X(2)), ARR(X(3)), ARR(X(7)), ARR(X(8)), op->p.attention.accumulate,
+                                      workspace, OP_STREAM));
+    /* core frees the workspace (delta) as soon as this returns, in the default stream's
      * order: on another stream the kernels may not have read it yet, so the default stream waits
      * for them first (the join the free's contract asks for). */
-    if (!workspace || STREAM(stream) == c->stream)
+    if (!workspace || OP_STREAM == c->stream)
         return USP_OK;
-    USP_CHECK(cuda_check(cudaEventRecord(c->joined, STREAM(stream)), "cudaEventRecord (attention workspace)"));
+    USP_CHECK(cuda_check(cudaEventRecord(c->joined, OP_STREAM), "cudaEventRecord (attention workspace)"));
     return cuda_check(cudaStreamWaitEvent(c->stream, c->joined, 0), "cudaStreamWaitEvent (attention workspace)");
 }
 
-static usp_status cuda_attention_merge_slot(void *ctx, usp_view o, usp_view lse, usp_view o_part,
-                                            usp_view lse_part, int64_t n, int64_t heads, int64_t head_dim,
-                                            usp_stream_t *stream)
+/* o, o_part, lse, lse_part. */
+static usp_status run_attention_merge(cuda_ctx *c, const usp_op *op)
 {
-    cuda_ctx *c = ctx;
-    return cuda_attention_merge(ARR(o), F32(lse), ARR(o_part), F32(lse_part), n, heads, head_dim, STREAM(stream));
+    return cuda_attention_merge(ARR(X(0)), F32(X(2)), ARR(X(1)), F32(X(3)), op->p.merge.n, op->p.merge.heads,
+                                op->p.merge.head_dim, OP_STREAM);
 }
 
-/* ---- layers ------------------------------------------------------------------------ */
-
-static usp_status cuda_embedding_forward_slot(void *ctx, usp_view out, const int32_t *tokens, const int32_t *positions,
-                                              usp_view wte, usp_view wpe, int64_t n, int64_t C,
-                                              usp_stream_t *stream)
+/* out, tokens, wte, wpe, positions. */
+static usp_status run_embedding_forward(cuda_ctx *c, const usp_op *op)
 {
-    cuda_ctx *c = ctx;
-    return cuda_embedding_forward(ARR(out), tokens, positions, ARR(wte), ARR(wpe), n, C, STREAM(stream));
+    return cuda_embedding_forward(ARR(X(0)), X(1).data, X(4).data, ARR(X(2)), ARR(X(3)), op->p.rows.n, op->p.rows.C,
+                                  OP_STREAM);
 }
 
-static usp_status cuda_embedding_backward_slot(void *ctx, usp_view dwte, usp_view dwpe, usp_view dout,
-                                               const int32_t *tokens, const int32_t *positions, int64_t n, int64_t C,
-                                               usp_stream_t *stream)
+/* dwte, dwpe, dout, tokens, positions. */
+static usp_status run_embedding_backward(cuda_ctx *c, const usp_op *op)
 {
-    cuda_ctx *c = ctx;
-    return cuda_embedding_backward(ARR(dwte), ARR(dwpe), ARR(dout), tokens, positions, n, C, STREAM(stream));
+    return cuda_embedding_backward(ARR(X(0)), ARR(X(1)), ARR(X(2)), X(3).data, X(4).data, op->p.rows.n, op->p.rows.C,
+                                   OP_STREAM);
 }
 
-static usp_status cuda_layernorm_forward_slot(void *ctx, usp_view out, usp_view mean, usp_view rstd, usp_view inp,
-                                              usp_view weight, usp_view bias, int64_t n, int64_t C, float eps,
-                                              usp_stream_t *stream)
+/* out, mean, rstd, inp, weight, bias. */
+static usp_status run_layernorm_forward(cuda_ctx *c, const usp_op *op)
 {
-    cuda_ctx *c = ctx;
-    return cuda_layernorm_forward(ARR(out), F32(mean), F32(rstd), ARR(inp), ARR(weight), ARR(bias), n, C, eps,
-                                  STREAM(stream));
+    return cuda_layernorm_forward(ARR(X(0)), F32(X(1)), F32(X(2)), ARR(X(3)), ARR(X(4)), ARR(X(5)), op->p.rows.n,
+                                  op->p.rows.C, op->p.rows.eps, OP_STREAM);
 }
 
-static usp_status cuda_layernorm_backward_slot(void *ctx, usp_view dinp, usp_view dweight, usp_view dbias,
-                                               usp_view dout, usp_view inp, usp_view weight,
-                                               usp_view mean, usp_view rstd, int64_t n, int64_t C,
-                                               usp_stream_t *stream)
+/* dinp, dweight, dbias, dout, inp, weight, mean, rstd. */
+static usp_status run_layernorm_backward(cuda_ctx *c, const usp_op *op)
 {
-    cuda_ctx *c = ctx;
-    return cuda_layernorm_backward(ARR(dinp), ARR(dweight), ARR(dbias), ARR(dout), ARR(inp), ARR(weight), F32(mean),
-                                   F32(rstd), n, C, STREAM(stream));
+    return cuda_layernorm_backward(ARR(X(0)), ARR(X(1)), ARR(X(2)), ARR(X(3)), ARR(X(4)), ARR(X(5)), F32(X(6)),
+                                   F32(X(7)), op->p.rows.n, op->p.rows.C, OP_STREAM);
 }
 
-static usp_status cuda_rmsnorm_forward_slot(void *ctx, usp_view out, usp_view rstd, usp_view inp,
-                                            usp_view weight, int64_t n, int64_t C, float eps,
-                                            usp_stream_t *stream)
+/* out, rstd, inp, weight. */
+static usp_status run_rmsnorm_forward(cuda_ctx *c, const usp_op *op)
 {
-    cuda_ctx *c = ctx;
-    return cuda_rmsnorm_forward(ARR(out), F32(rstd), ARR(inp), ARR(weight), n, C, eps, STREAM(stream));
+    return cuda_rmsnorm_forward(ARR(X(0)), F32(X(1)), ARR(X(2)), ARR(X(3)), op->p.rows.n, op->p.rows.C,
+                                op->p.rows.eps, OP_STREAM);
 }
 
-static usp_status cuda_rmsnorm_backward_slot(void *ctx, usp_view dinp, usp_view dweight, usp_view dout,
-                                             usp_view inp, usp_view weight, usp_view rstd, int64_t n,
-                                             int64_t C, usp_stream_t *stream)
+/* dinp, dweight, dout, inp, weight, rstd. */
+static usp_status run_rmsnorm_backward(cuda_ctx *c, const usp_op *op)
 {
-    cuda_ctx *c = ctx;
-    return cuda_rmsnorm_backward(ARR(dinp), ARR(dweight), ARR(dout), ARR(inp), ARR(weight), F32(rstd), n, C,
-                                 STREAM(stream));
+    return cuda_rmsnorm_backward(ARR(X(0)), ARR(X(1)), ARR(X(2)), ARR(X(3)), ARR(X(4)), F32(X(5)), op->p.rows.n,
+                                 op->p.rows.C, OP_STREAM);
 }
 
-static usp_status cuda_gelu_forward_slot(void *ctx, usp_view out, usp_view inp, int64_t n, usp_stream_t *stream)
+/* The function's outputs and inputs, as its line in USP_MAP_FNS orders them. */
+static usp_status run_map(cuda_ctx *c, const usp_op *op)
 {
-    cuda_ctx *c = ctx;
-    return cuda_gelu_tanh_forward(ARR(out), ARR(inp), n, STREAM(stream));
-}
-
-static usp_status cuda_gelu_backward_slot(void *ctx, usp_view dinp, usp_view inp, usp_view dout, int64_t n,
-                                          usp_stream_t *stream)
-{
-    cuda_ctx *c = ctx;
-    return cuda_gelu_tanh_backward(ARR(dinp), ARR(inp), ARR(dout), n, STREAM(stream));
-}
-
-static usp_status cuda_swiglu_forward_slot(void *ctx, usp_view out, usp_view gate, usp_view up, int64_t n,
-                                           usp_stream_t *stream)
-{
-    cuda_ctx *c = ctx;
-    return cuda_swiglu_forward(ARR(out), ARR(gate), ARR(up), n, STREAM(stream));
-}
-
-static usp_status cuda_swiglu_backward_slot(void *ctx, usp_view dgate, usp_view dup, usp_view gate, usp_view up,
-                                            usp_view dout, int64_t n, usp_stream_t *stream)
-{
-    cuda_ctx *c = ctx;
-    return cuda_swiglu_backward(ARR(dgate), ARR(dup), ARR(gate), ARR(up), ARR(dout), n, STREAM(stream));
+    cuda_array out[USP_OP_OPERANDS_MAX], in[USP_OP_OPERANDS_MAX];
+    int outs = 0, ins = 0;
+    for (int i = 0; i < usp_op_operand_count(op); i++) {
+        if (usp_op_operand(op, i).flags & USP_OPERAND_WRITTEN)
+            out[outs++] = ARR(X(i));
+        else
+            in[ins++] = ARR(X(i));
+    }
+    return cuda_map(op->p.map.fn, out, outs, in, ins, op->p.map.n, op->p.map.scalar, OP_STREAM);
 }
 
 /* The device copy of rope's D/2 inverse frequencies: a caller's table, or
@@ -356,77 +319,96 @@ static usp_status rope_table(cuda_ctx *c, int64_t D, float theta, const double *
     return USP_OK;
 }
 
-static usp_status cuda_rope_slot(cuda_ctx *c, usp_view x, const int32_t *positions, int64_t n, int64_t H, int64_t D,
-                                 float theta, const double *inv_freq, int direction, usp_stream_t *stream)
+/* x, positions; direction +1 forward, -1 backward. */
+static usp_status run_rope(cuda_ctx *c, const usp_op *op)
 {
     const double *table;
-    USP_CHECK(rope_table(c, D, theta, inv_freq, &table));
-    return cuda_rope(ARR(x), positions, n, H, D, table, direction, STREAM(stream));
-}
-
-static usp_status cuda_rope_forward_slot(void *ctx, usp_view x, const int32_t *positions, int64_t n, int64_t H,
-                                         int64_t D, float theta, const double *inv_freq, usp_stream_t *stream)
-{
-    return cuda_rope_slot(ctx, x, positions, n, H, D, theta, inv_freq, 1, stream);
-}
-
-static usp_status cuda_rope_backward_slot(void *ctx, usp_view dx, const int32_t *positions, int64_t n, int64_t H,
-                                          int64_t D, float theta, const double *inv_freq, usp_stream_t *stream)
-{
-    return cuda_rope_slot(ctx, dx, positions, n, H, D, theta, inv_freq, -1, stream);
+    USP_CHECK(rope_table(c, op->p.rope.D, op->p.rope.theta, op->p.rope.inv_freq, &table));
+    return cuda_rope(ARR(X(0)), X(1).data, op->p.rope.n, op->p.rope.H, op->p.rope.D, table,
+                     op->kind == USP_OP_ROPE_FORWARD ? 1 : -1, OP_STREAM);
 }
 
 /* ---- loss, optimiser, reductions ------------------------------------------------------ */
 
-static usp_status cuda_cross_entropy_slot(void *ctx, usp_view losses, usp_view dlogits, usp_view logits,
-                                          const int32_t *targets, int64_t n, int64_t V, float grad_scale,
-                                          usp_stream_t *stream)
+/* losses, dlogits, logits, targets. */
+static usp_status run_cross_entropy(cuda_ctx *c, const usp_op *op)
 {
-    cuda_ctx *c = ctx;
-    return cuda_cross_entropy(F32(losses), ARR(dlogits), ARR(logits), targets, n, V, grad_scale, STREAM(stream));
+    return cuda_cross_entropy(F32(X(0)), ARR(X(1)), ARR(X(2)), X(3).data, op->p.loss.n, op->p.loss.V,
+                              op->p.loss.grad_scale, OP_STREAM);
 }
 
-static usp_status cuda_adamw_slot(void *ctx, usp_view params, usp_view grads, usp_view m, usp_view v, int64_t n,
-                                  float lr, float beta1, float beta2, float eps, float weight_decay, int64_t t,
-                                  usp_stream_t *stream)
+/* params, grads, m, v. */
+static usp_status run_adamw_step(cuda_ctx *c, const usp_op *op)
 {
-    cuda_ctx *c = ctx;
-    return cuda_adamw_step(F32(params), ARR(grads), F32(m), F32(v), n, lr, beta1, beta2, eps, weight_decay, t,
-                           STREAM(stream));
+    return cuda_adamw_step(F32(X(0)), ARR(X(1)), F32(X(2)), F32(X(3)), op->p.adamw.n, op->p.adamw.lr,
+                           op->p.adamw.beta1, op->p.adamw.beta2, op->p.adamw.eps, op->p.adamw.weight_decay,
+                           op->p.adamw.t, OP_STREAM);
 }
 
 /* Blocking: the sum comes back through pinned memory, then the stream is waited for. */
-static usp_status cuda_sum_squares_slot(void *ctx, double *out, usp_view x, int64_t n, usp_stream_t *stream)
+static usp_status run_sum_squares(cuda_ctx *c, const usp_op *op)
 {
-    cuda_ctx *c = ctx;
-    cudaStream_t s = STREAM(stream);
-    USP_CHECK(cuda_sum_squares(c->sum_device, ARR(x), n, s));
+    cudaStream_t s = OP_STREAM;
+    USP_CHECK(cuda_sum_squares(c->sum_device, ARR(X(0)), op->p.sum.n, s));
     USP_CHECK(cuda_check(cudaMemcpyAsync(c->sum_host, c->sum_device, sizeof *c->sum_host, cudaMemcpyDeviceToHost, s),
                          "cudaMemcpyAsync (sum of squares)"));
     USP_CHECK(cuda_check(cudaStreamSynchronize(s), "cudaStreamSynchronize (sum of squares)"));
-    *out = *c->sum_host;
+    *op->p.sum.out = *c->sum_host;
     return USP_OK;
 }
 
-static usp_status cuda_scale_slot(void *ctx, usp_view x, float s, int64_t n, usp_stream_t *stream)
+/* x, bias. */
+static usp_status run_add_bias(cuda_ctx *c, const usp_op *op)
 {
-    cuda_ctx *c = ctx;
-    return cuda_scale(ARR(x), s, n, STREAM(stream));
+    return cuda_add_bias(ARR(X(0)), ARR(X(1)), op->p.rows.n, op->p.rows.C, OP_STREAM);
 }
 
-static usp_status cuda_add_bias_slot(void *ctx, usp_view x, usp_view bias, int64_t n, int64_t C,
-                                     usp_stream_t *stream)
+/* dbias, dout. */
+static usp_status run_bias_backward(cuda_ctx *c, const usp_op *op)
 {
-    cuda_ctx *c = ctx;
-    return cuda_add_bias(ARR(x), ARR(bias), n, C, STREAM(stream));
+    return cuda_bias_backward(ARR(X(0)), ARR(X(1)), op->p.rows.n, op->p.rows.C, OP_STREAM);
 }
 
-static usp_status cuda_bias_backward_slot(void *ctx, usp_view dbias, usp_view dout, int64_t n, int64_t C,
-                                          usp_stream_t *stream)
+typedef usp_status (*cuda_op_fn)(cuda_ctx *c, const usp_op *op);
+static const cuda_op_fn launchers[USP_OP_KIND_COUNT] = {
+    [USP_OP_GEMM] = cuda_gemm,
+    [USP_OP_COPY_2D] = run_copy_2d,
+    [USP_OP_CONVERT] = run_convert,
+    [USP_OP_ACCUMULATE_2D] = run_accumulate_2d,
+    [USP_OP_ATTENTION_FORWARD] = run_attention_forward,
+    [USP_OP_ATTENTION_BACKWARD] = run_attention_backward,
+    [USP_OP_ATTENTION_MERGE] = run_attention_merge,
+    [USP_OP_EMBEDDING_FORWARD] = run_embedding_forward,
+    [USP_OP_EMBEDDING_BACKWARD] = run_embedding_backward,
+    [USP_OP_LAYERNORM_FORWARD] = run_layernorm_forward,
+    [USP_OP_LAYERNORM_BACKWARD] = run_layernorm_backward,
+    [USP_OP_RMSNORM_FORWARD] = run_rmsnorm_forward,
+    [USP_OP_RMSNORM_BACKWARD] = run_rmsnorm_backward,
+    [USP_OP_ROPE_FORWARD] = run_rope,
+    [USP_OP_ROPE_BACKWARD] = run_rope,
+    [USP_OP_CROSS_ENTROPY] = run_cross_entropy,
+    [USP_OP_ADAMW_STEP] = run_adamw_step,
+    [USP_OP_SUM_SQUARES] = run_sum_squares,
+    [USP_OP_ADD_BIAS] = run_add_bias,
+    [USP_OP_BIAS_BACKWARD] = run_bias_backward,
+    [USP_OP_MAP] = run_map,
+};
+
+static int cuda_supports(void *ctx, const usp_op *op)
 {
-    cuda_ctx *c = ctx;
-    return cuda_bias_backward(ARR(dbias), ARR(dout), n, C, STREAM(stream));
+    (void)ctx;
+    return (unsigned)op->kind < USP_OP_KIND_COUNT && launchers[op->kind] &&
+           (op->kind != USP_OP_MAP || cuda_map_supports(op->p.map.fn));
 }
+
+/* The attention's backward workspace (the forward keeps its state in shared memory). */
+static size_t cuda_workspace_bytes(void *ctx, const usp_op *op)
+{
+    (void)ctx;
+    return op->kind == USP_OP_ATTENTION_BACKWARD ? cuda_attention_workspace_bytes(&op->p.attention.shape) : 0;
+}
+
+static usp_status cuda_run(void *ctx, const usp_op *op) { return launchers[op->kind](ctx, op); }
 
 /* The GPU's L2, which every SM's loads and stores go through. */
 static size_t cuda_cache_bytes(void *ctx)
@@ -488,33 +470,10 @@ static const usp_backend_i cuda_backend_iface = {
     .timing_event_create = cuda_timing_event_create,
     .event_elapsed = cuda_event_elapsed,
     .launch_host_func = cuda_launch_host_func,
-    .gemm = cuda_gemm,
-    .copy_2d = cuda_copy_2d,
-    .accumulate_2d = cuda_accumulate,
-    .convert = cuda_convert_slot,
-    .attention_workspace_bytes = cuda_attention_workspace,
     .cache_bytes = cuda_cache_bytes,
-    .attention_forward = cuda_attention_forward_slot,
-    .attention_backward = cuda_attention_backward_slot,
-    .attention_merge = cuda_attention_merge_slot,
-    .embedding_forward = cuda_embedding_forward_slot,
-    .embedding_backward = cuda_embedding_backward_slot,
-    .layernorm_forward = cuda_layernorm_forward_slot,
-    .layernorm_backward = cuda_layernorm_backward_slot,
-    .rmsnorm_forward = cuda_rmsnorm_forward_slot,
-    .rmsnorm_backward = cuda_rmsnorm_backward_slot,
-    .gelu_tanh_forward = cuda_gelu_forward_slot,
-    .gelu_tanh_backward = cuda_gelu_backward_slot,
-    .swiglu_forward = cuda_swiglu_forward_slot,
-    .swiglu_backward = cuda_swiglu_backward_slot,
-    .rope_forward = cuda_rope_forward_slot,
-    .rope_backward = cuda_rope_backward_slot,
-    .cross_entropy = cuda_cross_entropy_slot,
-    .adamw_step = cuda_adamw_slot,
-    .sum_squares = cuda_sum_squares_slot,
-    .scale = cuda_scale_slot,
-    .add_bias = cuda_add_bias_slot,
-    .bias_backward = cuda_bias_backward_slot,
+    .supports = cuda_supports,
+    .workspace_bytes = cuda_workspace_bytes,
+    .run = cuda_run,
     .destroy = cuda_destroy,
 };
 

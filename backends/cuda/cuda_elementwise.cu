@@ -44,20 +44,6 @@ usp_status cuda_accumulate_2d(cuda_array dst, size_t dst_stride, cuda_array src,
     return cuda_launched("accumulate_2d_kernel");
 }
 
-static __global__ void scale_kernel(cuda_array x, float s, int64_t n)
-{
-    for (int64_t i = cuda_first_index(); i < n; i += cuda_grid_stride())
-        cuda_store(x, i, cuda_load(x, i) * s);
-}
-
-usp_status cuda_scale(cuda_array x, float s, int64_t n, cudaStream_t stream)
-{
-    if (n == 0)
-        return USP_OK;
-    scale_kernel<<<cuda_blocks_for(n, ELEM_THREADS), ELEM_THREADS, 0, stream>>>(x, s, n);
-    return cuda_launched("scale_kernel");
-}
-
 /* C = beta C over batch m x n matrices, 0 where beta is 0 (C is not read then: BLAS's rule, so a
  * NaN left in C does not survive, as with OpenBLAS on the cpu backend). */
 static __global__ void scale_matrices_kernel(cuda_array c, float beta, int64_t m, int64_t n, int64_t ldc,

@@ -73,7 +73,7 @@ void cuda_blas_destroy(cublasHandle_t handle)
         blas.destroy(handle);
 }
 
-static usp_status blas_failed(cublasStatus_t st, const usp_gemm_desc *g)
+static usp_status blas_failed(cublasStatus_t st, const usp_gemm_shape *g)
 {
     return usp_error(USP_ERR_RUNTIME, "cuda backend: cublasGemmStridedBatchedEx (m %lld, n %lld, k %lld, batch "
                      "%lld) failed: %s", (long long)g->m, (long long)g->n, (long long)g->k, (long long)g->batch,
@@ -83,54 +83,47 @@ static usp_status blas_failed(cublasStatus_t st, const usp_gemm_desc *g)
 static cudaDataType_t data_type(usp_dtype t) { return t == USP_BF16 ? CUDA_R_16BF : CUDA_R_32F; }
 
 /* cuda_gemm with the fp32 one of a and b rounded into a bf16 temporary first. */
-static usp_status gemm_rounding_one(void *ctx, const usp_gemm_desc *g, usp_view a, usp_view b, usp_view c_view,
-                                    usp_stream_t *stream)
+static usp_status gemm_rounding_one(cuda_ctx *c, const usp_op *op)
 {
-    cuda_ctx *c = ctx;
-    cudaStream_t s = cuda_stream_of(c, stream);
-    usp_view *wide = a.dtype == USP_F32 ? &a : &b, narrow = *wide;
+    cudaStream_t s = cuda_stream_of(c, op->stream);
+    usp_op rounded = *op;
+    usp_view *wide = rounded.operand[0].dtype == USP_F32 ? &rounded.operand[0] : &rounded.operand[1];
     void *tmp = NULL;
-    if (cudaMallocAsync(&tmp, (size_t)(narrow.count > 0 ? narrow.count : 1) * 2, s) != cudaSuccess)
+    if (cudaMallocAsync(&tmp, (size_t)(wide->count > 0 ? wide->count : 1) * 2, s) != cudaSuccess)
         return usp_error(USP_ERR_RUNTIME, "cuda backend: no memory to round a %lld-element fp32 gemm operand to "
-                         "bf16: %s", (long long)narrow.count, cudaGetErrorString(cudaGetLastError()));
-    narrow.data = tmp, narrow.dtype = USP_BF16;
+                         "bf16: %s", (long long)wide->count, cudaGetErrorString(cudaGetLastError()));
     usp_status st = cuda_convert((cuda_array){.data = tmp, .dtype = USP_BF16},
                                  (cuda_array){.data = wide->data, .dtype = USP_F32}, wide->count, s);
-    *wide = narrow;
-    usp_gemm_desc rounded = *g;
-    if (wide == &a)
-        rounded.a = tmp;
-    else
-        rounded.b = tmp;
+    wide->data = tmp, wide->dtype = USP_BF16;
     if (st == USP_OK)
-        st = cuda_gemm(ctx, &rounded, a, b, c_view, stream);
+        st = cuda_gemm(c, &rounded);
     cudaFreeAsync(tmp, s);
     return st;
 }
 
-usp_status cuda_gemm(void *ctx, const usp_gemm_desc *g, usp_view a, usp_view b, usp_view c_view,
-                     usp_stream_t *stream)
+usp_status cuda_gemm(cuda_ctx *c, const usp_op *op)
 {
-    cuda_ctx *c = ctx;
-    cuda_array out = {.data = c_view.data, .dtype = c_view.dtype};
+    const usp_gemm_shape *g = &op->p.gemm;
+    const usp_view a = op->operand[0], b = op->operand[1];
+    cuda_array out = {.data = op->operand[2].data, .dtype = op->operand[2].dtype};
     /* k = 0: C = beta C, by a kernel of ours. cuBLAS wants lda, ldb >= 1 where k-wide rows give 0,
-     * and does not document C = beta C for k = 0; A and B, which the wrapper does not check then
+     * and does not document C = beta C for k = 0; A and B, which core does not check then
      * (they may lie in no buffer), are not looked at. */
     if (g->k == 0)
         return cuda_scale_matrices(out, g->beta, g->m, g->n, g->ldc, g->stride_c, g->batch,
-                                   cuda_stream_of(c, stream));
+                                   cuda_stream_of(c, op->stream));
     /* A bf16 operand by an fp32 one (the loss's fp32 dlogits by the bf16 lm_head): cuBLAS takes one
      * input dtype, so the fp32 one is rounded into bf16 scratch, stream-ordered and freed after the
      * GEMM on the same stream, as autocast casts (the cpu backend rounds it alike, cpu_widen.c). */
     if (a.dtype != b.dtype)
-        return gemm_rounding_one(ctx, g, a, b, c_view, stream);
+        return gemm_rounding_one(c, op);
     /* cublasGemmEx's table: fp32 A and B give fp32 C only (a bf16 C wants bf16 A and B); refused
      * here by name rather than as cuBLAS's CUBLAS_STATUS_NOT_SUPPORTED. */
     if (a.dtype == USP_F32 && out.dtype != USP_F32)
         return usp_error(USP_ERR_CONFIG, "cuda backend: gemm of fp32 A and B into a %s C: cuBLAS has no such "
                          "kernel; store C as fp32, or A and B as %s", usp_dtype_name(out.dtype),
                          usp_dtype_name(out.dtype));
-    cublasStatus_t st = blas.set_stream(c->blas, cuda_stream_of(c, stream));
+    cublasStatus_t st = blas.set_stream(c->blas, cuda_stream_of(c, op->stream));
     if (st != CUBLAS_STATUS_SUCCESS)
         return blas_failed(st, g);
     /* TF32 only on request, and only where all three are fp32 (bf16 inputs already are reduced precision). */

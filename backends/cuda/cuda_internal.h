@@ -77,8 +77,7 @@ usp_status cuda_blas_create(cublasHandle_t *out);
 /* Frees a handle from cuda_blas_create (NULL: nothing). */
 void cuda_blas_destroy(cublasHandle_t handle);
 
-/* The gemm slot: cuBLAS, row-major descriptors mapped onto column-major calls. */
-usp_status cuda_gemm(void *ctx, const usp_gemm_desc *g, usp_view a, usp_view b, usp_view c,
-                     usp_stream_t *stream);
+/* USP_OP_GEMM: cuBLAS, row-major descriptors mapped onto column-major calls. */
+usp_status cuda_gemm(cuda_ctx *c, const usp_op *op);
 
 #endif

@@ -1,6 +1,6 @@
 /* The CUDA kernels of the cuda backend, as C-callable launchers.
  *
- * cuda_backend.c fills usp_backend_i with these. Each launcher enqueues its
+ * cuda_backend.c runs each op kind (core/ops/op.h) with these. Each launcher enqueues its
  * kernels on `stream` and returns at once (USP_OK, or USP_ERR_RUNTIME naming
  * the kernel when a launch fails); none synchronises, none reads device memory
  * from the host. Scratch a kernel needs (partial sums of a deterministic
@@ -27,7 +27,7 @@
 #include <cuda_runtime.h>
 #include <stdint.h>
 
-#include "core/ops/ops.h"
+#include "core/ops/op.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -47,9 +47,6 @@ usp_status cuda_convert(cuda_array dst, cuda_array src, int64_t n, cudaStream_t 
 /* dst += src over `rows` rows of row_elems elements, 2-D strided (strides in elements). */
 usp_status cuda_accumulate_2d(cuda_array dst, size_t dst_stride, cuda_array src, size_t src_stride,
                               size_t row_elems, size_t rows, cudaStream_t stream);
-
-/* x *= s over n elements. */
-usp_status cuda_scale(cuda_array x, float s, int64_t n, cudaStream_t stream);
 
 /* C = beta C (0 where beta is 0) over `batch` m x n matrices at row stride ldc and matrix stride stride_c:
  * a GEMM with k = 0, which cuda_gemm.c does not hand to cuBLAS. */
@@ -89,18 +86,13 @@ usp_status cuda_rmsnorm_forward(cuda_array out, float *rstd, cuda_array inp, cud
 usp_status cuda_rmsnorm_backward(cuda_array dinp, cuda_array dweight, cuda_array dout, cuda_array inp,
                                  cuda_array weight, const float *rstd, int64_t n, int64_t C, cudaStream_t stream);
 
-/* GELU, tanh approximation, over n elements. */
-usp_status cuda_gelu_tanh_forward(cuda_array out, cuda_array inp, int64_t n, cudaStream_t stream);
+/* An element-wise function (USP_MAP_FNS, core/ops/op.h) over n elements of its `outs` outputs and `ins`
+ * inputs (backends/cuda/cuda_map.cu); scalar is its parameter (scale's factor). */
+usp_status cuda_map(usp_map_fn fn, const cuda_array *out, int outs, const cuda_array *in, int ins, int64_t n,
+                    float scalar, cudaStream_t stream);
 
-/* GELU backward; dinp overwritten. */
-usp_status cuda_gelu_tanh_backward(cuda_array dinp, cuda_array inp, cuda_array dout, int64_t n, cudaStream_t stream);
-
-/* out = silu(gate) * up over n elements. */
-usp_status cuda_swiglu_forward(cuda_array out, cuda_array gate, cuda_array up, int64_t n, cudaStream_t stream);
-
-/* SwiGLU backward; dgate and dup overwritten. */
-usp_status cuda_swiglu_backward(cuda_array dgate, cuda_array dup, cuda_array gate, cuda_array up, cuda_array dout,
-                                int64_t n, cudaStream_t stream);
+/* 1 when cuda_map has a kernel for fn. */
+int cuda_map_supports(usp_map_fn fn);
 
 /* Rotary embedding of x [n, H, D] in place; direction +1 rotates (forward), -1
  * rotates back (backward). inv_freq: D/2 device values, uploaded once by the

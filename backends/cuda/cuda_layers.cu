@@ -1,5 +1,5 @@
-/* Transformer layer kernels of the cuda backend: embedding, layernorm, rmsnorm,
- * GELU, SwiGLU and rotary embeddings, with the math of backends/cpu/cpu_layers.c
+/* Transformer layer kernels of the cuda backend: embedding, layernorm, rmsnorm
+ * and rotary embeddings (cuda_map.cu has GELU and SwiGLU), with the math of backends/cpu/cpu_layers.c
  * written the same way (the same float expressions, the same double row
  * statistics), so that the conformance table's fp32 tolerances hold.
  *
@@ -18,8 +18,6 @@
 #include "backends/cuda/cuda_reduce.cuh"
 
 #define ELEM_THREADS 256
-/* sqrt(2 / pi), GPT-2's GELU (cpu_layers.h's GELU_K). */
-#define GELU_K 0.7978845608028654f
 
 /* ---- embedding ------------------------------------------------------------ */
 
@@ -281,81 +279,6 @@ usp_status cuda_rmsnorm_backward(cuda_array dinp, cuda_array dweight, cuda_array
         return st;
     const norm_grad_term<1> term = {dout, inp, NULL, rstd, C}; /* dw = sum_rows dy * x * r */
     return cuda_column_sums(&dweight, term, n, C, "rmsnorm_backward (dweight column sums)", stream);
-}
-
-/* ---- activations ------------------------------------------------------------ */
-
-/* gelu(x) = x/2 * (1 + tanh(u)), u = k (x + 0.044715 x^3). */
-static __global__ void gelu_forward_kernel(cuda_array out, cuda_array inp, int64_t n)
-{
-    for (int64_t i = cuda_first_index(); i < n; i += cuda_grid_stride()) {
-        const float x = cuda_load(inp, i);
-        cuda_store(out, i, 0.5f * x * (1.0f + tanhf(GELU_K * (x + 0.044715f * x * x * x))));
-    }
-}
-
-usp_status cuda_gelu_tanh_forward(cuda_array out, cuda_array inp, int64_t n, cudaStream_t stream)
-{
-    if (n == 0)
-        return USP_OK;
-    gelu_forward_kernel<<<cuda_blocks_for(n, ELEM_THREADS), ELEM_THREADS, 0, stream>>>(out, inp, n);
-    return cuda_launched("gelu_forward_kernel");
-}
-
-/* gelu'(x) = (1 + t)/2 + x/2 * (1 - t^2) * k (1 + 3 * 0.044715 x^2), t = tanh(u). */
-static __global__ void gelu_backward_kernel(cuda_array dinp, cuda_array inp, cuda_array dout, int64_t n)
-{
-    for (int64_t i = cuda_first_index(); i < n; i += cuda_grid_stride()) {
-        const float x = cuda_load(inp, i), t = tanhf(GELU_K * (x + 0.044715f * x * x * x));
-        const float d = 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * GELU_K * (1.0f + 3.0f * 0.044715f * x * x);
-        cuda_store(dinp, i, d * cuda_load(dout, i));
-    }
-}
-
-usp_status cuda_gelu_tanh_backward(cuda_array dinp, cuda_array inp, cuda_array dout, int64_t n, cudaStream_t stream)
-{
-    if (n == 0)
-        return USP_OK;
-    gelu_backward_kernel<<<cuda_blocks_for(n, ELEM_THREADS), ELEM_THREADS, 0, stream>>>(dinp, inp, dout, n);
-    return cuda_launched("gelu_backward_kernel");
-}
-
-/* silu(g) = g * s with s = sigmoid(g) = 1/(1 + e^-g): saturates to 0 or 1, never NaN. */
-static __global__ void swiglu_forward_kernel(cuda_array out, cuda_array gate, cuda_array up, int64_t n)
-{
-    for (int64_t i = cuda_first_index(); i < n; i += cuda_grid_stride()) {
-        const float g = cuda_load(gate, i);
-        cuda_store(out, i, g / (1.0f + expf(-g)) * cuda_load(up, i));
-    }
-}
-
-usp_status cuda_swiglu_forward(cuda_array out, cuda_array gate, cuda_array up, int64_t n, cudaStream_t stream)
-{
-    if (n == 0)
-        return USP_OK;
-    swiglu_forward_kernel<<<cuda_blocks_for(n, ELEM_THREADS), ELEM_THREADS, 0, stream>>>(out, gate, up, n);
-    return cuda_launched("swiglu_forward_kernel");
-}
-
-/* d silu(g)/dg = s + g s (1 - s) = s (1 + g (1 - s)). */
-static __global__ void swiglu_backward_kernel(cuda_array dgate, cuda_array dup, cuda_array gate, cuda_array up,
-                                              cuda_array dout, int64_t n)
-{
-    for (int64_t i = cuda_first_index(); i < n; i += cuda_grid_stride()) {
-        const float g = cuda_load(gate, i), s = 1.0f / (1.0f + expf(-g)), dy = cuda_load(dout, i);
-        cuda_store(dgate, i, dy * cuda_load(up, i) * s * (1.0f + g * (1.0f - s)));
-        cuda_store(dup, i, dy * g * s);
-    }
-}
-
-usp_status cuda_swiglu_backward(cuda_array dgate, cuda_array dup, cuda_array gate, cuda_array up, cuda_array dout,
-                                int64_t n, cudaStream_t stream)
-{
-    if (n == 0)
-        return USP_OK;
-    swiglu_backward_kernel<<<cuda_blocks_for(n, ELEM_THREADS), ELEM_THREADS, 0, stream>>>(dgate, dup, gate, up, dout,
-                                                                                         n);
-    return cuda_launched("swiglu_backward_kernel");
 }
 
 /* ---- rotary embeddings -------------------------------------------------------- */

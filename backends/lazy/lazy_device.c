@@ -191,16 +191,10 @@ void lazy_device_free(lazy_device *d, void *ptr)
     op->z[0] = bytes;
 }
 
-usp_status lazy_device_enqueue(lazy_device *d, usp_stream_t *stream, const char *name, lazy_run_fn run,
-                               lazy_op **out, int n, ...)
+usp_status lazy_device_enqueue_array(lazy_device *d, usp_stream_t *stream, const char *name, lazy_run_fn run,
+                                     lazy_op **out, int n, void *const *ptrs)
 {
     USP_ASSERT(n <= LAZY_MAX_POINTERS, "%s: %d pointers, at most %d", name, n, LAZY_MAX_POINTERS);
-    void *ptrs[LAZY_MAX_POINTERS];
-    va_list args;
-    va_start(args, n);
-    for (int i = 0; i < n; i++)
-        ptrs[i] = va_arg(args, void *);
-    va_end(args);
     for (int i = 0; i < n; i++)
         if (ptrs[i] && !live_of(d, ptrs[i]))
             return usp_error(USP_ERR_RUNTIME, "lazy backend: %s was given %p (argument %d), which is not in a live "
@@ -213,6 +207,19 @@ usp_status lazy_device_enqueue(lazy_device *d, usp_stream_t *stream, const char 
     memcpy(op->p, ptrs, (size_t)n * sizeof *ptrs);
     *out = op;
     return USP_OK;
+}
+
+usp_status lazy_device_enqueue(lazy_device *d, usp_stream_t *stream, const char *name, lazy_run_fn run,
+                               lazy_op **out, int n, ...)
+{
+    USP_ASSERT(n <= LAZY_MAX_POINTERS, "%s: %d pointers, at most %d", name, n, LAZY_MAX_POINTERS);
+    void *ptrs[LAZY_MAX_POINTERS];
+    va_list args;
+    va_start(args, n);
+    for (int i = 0; i < n; i++)
+        ptrs[i] = va_arg(args, void *);
+    va_end(args);
+    return lazy_device_enqueue_array(d, stream, name, run, out, n, ptrs);
 }
 
 static void run_until(lazy_device *d, usp_stream_t *s, uint64_t ticket);

@@ -23,20 +23,16 @@ typedef struct lazy_op lazy_op;
 /* How a queued op runs, from the arguments saved at enqueue. */
 typedef usp_status (*lazy_run_fn)(const lazy_op *op);
 
-#define LAZY_MAX_POINTERS 12
+#define LAZY_MAX_POINTERS USP_OP_OPERANDS_MAX
 
 struct lazy_op {
     lazy_run_fn run;
     const char *name;
     uint64_t ticket;
     lazy_op *next;
-    void *p[LAZY_MAX_POINTERS]; /* the op's buffers, in slot order */
-    usp_view v[LAZY_MAX_POINTERS]; /* the views among them, at the same index (p[i] = v[i].data) */
-    int64_t i[8];
-    float f[6];
-    size_t z[6];
-    usp_attention_shape shape;
-    usp_gemm_desc gemm;
+    void *p[LAZY_MAX_POINTERS]; /* the op's buffers: a copy's destination and source, an op's operands */
+    size_t z[2];                /* a copy's or a zero's bytes; a free's */
+    usp_op desc;                /* a compute op, its stream NULL (the cpu backend runs it) */
     void *frees;                /* a deferred free of this buffer (op->z[0] bytes) */
     int writes_host;            /* a copy to host memory (dropped when the device is destroyed) */
     void *owned;                /* host memory the op owns: a staged upload, inv_freq; freed after it runs */
@@ -69,6 +65,10 @@ void lazy_device_free(lazy_device *d, void *ptr);
  * queued op, for the caller to fill its other arguments. */
 usp_status lazy_device_enqueue(lazy_device *d, usp_stream_t *stream, const char *name, lazy_run_fn run,
                                lazy_op **out, int n, ...);
+
+/* lazy_device_enqueue with the n pointers in an array. */
+usp_status lazy_device_enqueue_array(lazy_device *d, usp_stream_t *stream, const char *name, lazy_run_fn run,
+                                     lazy_op **out, int n, void *const *ptrs);
 
 /* Runs `stream`'s queue to its end, and the work it waits for; returns the
  * first error any op has had since the last synchronisation. The host knows

@@ -28,8 +28,6 @@ usp_status usp_backend_create(const usp_backend_i *iface, void *ctx, usp_backend
                "backend %s: timing_event_create and event_elapsed go together, with the event slots", iface->name);
     USP_ASSERT(!iface->host_alloc == !iface->host_free, "backend %s: host_alloc and host_free go together",
                iface->name);
-    USP_ASSERT(!iface->stores_bf16 || !iface->has_numerics || iface->convert,
-               "backend %s stores bf16 but has no convert slot", iface->name);
     usp_backend_t *be;
     USP_CHECK(usp_calloc((void **)&be, 1, sizeof *be, "a backend"));
     be->iface = iface;
@@ -335,14 +333,12 @@ usp_status usp_buffer_convert(usp_backend_t *be, void *dst, const void *src, siz
         return USP_OK;
     USP_CHECK(check_range(be, "usp_buffer_convert", "source", src, src_bytes));
     USP_CHECK(check_range(be, "usp_buffer_convert", "destination", dst, dst_bytes));
-    if (be->iface->has_numerics && !be->iface->convert) /* a backend that stores fp32 only */
+    if (be->iface->has_numerics && !be->iface->stores_bf16)
         return usp_error(USP_ERR_CONFIG, "the %s backend cannot convert %s to %s: it stores fp32 only",
                          be->iface->name, usp_dtype_name(from), usp_dtype_name(to));
-    usp_view d, s;
-    USP_CHECK(ops_view(be, "usp_buffer_convert", "destination", dst, (int64_t)elems, OPS_STORED, 0, &d));
-    USP_CHECK(ops_view(be, "usp_buffer_convert", "source", src, (int64_t)elems, OPS_STORED, 0, &s));
-    ops_report_cost(be, "convert", 0, (double)(src_bytes + dst_bytes), stream);
-    return be->iface->convert ? OPS_TIMED(be, stream, be->iface->convert(be->context, d, s, stream)) : USP_OK;
+    usp_op op = {.kind = USP_OP_CONVERT, .stream = stream, .p.convert = {(int64_t)elems},
+                 .operand = {{(void *)src, from, (int64_t)elems}, {dst, to, (int64_t)elems}}};
+    return usp_op_run(be, &op);
 }
 
 usp_status usp_buffer_zero(usp_backend_t *be, void *ptr, size_t bytes, usp_stream_t *stream)
@@ -391,199 +387,64 @@ usp_status usp_launch_host_func(usp_backend_t *be, usp_stream_t *stream, void (*
     return be->iface->launch_host_func(be->context, stream, fn, arg);
 }
 
-/* Elements a batch of `rows` x `cols` matrices spans at row stride ld and matrix stride `stride`. */
-static int64_t matrices_extent(int64_t rows, int64_t cols, int64_t ld, int64_t stride, int64_t batch)
+/* The view of operand i of op: checked against the live buffers as its role asks (ops_view; in bytes,
+ * check_range), or left as the builder set it when it has no elements (a GEMM's a and b at k = 0). */
+static usp_status check_operand(const usp_backend_t *be, usp_op *op, int i)
 {
-    return (batch - 1) * stride + (rows - 1) * ld + cols;
-}
-
-/* The views of the operands, each inside its buffer (called with m, n, batch > 0); a and b are unread when k = 0. */
-static usp_status gemm_views(const usp_backend_t *be, const usp_gemm_desc *g, usp_view *a, usp_view *b, usp_view *c)
-{
-    *a = (usp_view){.data = (void *)g->a, .dtype = USP_F32};
-    *b = (usp_view){.data = (void *)g->b, .dtype = USP_F32};
-    if (g->k > 0) {
-        USP_CHECK(ops_view(be, "gemm", "a", g->a,
-                           g->trans_a ? matrices_extent(g->k, g->m, g->lda, g->stride_a, g->batch)
-                                      : matrices_extent(g->m, g->k, g->lda, g->stride_a, g->batch), OPS_STORED, 0, a));
-        USP_CHECK(ops_view(be, "gemm", "b", g->b,
-                           g->trans_b ? matrices_extent(g->n, g->k, g->ldb, g->stride_b, g->batch)
-                                      : matrices_extent(g->k, g->n, g->ldb, g->stride_b, g->batch), OPS_STORED, 0, b));
+    const usp_operand_info info = usp_op_operand(op, i);
+    usp_view *v = &op->operand[i];
+    if (v->count == 0)
+        return USP_OK;
+    if (info.flags & USP_OPERAND_BYTES) {
+        USP_CHECK(check_range(be, usp_op_name(op), info.name, v->data, (size_t)v->count));
+        v->dtype = USP_U8;
+        return USP_OK;
     }
-    return ops_view(be, "gemm", "c", g->c, matrices_extent(g->m, g->n, g->ldc, g->stride_c, g->batch), OPS_STORED, 0,
-                    c);
+    const unsigned dtypes = info.flags & (USP_OPERAND_F32 | USP_OPERAND_IDS) ? OPS_F32 : OPS_STORED;
+    return ops_view(be, usp_op_name(op), info.name, v->data, v->count, dtypes, !!(info.flags & USP_OPERAND_OPTIONAL),
+                    v);
 }
 
-usp_status usp_gemm(usp_backend_t *be, const usp_gemm_desc *g, usp_stream_t *stream)
+/* The workspace of op's SCRATCH operand `at`, as the backend sizes it: allocated (counted under the kind's
+ * category) on a backend with or without numerics alike, so that a shapes-only run counts it too. */
+static usp_status alloc_scratch(usp_backend_t *be, usp_op *op, int at)
 {
-    if (g->m < 0 || g->n < 0 || g->k < 0 || g->batch < 0)
-        return usp_error(USP_ERR_RUNTIME, "gemm with negative shape m=%lld n=%lld k=%lld batch=%lld",
-                         (long long)g->m, (long long)g->n, (long long)g->k, (long long)g->batch);
-    if (g->m == 0 || g->n == 0 || g->batch == 0)
+    op->operand[at] = (usp_view){.data = NULL, .dtype = USP_U8, .count = 0};
+    const size_t bytes = be->iface->workspace_bytes ? be->iface->workspace_bytes(be->context, op) : 0;
+    if (bytes == 0)
         return USP_OK;
-    /* 2mnk multiply-adds per matrix; traffic reads A and B, writes C (and reads it when beta != 0). */
-    double mats = (double)g->batch;
-    double flops = 2.0 * (double)g->m * (double)g->n * (double)g->k * mats;
-    double c_passes = g->beta != 0.0f ? 2.0 : 1.0;
-    double bytes = 4.0 * mats * ((double)g->m * g->k + (double)g->k * g->n + c_passes * g->m * g->n);
-    usp_view a, b, c;
-    USP_CHECK(gemm_views(be, g, &a, &b, &c));
-    const usp_dtype in = a.dtype == USP_BF16 || b.dtype == USP_BF16 ? USP_BF16 : USP_F32; /* an fp32 one is rounded */
-    ops_report_cost_outputs(be, "gemm", in, flops, bytes, (double)g->m * (double)g->n * mats, stream);
-    return OPS_TIMED(be, stream, be->iface->gemm(be->context, g, a, b, c, stream));
-}
-
-usp_status usp_copy_2d(usp_backend_t *be, void *dst, size_t dst_stride, const void *src, size_t src_stride,
-                       size_t row_bytes, size_t rows, usp_stream_t *stream)
-{
-    if (row_bytes == 0 || rows == 0)
-        return USP_OK;
-    USP_CHECK(check_range(be, "usp_copy_2d", "source", src, (rows - 1) * src_stride + row_bytes));
-    USP_CHECK(check_range(be, "usp_copy_2d", "destination", dst, (rows - 1) * dst_stride + row_bytes));
-    ops_report_cost_outputs(be, "copy", USP_F32, 0, 2.0 * (double)row_bytes * (double)rows, (double)rows, stream);
-    return OPS_TIMED(be, stream,
-                     be->iface->copy_2d(be->context, dst, dst_stride, src, src_stride, row_bytes, rows, stream));
-}
-
-usp_status usp_accumulate_2d(usp_backend_t *be, float *dst, size_t dst_stride, const float *src,
-                             size_t src_stride, size_t row_elems, size_t rows, usp_stream_t *stream)
-{
-    if (row_elems == 0 || rows == 0)
-        return USP_OK;
-    const char *op = "accumulate_2d";
-    usp_view d, s;
-    USP_CHECK(ops_view(be, op, "dst", dst, (int64_t)((rows - 1) * dst_stride + row_elems), OPS_STORED, 0, &d));
-    USP_CHECK(ops_view(be, op, "src", src, (int64_t)((rows - 1) * src_stride + row_elems), OPS_STORED, 0, &s));
-    double n = (double)row_elems * (double)rows;
-    ops_report_cost_outputs(be, "accumulate", USP_F32, n, 12.0 * n, (double)rows, stream);
-    return OPS_TIMED(be, stream, be->iface->accumulate_2d(be->context, d, dst_stride, s, src_stride,
-                                                         row_elems, rows, stream));
-}
-
-/* Sum over i in [0, n) of clamp(lo + i, 0, cap): the keys query i sees. */
-static double sum_clamped(int64_t lo, int64_t n, int64_t cap)
-{
-    int64_t hi = lo + n - 1;
-    int64_t a = lo > 1 ? lo : 1, b = hi < cap ? hi : cap; /* values in [1, cap] */
-    double inside = a <= b ? ((double)a + (double)b) * (double)(b - a + 1) / 2.0 : 0.0;
-    int64_t first_full = lo > cap + 1 ? lo : cap + 1; /* values above cap count cap */
-    double full = hi >= first_full ? (double)(hi - first_full + 1) * (double)cap : 0.0;
-    return inside + full;
-}
-
-double usp_attention_visible_pairs(const usp_attention_shape *s)
-{
-    if (!s->causal)
-        return (double)s->n_q * (double)s->n_kv;
-    /* query at q_offset + i sees keys kv_offset + j <= q_offset + i: min(max(c + i, 0), n_kv) of them */
-    return sum_clamped(s->q_offset - s->kv_offset + 1, s->n_q, s->n_kv);
-}
-
-/* FlashAttention's convention: 4 flops per visible pair and head dimension
- * (two matmuls) forward; backward 2.5x forward. Bytes: inputs and outputs once. */
-static void attention_cost(usp_backend_t *be, const usp_attention_shape *s, usp_dtype dtype, int backward,
-                           usp_stream_t *stream)
-{
-    double scores = (double)s->batch * (double)s->n_heads * usp_attention_visible_pairs(s);
-    double flops = 4.0 * scores * (double)s->head_dim;
-    double q_bytes = 4.0 * (double)(s->batch * s->n_q * s->n_heads * s->head_dim);
-    double kv_bytes = 4.0 * (double)(s->batch * s->n_kv * s->n_kv_heads * s->head_dim);
-    double bytes = backward ? 4 * q_bytes + 4 * kv_bytes : 2 * q_bytes + 2 * kv_bytes;
-    ops_report_cost_outputs(be, backward ? "attention_backward" : "attention_forward", dtype,
-                            backward ? 2.5 * flops : flops, bytes, scores, stream);
-}
-
-static usp_status check_attention_shape(const usp_attention_shape *s)
-{
-    if (s->batch < 0 || s->n_q < 0 || s->n_kv < 0 || s->head_dim < 1 || s->n_heads < 1 || s->n_kv_heads < 1 ||
-        s->n_heads % s->n_kv_heads != 0)
-        return usp_error(USP_ERR_CONFIG,
-                         "attention shape: batch %lld, %lld queries, %lld keys, %lld heads, %lld kv heads, head_dim "
-                         "%lld: kv heads must divide heads, and every size be positive",
-                         (long long)s->batch, (long long)s->n_q, (long long)s->n_kv, (long long)s->n_heads,
-                         (long long)s->n_kv_heads, (long long)s->head_dim);
+    USP_CHECK(usp_buffer_alloc(be, bytes, ops_kind_scratch(op->kind), &op->operand[at].data));
+    op->operand[at].count = (int64_t)bytes;
     return USP_OK;
 }
 
-/* The view of every tensor of an attention call, inside its buffer: q-shaped ones [B, n_q, H, D],
- * kv-shaped ones [B, n_kv, Hkv, D], both f32 or bf16, and lse [B, H, n_q], f32; NULL only where
- * nothing is needed. */
-#define VIEW(ptr, count, dtypes) \
-    usp_view ptr##_v;            \
-    USP_CHECK(ops_view(be, op, #ptr, ptr, count, dtypes, (count) == 0, &ptr##_v))
-#define Q_ELEMS(s) ((s)->batch * (s)->n_q * (s)->n_heads * (s)->head_dim)
-#define KV_ELEMS(s) ((s)->batch * (s)->n_kv * (s)->n_kv_heads * (s)->head_dim)
-#define LSE_ELEMS(s) ((s)->batch * (s)->n_heads * (s)->n_q)
-
-usp_status usp_flash_attention_forward(usp_backend_t *be, const usp_attention_shape *s, const float *q,
-                                       const float *k, const float *v, float *o, float *lse,
-                                       usp_stream_t *stream)
+usp_status usp_op_run(usp_backend_t *be, usp_op *op)
 {
-    const char *op = "attention_forward";
-    USP_CHECK(check_attention_shape(s));
-    if (s->batch == 0 || s->n_q == 0)
+    int nothing;
+    USP_CHECK(ops_kind_check(op, &nothing));
+    if (nothing)
         return USP_OK;
-    VIEW(q, Q_ELEMS(s), OPS_STORED);
-    VIEW(o, Q_ELEMS(s), OPS_STORED);
-    VIEW(lse, LSE_ELEMS(s), OPS_F32);
-    VIEW(k, KV_ELEMS(s), OPS_STORED);
-    VIEW(v, KV_ELEMS(s), OPS_STORED);
-    attention_cost(be, s, q_v.dtype, 0, stream);
-    void *ws = NULL;
-    size_t ws_bytes = be->iface->attention_workspace_bytes(be->context, s, 0);
-    if (ws_bytes)
-        USP_CHECK(usp_buffer_alloc(be, ws_bytes, "attention workspace", &ws));
-    usp_status st = OPS_TIMED(be, stream, be->iface->attention_forward(be->context, s, q_v, k_v, v_v, o_v, lse_v, ws,
-                                                                       stream));
-    usp_buffer_free(be, ws);
+    be->operands->n = 0; /* the ranges of this op only, even after a failed one */
+    const int n = usp_op_operand_count(op);
+    int scratch = -1;
+    for (int i = 0; i < n; i++) {
+        if (usp_op_operand(op, i).flags & USP_OPERAND_SCRATCH)
+            scratch = i;
+        else
+            USP_CHECK(check_operand(be, op, i));
+    }
+    const usp_backend_i *f = be->iface;
+    if (f->has_numerics && (!f->run || (f->supports && !f->supports(be->context, op))))
+        return usp_error(USP_ERR_RUNTIME, "the %s backend has no %s op%s", f->name, usp_op_name(op),
+                         f->run ? " (its supports slot says so)" : ": its usp_backend_i has no run slot");
+    const ops_work w = ops_kind_cost(op);
+    ops_report_cost_outputs(be, usp_op_cost_name(op), w.dtype, w.flops, w.bytes, w.outputs, op->stream);
+    if (usp_op_blocking(op))
+        ops_count_host_wait(be); /* the host reads the result */
+    if (scratch >= 0)
+        USP_CHECK(alloc_scratch(be, op, scratch));
+    const usp_status st = OPS_TIMED(be, op->stream, f->run ? f->run(be->context, op) : USP_OK);
+    if (scratch >= 0)
+        usp_buffer_free(be, op->operand[scratch].data);
     return st;
 }
-
-usp_status usp_flash_attention_backward(usp_backend_t *be, const usp_attention_shape *s, const float *q,
-                                        const float *k, const float *v, const float *o, const float *lse,
-                                        const float *d_o, float *dq, float *dk, float *dv, int accumulate,
-                                        usp_stream_t *stream)
-{
-    const char *op = "attention_backward";
-    USP_CHECK(check_attention_shape(s));
-    if (s->batch == 0 || (s->n_q == 0 && s->n_kv == 0))
-        return USP_OK;
-    VIEW(q, Q_ELEMS(s), OPS_STORED);
-    VIEW(o, Q_ELEMS(s), OPS_STORED);
-    VIEW(d_o, Q_ELEMS(s), OPS_STORED);
-    VIEW(dq, Q_ELEMS(s), OPS_STORED);
-    VIEW(lse, LSE_ELEMS(s), OPS_F32);
-    VIEW(k, KV_ELEMS(s), OPS_STORED);
-    VIEW(v, KV_ELEMS(s), OPS_STORED);
-    VIEW(dk, KV_ELEMS(s), OPS_STORED);
-    VIEW(dv, KV_ELEMS(s), OPS_STORED);
-    attention_cost(be, s, q_v.dtype, 1, stream);
-    void *ws = NULL;
-    size_t ws_bytes = be->iface->attention_workspace_bytes(be->context, s, 1);
-    if (ws_bytes)
-        USP_CHECK(usp_buffer_alloc(be, ws_bytes, "attention workspace", &ws));
-    usp_status st = OPS_TIMED(be, stream, be->iface->attention_backward(be->context, s, q_v, k_v, v_v, o_v, lse_v,
-                                                                        d_o_v, dq_v, dk_v, dv_v, accumulate, ws,
-                                                                        stream));
-    usp_buffer_free(be, ws);
-    return st;
-}
-
-usp_status usp_attention_merge(usp_backend_t *be, float *o, float *lse, const float *o_part,
-                               const float *lse_part, int64_t n, int64_t heads, int64_t head_dim,
-                               usp_stream_t *stream)
-{
-    const char *op = "attention_merge";
-    if (n == 0)
-        return USP_OK;
-    VIEW(o, n * heads * head_dim, OPS_STORED);
-    VIEW(o_part, n * heads * head_dim, OPS_STORED);
-    VIEW(lse, n * heads, OPS_F32);
-    VIEW(lse_part, n * heads, OPS_F32);
-    double elems = (double)n * (double)heads * (double)head_dim;
-    ops_report_cost(be, "attention_merge", 3.0 * elems, 4.0 * (3.0 * elems + 3.0 * (double)(n * heads)),
-                    stream);
-    return OPS_TIMED(be, stream, be->iface->attention_merge(be->context, o_v, lse_v, o_part_v, lse_part_v, n, heads,
-                                                           head_dim, stream));
-}
-

@@ -1,5 +1,6 @@
-/* Room core/ops/: the op seam: the compute ops every backend fills (this file,
- * ops_layers.c), the slots behind them (backend_impl.h), dtypes (dtype.h), op timing
+/* Room core/ops/: the op seam: the compute ops every backend fills (this file, their
+ * descriptors op.h, built in op_builders.c, described in op_kinds.c), the slots behind them
+ * (backend_impl.h), dtypes (dtype.h), op timing
  * (ops_timer.c). Rooms above call only these functions; backends/ fill them. It may use:
  * base/, trace/.
  *
@@ -69,7 +70,9 @@ typedef struct usp_range {
     size_t bytes;
 } usp_range;
 
-#define USP_OP_OPERANDS_MAX 16 /* ranges a cost carries, at most: the most any op has is 10 (attention backward) */
+
+#define USP_OP_OPERANDS_MAX 10 /* operands of one op (attention_backward's 9 tensors and its workspace): also
+                                  the most ranges a cost carries */
 
 /* What an op costs, for the virtual clock. */
 typedef struct usp_op_cost {

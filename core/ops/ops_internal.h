@@ -1,12 +1,14 @@
-/* The backend handle behind core/ops/ops.h, shared by the wrappers in core/ops/ops.c
- * (memory, GEMM, attention) and core/ops/ops_layers.c (the transformer layer ops).
- * Nothing outside core/ops*.c includes it. */
+/* The backend handle behind core/ops/ops.h, shared by the files of core/ops/: the
+ * buffers and the one door usp_op_run (ops.c), the kinds' checks and costs
+ * (op_kinds.c), the typed calls (op_builders.c), host waits and op timing.
+ * Nothing outside core/ops/ includes it. */
 #ifndef USP_OPS_INTERNAL_H
 #define USP_OPS_INTERNAL_H
 
 #include <stdint.h>
 
 #include "core/ops/backend_impl.h"
+#include "core/ops/op.h"
 
 /* One live allocation. The table is sorted by address so that ownership of a
  * range, and the dtype a pointer's elements are stored in, is a binary search
@@ -77,6 +79,22 @@ typedef struct ops_operands {
  * buffer, or ptr is NULL and not `optional` (a NULL optional one: data NULL). */
 usp_status ops_view(const usp_backend_t *be, const char *op, const char *name, const void *ptr, int64_t count,
                     unsigned dtypes, int optional, usp_view *out);
+
+/* What an op costs, from its shapes (core/ops/op_kinds.c): usp_op_cost's figures. */
+typedef struct ops_work {
+    double flops, bytes, outputs;
+    usp_dtype dtype;
+} ops_work;
+
+/* The checks of op's parameters (USP_ERR_CONFIG naming the op and the value); *nothing = 1 when the op
+ * has nothing to do (n = 0), and its operands are then not looked at. */
+usp_status ops_kind_check(const usp_op *op, int *nothing);
+
+/* op's cost; its operands' views are filled (a GEMM and an attention name the dtype of their inputs). */
+ops_work ops_kind_cost(const usp_op *op);
+
+/* The memory category a kind's workspace is counted under (NULL: it has none). */
+const char *ops_kind_scratch(usp_op_kind kind);
 
 /* Counts the op's flops and sends its cost, with the stream it is enqueued on, to the backend's cost sink (if any). */
 void ops_report_cost(usp_backend_t *be, const char *op, double flops, double bytes, usp_stream_t *stream);
