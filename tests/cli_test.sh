@@ -208,7 +208,8 @@ expect 0 "loss" -- "${one[@]}" --sim-compute cpu
 hybrid=(train --world 4 --ulysses 2 --ring 2 --ring-overlap on --zero 3 --steps 3 --log-every 3 --eval-samples 0)
 cpu_loss=$("$usp" "${hybrid[@]}" | sed -n 's/^\(done: loss [^;]*\);.*/\1/p')
 expect 0 "$cpu_loss" -- "${hybrid[@]}" --sim-compute lazy
-expect 2 "--sim-compute tpu: unknown compute backend; it is cpu (default), lazy, or cuda" -- "${one[@]}" --sim-compute tpu
+expect 2 "--sim-compute tpu: unknown compute backend; the compute backends are cpu (default), lazy" -- "${one[@]}" --sim-compute tpu
+expect 2 "--sim-compute meta: a run on shapes only is --meta" -- "${one[@]}" --sim-compute meta
 expect 2 "--sim-compute cuda with --backend mpi" -- "${one[@]}" --sim-compute cuda --backend mpi
 expect 2 "--sim-compute cpu with --meta" -- "${one[@]}" --sim-compute cpu --meta
 expect 0 "--sim-compute cpu|lazy|cuda" -- train --help

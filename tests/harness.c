@@ -11,11 +11,7 @@
 
 #include "backends/cpu/cpu_backend.h"
 #include "backends/lazy/lazy_backend.h"
-#ifdef USP_HAVE_CUDA_BACKEND
-#include "backends/cuda/cuda_backend.h"
-
-static usp_status cuda_on_gpu0(usp_backend_t **out) { return usp_backend_cuda_create(0, out); }
-#endif
+#include "backends/registry/compute_backends.h"
 
 usp_status harness_config(const char *model, int world, int ulysses, int ring, int64_t seq, int64_t batch,
                           usp_train_config *out)
@@ -27,26 +23,25 @@ usp_status harness_config(const char *model, int world, int ulysses, int ring, i
     return USP_OK;
 }
 
-sim_backend_factory harness_backend_factory(void)
+/* USP_TEST_BACKEND names a numeric compute backend of the registry (default cpu); anything else ends the
+ * test with exit 2 and the registry's reason. */
+static const usp_compute_backend *test_backend(void)
 {
     const char *name = getenv("USP_TEST_BACKEND");
-    if (!name || !*name || strcmp(name, "cpu") == 0)
-        return usp_backend_cpu_create;
-    if (strcmp(name, "lazy") == 0)
-        return usp_backend_lazy_create;
-#ifdef USP_HAVE_CUDA_BACKEND
-    if (strcmp(name, "cuda") == 0) /* every rank on GPU 0 (harness_device_memory) */
-        return cuda_on_gpu0;
-#endif
-    fprintf(stderr, "USP_TEST_BACKEND=%s: not a backend the tests know (cpu, lazy; cuda in a build with it)\n", name);
-    exit(2);
+    if (!name || !*name)
+        name = "cpu";
+    const usp_compute_backend *b = usp_compute_backend_find(name);
+    if (usp_compute_backend_check("USP_TEST_BACKEND=", name) != USP_OK || !b->numeric) {
+        fprintf(stderr, "%s\n", b && !b->numeric ? "USP_TEST_BACKEND=meta: the tests compare numbers; meta has none"
+                                                  : usp_error_message());
+        exit(2);
+    }
+    return b;
 }
 
-int harness_device_memory(void)
-{
-    const char *name = getenv("USP_TEST_BACKEND");
-    return name && strcmp(name, "cuda") == 0;
-}
+sim_backend_factory harness_backend_factory(void) { return test_backend()->create; }
+
+int harness_device_memory(void) { return test_backend()->device_memory; }
 
 usp_status harness_run(int world, usp_rank_main_fn fn, void *arg, const sim_fault *faults, int n_faults,
                        char *report, size_t report_size)

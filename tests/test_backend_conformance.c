@@ -28,14 +28,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backends/cpu/cpu_backend.h"
-#include "backends/meta/meta_backend.h"
-#ifdef USP_HAVE_LAZY_BACKEND
-#include "backends/lazy/lazy_backend.h"
-#endif
-#ifdef USP_HAVE_CUDA_BACKEND
-#include "backends/cuda/cuda_backend.h"
-#endif
+#include "backends/registry/compute_backends.h"
 #include "tests/check_main.h"
 #include "tests/conformance.h"
 
@@ -82,57 +75,14 @@ static const char *slot_op(int s)
     return usp_op_cost_name(&op);
 }
 
-/* ---- the backends ---------------------------------------------------------- */
+/* ---- the backends: the compute backend registry (backends/registry/compute_backends.h) ---- */
 
-typedef struct backend_entry {
-    const char *name;
-    usp_status (*create)(usp_backend_t **out);
-    int numeric; /* 1: outputs compared within tolerance; 0: shapes only, costs and memory compared exactly */
-    int stores_bf16; /* 1: the bf16 cases run on it too */
-} backend_entry;
+#define BACKENDS_MAX 16
 
-#ifdef USP_HAVE_CUDA_BACKEND
-static usp_status cuda_on_gpu0(usp_backend_t **out) { return usp_backend_cuda_create(0, out); }
-#endif
-
-static const backend_entry backends[] = {
-    {"cpu", usp_backend_cpu_create, 1, 1},
-    {"meta", usp_backend_meta_create, 0, 0},
-#ifdef USP_HAVE_LAZY_BACKEND
-    {"lazy", usp_backend_lazy_create, 1, 1},
-#endif
-#ifdef USP_HAVE_CUDA_BACKEND
-    {"cuda", cuda_on_gpu0, 1, 1},
-#endif
-};
-
-/* 1 when backend b can run here; else 0 with the reason (a build with the cuda backend on a machine without a GPU). */
-static int runs_here(const backend_entry *b, char *why, size_t size)
-{
-#ifdef USP_HAVE_CUDA_BACKEND
-    if (strcmp(b->name, "cuda") == 0 && usp_cuda_device_count(why, size) == 0)
-        return 0;
-#endif
-    (void)b, (void)why, (void)size;
-    return 1;
-}
-#define N_BACKENDS ((int)(sizeof backends / sizeof *backends))
-
-/* Backends a build may lack, and why: asked for by name, the test is skipped. */
-static const struct {
-    const char *name, *reason;
-} absent_backends[] = {
-#ifndef USP_HAVE_CUDA_BACKEND
-    {"cuda", "the cuda backend is not built (no nvcc, USP_WITH_CUDA=OFF, or a sanitizer build)"},
-#endif
-#ifndef USP_HAVE_LAZY_BACKEND
-    {"lazy", "the lazy backend is not built (no usp_lazy target)"},
-#endif
-    {NULL, NULL},
-};
-
-/* The backends of this run (all, or the one named by --backend). */
-static const backend_entry *under_test[N_BACKENDS];
+/* The backends of this run (every built one that runs here, or the one named by --backend). A numeric
+ * backend's outputs are compared within tolerance, and it runs the bf16 cases too (every numeric backend
+ * stores bf16); a shapes-only one's (meta) costs and memory are compared exactly. */
+static const usp_compute_backend *under_test[BACKENDS_MAX];
 static int n_under_test;
 
 /* ---- what a case calls (tests/conformance.h) ---------------------------------- */
@@ -255,13 +205,14 @@ static void log_cost(void *ctx, const usp_op_cost *cost)
     res->costs[res->n_costs++] = *cost; /* cost->op: a string literal of the wrapper */
 }
 
-static void run_case(const conformance_case *c, const backend_entry *b, case_result *res)
+/* The case on a fresh backend of b; bf16 cases in bf16 storage where `bf16` (the reference keeps fp32). */
+static void run_case(const conformance_case *c, const usp_compute_backend *b, int bf16, case_result *res)
 {
     *res = (case_result){0};
     usp_backend_t *be;
     ck_assert_msg(b->create(&be) == USP_OK, "creating the %s backend: %s", b->name, usp_error_message());
     res->run = (conformance_run){.be = be, .case_name = c->name, .rng = CONFORMANCE_SEED,
-                                 .storage = c->bf16 && b->stores_bf16 ? USP_BF16 : USP_F32};
+                                 .storage = c->bf16 && bf16 ? USP_BF16 : USP_F32};
     usp_backend_set_cost_sink(be, log_cost, res);
     c->run(&res->run, c->params);
     /* the contract: host copies are readable only once the stream is done */
@@ -445,16 +396,15 @@ static const conformance_case *case_at(int i)
 /* _i: backend under_test[_i / ALL_CASES], case _i % ALL_CASES. */
 START_TEST(backend_matches_the_cpu_backend)
 {
-    const backend_entry *b = under_test[_i / ALL_CASES];
+    const usp_compute_backend *b = under_test[_i / ALL_CASES];
     const conformance_case *c = case_at(_i % ALL_CASES);
-    if (c->bf16 && !b->stores_bf16) /* nothing to compare: the same fp32 run as the reference's */
+    if (c->bf16 && !b->numeric) /* nothing to compare: the same fp32 run as the reference's */
         return;
-    static const backend_entry reference = {"cpu", usp_backend_cpu_create, 1, 0};
     case_result ref, got;
-    run_case(c, &reference, &ref);
+    run_case(c, usp_compute_backend_find("cpu"), 0, &ref);
     if (!c->bf16)
         expect_named_ops_ran(c, &ref);
-    run_case(c, b, &got);
+    run_case(c, b, b->numeric, &got);
     print_digest(c, b->name, &got);
     if (c->bf16) /* the reference's conversions are copies: the named ops show on the backend under test */
         expect_named_ops_ran(c, &got);
@@ -493,7 +443,7 @@ END_TEST
  * the wrong buffer cannot be made (usp_buffer_alloc_as refuses it), so only the f32 call runs. */
 START_TEST(a_wrong_dtype_is_refused)
 {
-    const backend_entry *b = under_test[_i / conformance_refusal_count];
+    const usp_compute_backend *b = under_test[_i / conformance_refusal_count];
     const conformance_refusal *c = &conformance_refusals[_i % conformance_refusal_count];
     usp_backend_t *be;
     ck_assert_int_eq(b->create(&be), USP_OK);
@@ -543,43 +493,45 @@ START_TEST(the_comparison_rejects_what_it_should)
 }
 END_TEST
 
-/* --backend NAME: selects it; returns 0, or the exit code (77 when the build lacks it). */
-static int select_backends(int argc, char **argv)
+/* Whether b runs here; when not, says why (not built, or no GPU), prefixed by `who`. */
+static int usable(const usp_compute_backend *b, const char *who)
 {
     char why[256];
+    if (!b->create)
+        printf("%s: skipped: the %s backend is not built (it needs %s)\n", who, b->name, b->needs);
+    else if (b->runs_here && !b->runs_here(why, sizeof why))
+        printf("%s: skipped: the %s backend is built, but cannot run here (%s)\n", who, b->name, why);
+    else
+        return 1;
+    return 0;
+}
+
+/* --backend NAME: selects it; returns 0, or the exit code (77 when it is not built or cannot run here). */
+static int select_backends(int argc, char **argv)
+{
     if (argc == 1) {
-        for (int i = 0; i < N_BACKENDS; i++) {
-            if (runs_here(&backends[i], why, sizeof why))
-                under_test[n_under_test++] = &backends[i];
-            else
-                printf("backend_conformance: %s skipped: no GPU here (%s)\n", backends[i].name, why);
-        }
+        for (int i = 0; i < usp_compute_backend_count() && n_under_test < BACKENDS_MAX; i++)
+            if (usable(usp_compute_backend_at(i), "backend_conformance"))
+                under_test[n_under_test++] = usp_compute_backend_at(i);
         return 0;
     }
     if (argc != 3 || strcmp(argv[1], "--backend") != 0) {
         fprintf(stderr, "usage: %s [--backend NAME]\n", argv[0]);
         return 2;
     }
-    for (int i = 0; i < N_BACKENDS; i++)
-        if (strcmp(backends[i].name, argv[2]) == 0) {
-            if (!runs_here(&backends[i], why, sizeof why)) {
-                printf("backend_conformance_%s: skipped: the %s backend is built, but no GPU is here (CUDA says: "
-                       "%s)\n", argv[2], argv[2], why);
-                return 77;
-            }
-            under_test[n_under_test++] = &backends[i];
-            return 0;
-        }
-    for (size_t i = 0; absent_backends[i].name; i++)
-        if (strcmp(absent_backends[i].name, argv[2]) == 0) {
-            printf("backend_conformance_%s: skipped: %s\n", argv[2], absent_backends[i].reason);
-            return 77;
-        }
-    fprintf(stderr, "%s: no backend named \"%s\" (built:", argv[0], argv[2]);
-    for (int i = 0; i < N_BACKENDS; i++)
-        fprintf(stderr, " %s", backends[i].name);
-    fprintf(stderr, ")\n");
-    return 2;
+    const usp_compute_backend *b = usp_compute_backend_find(argv[2]);
+    if (!b) {
+        char known[512];
+        usp_compute_backends_describe(known, sizeof known);
+        fprintf(stderr, "%s: no backend named \"%s\"; the compute backends are %s\n", argv[0], argv[2], known);
+        return 2;
+    }
+    char who[64];
+    snprintf(who, sizeof who, "backend_conformance_%s", b->name);
+    if (!usable(b, who))
+        return 77;
+    under_test[n_under_test++] = b;
+    return 0;
 }
 
 int main(int argc, char **argv)

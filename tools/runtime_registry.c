@@ -6,14 +6,13 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "backends/lazy/lazy_backend.h"
+#include "backends/registry/compute_backends.h"
 #include "core/runtime/launcher_env.h"
 #include "sim/sim_runtime.h"
 #ifdef USP_HAVE_MPI
 #include "backends/mpi/mpi_runtime.h"
 #endif
 #ifdef USP_HAVE_CUDA
-#include "backends/cuda/cuda_backend.h"
 #include "backends/cuda/cuda_runtime.h"
 #endif
 #ifdef USP_HAVE_NCCL
@@ -110,20 +109,6 @@ int runtime_registry_default_world(const char *name)
     return strcmp(name, "nccl") == 0 ? 1 : 4; /* GPUs: one unless a launcher started more */
 }
 
-#ifdef USP_HAVE_CUDA
-/* Every simulated rank's backend on GPU 0: W backends, each with its own stream, cuBLAS handle and
- * buffers from the device's pool, share it. A failure names the option that asked for it. */
-static usp_status cuda_on_gpu0(usp_backend_t **out)
-{
-    usp_status s = usp_backend_cuda_create(0, out);
-    if (s == USP_OK)
-        return USP_OK;
-    char why[USP_ERROR_MESSAGE_MAX];
-    snprintf(why, sizeof why, "%s", usp_error_message());
-    return usp_error(s, "--sim-compute cuda: %s (--sim-compute cpu runs on any machine)", why);
-}
-#endif
-
 usp_status runtime_registry_sim_compute(const char *runtime, const char *compute, int shapes_only,
                                         usp_runtime_options *o)
 {
@@ -135,23 +120,13 @@ usp_status runtime_registry_sim_compute(const char *runtime, const char *compute
     if (shapes_only)
         return usp_error(USP_ERR_CONFIG, "--sim-compute %s with --meta: a run on shapes computes nothing (drop "
                          "one of them)", compute);
-    if (strcmp(compute, "cpu") == 0)
-        return USP_OK; /* the simulator's default */
-    if (strcmp(compute, "lazy") == 0) { /* host memory: the simulator's direct path moves its data */
-        if (o)
-            o->sim_backend = usp_backend_lazy_create;
-        return USP_OK;
+    if (strcmp(compute, "meta") == 0)
+        return usp_error(USP_ERR_CONFIG, "--sim-compute meta: a run on shapes only is --meta");
+    USP_CHECK(usp_compute_backend_check("--sim-compute", compute));
+    if (o) { /* cpu is the simulator's default; a backend on a GPU has its buffers moved through host copies */
+        const usp_compute_backend *b = usp_compute_backend_find(compute);
+        o->sim_backend = strcmp(compute, "cpu") == 0 ? NULL : b->create;
+        o->sim_device_memory = b->device_memory;
     }
-    if (strcmp(compute, "cuda") != 0)
-        return usp_error(USP_ERR_CONFIG, "--sim-compute %s: unknown compute backend; it is cpu (default), lazy, or "
-                         "cuda (in a build with the CUDA Toolkit)", compute);
-#ifdef USP_HAVE_CUDA
-    if (o)
-        o->sim_backend = cuda_on_gpu0, o->sim_device_memory = 1;
     return USP_OK;
-#else
-    (void)o;
-    return usp_error(USP_ERR_CONFIG, "--sim-compute cuda: not in this build (the cuda backend needs the CUDA "
-                     "Toolkit, nvcc and cuBLAS, at build time); --sim-compute cpu or lazy works");
-#endif
 }
