@@ -73,7 +73,7 @@ static usp_status run_config(const plan_trace *t, const run_options *r, usp_trai
         return usp_error(USP_ERR_CONFIG, "%s: the run's mesh (world %d, ulysses %d, ring %d): %s", t->name, r->world,
                          r->ulysses, r->ring, usp_error_message());
     c->data = r->data, c->seq_len = r->seq, c->pad = r->pad, c->batch = r->batch;
-    c->attention_local = strcmp(r->attention, "local") == 0;
+    c->attention = r->attention;
     c->storage = strcmp(r->dtype, "bf16") == 0 ? USP_BF16 : USP_F32;
     c->zero_stage = r->zero, c->recompute_layers = r->recompute;
     c->selective_recompute = r->selective_recompute, c->micro_batches = r->micro_batches;

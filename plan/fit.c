@@ -13,6 +13,8 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "core/parallel/schedule.h"
+
 typedef struct rung {
     const char *flag;
     int (*needed)(const usp_train_config *c); /* 0: the config has it already */
@@ -140,7 +142,14 @@ static int other_splits(const usp_train_config *c, int *u_out, int *r_out, int m
         for (int u = sp; u >= 1 && n < max; u--) {
             if (sp % u != 0)
                 continue;
-            if (c->model.n_head % u != 0 && u % c->model.n_head != 0) /* heads the split cannot share */
+            /* heads that do not share evenly over U leave ranks idle while another attends: not tried */
+            if (c->model.n_head % u != 0 && u % c->model.n_head != 0)
+                continue;
+            /* nor a split no exact schedule runs on (KV heads that do not map onto a rank's, ...) */
+            const usp_schedule_shape shape = {.ulysses = u, .ring = sp / u, .n_heads = c->model.n_head,
+                                              .n_kv_heads = c->model.n_kv_head, .causal = 1};
+            const usp_schedule_i *runs[1];
+            if (usp_schedules_for_split(&shape, runs, 1) == 0 || runs[0]->check(&shape) != USP_OK)
                 continue;
             u_out[n] = u, r_out[n] = sp / u, n++;
         }

@@ -5,6 +5,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "core/parallel/schedule.h"
+
 void plan_sweep_free(plan_sweep_entry *e, int n)
 {
     for (int i = 0; e && i < n; i++)
@@ -12,28 +14,52 @@ void plan_sweep_free(plan_sweep_entry *e, int n)
     free(e);
 }
 
+/* Plans split (u, r) with schedule `sch`, into x (a refusal of the code, USP_ERR_CONFIG, noted in x). */
+static usp_status plan_split(const usp_train_config *train, const sim_cost_model *cost, int u, int r,
+                             const usp_schedule_i *sch, plan_sweep_entry *x)
+{
+    x->ulysses = u, x->ring = r, x->schedule = sch ? sch->name : NULL;
+    usp_train_config c = *train;
+    c.attention = sch ? sch->name : NULL;
+    usp_status s = usp_mesh_shape_make(train->shape.world, u, r, &c.shape);
+    if (s == USP_OK)
+        s = plan_run(&c, cost, NULL, &x->result);
+    x->ok = s == USP_OK;
+    if (s == USP_ERR_CONFIG)
+        snprintf(x->why, sizeof x->why, "%s", usp_error_message());
+    if (x->ok && sch) {
+        const usp_schedule_shape shape = {.ulysses = u, .ring = r, .seq_len = c.seq_len,
+                                          .n_heads = c.model.n_head, .n_kv_heads = c.model.n_kv_head, .causal = 1};
+        x->sent = sch->sent(&shape, 0, c.batch / c.shape.dp, usp_model_config_head_dim(&c.model));
+    }
+    return s == USP_ERR_CONFIG ? USP_OK : s;
+}
+
 usp_status plan_sweep(const usp_train_config *train, const sim_cost_model *cost, plan_sweep_entry **out, int *n)
 {
     *out = NULL, *n = 0;
     const int sp = train->shape.ulysses * train->shape.ring;
+    enum { PER_SPLIT = 8 };
     plan_sweep_entry *e;
-    USP_CHECK(usp_calloc((void **)&e, (size_t)sp, sizeof *e, "the sweep"));
+    USP_CHECK(usp_calloc((void **)&e, (size_t)sp * PER_SPLIT, sizeof *e, "the sweep"));
     int count = 0;
     for (int u = sp; u >= 1; u--) { /* pure Ulysses first: ties keep it ahead */
         if (sp % u != 0)
             continue;
-        plan_sweep_entry *x = &e[count++];
-        x->ulysses = u, x->ring = sp / u;
-        usp_train_config c = *train;
-        usp_status s = usp_mesh_shape_make(train->shape.world, u, sp / u, &c.shape);
-        if (s == USP_OK)
-            s = plan_run(&c, cost, NULL, &x->result);
-        x->ok = s == USP_OK;
-        if (s == USP_ERR_CONFIG)
-            snprintf(x->why, sizeof x->why, "%s", usp_error_message());
-        else if (s != USP_OK) {
-            plan_sweep_free(e, count);
-            return s;
+        /* every exact schedule of the table that runs on the split; the mesh's when none does, so
+         * that its refusal is shown */
+        const usp_schedule_shape shape = {.ulysses = u, .ring = sp / u, .seq_len = 0, .n_heads = train->model.n_head,
+                                          .n_kv_heads = train->model.n_kv_head, .causal = 1};
+        const usp_schedule_i *sch[PER_SPLIT];
+        int k = usp_schedules_for_split(&shape, sch, PER_SPLIT);
+        if (k == 0)
+            sch[k++] = usp_schedule_for_mesh(u, sp / u);
+        for (int i = 0; i < k; i++) {
+            usp_status s = plan_split(train, cost, u, sp / u, sch[i], &e[count++]);
+            if (s != USP_OK) {
+                plan_sweep_free(e, count);
+                return s;
+            }
         }
     }
     for (int i = 1; i < count; i++) /* stable insertion sort by step time, the refused ones last */

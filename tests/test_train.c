@@ -53,7 +53,7 @@ static usp_status train(const usp_model_config *model, const run_spec *r, double
     c.model = *model;
     ck_assert_int_eq(usp_mesh_shape_make(r->world, r->ulysses, r->ring, &c.shape), USP_OK);
     c.data = "passkey", c.seq_len = r->seq, c.pad = r->pad, c.batch = r->batch, c.steps = r->steps;
-    c.until = r->until, c.attention_local = r->local, c.save_dir = r->save, c.resume_dir = r->resume;
+    c.until = r->until, c.attention = r->local ? "local" : NULL, c.save_dir = r->save, c.resume_dir = r->resume;
     harness_tensors tensors = {.first_grads = grads};
     c.log_every = 1000, c.warmup = 2, c.zero_stage = r->zero;
     c.on_record = harness_record_tensors, c.record_ctx = &tensors, c.record_tensors = grads != NULL;

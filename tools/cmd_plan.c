@@ -231,6 +231,10 @@ static usp_status print_report_json(const plan_options *o, const usp_train_confi
                 json_t *x = e->ok ? result_json(&e->result)
                                   : json_pack("{s:i, s:i, s:s}", "ulysses", e->ulysses, "ring", e->ring, "error",
                                               e->why);
+                if (x && e->ok && e->schedule) { /* a refused split's "error" stays its last field */
+                    json_object_set_new(x, "schedule", json_string(e->schedule));
+                    json_object_set_new(x, "schedule_sent_elements", json_real(e->sent));
+                }
                 if (!x || json_array_append_new(list, x) != 0) { /* an entry left out is a wrong answer */
                     json_decref(list), json_decref(j);
                     return print_json(NULL);

@@ -9,6 +9,7 @@
 #include "core/comm/comm.h"
 #include "core/model/model_config.h"
 #include "core/runtime/runtime.h"
+#include "core/parallel/schedule.h"
 #include "core/train/selftest.h"
 #include "tools/cli.h"
 #include "tools/commands.h"
@@ -50,8 +51,9 @@ static void print_summary(const usp_trace_t *trace, const usp_selftest_run *run,
         peak = run->stats[r].peak_bytes > peak ? (size_t)run->stats[r].peak_bytes : peak;
     }
     if (o->json) {
-        json_t *j = json_pack("{s:b, s:i, s:i, s:i, s:i, s:I, s:I, s:I, s:I, s:f}", "summary", 1, "world",
+        json_t *j = json_pack("{s:b, s:i, s:i, s:i, s:i, s:s, s:I, s:I, s:I, s:I, s:f}", "summary", 1, "world",
                               c->shape.world, "dp", c->shape.dp, "ring", c->shape.ring, "ulysses", c->shape.ulysses,
+                              "schedule", usp_schedule_for_mesh(c->shape.ulysses, c->shape.ring)->name,
                               "calls", (json_int_t)usp_trace_count(trace), "bytes", (json_int_t)bytes,
                               "elements_checked", (json_int_t)elements, "buffers_checked", (json_int_t)buffers,
                               "sim_time_s", sim_time);
@@ -118,6 +120,12 @@ static usp_status run_selftest(const selftest_options *o, int *exit_code)
     if (c->heads % shape.ulysses != 0)
         return usp_error(USP_ERR_CONFIG, "--heads %d does not divide by --ulysses %d", c->heads, shape.ulysses);
     USP_CHECK(usp_model_check_kv_heads(NULL, "--kv-heads", c->kv_heads, "--heads", c->heads)); /* as train refuses */
+    /* the exchanges are shaped like the mesh's schedule's: what it refuses (GQA heads that do not map onto a
+     * rank's KV heads), the selftest does too */
+    const usp_schedule_shape sched = {.ulysses = shape.ulysses, .ring = shape.ring, .n_heads = c->heads,
+                                      .n_kv_heads = c->kv_heads, .causal = 1};
+    const usp_schedule_i *schedule;
+    USP_CHECK(usp_schedule_resolve("sp", &sched, &schedule));
     /* Every element is real and checked: the host holds about 10 buffers of a layer's Q over all ranks
      * (4.8 GB and half a minute at --world 512 with the default 512 heads), so refuse before allocating. */
     double q_bytes = (double)shape.world * c->tokens_per_rank * c->heads * c->head_dim * sizeof(float);

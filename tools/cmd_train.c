@@ -14,6 +14,7 @@
 #include "core/base/atomic_file.h"
 #include "core/checkpoint/checkpoint.h"
 #include "core/data/data.h"
+#include "core/parallel/schedule.h"
 #include "core/parallel/ulysses.h"
 #include "core/runtime/launcher_env.h"
 #include "core/runtime/runtime.h"
@@ -112,9 +113,11 @@ static usp_status build_config(const char *command, const train_options *o, usp_
     *resumed = (usp_checkpoint_state){0};
     usp_train_defaults(c);
     USP_CHECK(runtime_registry_check(o->backend));
-    if (strcmp(o->attention, "sp") != 0 && strcmp(o->attention, "local") != 0)
-        return usp_error(USP_ERR_CONFIG, "--attention %s: expected sp (Ulysses/Ring over the mesh) or local (each "
-                         "rank attends to its own shard only)", o->attention);
+    if (!usp_schedule_pick(o->attention, 1, 1)) {
+        char known[256];
+        usp_schedules_describe(known, sizeof known);
+        return usp_error(USP_ERR_CONFIG, "--attention %s: no such schedule; the schedules are %s", o->attention, known);
+    }
     uint64_t seed = o->seed >= 0 ? (uint64_t)o->seed : c->seed; /* c->seed: the default */
     if (o->resume)
         USP_CHECK(resume_model_and_seed(command, o, &c->model, &seed, resumed));
@@ -122,10 +125,13 @@ static usp_status build_config(const char *command, const train_options *o, usp_
         USP_CHECK(checkpoint_model_load("--model", o->model ? o->model : "tiny", &c->model));
     int ulysses = o->ulysses > 0 ? o->ulysses : o->world / o->ring;
     USP_CHECK(usp_mesh_shape_make(o->world, ulysses > 0 ? ulysses : 1, o->ring, &c->shape));
-    if (o->ulysses == 0 && strcmp(o->attention, "local") != 0)
+    const usp_schedule_shape shape = {.ulysses = c->shape.ulysses, .ring = c->shape.ring, .causal = 1,
+                                      .n_heads = c->model.n_head, .n_kv_heads = c->model.n_kv_head};
+    const usp_schedule_i *schedule = usp_schedule_pick(o->attention, shape.ulysses, shape.ring);
+    if (o->ulysses == 0 && schedule->check(&shape) != USP_OK) /* the default U = W / R: a mesh that would work */
         USP_CHECK(default_ulysses_check(o, &c->model, c->shape.ulysses));
     c->data = o->data, c->seq_len = o->seq, c->pad = o->pad, c->batch = o->batch, c->steps = o->steps;
-    c->until = o->until, c->lr = o->lr, c->seed = seed, c->attention_local = !strcmp(o->attention, "local");
+    c->until = o->until, c->lr = o->lr, c->seed = seed, c->attention = o->attention;
     c->save_dir = o->save, c->resume_dir = o->resume, c->log_every = o->log_every, c->save_every = o->save_every;
     c->keep = o->keep;
     c->eval_samples = o->eval_samples, c->eval_every = o->eval_every, c->eval_only = !strcmp(command, "eval");
@@ -499,6 +505,11 @@ int cmd_train(int argc, char **argv)
     train_options o = {.backend = "sim", .data = "passkey", .attention = "sp", .ring = 1, .seq = 64, .batch = 16,
                        .steps = -1, .warmup = -1, .log_every = 250, .eval_samples = 64, .seed = -1, .lr = 1e-2,
                        .memory = MEMORY_OPTIONS_DEFAULTS, .explore = {.slots = 1}};
+    char schedules[256], attention_help[512];
+    usp_schedules_describe(schedules, sizeof schedules);
+    snprintf(attention_help, sizeof attention_help, "the attention schedule: %s. sp (default) runs the mesh's, "
+             "ulysses on U x 1, ring on 1 x R, hybrid on U x R; local: each rank attends to its own shard only "
+             "(docs/attention.md)", schedules);
     const cli_option options[] = {
         {"--backend", CLI_STRING, &o.backend, "sim|mpi|nccl",
          "where the ranks run: sim (default, one process), mpi (one process per rank, on the CPU), nccl (one process "
@@ -517,8 +528,7 @@ int cmd_train(int argc, char **argv)
          0, -1},
         {"--sim-compute", CLI_STRING, &o.sim_compute, "cpu|lazy|cuda", "--backend sim: the ranks' compute: cpu, "
          "lazy (stream order checked, exit 1 on a race) or cuda (every rank's kernels on GPU 0; a CUDA build)", 0, -1},
-        {"--attention", CLI_STRING, &o.attention, "sp|local",
-         "sp: Ulysses/Ring over the mesh (default); local: each rank attends to its own shard only", 0, -1},
+        {"--attention", CLI_STRING, &o.attention, "sp|NAME", attention_help, 0, -1},
         {"--model", CLI_STRING, &o.model, "NAME|FILE",
          "tiny (default), gpt2-124m, llama-1b, llama-7b, llama-13b, or a Hugging Face config.json; with --resume, the "
          "checkpoint's (a different one is refused)", 0, -1},

@@ -4,7 +4,7 @@
 #include <stdlib.h>
 
 #include "core/parallel/layout.h"
-#include "core/parallel/ulysses.h"
+#include "core/parallel/schedule.h"
 
 usp_status viz_attention_check(const viz_attention_config *c)
 {
@@ -17,8 +17,10 @@ usp_status viz_attention_check(const viz_attention_config *c)
         return usp_error(USP_ERR_CONFIG, "--ulysses %d is larger than --heads %lld: some ranks would have no head; "
                          "use --ulysses <= %lld or add --ring", m->ulysses, (long long)c->n_heads,
                          (long long)c->n_heads);
-    usp_seq_layout layout;
-    return usp_seq_layout_make(usp_layout_for(c->causal, m->ring), c->seq_len, m->ulysses, m->ring, &layout);
+    const usp_schedule_shape shape = {.ulysses = m->ulysses, .ring = m->ring, .seq_len = c->seq_len,
+                                      .n_heads = c->n_heads, .n_kv_heads = c->n_kv_heads, .causal = c->causal};
+    const usp_schedule_i *schedule;
+    return usp_schedule_resolve("sp", &shape, &schedule);
 }
 
 /* A value of q, k or v: small, distinct per (rank, tensor, index), exact in f32. */
@@ -45,29 +47,29 @@ static usp_status attention_rank(const usp_rank_ctx *ctx, void *arg)
     const viz_attention_config *c = arg;
     usp_mesh mesh;
     USP_CHECK(usp_mesh_create(ctx->world, &c->shape, &mesh));
-    ulysses_attention_config ac = {
-        .backend = ctx->backend, .stream = ctx->stream, .ulysses = mesh.ulysses,
-        .ring = c->shape.ring > 1 ? mesh.ring : NULL, .batch = c->batch, .seq_len = c->seq_len,
-        .n_heads = c->n_heads, .n_kv_heads = c->n_kv_heads, .head_dim = c->head_dim, .causal = c->causal,
+    const usp_schedule_config sc = {
+        .backend = ctx->backend, .stream = ctx->stream, .ulysses = mesh.ulysses, .ring = mesh.ring,
+        .batch = c->batch, .seq_len = c->seq_len, .n_heads = c->n_heads, .n_kv_heads = c->n_kv_heads,
+        .head_dim = c->head_dim, .causal = c->causal,
     };
-    ulysses_attention *a = NULL;
+    usp_attention *a = NULL;
     float *q = NULL, *k = NULL, *v = NULL, *o = NULL;
     usp_status s;
-    USP_CHECK_GOTO(ulysses_attention_create(&ac, &a), s, done);
+    USP_CHECK_GOTO(usp_attention_create(usp_schedule_for_mesh(c->shape.ulysses, c->shape.ring), &sc, &a), s, done);
     /* q, o [B, T, H, D]; k, v [B, T, Hkv, D] for this rank's T tokens */
-    size_t T = (size_t)ulysses_attention_layout(a)->per_rank, B = (size_t)c->batch, D = (size_t)c->head_dim;
+    size_t T = (size_t)usp_attention_layout(a)->per_rank, B = (size_t)c->batch, D = (size_t)c->head_dim;
     size_t q_elems = B * T * (size_t)c->n_heads * D, kv_elems = B * T * (size_t)c->n_kv_heads * D;
     USP_CHECK_GOTO(upload_input(ctx, 0, q_elems, &q), s, done);
     USP_CHECK_GOTO(upload_input(ctx, 1, kv_elems, &k), s, done);
     USP_CHECK_GOTO(upload_input(ctx, 2, kv_elems, &v), s, done);
     USP_CHECK_GOTO(usp_buffer_alloc(ctx->backend, q_elems * sizeof(float), "activations", (void **)&o), s, done);
-    s = ulysses_attention_forward(a, q, k, v, o);
+    s = usp_attention_forward(a, q, k, v, o);
 done:
     usp_buffer_free(ctx->backend, q);
     usp_buffer_free(ctx->backend, k);
     usp_buffer_free(ctx->backend, v);
     usp_buffer_free(ctx->backend, o);
-    ulysses_attention_destroy(a);
+    usp_attention_destroy(a);
     usp_mesh_destroy(&mesh);
     return s;
 }

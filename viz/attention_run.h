@@ -1,6 +1,6 @@
 /* One attention layer on a runtime (the simulator), for the schedule diagrams: the real
- * Ulysses / Ring / hybrid code (core/parallel/ulysses.h) on tiny real data, so the
- * trace holds exactly the communication that configuration does. Shapes are
+ * code of the schedule the mesh picks (core/parallel/schedule.h: Ulysses, Ring, the hybrid)
+ * on tiny real data, so the trace holds exactly the communication that configuration does. Shapes are
  * what matter; the numbers are small so a W = 64 picture takes a moment. */
 #ifndef USP_VIZ_ATTENTION_RUN_H
 #define USP_VIZ_ATTENTION_RUN_H
@@ -22,7 +22,7 @@ typedef struct viz_attention_config {
  * that name --seq, --heads, --kv-heads, --ulysses and --ring, before any rank runs. */
 usp_status viz_attention_check(const viz_attention_config *c);
 
-/* Runs ulysses_attention_forward once on every rank of `rt` (a runtime of
+/* Runs the mesh's schedule's forward once on every rank of `rt` (a runtime of
  * c->shape.world ranks that records a trace: usp_runtime_trace is what the
  * pictures draw), after viz_attention_check. */
 usp_status viz_attention_run(const viz_attention_config *c, usp_runtime_t *rt);

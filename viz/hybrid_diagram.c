@@ -10,6 +10,10 @@
 #include "viz/dot.h"
 #include "viz/layout_text.h"
 #include "viz/schedule.h"
+
+#include <string.h>
+
+#include "core/parallel/schedule.h"
 #include "viz/trace_query.h"
 
 /* Q+K+V bytes world rank `from` sent to `to` in the all-to-alls of group `group`. */
@@ -137,11 +141,17 @@ usp_status viz_dot_hybrid(const usp_trace_t *t, const viz_attention_config *c, u
     return dot->failed ? usp_error(USP_ERR_RUNTIME, "out of memory writing the hybrid diagram") : USP_OK;
 }
 
+/* The diagrams a schedule names (usp_schedule_i.diagram). */
+static const struct {
+    const char *name;
+    usp_status (*draw)(const usp_trace_t *t, const viz_attention_config *c, usp_strbuf *dot);
+} diagrams[] = {{"ulysses", viz_dot_ulysses}, {"ring", viz_dot_ring}, {"hybrid", viz_dot_hybrid}};
+
 usp_status viz_dot_schedule(const usp_trace_t *t, const viz_attention_config *c, usp_strbuf *dot)
 {
-    if (c->shape.ulysses > 1 && c->shape.ring > 1)
-        return viz_dot_hybrid(t, c, dot);
-    if (c->shape.ring > 1)
-        return viz_dot_ring(t, c, dot);
-    return viz_dot_ulysses(t, c, dot);
+    const usp_schedule_i *s = usp_schedule_for_mesh(c->shape.ulysses, c->shape.ring);
+    for (size_t i = 0; s && s->diagram && i < sizeof diagrams / sizeof *diagrams; i++)
+        if (strcmp(diagrams[i].name, s->diagram) == 0)
+            return diagrams[i].draw(t, c, dot);
+    return usp_error(USP_ERR_CONFIG, "the %s schedule has no diagram", s ? s->name : "mesh's");
 }

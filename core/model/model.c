@@ -21,14 +21,10 @@
 
 #define DEFAULT_TILE_ROWS 1024
 
-/* Whether the backward reads a layer's q, k, v: local attention does, and so
- * does Ulysses at U = 1 (pure Ring), which hands them straight to ring
- * attention. At U > 1 Ulysses keeps its own copies, gathered by head, and the
- * model's q, k, v are dead once the all-to-all has read them. */
-static int backward_reads_qkv(const usp_model *m)
-{
-    return m->s.attention_local || !ulysses_attention_keeps_inputs(m->attn[0]);
-}
+/* Whether the backward reads a layer's q, k, v: local attention and the ring do, and so does Ulysses
+ * at U = 1, which hands them straight to the flash attention. At U > 1 Ulysses (and the hybrid) keeps its
+ * own copies, gathered by head, and the model's q, k, v are dead once the all-to-all has read them. */
+static int backward_reads_qkv(const usp_model *m) { return !usp_attention_keeps_inputs(m->attn[0]); }
 
 /* Buffers kept from a layer's forward to its backward: for every layer, or one
  * set when layers are recomputed. q, k, v are per set only when the backward
@@ -64,8 +60,6 @@ static usp_status alloc_activations(usp_model *m)
             a->q = m->acts[0].q, a->k = m->acts[0].k, a->v = m->acts[0].v;
         }
         USP_CHECK(model_tensor(m, &a->att, n * qd, a_));
-        if (m->s.attention_local)
-            USP_CHECK(model_buffer(m, &a->att_lse, m->B * m->H * m->T, a_));
         USP_CHECK(model_tensor(m, &a->mid, n * C, a_));
     }
     USP_CHECK(mlp_alloc(m));
@@ -94,32 +88,43 @@ static usp_status alloc_activations(usp_model *m)
     return usp_malloc((void **)&m->host_targets, (size_t)n * sizeof(int32_t), "targets");
 }
 
+/* The schedule's shape for this model on its mesh. */
+static usp_schedule_shape schedule_shape(const usp_model_config *c, int64_t seq_len, const usp_mesh_shape *mesh)
+{
+    return (usp_schedule_shape){.ulysses = mesh->ulysses, .ring = mesh->ring, .seq_len = seq_len,
+                                .n_heads = c->n_head, .n_kv_heads = c->n_kv_head, .causal = 1};
+}
+
 static usp_status create_attention(usp_model *m)
 {
-    usp_comm_t *ring = m->s.mesh->ring;
+    const usp_schedule_shape shape = schedule_shape(&m->c, m->s.seq_len, &m->s.mesh->shape);
+    const usp_schedule_i *schedule;
+    USP_CHECK(usp_schedule_resolve(m->s.attention, &shape, &schedule));
+    const usp_schedule_config sc = {.backend = BE, .stream = ST, .ulysses = m->s.mesh->ulysses,
+                                    .ring = m->s.mesh->ring, .batch = m->B, .seq_len = m->s.seq_len,
+                                    .n_heads = m->H, .n_kv_heads = m->Hkv, .head_dim = m->D, .causal = 1,
+                                    .storage = m->s.storage, .eager_ring_merge = m->s.eager_ring_merge,
+                                    .ring_backward_overlap = m->s.ring_backward_overlap,
+                                    .ulysses_overlap = m->s.ulysses_overlap};
     const int sets = m->s.recompute_layers ? 1 : (int)m->c.n_layer;
-    for (int l = 0; l < sets; l++) {
-        ulysses_attention_config ac = {.backend = BE, .stream = ST, .ulysses = m->s.mesh->ulysses, .ring = ring,
-                                       .batch = m->B, .seq_len = m->s.seq_len, .n_heads = m->H,
-                                       .n_kv_heads = m->Hkv, .head_dim = m->D, .causal = 1,
-                                       .storage = m->s.storage, .eager_ring_merge = m->s.eager_ring_merge,
-                                       .ring_backward_overlap = m->s.ring_backward_overlap,
-                                       .overlap = m->s.ulysses_overlap};
-        USP_CHECK(ulysses_attention_create(&ac, &m->attn[l]));
-    }
-    m->layout = *ulysses_attention_layout(m->attn[0]);
+    for (int l = 0; l < sets; l++)
+        USP_CHECK(usp_attention_create(schedule, &sc, &m->attn[l]));
+    m->layout = *usp_attention_layout(m->attn[0]);
+    m->exchanges = schedule->sent(&shape, usp_comm_rank(m->s.mesh->sp), m->B, m->D) > 0;
     return USP_OK;
 }
 
-usp_status usp_model_check_shape(const usp_model_config *c, int64_t seq_len, int ulysses, int attention_local,
-                                 int64_t tile_rows)
+usp_status usp_model_check_shape(const usp_model_config *c, int64_t seq_len, const usp_mesh_shape *mesh,
+                                 const char *attention, int64_t tile_rows)
 {
     if (c->positions == USP_POS_LEARNED && seq_len > c->max_seq)
         return usp_error(USP_ERR_CONFIG, "--seq %lld is longer than the %lld learned positions of model %s",
                          (long long)seq_len, (long long)c->max_seq, c->name);
     if (tile_rows < 0)
         return usp_error(USP_ERR_CONFIG, "--tile-rows %lld: a tile is at least 1 row", (long long)tile_rows);
-    return attention_local ? USP_OK : ulysses_heads_check(c->n_head, c->n_kv_head, ulysses);
+    const usp_schedule_shape shape = schedule_shape(c, seq_len, mesh);
+    const usp_schedule_i *schedule;
+    return usp_schedule_resolve(attention, &shape, &schedule);
 }
 
 static usp_status make_store(usp_model *m)
@@ -157,16 +162,11 @@ usp_status usp_model_create(const usp_model_setup *setup, usp_model **out)
     m->B = setup->batch, m->C = m->c.d_model, m->H = m->c.n_head, m->Hkv = m->c.n_kv_head;
     m->D = usp_model_config_head_dim(&m->c), m->F = m->c.d_ff, m->V = m->c.vocab;
     m->UP = m->c.mlp == USP_MLP_SWIGLU ? 2 * m->F : m->F;
-    USP_CHECK_GOTO(usp_model_check_shape(&m->c, setup->seq_len, sh->ulysses, setup->attention_local,
-                                         setup->tile_rows), s, fail);
+    USP_CHECK_GOTO(usp_model_check_shape(&m->c, setup->seq_len, sh, setup->attention, setup->tile_rows), s, fail);
     const size_t L = (size_t)m->c.n_layer;
     USP_CHECK_GOTO(usp_calloc((void **)&m->acts, L, sizeof *m->acts, "activations"), s, fail);
     USP_CHECK_GOTO(usp_calloc((void **)&m->attn, L, sizeof *m->attn, "attention"), s, fail);
-    if (setup->attention_local)
-        USP_CHECK_GOTO(usp_seq_layout_make(USP_LAYOUT_CONTIGUOUS, setup->seq_len, sh->ulysses, sh->ring, &m->layout),
-                       s, fail);
-    else
-        USP_CHECK_GOTO(create_attention(m), s, fail);
+    USP_CHECK_GOTO(create_attention(m), s, fail);
     m->T = m->layout.per_rank;
     m->n = m->B * m->T;
     int64_t tile = setup->tile_rows > 0 ? setup->tile_rows : DEFAULT_TILE_ROWS;
@@ -185,7 +185,7 @@ void usp_model_destroy(usp_model *m)
     if (!m)
         return;
     for (int l = 0; m->attn && l < m->c.n_layer; l++)
-        ulysses_attention_destroy(m->attn[l]);
+        usp_attention_destroy(m->attn[l]);
     for (int i = 0; i < m->n_owned; i++)
         usp_buffer_free(BE, m->owned[i]);
     if (m->owns_store)
@@ -212,13 +212,6 @@ static usp_status linear_backward(usp_model *m, float *dinp, int accumulate, flo
                                   const float *dout, const float *inp, const float *w, int64_t i, int64_t o)
 {
     return model_linear_backward(m, m->n, dinp, accumulate, dw, db, dout, inp, w, i, o);
-}
-
-static usp_attention_shape local_attention(const usp_model *m)
-{
-    return (usp_attention_shape){.batch = m->B, .n_q = m->T, .n_kv = m->T, .n_heads = m->H,
-                                 .n_kv_heads = m->Hkv, .head_dim = m->D, .causal = 1,
-                                 .scale = 1.0f / sqrtf((float)m->D)};
 }
 
 /* The activation set and attention of layer l. */
@@ -249,10 +242,7 @@ static usp_status upload_batch(usp_model *m, const usp_shard *shards)
 
 static usp_status attention_forward(usp_model *m, int l, layer_acts *a)
 {
-    if (!m->s.attention_local)
-        return ulysses_attention_forward(m->attn[slot(m, l)], a->q, a->k, a->v, a->att);
-    usp_attention_shape sh = local_attention(m);
-    return usp_flash_attention_forward(BE, &sh, a->q, a->k, a->v, a->att, a->att_lse, ST);
+    return usp_attention_forward(m->attn[slot(m, l)], a->q, a->k, a->v, a->att);
 }
 
 /* The layer's two norms: a->ln1 from its input x, a->ln2 from the residual after attention a->mid. */
@@ -328,13 +318,9 @@ usp_status usp_model_forward(usp_model *m, const usp_shard *shards)
 
 /* --- backward ------------------------------------------------------------- */
 
-static usp_status attention_backward(usp_model *m, int l, layer_acts *a)
+static usp_status attention_backward(usp_model *m, int l)
 {
-    if (!m->s.attention_local)
-        return ulysses_attention_backward(m->attn[slot(m, l)], m->d_att, m->d_q, m->d_k, m->d_v);
-    usp_attention_shape sh = local_attention(m);
-    return usp_flash_attention_backward(BE, &sh, a->q, a->k, a->v, a->att, a->att_lse, m->d_att, m->d_q, m->d_k,
-                                        m->d_v, 0, ST);
+    return usp_attention_backward(m->attn[slot(m, l)], m->d_att, m->d_q, m->d_k, m->d_v);
 }
 
 /* The compute stream is about to issue the attention's exchanges (Ulysses, ring): the gradient collectives
@@ -342,8 +328,7 @@ static usp_status attention_backward(usp_model *m, int l, layer_acts *a)
  * run beside the backward since their bucket was closed: the MLP's and the output projection's. */
 static usp_status before_attention_exchanges(usp_model *m)
 {
-    const usp_mesh_shape *sh = &m->s.mesh->shape;
-    if (m->s.attention_local || (sh->ulysses == 1 && sh->ring == 1)) /* no exchange: nothing to order */
+    if (!m->exchanges) /* local, or one SP rank: nothing to order */
         return USP_OK;
     return usp_param_store_order_grad_comm(m->store);
 }
@@ -390,7 +375,7 @@ static usp_status layer_backward(usp_model *m, int l)
     USP_CHECK(linear_backward(m, m->d_att, 0, model_grad(m, USP_P_ATTN_O_W, l), model_grad(m, USP_P_ATTN_O_B, l),
                               d_out, a->att, model_param(m, USP_P_ATTN_O_W, l), qd, C));
     USP_CHECK(before_attention_exchanges(m));
-    USP_CHECK(attention_backward(m, l, a));
+    USP_CHECK(attention_backward(m, l));
     if (m->c.positions == USP_POS_ROPE) {
         const float theta = m->c.rope_theta;
         USP_CHECK(usp_rope_backward(BE, m->d_q, m->positions, n, m->H, m->D, theta, m->rope_inv_freq, ST));

@@ -49,7 +49,7 @@ typedef struct usp_model_setup {
     usp_backend_t *backend;
     usp_stream_t *stream;
     const usp_mesh *mesh;   /* its ulysses and ring groups carry the attention */
-    int attention_local;    /* 1: each rank attends only to its own tokens (no communication) */
+    const char *attention;  /* the schedule: "sp" or NULL, the mesh's; or a name (core/parallel/schedule.h) */
     int64_t batch;          /* sequences on this rank */
     int64_t seq_len;        /* N, padded length */
     usp_param_store *store; /* where weights live; NULL: the model makes a whole one (no optimizer state) */
@@ -65,9 +65,10 @@ typedef struct usp_model_setup {
 } usp_model_setup;
 
 /* Checks what usp_model_create would refuse in the shape, before any rank allocates: the length against
- * learned positions, the tile rows, and (unless attention is local) the heads over `ulysses` ranks. */
-usp_status usp_model_check_shape(const usp_model_config *c, int64_t seq_len, int ulysses, int attention_local,
-                                 int64_t tile_rows);
+ * learned positions, the tile rows, and the schedule `attention` ("sp" or NULL: the mesh's) on the
+ * `mesh` with the model's heads (its check: core/parallel/schedule.h). */
+usp_status usp_model_check_shape(const usp_model_config *c, int64_t seq_len, const usp_mesh_shape *mesh,
+                                 const char *attention, int64_t tile_rows);
 
 /* Allocates parameters, gradients and activations (categories "weights",
  * "gradients", "activations") and the attention of every layer. */

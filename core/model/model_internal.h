@@ -8,7 +8,7 @@
 #define USP_MODEL_INTERNAL_H
 
 #include "core/model/model.h"
-#include "core/parallel/ulysses.h"
+#include "core/parallel/schedule.h"
 
 /* What a layer's forward keeps for its backward (one set per layer, or a
  * single set shared by every layer when layers are recomputed). With the
@@ -18,7 +18,7 @@ typedef struct layer_acts {
     float *ln1, *ln1_mean, *ln1_rstd;  /* [n, C], [n], [n] */
     float *q, *k, *v;                  /* after rope: [n, H D], [n, Hkv D] x 2; one scratch set shared by every
                                           layer when the backward does not read them (Ulysses, U > 1) */
-    float *att, *att_lse;              /* attention output [n, H D]; local attention's lse [B, H, T] */
+    float *att;                        /* attention output [n, H D] */
     float *mid;                        /* residual after attention [n, C] */
     float *ln2, *ln2_mean, *ln2_rstd;
     float *up;                         /* pre-activation [n, F] (Llama: gate [n, F] then up [n, F]); not tiled */
@@ -41,7 +41,8 @@ struct usp_model {
     double recompute_flops;            /* this step's forward work done again in backward */
     float *residual;                   /* [L + 1, n, C]: each layer's input, and the last output */
     layer_acts *acts;                  /* [L], or [1] when layers are recomputed */
-    ulysses_attention **attn;          /* as acts; NULL with local attention */
+    usp_attention **attn;              /* as acts: the schedule's attention (core/parallel/schedule.h) */
+    int exchanges;                     /* 1: the schedule sends (not local, not one SP rank) */
     float *lnf, *lnf_mean, *lnf_rstd, *logits, *losses; /* logits [n, V], or [tile, V] with the tiled loss */
     int32_t *tokens, *targets, *positions; /* device [n] */
     int32_t *host_targets;             /* [n] */

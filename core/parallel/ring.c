@@ -491,3 +491,9 @@ usp_status ring_attention_backward(ring_attention *a, const float *q, const floa
     release_scratch(a);
     return s;
 }
+
+double ring_sent(int R, int64_t batch, int64_t T, int64_t kv_heads, int64_t head_dim)
+{
+    const double X = (double)batch * (double)T * (double)kv_heads * (double)head_dim;
+    return R > 1 ? (double)(R - 1) * 4.0 * X + (double)R * 2.0 * X : 0.0;
+}

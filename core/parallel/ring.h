@@ -60,6 +60,10 @@ typedef struct ring_attention_config {
     usp_stream_t *comm_stream;
 } ring_attention_config;
 
+/* Elements of the storage dtype a ring rank sends in one layer's forward and backward, T tokens and
+ * kv_heads KV heads a rank: (R - 1) 2X forward, (R - 1) 2X + R 2X backward (ring.c), X = B T Hkv D. */
+double ring_sent(int R, int64_t batch, int64_t T, int64_t kv_heads, int64_t head_dim);
+
 /* Checks the config and allocates the scratch (two travelling buffers of
  * K, V, dK, dV blocks: category "comm"; merge temporaries: "attention workspace"). */
 usp_status ring_attention_create(const ring_attention_config *c, ring_attention **out);

@@ -533,3 +533,29 @@ usp_status ulysses_attention_backward(ulysses_attention *a, const float *d_o, fl
     release_exchange_buffers(a);
     return s;
 }
+
+void ulysses_head_counts(int64_t H, int64_t Hkv, int U, int j, int64_t *q_heads, int64_t *kv_heads)
+{
+    int64_t q[2], kv[2];
+    head_range(H, H / Hkv, U, j, q, kv);
+    *q_heads = q[1], *kv_heads = kv[1];
+}
+
+/* What rank j exchanges of one tensor with `heads` of its own among `total`: the scatter sends every peer
+ * its heads of this rank's T tokens, sum_{j' != j} heads(j') = total - heads(j) of them; the gather sends
+ * this rank's heads of the group's other U - 1 shards. */
+double ulysses_sent(int64_t H, int64_t Hkv, int U, int j, int64_t batch, int64_t T, int64_t head_dim)
+{
+    int64_t q[2], kv[2], kv_total = 0;
+    for (int i = 0; i < U; i++) {
+        int64_t qi[2], kvi[2];
+        head_range(H, H / Hkv, U, i, qi, kvi);
+        kv_total += kvi[1];
+    }
+    head_range(H, H / Hkv, U, j, q, kv);
+    const double btd = (double)batch * (double)T * (double)head_dim;
+    /* forward: q, k, v scattered, o gathered; backward: d_o scattered, dq, dk, dv gathered */
+    const double scattered = 2.0 * (double)(H - q[1]) + 2.0 * (double)(kv_total - kv[1]);
+    const double gathered = (double)(U - 1) * (2.0 * (double)q[1] + 2.0 * (double)kv[1]);
+    return btd * (scattered + gathered);
+}

@@ -73,6 +73,13 @@ typedef struct ulysses_attention_config {
  * head, and each rank's query heads map evenly onto its KV heads (no allocation: callable before a run). */
 usp_status ulysses_heads_check(int64_t H, int64_t Hkv, int U);
 
+/* The query heads and the KV heads rank j of U attends for (H and Hkv that ulysses_heads_check accepts). */
+void ulysses_head_counts(int64_t H, int64_t Hkv, int U, int j, int64_t *q_heads, int64_t *kv_heads);
+
+/* Elements of the storage dtype rank j of U sends in one layer's forward and backward (q, k, v and d_o
+ * out, o and dq, dk, dv home), T tokens a rank: the traffic above, for any head split. */
+double ulysses_sent(int64_t H, int64_t Hkv, int U, int j, int64_t batch, int64_t T, int64_t head_dim);
+
 /* Checks the shape (N divisible as the layout needs, heads) and allocates the
  * buffers kept between forward and backward (category "activations": at U > 1
  * this rank's heads of q, k, v, o over the group's tokens and the lse; at U = 1 the lse only). */

@@ -311,7 +311,7 @@ static usp_status setup(trainer *t)
                                  .grad_reduce = c->grad_reduce, .offload_optimizer = c->offload_optimizer};
     USP_CHECK(usp_param_store_create(&pc, &t->store));
     usp_model_setup ms = {.config = &c->model, .backend = BE, .stream = ST, .mesh = &t->mesh,
-                          .attention_local = c->attention_local, .batch = t->B_local, .seq_len = t->N,
+                          .attention = c->attention, .batch = t->B_local, .seq_len = t->N,
                           .store = t->store, .recompute_layers = c->recompute_layers,
                           .selective_recompute = c->selective_recompute, .tiled_mlp = c->tiled_mlp,
                           .tiled_loss = c->tiled_loss, .tile_rows = c->tile_rows, .storage = c->storage,

@@ -96,7 +96,8 @@ typedef struct usp_train_config {
     double lr, min_lr_ratio, weight_decay, grad_clip, beta1, beta2, eps;
     int64_t warmup;
     uint64_t seed;
-    int attention_local;
+    const char *attention;     /* --attention: "sp" or NULL, the mesh's schedule; or a schedule's name
+                                  (core/parallel/schedule.h: local, ulysses, ring, hybrid) */
     int zero_stage;            /* 0-3: shard Adam state, then gradients, then weights over all ranks (param_store.h) */
     int recompute_layers;      /* memory options of the model (model.h) */
     int selective_recompute;

@@ -5,6 +5,7 @@
 #include <math.h>
 
 #include "core/model/model.h"
+#include "core/parallel/schedule.h"
 
 void usp_train_defaults(usp_train_config *c)
 {
@@ -98,12 +99,20 @@ usp_status usp_train_check(const usp_train_config *c, int64_t *padded_len)
                          "step (--batch %lld over %d data-parallel replicas): use a divisor of %lld",
                          (long long)M, (long long)per_replica, (long long)c->batch, c->shape.dp,
                          (long long)per_replica);
-    usp_layout_kind kind = c->attention_local ? USP_LAYOUT_CONTIGUOUS : usp_layout_for(1, c->shape.ring);
+    const usp_schedule_i *schedule = usp_schedule_pick(c->attention, c->shape.ulysses, c->shape.ring);
+    if (!schedule) {
+        char known[256];
+        usp_schedules_describe(known, sizeof known);
+        return usp_error(USP_ERR_CONFIG, "--attention %s: no such schedule; the schedules are %s", c->attention,
+                         known);
+    }
+    const usp_schedule_shape shape = {.ulysses = c->shape.ulysses, .ring = c->shape.ring, .causal = 1};
+    usp_layout_kind kind = schedule->layout(&shape);
     int64_t multiple = usp_seq_layout_multiple(kind, c->shape.ulysses, c->shape.ring);
     *padded_len = c->pad ? (c->seq_len + multiple - 1) / multiple * multiple : c->seq_len;
     usp_seq_layout check;
     USP_CHECK(usp_seq_layout_make(kind, *padded_len, c->shape.ulysses, c->shape.ring, &check));
     /* what each rank's model would refuse, refused once here rather than by every rank after the world is built */
     USP_CHECK(usp_model_config_check(&c->model));
-    return usp_model_check_shape(&c->model, *padded_len, c->shape.ulysses, c->attention_local, c->tile_rows);
+    return usp_model_check_shape(&c->model, *padded_len, &c->shape, c->attention, c->tile_rows);
 }

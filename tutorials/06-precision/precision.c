@@ -4,7 +4,8 @@
  * 2 key/value heads, head_dim 16, 256 tokens) runs forward and backward on
  * the simulator: first on 1 rank (one GPU: flash attention over the whole
  * sequence), then on 4 ranks as Ulysses U=4, Ring R=4 and the hybrid
- * U=2 x R=2, through the code the trainer uses (core/parallel/ulysses.h). Every output
+ * U=2 x R=2, through the code the trainer uses (core/parallel/schedule.h: the schedule the mesh
+ * picks, Ulysses, Ring or the hybrid). Every output
  * element is compared with the 1-rank one, bit for bit.
  *
  * What it shows, and checks (exit 1 if a claim fails):
@@ -29,7 +30,7 @@
 #include <string.h>
 
 #include "core/parallel/mesh.h"
-#include "core/parallel/ulysses.h"
+#include "core/parallel/schedule.h"
 #include "sim/sim_runtime.h"
 
 enum { B = 1, N = 256, H = 8, HKV = 2, D = 16 };
@@ -91,17 +92,17 @@ static usp_status download(const usp_rank_ctx *ctx, const usp_seq_layout *l, int
 
 /* The layer on this rank: its slice of q, k, v, dO in; forward; backward; o, dq, dk, dv out. */
 static usp_status layer_on_rank(const usp_rank_ctx *ctx, const layer_run *run, const usp_mesh *mesh,
-                                ulysses_attention *a, void *dev[8], float *host)
+                                usp_attention *a, void *dev[8], float *host)
 {
-    const usp_seq_layout *l = ulysses_attention_layout(a);
+    const usp_seq_layout *l = usp_attention_layout(a);
     int sp = usp_comm_rank(mesh->sp);
     const float *in[4] = {run->q, run->k, run->v, run->d_o};
     float *out[4] = {run->o, run->dq, run->dk, run->dv};
     const int64_t heads[8] = {H, HKV, HKV, H, H, H, HKV, HKV}; /* dev: q, k, v, dO, o, dq, dk, dv */
     for (int i = 0; i < 8; i++)
         USP_CHECK(upload(ctx, l, sp, heads[i], i < 4 ? in[i] : NULL, host, &dev[i]));
-    USP_CHECK(ulysses_attention_forward(a, dev[0], dev[1], dev[2], dev[4]));
-    USP_CHECK(ulysses_attention_backward(a, dev[3], dev[5], dev[6], dev[7]));
+    USP_CHECK(usp_attention_forward(a, dev[0], dev[1], dev[2], dev[4]));
+    USP_CHECK(usp_attention_backward(a, dev[3], dev[5], dev[6], dev[7]));
     for (int i = 0; i < 4; i++)
         USP_CHECK(download(ctx, l, sp, heads[4 + i], dev[4 + i], host, out[i]));
     return USP_OK;
@@ -113,7 +114,7 @@ static usp_status rank_main(const usp_rank_ctx *ctx, void *arg)
     layer_run *run = arg;
     usp_mesh_shape shape;
     usp_mesh mesh = {0};
-    ulysses_attention *a = NULL;
+    usp_attention *a = NULL;
     void *dev[8] = {0};
     float *host = malloc(NQ * sizeof(float));
     usp_status s = host ? USP_OK : usp_error(USP_ERR_RUNTIME, "out of memory for a rank's host copy");
@@ -121,17 +122,17 @@ static usp_status rank_main(const usp_rank_ctx *ctx, void *arg)
         s = usp_mesh_shape_make(ctx->world_size, run->U, run->R, &shape);
     if (s == USP_OK)
         s = usp_mesh_create(ctx->world, &shape, &mesh);
-    ulysses_attention_config cfg = {.backend = ctx->backend, .stream = ctx->stream, .ulysses = mesh.ulysses,
-                                    .ring = mesh.ring, .batch = B, .seq_len = N, .n_heads = H,
-                                    .n_kv_heads = HKV, .head_dim = D, .causal = 1};
+    usp_schedule_config cfg = {.backend = ctx->backend, .stream = ctx->stream, .ulysses = mesh.ulysses,
+                               .ring = mesh.ring, .batch = B, .seq_len = N, .n_heads = H, .n_kv_heads = HKV,
+                               .head_dim = D, .causal = 1};
     if (s == USP_OK)
-        s = ulysses_attention_create(&cfg, &a);
+        s = usp_attention_create(usp_schedule_for_mesh(run->U, run->R), &cfg, &a);
     if (s == USP_OK)
         s = layer_on_rank(ctx, run, &mesh, a, dev, host);
     for (int i = 0; i < 8; i++)
         if (dev[i])
             usp_buffer_free(ctx->backend, dev[i]);
-    ulysses_attention_destroy(a);
+    usp_attention_destroy(a);
     if (mesh.ulysses)
         usp_mesh_destroy(&mesh);
     free(host);
