@@ -145,11 +145,11 @@ static int other_splits(const usp_train_config *c, int *u_out, int *r_out, int m
             /* heads that do not share evenly over U leave ranks idle while another attends: not tried */
             if (c->model.n_head % u != 0 && u % c->model.n_head != 0)
                 continue;
-            /* nor a split no exact schedule runs on (KV heads that do not map onto a rank's, ...) */
+            /* nor a split the run's schedule does not run on (KV heads that do not map onto a rank's, ...) */
             const usp_schedule_shape shape = {.ulysses = u, .ring = sp / u, .n_heads = c->model.n_head,
                                               .n_kv_heads = c->model.n_kv_head, .causal = 1};
-            const usp_schedule_i *runs[1];
-            if (usp_schedules_for_split(&shape, runs, 1) == 0 || runs[0]->check(&shape) != USP_OK)
+            const usp_schedule_i *runs = usp_schedule_pick(c->attention, u, sp / u);
+            if (!runs || runs->check(&shape) != USP_OK)
                 continue;
             u_out[n] = u, r_out[n] = sp / u, n++;
         }

@@ -20,7 +20,6 @@ static usp_status plan_split(const usp_train_config *train, const sim_cost_model
 {
     x->ulysses = u, x->ring = r, x->schedule = sch ? sch->name : NULL;
     usp_train_config c = *train;
-    c.attention = sch ? sch->name : NULL;
     usp_status s = usp_mesh_shape_make(train->shape.world, u, r, &c.shape);
     if (s == USP_OK)
         s = plan_run(&c, cost, NULL, &x->result);
@@ -39,27 +38,17 @@ usp_status plan_sweep(const usp_train_config *train, const sim_cost_model *cost,
 {
     *out = NULL, *n = 0;
     const int sp = train->shape.ulysses * train->shape.ring;
-    enum { PER_SPLIT = 8 };
     plan_sweep_entry *e;
-    USP_CHECK(usp_calloc((void **)&e, (size_t)sp * PER_SPLIT, sizeof *e, "the sweep"));
+    USP_CHECK(usp_calloc((void **)&e, (size_t)sp, sizeof *e, "the sweep"));
     int count = 0;
     for (int u = sp; u >= 1; u--) { /* pure Ulysses first: ties keep it ahead */
         if (sp % u != 0)
             continue;
-        /* every exact schedule of the table that runs on the split; the mesh's when none does, so
-         * that its refusal is shown */
-        const usp_schedule_shape shape = {.ulysses = u, .ring = sp / u, .seq_len = 0, .n_heads = train->model.n_head,
-                                          .n_kv_heads = train->model.n_kv_head, .causal = 1};
-        const usp_schedule_i *sch[PER_SPLIT];
-        int k = usp_schedules_for_split(&shape, sch, PER_SPLIT);
-        if (k == 0)
-            sch[k++] = usp_schedule_for_mesh(u, sp / u);
-        for (int i = 0; i < k; i++) {
-            usp_status s = plan_split(train, cost, u, sp / u, sch[i], &e[count++]);
-            if (s != USP_OK) {
-                plan_sweep_free(e, count);
-                return s;
-            }
+        /* the schedule the table has for the split (sp: ulysses, ring or the hybrid) */
+        usp_status s = plan_split(train, cost, u, sp / u, usp_schedule_pick(train->attention, u, sp / u), &e[count++]);
+        if (s != USP_OK) {
+            plan_sweep_free(e, count);
+            return s;
         }
     }
     for (int i = 1; i < count; i++) /* stable insertion sort by step time, the refused ones last */

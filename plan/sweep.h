@@ -14,8 +14,8 @@ typedef struct plan_sweep_entry {
     char why[256];       /* when not: the USP_ERR_CONFIG message (e.g. heads that do not split) */
 } plan_sweep_entry;
 
-/* Plans every split U x R = (the SP degree of train->shape), DP fixed, with each exact schedule of the
- * table that runs on it (the mesh's: core/parallel/schedule.h), and ranks them by step time, fastest first (ties: larger U first), the refused ones last.
+/* Plans every split U x R = (the SP degree of train->shape), DP fixed, each with train->attention's
+ * schedule (sp: the one the table has for the split, core/parallel/schedule.h), and ranks them by step time, fastest first (ties: larger U first), the refused ones last.
  * *out has *n entries; free with plan_sweep_free. A failure other than a refused
  * split (USP_ERR_CONFIG) stops the sweep and is returned. */
 usp_status plan_sweep(const usp_train_config *train, const sim_cost_model *cost, plan_sweep_entry **out, int *n);

@@ -8,6 +8,7 @@
 #include <time.h>
 
 #include "core/base/clock_seconds.h"
+#include "core/parallel/schedule.h"
 #include "plan/compare.h"
 #include "plan/report.h"
 #include "sim/cost_model.h"
@@ -20,7 +21,7 @@
 #define GB 1e9 /* decimal, as GPU memory is marketed */
 
 typedef struct plan_options {
-    const char *model, *data, *topology, *trace, *attention_kernel, *compare;
+    const char *model, *data, *topology, *trace, *attention_kernel, *compare, *attention;
     int world, ulysses, ring, nodes, seq, batch, pad, sweep, json, no_overlap, forward_only, require_fit;
     int compare_steps;
     int compare_ops;
@@ -37,7 +38,7 @@ static usp_status build_config(const plan_options *o, usp_train_config *c)
     }
     int ulysses = o->ulysses > 0 ? o->ulysses : o->world / o->ring;
     USP_CHECK(usp_mesh_shape_make(o->world, ulysses > 0 ? ulysses : 1, o->ring, &c->shape));
-    c->data = o->data, c->seq_len = o->seq, c->pad = o->pad;
+    c->data = o->data, c->seq_len = o->seq, c->pad = o->pad, c->attention = o->attention;
     c->batch = o->batch > 0 ? o->batch : c->shape.dp; /* default: one sequence per replica */
     USP_CHECK(memory_options_apply(&o->memory, c));
     c->forward_only = o->forward_only;
@@ -212,6 +213,8 @@ static usp_status print_report_json(const plan_options *o, const usp_train_confi
         json_object_set_new(j, "bucket_mb", json_real(c->bucket_mb > 0 ? c->bucket_mb : 25));
         json_object_set_new(j, "grad_reduce", json_string(usp_dtype_name(c->grad_reduce ? c->grad_reduce : USP_F32)));
         json_object_set_new(j, "ring_merge", json_string(c->eager_ring_merge ? "eager" : "fused"));
+        const usp_schedule_i *schedule = usp_schedule_pick(c->attention, c->shape.ulysses, c->shape.ring);
+        json_object_set_new(j, "schedule", schedule ? json_string(schedule->name) : json_null());
         json_object_set_new(j, "would_fit_with", p->fit.found ? json_string(p->fit.options) : json_null());
         if (p->fit.found && p->fit.other_split) /* another split of the same GPUs */
             json_object_set_new(j, "would_fit_split", json_pack("{s:i, s:i, s:i, s:I}", "ulysses", p->fit.ulysses,
@@ -371,6 +374,10 @@ int cmd_plan(int argc, char **argv)
     const plan_options defaults = {.model = "tiny", .data = "passkey", .world = 4, .ring = 1, .seq = 64,
                                    .memory = MEMORY_OPTIONS_DEFAULTS};
     plan_options o = defaults;
+    char schedules[256], attention_help[512];
+    usp_schedules_describe(schedules, sizeof schedules);
+    snprintf(attention_help, sizeof attention_help, "the attention schedule planned: %s; sp (default) is the "
+             "mesh's, every split's with --sweep (docs/attention.md)", schedules);
     const cli_option options[] = {
         {"--model", CLI_STRING, &o.model, "NAME|FILE",
          "tiny (default), gpt2-124m, llama-1b, llama-7b, llama-13b, or a Hugging Face config.json", 0, -1},
@@ -382,6 +389,7 @@ int cmd_plan(int argc, char **argv)
         {"--nodes", CLI_INT, &o.nodes, "K", "nodes of the topology (default: as many as --world needs)", 1, 100000},
         {"--attention-kernel", CLI_STRING, &o.attention_kernel, "fa2|fa3|sdpa",
          "attention kernel whose published rates the model charges: fa2 (default), fa3 (Hopper), sdpa", 0, -1},
+        {"--attention", CLI_STRING, &o.attention, "sp|NAME", attention_help, 0, -1},
         {"--seq", CLI_INT, &o.seq, "N", "sequence length (default 64)", 2, 1 << 30},
         {"--pad", CLI_FLAG, &o.pad, NULL, "pad a length that does not divide (padding is masked out of the loss)", 0, -1},
         {"--batch", CLI_INT, &o.batch, "B", "global batch: sequences per step over all DP replicas (default DP)", 1, 1 << 20},

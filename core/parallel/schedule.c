@@ -1,19 +1,23 @@
 /* The table of attention schedules and the layer attention made from one (schedule.h). A new
- * schedule: its file (schedule_NAME.c, a usp_schedule_i) and its line below. */
+ * schedule: its file (schedule_NAME.c, a usp_schedule_i usp_schedule_NAME) and its name in
+ * USP_SCHEDULES below. */
 #include "core/parallel/schedule.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-extern const usp_schedule_i usp_schedule_local, usp_schedule_ulysses, usp_schedule_ring, usp_schedule_hybrid;
+/* The table: a schedule NAME is the usp_schedule_i usp_schedule_NAME of its file schedule_NAME.c, which
+ * the build finds by its name (core/CMakeLists.txt); the mesh's come first. */
+#define USP_SCHEDULES(X) X(ulysses) X(ring) X(hybrid) X(local)
 
-static const usp_schedule_i *const schedules[] = {
-    &usp_schedule_ulysses,
-    &usp_schedule_ring,
-    &usp_schedule_hybrid,
-    &usp_schedule_local,
-};
+#define SCHEDULE_DECLARE(name) extern const usp_schedule_i usp_schedule_##name;
+USP_SCHEDULES(SCHEDULE_DECLARE)
+#undef SCHEDULE_DECLARE
+
+#define SCHEDULE_ENTRY(name) &usp_schedule_##name,
+static const usp_schedule_i *const schedules[] = {USP_SCHEDULES(SCHEDULE_ENTRY)};
+#undef SCHEDULE_ENTRY
 
 #define N_SCHEDULES ((int)(sizeof schedules / sizeof *schedules))
 
@@ -35,17 +39,6 @@ const usp_schedule_i *usp_schedule_for_mesh(int ulysses, int ring)
         if (schedules[i]->picks && schedules[i]->picks(ulysses, ring))
             return schedules[i];
     return NULL;
-}
-
-int usp_schedules_for_split(const usp_schedule_shape *s, const usp_schedule_i **out, int max)
-{
-    int n = 0;
-    for (int i = 0; i < N_SCHEDULES && n < max; i++) {
-        const usp_schedule_i *x = schedules[i];
-        if (x->exact && (x->picks ? x->picks(s->ulysses, s->ring) : x->check(s) == USP_OK))
-            out[n++] = x;
-    }
-    return n;
 }
 
 void usp_schedules_describe(char *buf, size_t size)

@@ -41,7 +41,8 @@ typedef struct usp_schedule_config {
 typedef struct usp_schedule_i {
     const char *name;  /* what --attention names it */
     const char *about; /* one line, for --help and the docs */
-    int exact;         /* 1: the attention over the whole sequence, as one rank computes it (local: 0) */
+    int exact;         /* 1: the attention over the whole sequence, as one rank computes it (local: 0); what
+                          the shared tests hold it to (tests/test_schedules.c) */
     /* 1 when --attention sp runs this schedule on a U x R mesh: exactly one entry picks each U, R >= 1
      * (a schedule only named, as local, picks none). */
     int (*picks)(int ulysses, int ring);
@@ -85,10 +86,6 @@ const usp_schedule_i *usp_schedule_pick(const char *name, int ulysses, int ring)
 /* The schedule --attention `name` runs on the shape ("sp": the mesh's; else the one named), checked:
  * USP_ERR_CONFIG naming --attention and the schedules there are, or the schedule's own refusal. */
 usp_status usp_schedule_resolve(const char *name, const usp_schedule_shape *s, const usp_schedule_i **out);
-
-/* The exact schedules (exact = 1) that run on a U x R mesh: the mesh's, and any only named whose check
- * accepts it (the planner's sweep and fit try each). Returns how many, at most max, into out. */
-int usp_schedules_for_split(const usp_schedule_shape *s, const usp_schedule_i **out, int max);
 
 /* "sp (the mesh's: ulysses, ring or hybrid), local, ulysses, ring, hybrid" into buf. */
 void usp_schedules_describe(char *buf, size_t size);
