@@ -9,7 +9,7 @@
 
 /* The table: a schedule NAME is the usp_schedule_i usp_schedule_NAME of its file schedule_NAME.c, which
  * the build finds by its name (core/CMakeLists.txt); the mesh's come first. */
-#define USP_SCHEDULES(X) X(ulysses) X(ring) X(hybrid) X(local)
+#define USP_SCHEDULES(X) X(ulysses) X(ring) X(hybrid) X(local) X(gather)
 
 #define SCHEDULE_DECLARE(name) extern const usp_schedule_i usp_schedule_##name;
 USP_SCHEDULES(SCHEDULE_DECLARE)
