@@ -9,7 +9,8 @@
  * row alone: the checks, the cost and the timing of core/ops/ops.c, the bf16 widening of the cpu
  * backend (backends/cpu/cpu_widen.c), the deferral and the order checks of the lazy backend, the
  * simulator's forwarding. Element-wise ops are one kind, USP_OP_MAP, whose functions are one line
- * each of USP_MAP_FNS: a new one is that line, each backend's formula and a conformance row.
+ * each of USP_MAP_FNS (core/ops/ops.h): a new one is that line, each backend's formula and a
+ * conformance row (docs/extending.md).
  *
  * The typed calls of core/ops/ops.h build these descriptors; code may also fill one and call
  * usp_op_run. */
@@ -42,32 +43,6 @@ typedef enum usp_op_kind {
 #undef USP_OP_KIND_ENUM
     USP_OP_KIND_COUNT
 } usp_op_kind;
-
-/* Element-wise functions over n elements, out_j[i] = f_j(in_0[i], ..., in_k[i], scalar), arithmetic
- * in fp32 whatever the storage. One line each:
- *   X(FN, name, outputs, inputs, flops per element, bytes per element, (operand names: outputs first))
- * The name is the op's in costs, traces and calibration; the bytes are one pass over each operand
- * (4 bytes an element, what the cost model prices: core/ops/op_kinds.c). An in-place function (scale)
- * lists its operand once, as an output: it is read too. */
-#define USP_MAP_FNS(X)                                                                                         \
-    /* out = x/2 (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))): x^3 2, polynomial 2, scale 1, tanh 1, 1 + t 1,     \
-     * two multiplies 2 */                                                                                     \
-    X(GELU_TANH_FORWARD, gelu_tanh_forward, 1, 1, 9, 8, ("out", "inp"))                                        \
-    /* dinp = gelu'(inp) dout: tanh as forward 6, (1 + t)/2 2, 1 - t^2 2, the polynomial 4, products 5 */      \
-    X(GELU_TANH_BACKWARD, gelu_tanh_backward, 1, 2, 19, 12, ("dinp", "inp", "dout"))                           \
-    /* out = silu(gate) up: sigmoid 4 (neg, exp, add, div), two multiplies */                                  \
-    X(SWIGLU_FORWARD, swiglu_forward, 1, 2, 6, 12, ("out", "gate", "up"))                                      \
-    /* dgate, dup: sigmoid 4, dgate 6 (sub, mul, add, three products), dup 2 */                                \
-    X(SWIGLU_BACKWARD, swiglu_backward, 2, 3, 12, 20, ("dgate", "dup", "gate", "up", "dout"))                  \
-    /* x *= scalar, in place */                                                                                \
-    X(SCALE, scale, 1, 0, 1, 8, ("x"))
-
-typedef enum usp_map_fn {
-#define USP_MAP_FN_ENUM(fn, name, outs, ins, flops, bytes, names) USP_MAP_##fn,
-    USP_MAP_FNS(USP_MAP_FN_ENUM)
-#undef USP_MAP_FN_ENUM
-    USP_MAP_FN_COUNT
-} usp_map_fn;
 
 /* A device operand as a backend receives it: where it starts, the dtype its elements are stored in and
  * how many elements the op reads or writes from there. usp_op_run builds it with one look-up in the
@@ -192,11 +167,6 @@ size_t usp_view_bytes(usp_view v);
  * (core/ops/ops.h), the cost to the cost sink, the workspace the backend asks for, the backend's run
  * slot (timed when ops are timed). Nothing to do (n = 0) returns USP_OK before any check of operands. */
 usp_status usp_op_run(usp_backend_t *be, usp_op *op);
-
-/* Runs the element-wise function fn (USP_MAP_FNS) over n elements of its outputs and inputs, in the
- * order of its line; `scalar` is its parameter (scale's factor; else unused). */
-usp_status usp_map(usp_backend_t *be, usp_map_fn fn, float *const *outputs, const float *const *inputs, int64_t n,
-                   float scalar, usp_stream_t *stream);
 
 #ifdef __cplusplus
 }

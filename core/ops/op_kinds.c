@@ -437,7 +437,7 @@ static const map_fn_info map_fns[USP_MAP_FN_COUNT] = {
 #undef MAP_FN_ROW
 };
 
-_Static_assert(USP_OP_OPERANDS_MAX >= 5, "a map function has at most 5 operands (swiglu_backward)");
+_Static_assert(USP_OP_OPERANDS_MAX >= 5, "a map function has at most 5 operands");
 
 static const map_fn_info *map_fn_of(const usp_op *op)
 {

@@ -383,6 +383,37 @@ usp_status usp_swiglu_forward(usp_backend_t *be, float *out, const float *gate, 
 usp_status usp_swiglu_backward(usp_backend_t *be, float *dgate, float *dup, const float *gate, const float *up,
                                const float *dout, int64_t n, usp_stream_t *stream);
 
+/* Element-wise functions over n elements, out_j[i] = f_j(in_0[i], ..., in_k[i], scalar), arithmetic
+ * in fp32 whatever the storage. One line each:
+ *   X(FN, name, outputs, inputs, flops per element, bytes per element, (operand names: outputs first))
+ * The name is the op's in costs, traces and calibration; the bytes are one pass over each operand
+ * (4 bytes an element, what the cost model prices: core/ops/op_kinds.c). An in-place function (scale)
+ * lists its operand once, as an output: it is read too. */
+#define USP_MAP_FNS(X)                                                                                         \
+    /* out = x/2 (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))): x^3 2, polynomial 2, scale 1, tanh 1, 1 + t 1,     \
+     * two multiplies 2 */                                                                                     \
+    X(GELU_TANH_FORWARD, gelu_tanh_forward, 1, 1, 9, 8, ("out", "inp"))                                        \
+    /* dinp = gelu'(inp) dout: tanh as forward 6, (1 + t)/2 2, 1 - t^2 2, the polynomial 4, products 5 */      \
+    X(GELU_TANH_BACKWARD, gelu_tanh_backward, 1, 2, 19, 12, ("dinp", "inp", "dout"))                           \
+    /* out = silu(gate) up: sigmoid 4 (neg, exp, add, div), two multiplies */                                  \
+    X(SWIGLU_FORWARD, swiglu_forward, 1, 2, 6, 12, ("out", "gate", "up"))                                      \
+    /* dgate, dup: sigmoid 4, dgate 6 (sub, mul, add, three products), dup 2 */                                \
+    X(SWIGLU_BACKWARD, swiglu_backward, 2, 3, 12, 20, ("dgate", "dup", "gate", "up", "dout"))                  \
+    /* x *= scalar, in place */                                                                                \
+    X(SCALE, scale, 1, 0, 1, 8, ("x"))
+
+typedef enum usp_map_fn {
+#define USP_MAP_FN_ENUM(fn, name, outs, ins, flops, bytes, names) USP_MAP_##fn,
+    USP_MAP_FNS(USP_MAP_FN_ENUM)
+#undef USP_MAP_FN_ENUM
+    USP_MAP_FN_COUNT
+} usp_map_fn;
+
+/* Runs the element-wise function fn (USP_MAP_FNS) over n elements of its outputs and inputs, in the
+ * order of its line; `scalar` is its parameter (scale's factor; else unused). */
+usp_status usp_map(usp_backend_t *be, usp_map_fn fn, float *const *outputs, const float *const *inputs, int64_t n,
+                   float scalar, usp_stream_t *stream);
+
 /* Rotary embeddings in place on x [n, H, D], Hugging Face Llama convention (rotate_half: dims i and
  * i + D/2 form a pair, inv_freq_i = theta^(-2i/D)), angle = positions[row] * inv_freq_i; positions
  * [n] are GLOBAL token positions. D even. `inv_freq` (host memory, D/2 values; NULL: theta's) gives
