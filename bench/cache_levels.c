@@ -25,7 +25,7 @@
 
 #define MIB ((size_t)1 << 20)
 #define REPS 5
-#define CALIBRATE_FLUSH (128 * MIB) /* tools/calibrate_kernels.c's cold flush */
+#define CALIBRATE_FLUSH (128 * MIB) /* calibrate/calibrate_kernels.c's cold flush */
 
 static int by_value(const void *a, const void *b)
 {

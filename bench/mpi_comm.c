@@ -19,7 +19,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "backends/mpi/mpi_runtime.h"
+#include "runtimes/mpi/mpi_runtime.h"
 #include "bench/cpu_vectors.h"
 #include "core/base/clock_seconds.h"
 #include "core/comm/comm.h"

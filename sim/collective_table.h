@@ -1,7 +1,7 @@
 /* Measured collective times, as usp calibrate wrote them into a topology file
  * ("collectives"; docs/cluster_model.md, "Calibrated collectives").
  *
- * The alpha-beta fit gives the links (sim/calibration.h), which price any
+ * The alpha-beta fit gives the links (calibrate/calibration.h), which price any
  * group on the cluster; but a machine's time for one call is not always a
  * line in its size (MPI over shared memory on a CPU: 17 GB/s at 1 MiB, under
  * 1 GB/s from 4 MiB, when the messages leave the cache). A table keeps what

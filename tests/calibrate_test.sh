@@ -170,7 +170,7 @@ else
     fail "calibrate --json is not one object with the tables" "$out"
 fi
 
-# no launcher: usp starts the processes itself under mpirun (backends/launch/mpi_self_launch.c)
+# no launcher: usp starts the processes itself under mpirun (runtimes/process/mpi_self_launch.c)
 out=$(timeout 60 "$usp" calibrate --backend mpi --world 2 --quick --json --sizes 8K,64K 2>launch.err)
 rc=$?
 if [[ $rc -eq 0 && $(cat launch.err) == "usp: launching 2 processes: "*" -np 2 $usp calibrate "* ]] &&

@@ -92,7 +92,7 @@ mpi: $got
 $(cat mpi.err)"
 fi
 
-# --- usp starting its own processes (no launcher in front; backends/launch/mpi_self_launch.c) ---
+# --- usp starting its own processes (no launcher in front; runtimes/process/mpi_self_launch.c) ---
 unset OMPI_COMM_WORLD_SIZE PMIX_SIZE PMI_SIZE SLURM_STEP_NUM_TASKS # what tells usp a launcher started it
 # The same losses as an explicit mpirun -np 2, and one launch line: a launched process does not launch again.
 args=(train --backend mpi --world 2 --steps 4 --log-every 1 --json)

@@ -69,7 +69,7 @@ fi
 # --- a rank that dies while the world communicator is made: the others, inside it, are told at once ---
 if run init-crash 4 "${mpi[@]}" -- --inject init-crash:rank=2; then
     [[ $prc -eq 4 && $report == *"ranks wait for a rank that crashed"* &&
-        $report == *"rank 2: crashed (injected) at its call 0: split #1 on init (backends/mpi/mpi_comm.c:"* &&
+        $report == *"rank 2: crashed (injected) at its call 0: split #1 on init (runtimes/mpi/mpi_comm.c:"* &&
         $report == *"rank 0: blocked in split #1 on init"*"waiting for rank 2"* &&
         $out == *"usp: rank 0: rank 2 ended the run (usp-abort): crashed (injected: init-crash)"* ]] && ok ||
         fail "init-crash: postmortem exit $prc does not name rank 2" "$out

@@ -1,4 +1,4 @@
-/* usp calibrate's collective timing (tools/calibrate_measure.c) on the
+/* usp calibrate's collective timing (calibrate/calibrate_measure.c) on the
  * simulator, where every member of a collective ends at the same instant: the
  * transfer taken from the members' gathered notes (a backend with numerics,
  * cpu) equals the last rank's own time (the meta backend, which moves no
@@ -13,7 +13,7 @@
 
 #include "check_main.h"
 #include "core/runtime/runtime.h"
-#include "tools/calibrate_measure.h"
+#include "calibrate/calibrate_measure.h"
 #include "tools/runtime_registry.h"
 
 #define WORLD 4

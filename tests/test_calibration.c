@@ -1,4 +1,4 @@
-/* The arithmetic of `usp calibrate` (sim/calibration.h) on synthetic timings:
+/* The arithmetic of `usp calibrate` (calibrate/calibration.h) on synthetic timings:
  * nccl-tests' bus-bandwidth factors, the alpha-beta fit recovering a known
  * latency and bandwidth through noise, and the calibrated topology pricing the
  * calls it was fitted on as measured, written and read back as a file. */
@@ -9,7 +9,7 @@
 #include <unistd.h>
 
 #include "check_main.h"
-#include "sim/calibration.h"
+#include "calibrate/calibration.h"
 #include "sim/cost_model.h"
 
 #define US 1e-6

@@ -5,7 +5,7 @@
  * bit for bit in rank order. Exit 0 when every rank passed. */
 #include <stdio.h>
 
-#include "backends/mpi/mpi_runtime.h"
+#include "runtimes/mpi/mpi_runtime.h"
 #include "core/runtime/launcher_env.h"
 #include "tests/comm_checks.h"
 

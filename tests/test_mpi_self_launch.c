@@ -1,4 +1,4 @@
-/* usp starting its own processes under mpirun (backends/launch/mpi_self_launch.h),
+/* usp starting its own processes under mpirun (runtimes/process/mpi_self_launch.h),
  * the parts that need no launch: the command line, its quoting, which mpirun
  * is found (USP_MPIRUN, PATH, the build's), the slot count, and the refusals
  * that come before any exec (the recursion guard, root without Open MPI's
@@ -11,7 +11,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "backends/launch/mpi_self_launch.h"
+#include "runtimes/process/mpi_self_launch.h"
 #include "core/runtime/launcher_env.h"
 #include "tests/check_main.h"
 

@@ -1,4 +1,4 @@
-/* The watchdog's poll hook (backends/launch/mpi_watchdog.h), on the CPU: what
+/* The watchdog's poll hook (runtimes/process/mpi_watchdog.h), on the CPU: what
  * the nccl runtime adds to the watchdog the mpi runtime shares. A call that
  * only enqueues leaves its flight record entry posted (its transport
  * completes it later); a poll that reports a hang ends the process with
@@ -12,7 +12,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "backends/launch/mpi_watchdog.h"
+#include "runtimes/process/mpi_watchdog.h"
 #include "tests/check_main.h"
 #include "tests/harness.h"
 

@@ -1,5 +1,5 @@
 /* The arithmetic of the NCCL communicator that needs no GPU
- * (backends/nccl/nccl_translate.h), on the CPU: usp's dtypes and reductions are
+ * (runtimes/nccl/nccl_translate.h), on the CPU: usp's dtypes and reductions are
  * NCCL's; an all-to-all's per-peer sends and receives, carried out on host
  * arrays for every rank of a world, move what the simulator's all_to_all_v
  * moves (block j of rank i's send lands as block i of rank j's receive), zero
@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backends/nccl/nccl_translate.h"
+#include "runtimes/nccl/nccl_translate.h"
 #include "tests/check_main.h"
 
 START_TEST(dtypes_and_reductions_are_nccls)

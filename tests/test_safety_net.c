@@ -1,4 +1,4 @@
-/* The watchdog's way of ending a rank (backends/launch/mpi_watchdog.h), on the
+/* The watchdog's way of ending a rank (runtimes/process/mpi_watchdog.h), on the
  * CPU, without MPI: a call that never completes (entered and never left, as a
  * communicator that never returns makes it) ends the process with exit 3
  * after its record is written and before the abort hook runs; the record says
@@ -18,7 +18,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "backends/launch/mpi_watchdog.h"
+#include "runtimes/process/mpi_watchdog.h"
 #include "tests/check_main.h"
 #include "tests/harness.h"
 #include "tests/scratch_dir.h"

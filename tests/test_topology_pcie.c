@@ -21,7 +21,7 @@
 #include <unistd.h>
 
 #include "core/comm/comm_impl.h"
-#include "sim/calibration.h"
+#include "calibrate/calibration.h"
 #include "sim/cost_model.h"
 #include "tests/check_main.h"
 #include "tests/topology_testing.h"

@@ -10,13 +10,13 @@
 #include "core/runtime/launcher_env.h"
 #include "sim/sim_runtime.h"
 #ifdef USP_HAVE_MPI
-#include "backends/mpi/mpi_runtime.h"
+#include "runtimes/mpi/mpi_runtime.h"
 #endif
 #ifdef USP_HAVE_CUDA
 #include "backends/cuda/cuda_runtime.h"
 #endif
 #ifdef USP_HAVE_NCCL
-#include "backends/nccl/nccl_runtime.h"
+#include "runtimes/nccl/nccl_runtime.h"
 #endif
 
 typedef struct runtime_entry {

@@ -14,7 +14,7 @@ usp_status runtime_registry_create(const char *name, const usp_runtime_options *
 
 /* When the runtime `name` runs a process per rank and no launcher started
  * this one, starts them: this command line (`argv`) again under mpirun
- * (backends/launch/mpi_self_launch.h), and does not return. USP_OK when there
+ * (runtimes/process/mpi_self_launch.h), and does not return. USP_OK when there
  * is nothing to start (sim, one rank, under a launcher); USP_ERR_CONFIG when
  * they cannot be started (no GPU or too few, no mpirun, root without Open
  * MPI's consent, the recursion guard). */

@@ -1,6 +1,6 @@
 /* Training on one GPU: one process, one rank (core/runtime/runtime_single.h),
  * --gpus 1. `--backend nccl` is this runtime in a build without NCCL or Open
- * MPI, and the nccl runtime's path without a launcher (backends/nccl/). The GPU is the process's local rank
+ * MPI, and the nccl runtime's path without a launcher (runtimes/nccl/). The GPU is the process's local rank
  * (LOCAL_RANK, OMPI_COMM_WORLD_LOCAL_RANK, SLURM_LOCALID) modulo the GPUs it
  * sees, else 0. */
 #ifndef USP_CUDA_RUNTIME_H

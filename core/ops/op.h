@@ -146,9 +146,8 @@ int usp_op_operand_count(const usp_op *op);
 /* What op's kind does with operand i (0 <= i < usp_op_operand_count(op)). */
 usp_operand_info usp_op_operand(const usp_op *op, int i);
 
-/* The name of a kind ("gemm", ..., "map") and of a map function. */
+/* The name of a kind ("gemm", ..., "map"). */
 const char *usp_op_kind_name(usp_op_kind kind);
-const char *usp_map_fn_name(usp_map_fn fn);
 
 /* 1 when op returns with its work done and its result in host memory (sum_squares): a host wait. */
 int usp_op_blocking(const usp_op *op);

@@ -409,6 +409,9 @@ typedef enum usp_map_fn {
     USP_MAP_FN_COUNT
 } usp_map_fn;
 
+/* The name of an element-wise function ("gelu_tanh_forward"): its op's in costs and traces. */
+const char *usp_map_fn_name(usp_map_fn fn);
+
 /* Runs the element-wise function fn (USP_MAP_FNS) over n elements of its outputs and inputs, in the
  * order of its line; `scalar` is its parameter (scale's factor; else unused). */
 usp_status usp_map(usp_backend_t *be, usp_map_fn fn, float *const *outputs, const float *const *inputs, int64_t n,

@@ -4,7 +4,7 @@
  * One reader for every caller: the guard against --backend sim under mpirun
  * (tools/runtime_registry.c), the default world of --backend mpi and nccl, and the
  * launcher room's choice between joining a launched world and starting one
- * (backends/launch/). The variables are per process: Open MPI's
+ * (runtimes/process/). The variables are per process: Open MPI's
  * OMPI_COMM_WORLD_SIZE, PMIx's PMIX_SIZE, PMI's PMI_SIZE, srun's
  * SLURM_STEP_NUM_TASKS. Not SLURM_NTASKS: a batch script has it without srun,
  * and a process it starts by hand was launched by no one. */

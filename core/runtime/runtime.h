@@ -1,6 +1,6 @@
 /* Room core/runtime/: what one rank holds (rank.h), the runtime that runs a rank's main
  * function on every rank (this file; the slots: runtime_impl.h), and the one-rank runtime
- * (runtime_single.h). sim/, backends/mpi/ and backends/nccl/ fill it. It may use: comm/,
+ * (runtime_single.h). sim/, runtimes/mpi/ and runtimes/nccl/ fill it. It may use: comm/,
  * core/ (ops), base/, trace/.
  *
  * The runtime: what runs a rank's main function on every rank of a world.

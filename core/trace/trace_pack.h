@@ -1,6 +1,6 @@
 /* A trace as bytes and back: how the ranks of a real backend, each recording
  * its own events in its own process, bring them to rank 0, which writes one
- * file for the whole world (backends/launch/mpi_trace_gather.h).
+ * file for the whole world (runtimes/process/mpi_trace_gather.h).
  *
  * The bytes are text, one event a line, fields separated by tabs (names and
  * call sites hold none), doubles printed exactly (%.17g): what rank 0 rebuilds
