@@ -12,7 +12,7 @@
  *   same session on the same GPU): PyTorch's figure beside each, and usp's
  *   over it.
  *
- * FLOPs are those the ops report (core/ops/ops.c: GEMM 2mnk; causal attention 4 D
+ * FLOPs are those the ops report (core/ops/op_kinds.c: GEMM 2mnk; causal attention 4 D
  * per visible query-key pair forward, 2.5x that backward), read from
  * usp_backend_flops around the timed calls, so the figures use the planner's
  * own counting. Times: CUDA work is asynchronous, so each timed window ends

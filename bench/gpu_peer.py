@@ -6,7 +6,7 @@
 1. cuBLAS GEMM through torch.matmul, n^3 (n 8192; --quick 2048), fp32 (TF32 off, as usp's fp32) and bf16.
 2. SDPA (torch.nn.functional.scaled_dot_product_attention, its default backend: cuDNN's fused attention
    on Hopper with PyTorch 2.5 and later), bf16, causal, 16 heads of 128, one sequence of N 16384 and 65536
-   (--quick 4096), forward and backward, TFLOP/s counted as core/ops/ops.c counts them: 4 x head_dim flops a
+   (--quick 4096), forward and backward, TFLOP/s counted as core/ops/op_kinds.c counts them: 4 x head_dim flops a
    visible query-key pair and head forward, 2.5x that backward (N (N + 1) / 2 visible pairs, causal).
 3. A Hugging Face Llama at usp's llama-1b shape (Llama-3.2-1B's config.json, core/model/model_config.c),
    trained on one sequence of N 8192 and 32768 tokens (--quick 2048): bf16 autocast over fp32 master
@@ -66,7 +66,7 @@ def attention(torch, device, lengths, result):
         q, k, v = (torch.randn(1, heads, n, d, device=device, dtype=torch.bfloat16, requires_grad=True)
                    for _ in range(3))
         d_o = torch.randn(1, heads, n, d, device=device, dtype=torch.bfloat16)
-        flops = 4.0 * d * heads * n * (n + 1) / 2  # usp's convention (core/ops/ops.c)
+        flops = 4.0 * d * heads * n * (n + 1) / 2  # usp's convention (core/ops/op_kinds.c)
         reps = 1 if n > 32768 else 3
         with torch.no_grad():
             fwd = timed(torch, device, lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True), reps)

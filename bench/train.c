@@ -8,7 +8,7 @@
  *
  * Two FLOP counts, both printed:
  * - "ops": what the compute ops of one step reported to the cost sink, summed
- *   over the ranks. core/ops/ops.c derives them from shapes (GEMM 2mnk; causal
+ *   over the ranks. core/ops/op_kinds.c derives them from shapes (GEMM 2mnk; causal
  *   flash attention 4 D per visible query-key pair forward, 2.5x that backward;
  *   a few flops per element for norms, activations, loss, AdamW). They are read
  *   back from the simulator's trace, which keeps one compute span per op, and
@@ -110,7 +110,7 @@ static void usage(FILE *f)
             "not counted in the steps'). Target, reported only: ops/sgemm >= 0.40.\n"
             "\n"
             "FLOPs per step, both summed over ranks:\n"
-            "  ops      what the ops reported to the cost sink (core/ops/ops.c: GEMM 2mnk, causal\n"
+            "  ops      what the ops reported to the cost sink (core/ops/op_kinds.c: GEMM 2mnk, causal\n"
             "           attention 4 D per visible pair forward and 2.5x that backward,\n"
             "           elementwise ops a few per element); the honest count.\n"
             "  6P+attn  llm.c / nanoGPT / PaLM convention: (6 P + 12 L C N) per token,\n"
@@ -245,7 +245,7 @@ static usp_status check_flops(const bench_config *bc, const usp_model_config *m,
     closed_form_flops(m, bc->seq, bc->batch, &gemm, &attention);
     if (fabs(r->gemm_flops - gemm) > 1e-9 * gemm || fabs(r->attention_flops - attention) > 1e-9 * attention)
         return usp_error(USP_ERR_RUNTIME, "%s: the ops reported %.6e GEMM and %.6e attention FLOPs per step, the "
-                         "closed form gives %.6e and %.6e: the FLOP counting (core/ops/ops.c, the trace) or the "
+                         "closed form gives %.6e and %.6e: the FLOP counting (core/ops/op_kinds.c, the trace) or the "
                          "step changed", bc->id, r->gemm_flops, r->attention_flops, gemm, attention);
     return USP_OK;
 }

@@ -1,7 +1,7 @@
 /* A calibrated, size-aware model of a backend's kernels (usp calibrate writes
  * it into a topology file's GPU; docs/cluster_model.md, "Calibrated kernels").
  *
- * Each op class (an op name core/ops/ops.c reports: "gemm", "attention_forward",
+ * Each op class (an op name core/ops/op_kinds.c names: "gemm", "attention_forward",
  * "layernorm_backward", ...) prices an op of `flops`, `bytes` of memory
  * traffic and `outputs` (usp_op_cost) as
  *     seconds = call + outputs x per_output + bytes x per_byte + work x per_work(bytes)

@@ -5,8 +5,8 @@
  * address from a bump pointer: 64-byte aligned like the cpu backend's, never
  * reused (so no two live buffers overlap and a stale pointer never aliases a
  * new buffer), with a 64-byte gap after each buffer (so an access one past
- * the end never lands inside the next one when core/ops/ops.c checks ownership).
- * The addresses are never dereferenced: core/ops/ops.c counts the allocation
+ * the end never lands inside the next one when core/ops/backend.c checks ownership).
+ * The addresses are never dereferenced: core/ops/backend.c counts the allocation
  * and usp_op_run reports each op's cost from its shapes, so memory and cost
  * equal the cpu backend's for the same calls. The copies are therefore empty
  * and the run slot NULL, which usp_op_run allows when has_numerics = 0. The one

@@ -4,7 +4,7 @@
  * filled with designated initializers, plus a context. Memory, copies, streams
  * and events are slots of their own; every compute op reaches a backend as one
  * descriptor (core/ops/op.h) through one slot, `run`, after usp_op_run
- * (core/ops/ops.c) has checked its arguments, counted its memory and reported
+ * (core/ops/op_run.c) has checked its arguments, counted its memory and reported
  * its cost, so a backend only does the work. The ordering contract is core/ops/ops.h's: every slot that
  * takes a stream enqueues its work there and may return before it is done,
  * unless it says "blocking"; host memory a slot reads is read before it

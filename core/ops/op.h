@@ -6,7 +6,7 @@
  * A kind is one line of USP_OP_KINDS below and one row of the table in core/ops/op_kinds.c: the
  * names and roles of its operands (which it writes, which must be f32, which may be NULL), the
  * check of its parameters and its cost. Everything that handles every op handles it from that
- * row alone: the checks, the cost and the timing of core/ops/ops.c, the bf16 widening of the cpu
+ * row alone: the checks, the cost and the timing of usp_op_run (core/ops/op_run.c), the bf16 widening of the cpu
  * backend (backends/cpu/cpu_widen.c), the deferral and the order checks of the lazy backend, the
  * simulator's forwarding. Element-wise ops are one kind, USP_OP_MAP, whose functions are one line
  * each of USP_MAP_FNS (core/ops/ops.h): a new one is that line, each backend's formula and a

@@ -1,7 +1,7 @@
-/* The backend handle behind core/ops/ops.h, shared by the files of core/ops/: the
- * buffers and the one door usp_op_run (ops.c), the kinds' checks and costs
- * (op_kinds.c), the typed calls (op_builders.c), host waits and op timing.
- * Nothing outside core/ops/ includes it. */
+/* The backend handle behind core/ops/ops.h, shared by the files of core/ops/: the handle and its
+ * buffers (backend.c), what enqueues work and the one door usp_op_run (op_run.c), the kinds' checks and
+ * costs (op_kinds.c), the typed calls (op_builders.c), host waits and op timing. Nothing outside
+ * core/ops/ includes it. */
 #ifndef USP_OPS_INTERNAL_H
 #define USP_OPS_INTERNAL_H
 
@@ -95,6 +95,11 @@ ops_work ops_kind_cost(const usp_op *op);
 
 /* The memory category a kind's workspace is counted under (NULL: it has none). */
 const char *ops_kind_scratch(usp_op_kind kind);
+
+/* USP_OK when [ptr, ptr + bytes) lies in one live buffer (and noted as an operand of the op being
+ * checked); else USP_ERR_RUNTIME naming the op, the side and the buffer the range starts in, with its dtype. */
+usp_status ops_check_range(const usp_backend_t *be, const char *op, const char *side, const void *ptr,
+                           size_t bytes);
 
 /* Counts the op's flops and sends its cost, with the stream it is enqueued on, to the backend's cost sink (if any). */
 void ops_report_cost(usp_backend_t *be, const char *op, double flops, double bytes, usp_stream_t *stream);

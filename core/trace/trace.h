@@ -67,7 +67,7 @@ size_t usp_trace_count(const usp_trace_t *t);
 const usp_trace_event *usp_trace_at(const usp_trace_t *t, size_t i);
 
 /* Appends a compute span of `rank` from t_start to t_end (virtual seconds);
- * `name` must have static storage (the op names of core/ops/ops.c do). */
+ * `name` must have static storage (the op names of core/ops/op_kinds.c do). */
 usp_status usp_trace_record_compute(usp_trace_t *t, int rank, const char *name, double t_start, double t_end,
                                     double flops, double mem_bytes);
 

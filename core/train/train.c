@@ -7,7 +7,7 @@
 #include <string.h>
 
 #include "core/checkpoint/checkpoint.h"
-#include "core/train/train_internal.h"
+#include "core/train/trainer.h"
 
 /* A rank asked to stop (usp_train_config.stop) adds STOP_MARK to its count of valid targets: the
  * world's sum is then stops * 2^40 + count, so the all-reduce every step makes anyway tells every

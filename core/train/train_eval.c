@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/train/train_internal.h"
+#include "core/train/trainer.h"
 
 usp_status trainer_sum_over(trainer *t, usp_comm_t *group, double *values, int n)
 {

@@ -1,7 +1,7 @@
 /* The trainer's state, shared by the training loop (train.c) and its held-out
  * evaluation (train_eval.c). Nothing outside core/train/ includes it. */
-#ifndef USP_TRAIN_INTERNAL_H
-#define USP_TRAIN_INTERNAL_H
+#ifndef USP_TRAINER_H
+#define USP_TRAINER_H
 
 #include <time.h>
 
