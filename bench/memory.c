@@ -112,7 +112,7 @@ static void usage(FILE *f)
     fprintf(f,
             "usage: memory [--json] [--quick] [--per-layer] [--help]\n"
             "\n"
-            "Peak memory per rank of one training step (sim backend, cpu, passkey data), tiny model,\n"
+            "Peak memory per rank of one training step (sim runtime, cpu backend, passkey data), tiny model,\n"
             "N = 16384, batch 1, in three tables.\n"
             "\n"
             "1. On W = 1, 2, 4 ranks (Ulysses U = W) and W = 8 (hybrid U x R = 4 x 2: the tiny model\n"
@@ -295,7 +295,7 @@ static usp_status run_world_table(int64_t seq, int json)
     USP_CHECK(usp_model_config_preset("tiny", &tiny));
     const double param_state = 16.0 * (double)usp_model_config_param_count(&tiny);
     if (!json) {
-        printf("memory per rank of one training step: tiny model (%lld parameters), N = %lld, batch 1, sim backend\n",
+        printf("memory per rank of one training step: tiny model (%lld parameters), N = %lld, batch 1, sim runtime\n",
                (long long)usp_model_config_param_count(&tiny), (long long)seq);
         printf("MiB at the rank's peak, by category: act (activations), grad (gradients: parameter and activation "
                "gradients),\ncomm (all-to-all/ring buffers), ws (attention workspace); param = 16 P bytes (weights, "

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The mpi backend beside the simulator, figures measured in one run (never asserted):
+# The mpi runtime beside the simulator, figures measured in one run (never asserted):
 #   bench/mpi.sh [BUILD_DIR]   (default build/release; needs mpirun)
 # 1. all_to_all bytes/s a rank at 4 ranks: sim, mpi (4 processes), memcpy.
 # 2. the cost of --check-collectives per call (small all_reduce / all_to_all).

@@ -1,4 +1,4 @@
-/* Benchmark of the communicator in real processes (the mpi backend) beside the
+/* Benchmark of the communicator in real processes (the mpi runtime) beside the
  * simulator's, through usp's own communicator interface, so the figures
  * include what usp adds (decorator, fingerprints, rank-order reductions).
  *

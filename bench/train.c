@@ -320,7 +320,7 @@ static void print_header(void)
 {
     int bits = 0;
     const char *isa = cpu_attention_isa_name(&bits);
-    printf("training step on the sim backend (cpu, passkey data), %d threads, OMP_WAIT_POLICY %s; warm-up 1 step, "
+    printf("training step on the sim runtime (cpu backend, passkey data), %d threads, OMP_WAIT_POLICY %s; warm-up 1 step, "
            "then the timed steps; cpu vectors %s, attention kernels %s (%d-bit; USP_CPU_ISA picks)\n",
            omp_get_max_threads(), wait_policy(), bench_cpu_vectors(), isa, bits);
     printf("ops = FLOPs the ops reported (causal; attention backward = 2.5 x forward); 6P+attn = (6 P + 12 L C N) "

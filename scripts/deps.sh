@@ -10,7 +10,7 @@ packages=(
     libjansson-dev              # JSON (configs, --json output, traces)
     libgraphviz-dev             # Graphviz's libgvc: SVG/PNG schedule diagrams
     check                       # the unit-test framework
-    openmpi-bin libopenmpi-dev  # the mpi backend: one process per rank under mpirun (and its tests)
+    openmpi-bin libopenmpi-dev  # the mpi runtime: one process per rank under mpirun (and its tests)
     # the fuzzers need libFuzzer: clang, its runtimes (libFuzzer, ASan; a Recommends
     # that --no-install-recommends skips) and its OpenMP, which the build requires
     clang libclang-rt-dev libomp-dev

@@ -25,7 +25,7 @@ cmake --build build/asan -j"$jobs"
 # build above already ran, and under the sanitizers two of them take 3-5 minutes
 # each on 2 cores (measured); the unit tests, cli and bench smoke runs cover their code.
 # So is `mpi` (tests/mpi_test.sh: some 30 whole training runs under mpirun); the
-# mpi backend's own calls run here under the sanitizers in mpi_comm_3 and mpi_comm_4.
+# mpi runtime's own calls run here under the sanitizers in mpi_comm_3 and mpi_comm_4.
 # So is `docs` (the docs' pasted outputs): a Debug build sums in another order than
 # the build the docs were pasted from, and the RelWithDebInfo run above checks them.
 # So is `generate` (tests/generate_test.sh: 1200 training steps, past its limits under

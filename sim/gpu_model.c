@@ -27,7 +27,7 @@
  *   scripts) ran FlashAttention-2 or SDPA, not FA3 (issue 16 found usp 1.3-2.7x
  *   optimistic against them with FA3's rates).
  * - GEMM: large BF16 GEMMs in cuBLAS run at about 70% of the H100's dense peak
- *   and about 80% of the A100's (an estimate; the nccl backend can measure it);
+ *   and about 80% of the A100's (an estimate; the nccl runtime can measure it);
  *   Ada (L20, L40S): 70%, an estimate (power-capped PCIe cards).
  * - memory: streaming kernels reach about 85% of the HBM datasheet bandwidth. */
 #include "sim/gpu_model.h"

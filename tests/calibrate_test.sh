@@ -196,7 +196,7 @@ check_usage "a size twice" "given twice" --backend sim --sizes 8K,8K
 check_usage "--out not .json" "--out top.txt: the topology file's name must end in .json" --backend sim --out top.txt
 check_usage "--out in a missing directory" "--out nowhere/x.json" --backend sim --out nowhere/x.json
 check_usage "--gpus-per-node that does not divide" "--gpus-per-node 3" --backend sim --world 4 --gpus-per-node 3
-check_usage "an unknown backend" "--backend tpu: unknown backend" --backend tpu
+check_usage "an unknown runtime" "--backend tpu: unknown runtime" --backend tpu
 check_usage "--topology on a real backend" "--topology with --backend mpi" --backend mpi --topology dgx-h100
 if ! "$usp" --help | grep -q "nccl (in this build)"; then
     check_usage "--backend nccl without CUDA" "--backend nccl: not in this build" --backend nccl

@@ -317,11 +317,11 @@ check "train --meta --json says fits: false" bash -c '[[ $1 == *"\"fits\":false"
 out=$("$usp" train --steps 1 --seq 64 --batch 2 --eval-samples 0 2>&1)
 check "a run that fits says nothing of it" bash -c '[[ $1 == *"done: loss"* && $1 != *"does not fit"* ]]' _ "$out"
 
-# Conveniences: --version says which commit was built, how and with which backends; a mistyped option gets the
-# one it most likely meant; a save and a resume say so
+# Conveniences: --version says which commit was built, how and with which runtimes and compute backends; a
+# mistyped option gets the one it most likely meant; a save and a resume say so
 out=$("$usp" --version 2>&1)
-check "usp --version names the commit, the build type, the compiler and the backends" \
-    bash -c '[[ $1 =~ ^usp\ [0-9.]+\ \(commit\ [^,]+,\ [A-Za-z]+\ build,\ (gcc|clang)\ [^$'"'"'\n'"'"']+\)$'"'"'\n'"'"'backends:\ sim\ \(in\ this\ build\) ]]' _ "$out"
+check "usp --version names the commit, the build type, the compiler, the runtimes and the compute backends" \
+    bash -c '[[ $1 =~ ^usp\ [0-9.]+\ \(commit\ [^,]+,\ [A-Za-z]+\ build,\ (gcc|clang)\ [^$'"'"'\n'"'"']+\)$'"'"'\n'"'"'runtimes:\ sim\ \(in\ this\ build\).*$'"'"'\n'"'"'compute\ backends:\ cpu ]]' _ "$out"
 expect 2 "unknown option --step for \`usp train\`; did you mean --steps? see usp train --help" -- train --step 3
 expect 2 "unknown option --frobnicate for \`usp train\`; see usp train --help" -- train --frobnicate
 "$usp" train --steps 4 --until 2 --seq 64 --batch 2 --eval-samples 0 --save "$work/said" >"$work/said.txt" 2>&1

@@ -265,7 +265,7 @@ expect 2 "--lr nan: the learning rate must be a finite number above 0" -- "${one
 expect 2 "--lr inf: the learning rate must be" -- "${one[@]}" --lr inf
 expect 2 "--lr -0.1: the learning rate must be" -- "${one[@]}" --lr -0.1
 expect 2 "--lr 0: the learning rate must be" -- "${one[@]}" --lr 0
-expect 2 "--backend foo: unknown backend; the backends are sim (in this build), nccl (" -- "${one[@]}" --backend foo
+expect 2 "--backend foo: unknown runtime; the runtimes (where the ranks run) are sim (in this build), nccl (" -- "${one[@]}" --backend foo
 out_dir=$work/outputs
 mkdir -p "$out_dir"
 printf 'x' > "$out_dir/file"

@@ -1,5 +1,5 @@
 /* Checks of every collective, shared by the simulator's tests (test_comm.c) and
- * the mpi backend's (test_mpi_comm.c, under mpirun): every element of every
+ * the mpi runtime's (test_mpi_comm.c, under mpirun): every element of every
  * result against what the senders put in (a closed form of the ranks' ids). */
 #include "tests/comm_checks.h"
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The mpi backend in real processes (mpirun on loopback): the same losses as
+# The mpi runtime in real processes (mpirun on loopback): the same losses as
 # the simulator, checkpoints across backends, every injected fault caught by
 # --check-collectives, the watchdog and `usp postmortem`, a rank killed with
 # SIGKILL; usp starting its own processes under mpirun when none started it

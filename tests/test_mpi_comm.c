@@ -1,4 +1,4 @@
-/* Every collective of the mpi backend's communicator, in real processes: run
+/* Every collective of the mpi runtime's communicator, in real processes: run
  * under mpirun (-np 1 to 4; tests/CMakeLists.txt runs 3 and 4), the checks the
  * simulator's communicator passes (tests/comm_checks.c) on the world and on
  * split groups, each result against its closed form, large all_reduce sums

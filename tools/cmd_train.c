@@ -512,7 +512,7 @@ int cmd_train(int argc, char **argv)
              "(docs/attention.md)", schedules);
     const cli_option options[] = {
         {"--backend", CLI_STRING, &o.backend, "sim|mpi|nccl",
-         "where the ranks run: sim (default, one process), mpi (one process per rank, on the CPU), nccl (one process "
+         "the runtime, where the ranks run: sim (default, one process), mpi (one process per rank, on the CPU), nccl (one process "
          "per GPU: cuda kernels and cuBLAS, NCCL); mpi and nccl start their processes under mpirun unless a launcher "
          "(mpirun, srun) started this one", 0, -1},
         {"--world", CLI_INT, &o.world, "W", "ranks (simulated GPUs; default 4, or the launcher's process count)", 1, 4096},

@@ -70,9 +70,10 @@ usp_status runtime_registry_check(const char *name)
     char known[256];
     runtime_registry_describe(known, sizeof known);
     if (e)
-        return usp_error(USP_ERR_CONFIG, "--backend %s: not in this build (the %s backend needs %s at build time); "
-                         "the backends are %s", name, name, e->needs, known);
-    return usp_error(USP_ERR_CONFIG, "--backend %s: unknown backend; the backends are %s", name, known);
+        return usp_error(USP_ERR_CONFIG, "--backend %s: not in this build (the %s runtime needs %s at build time); "
+                         "the runtimes are %s", name, name, e->needs, known);
+    return usp_error(USP_ERR_CONFIG, "--backend %s: unknown runtime; the runtimes (where the ranks run) are %s", name,
+                     known);
 }
 
 usp_status runtime_registry_create(const char *name, const usp_runtime_options *o, usp_runtime_t **out)

@@ -1,11 +1,12 @@
 /* The `usp` command: parses the sub-command and hands over to it. Thin on
- * purpose: everything it runs lives in core/, sim/ and the backends. */
+ * purpose: everything it runs lives in core/, the runtimes (sim/, runtimes/) and the compute backends. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
+#include "backends/registry/compute_backends.h"
 #include "tools/commands.h"
 #include "tools/runtime_registry.h"
 #include "usp_version.h" /* USP_COMMIT, written at build time (tools/version.cmake) */
@@ -39,9 +40,11 @@ static void print_help(FILE *out)
             "4 a rank failed, 5 plan --require-fit and the step does not fit, 130 or 143 train stopped by\n"
             "SIGINT or SIGTERM (saved with --save).\n",
             USP_VERSION);
-    char backends[512];
-    runtime_registry_describe(backends, sizeof backends);
-    fprintf(out, "backends (--backend): %s.\n", backends);
+    char runtimes[512], backends[512];
+    runtime_registry_describe(runtimes, sizeof runtimes);
+    usp_compute_backends_describe(backends, sizeof backends);
+    fprintf(out, "runtimes, where the ranks run (--backend): %s.\ncompute backends, what computes a rank's ops: %s "
+            "(meta: --meta; the others: --sim-compute under the sim runtime).\n", runtimes, backends);
 }
 
 /* libgomp reads OMP_WAIT_POLICY when it loads, before main: by default its idle
@@ -74,10 +77,11 @@ static int run_command(int argc, char **argv)
         return 0;
     }
     if (strcmp(cmd, "--version") == 0) { /* what a bug report needs: which code, built how, able to run what */
-        char backends[512];
-        runtime_registry_describe(backends, sizeof backends);
-        printf("usp %s (commit %s, %s build, %s)\nbackends: %s\n", USP_VERSION, USP_COMMIT,
-               *USP_BUILD_TYPE ? USP_BUILD_TYPE : "default", USP_COMPILER, backends);
+        char runtimes[512], backends[512];
+        runtime_registry_describe(runtimes, sizeof runtimes);
+        usp_compute_backends_describe(backends, sizeof backends);
+        printf("usp %s (commit %s, %s build, %s)\nruntimes: %s\ncompute backends: %s\n", USP_VERSION, USP_COMMIT,
+               *USP_BUILD_TYPE ? USP_BUILD_TYPE : "default", USP_COMPILER, runtimes, backends);
         return 0;
     }
     if (strcmp(cmd, "selftest") == 0)
