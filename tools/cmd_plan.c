@@ -14,6 +14,7 @@
 #include "sim/cost_model.h"
 #include "sim/topology.h"
 #include "tools/cli.h"
+#include "tools/runtime_registry.h"
 #include "tools/commands.h"
 #include "tools/memory_options.h"
 #include "tools/output_path.h"
@@ -374,10 +375,6 @@ int cmd_plan(int argc, char **argv)
     const plan_options defaults = {.model = "tiny", .data = "passkey", .world = 4, .ring = 1, .seq = 64,
                                    .memory = MEMORY_OPTIONS_DEFAULTS};
     plan_options o = defaults;
-    char schedules[256], attention_help[512];
-    usp_schedules_describe(schedules, sizeof schedules);
-    snprintf(attention_help, sizeof attention_help, "the attention schedule planned: %s; sp (default) is the "
-             "mesh's, every split's with --sweep (docs/attention.md)", schedules);
     const cli_option options[] = {
         {"--model", CLI_STRING, &o.model, "NAME|FILE",
          "tiny (default), gpt2-124m, llama-1b, llama-7b, llama-13b, or a Hugging Face config.json", 0, -1},
@@ -389,7 +386,7 @@ int cmd_plan(int argc, char **argv)
         {"--nodes", CLI_INT, &o.nodes, "K", "nodes of the topology (default: as many as --world needs)", 1, 100000},
         {"--attention-kernel", CLI_STRING, &o.attention_kernel, "fa2|fa3|sdpa",
          "attention kernel whose published rates the model charges: fa2 (default), fa3 (Hopper), sdpa", 0, -1},
-        {"--attention", CLI_STRING, &o.attention, "sp|NAME", attention_help, 0, -1},
+        {"--attention", CLI_STRING, &o.attention, "sp|NAME", runtime_registry_attention_help(1), 0, -1},
         {"--seq", CLI_INT, &o.seq, "N", "sequence length (default 64)", 2, 1 << 30},
         {"--pad", CLI_FLAG, &o.pad, NULL, "pad a length that does not divide (padding is masked out of the loss)", 0, -1},
         {"--batch", CLI_INT, &o.batch, "B", "global batch: sequences per step over all DP replicas (default DP)", 1, 1 << 20},

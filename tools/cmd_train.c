@@ -505,11 +505,6 @@ int cmd_train(int argc, char **argv)
     train_options o = {.backend = "sim", .data = "passkey", .attention = "sp", .ring = 1, .seq = 64, .batch = 16,
                        .steps = -1, .warmup = -1, .log_every = 250, .eval_samples = 64, .seed = -1, .lr = 1e-2,
                        .memory = MEMORY_OPTIONS_DEFAULTS, .explore = {.slots = 1}};
-    char schedules[256], attention_help[512];
-    usp_schedules_describe(schedules, sizeof schedules);
-    snprintf(attention_help, sizeof attention_help, "the attention schedule: %s. sp (default) runs the mesh's, "
-             "ulysses on U x 1, ring on 1 x R, hybrid on U x R; local: each rank attends to its own shard only "
-             "(docs/attention.md)", schedules);
     const cli_option options[] = {
         {"--backend", CLI_STRING, &o.backend, "sim|mpi|nccl",
          "the runtime, where the ranks run: sim (default, one process), mpi (one process per rank, on the CPU), nccl (one process "
@@ -528,7 +523,7 @@ int cmd_train(int argc, char **argv)
          0, -1},
         {"--sim-compute", CLI_STRING, &o.sim_compute, "cpu|lazy|cuda", "--backend sim: the ranks' compute: cpu, "
          "lazy (stream order checked, exit 1 on a race) or cuda (every rank's kernels on GPU 0; a CUDA build)", 0, -1},
-        {"--attention", CLI_STRING, &o.attention, "sp|NAME", attention_help, 0, -1},
+        {"--attention", CLI_STRING, &o.attention, "sp|NAME", runtime_registry_attention_help(0), 0, -1},
         {"--model", CLI_STRING, &o.model, "NAME|FILE",
          "tiny (default), gpt2-124m, llama-1b, llama-7b, llama-13b, or a Hugging Face config.json; with --resume, the "
          "checkpoint's (a different one is refused)", 0, -1},

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "backends/registry/compute_backends.h"
+#include "core/parallel/schedule.h"
 #include "core/runtime/launcher_env.h"
 #include "sim/sim_runtime.h"
 #ifdef USP_HAVE_MPI
@@ -98,6 +99,17 @@ usp_status runtime_registry_check_launcher(const char *name, const char *command
     return usp_error(USP_ERR_CONFIG, "--backend sim under a launcher of %d processes (%s=%d): each process would "
                      "simulate every rank on its own; add --backend mpi to run one rank a process, or run usp %s "
                      "without the launcher to simulate them in one", n, var, n, command);
+}
+
+const char *runtime_registry_attention_help(int planned)
+{
+    static char help[2][512]; /* the command line is read on one thread */
+    char schedules[256];
+    usp_schedules_describe(schedules, sizeof schedules);
+    snprintf(help[planned != 0], sizeof help[0], "the attention schedule%s: %s. sp (default) runs the mesh's, ulysses "
+             "on U x 1, ring on 1 x R, hybrid on U x R%s (docs/attention.md)", planned ? " planned" : "", schedules,
+             planned ? ", each split's with --sweep" : "; local: each rank attends to its own shard only");
+    return help[planned != 0];
 }
 
 int runtime_registry_default_world(const char *name)

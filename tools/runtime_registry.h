@@ -34,6 +34,9 @@ void runtime_registry_describe(char *buf, size_t size);
  * printed once per process. The message names --backend mpi. */
 usp_status runtime_registry_check_launcher(const char *name, const char *command);
 
+/* The help of --attention: the schedules of the table (core/parallel/schedule.h); `planned`: usp plan's. */
+const char *runtime_registry_attention_help(int planned);
+
 /* The world size when --world is not given: the launcher's process count for
  * a runtime that a launcher starts (mpi), else 4. */
 int runtime_registry_default_world(const char *name);
