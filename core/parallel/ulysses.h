@@ -1,6 +1,7 @@
 /* Room core/parallel/: how a sequence is cut across ranks and put back: sequence layouts
- * (layout.h), the device mesh and its groups (mesh.h), Ulysses attention (this file) and
- * ring attention (ring.h). It may use: comm/, core/ (ops), base/.
+ * (layout.h), the device mesh and its groups (mesh.h), the attention schedules behind one
+ * table (schedule.h), Ulysses attention (this file) and ring attention (ring.h). It may use:
+ * core/comm, core/ops, core/base.
  *
  * Ulysses sequence-parallel attention (DeepSpeed-Ulysses, Jacobs et al. 2023),
  * and the 2-D hybrid with Ring attention across Ulysses groups (USP, Fang and
