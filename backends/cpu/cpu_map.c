@@ -95,9 +95,11 @@ usp_status cpu_map(const usp_op *op)
     const map_formula f = formulas[op->p.map.fn];
     float *out[MAP_OPERANDS_MAX];
     const float *in[MAP_OPERANDS_MAX];
+    usp_operand_info info[USP_OP_OPERANDS_MAX];
+    const int operands = usp_op_operands(op, info);
     int outs = 0, ins = 0;
-    for (int i = 0; i < usp_op_operand_count(op) && i < MAP_OPERANDS_MAX; i++) {
-        if (usp_op_operand(op, i).flags & USP_OPERAND_WRITTEN)
+    for (int i = 0; i < operands && i < MAP_OPERANDS_MAX; i++) {
+        if (info[i].flags & USP_OPERAND_WRITTEN)
             out[outs++] = op->operand[i].data;
         else
             in[ins++] = op->operand[i].data;

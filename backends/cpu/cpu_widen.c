@@ -143,8 +143,10 @@ static usp_status narrow_back(widening *w, const usp_op *op, usp_status st)
 {
     if (st == USP_OK)
         st = w->status;
-    for (int k = 0; k < usp_op_operand_count(op); k++) {
-        if (!(usp_op_operand(op, k).flags & USP_OPERAND_WRITTEN))
+    usp_operand_info info[USP_OP_OPERANDS_MAX];
+    const int n = usp_op_operands(op, info);
+    for (int k = 0; k < n; k++) {
+        if (!(info[k].flags & USP_OPERAND_WRITTEN))
             continue;
         for (int i = 0; i < w->n && st == USP_OK; i++)
             if (w->narrow[i].data && w->narrow[i].data == op->operand[k].data)
@@ -210,11 +212,12 @@ usp_status cpu_run_widened(const usp_op *op, usp_status (*fp32)(const usp_op *op
         else
             *b = rounded(&w, *b);
     }
-    for (int i = 0; i < usp_op_operand_count(op); i++) {
-        const usp_operand_info info = usp_op_operand(op, i);
+    usp_operand_info info[USP_OP_OPERANDS_MAX];
+    const int n = usp_op_operands(op, info);
+    for (int i = 0; i < n; i++) {
         usp_view v = wide.operand[i];
-        if (info.rows_by >= 0)
-            v = table_rows(v, op->operand[info.rows_by].data, op->p.rows.n, op->p.rows.C);
+        if (info[i].rows_by >= 0)
+            v = table_rows(v, op->operand[info[i].rows_by].data, op->p.rows.n, op->p.rows.C);
         wide.operand[i] = widen(&w, v);
     }
     return narrow_back(&w, op, w.status != USP_OK ? w.status : fp32(&wide));

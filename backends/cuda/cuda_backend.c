@@ -253,9 +253,11 @@ static usp_status run_rmsnorm_backward(cuda_ctx *c, const usp_op *op)
 static usp_status run_map(cuda_ctx *c, const usp_op *op)
 {
     cuda_array out[USP_OP_OPERANDS_MAX], in[USP_OP_OPERANDS_MAX];
+    usp_operand_info info[USP_OP_OPERANDS_MAX];
+    const int n = usp_op_operands(op, info);
     int outs = 0, ins = 0;
-    for (int i = 0; i < usp_op_operand_count(op); i++) {
-        if (usp_op_operand(op, i).flags & USP_OPERAND_WRITTEN)
+    for (int i = 0; i < n; i++) {
+        if (info[i].flags & USP_OPERAND_WRITTEN)
             out[outs++] = ARR(X(i));
         else
             in[ins++] = ARR(X(i));

@@ -85,7 +85,8 @@ static usp_status lazy_run(void *ctx, const usp_op *desc)
         USP_CHECK(lazy_device_synchronize(ctx, desc->stream));
         return CPU->run(NULL, &now);
     }
-    const int n = usp_op_operand_count(desc);
+    usp_operand_info info[USP_OP_OPERANDS_MAX];
+    const int n = usp_op_operands(desc, info);
     void *ptrs[USP_OP_OPERANDS_MAX];
     usp_access access[USP_OP_OPERANDS_MAX];
     int k = 0;
@@ -93,7 +94,7 @@ static usp_status lazy_run(void *ctx, const usp_op *desc)
         ptrs[i] = desc->operand[i].data;
         if (desc->operand[i].data)
             access[k++] = (usp_access){desc->operand[i].data, usp_view_bytes(desc->operand[i]),
-                                       !!(usp_op_operand(desc, i).flags & USP_OPERAND_WRITTEN)};
+                                       !!(info[i].flags & USP_OPERAND_WRITTEN)};
     }
     lazy_op *op;
     USP_CHECK(lazy_device_enqueue_array(ctx, desc->stream, usp_op_name(desc), run_op, &op, n, ptrs));

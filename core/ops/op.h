@@ -88,7 +88,7 @@ typedef struct usp_gemm_shape {
 typedef struct usp_op {
     usp_op_kind kind;
     usp_stream_t *stream;             /* NULL: the backend's default stream */
-    usp_view operand[USP_OP_OPERANDS_MAX]; /* in the kind's order (usp_op_operand); data NULL: left out */
+    usp_view operand[USP_OP_OPERANDS_MAX]; /* in the kind's order (usp_op_operands); data NULL: left out */
     union {
         usp_gemm_shape gemm;          /* GEMM: operands a, b, c */
         struct {
@@ -140,11 +140,9 @@ const char *usp_op_name(const usp_op *op);
  * and "accumulate" for accumulate_2d, and a map's function's name. */
 const char *usp_op_cost_name(const usp_op *op);
 
-/* The operands op's kind has (for a map, its function's outputs and inputs). */
-int usp_op_operand_count(const usp_op *op);
-
-/* What op's kind does with operand i (0 <= i < usp_op_operand_count(op)). */
-usp_operand_info usp_op_operand(const usp_op *op, int i);
+/* What op's kind does with each of its operands (for a map, its function's outputs, then inputs), in
+ * info[0..count); returns count. One call per op: the funnel asks it once, not once per operand. */
+int usp_op_operands(const usp_op *op, usp_operand_info info[USP_OP_OPERANDS_MAX]);
 
 /* The name of a kind ("gemm", ..., "map"). */
 const char *usp_op_kind_name(usp_op_kind kind);

@@ -152,9 +152,10 @@ usp_status usp_map(usp_backend_t *be, usp_map_fn fn, float *const *outputs, cons
                    int64_t n, float scalar, usp_stream_t *stream)
 {
     usp_op op = {.kind = USP_OP_MAP, .stream = stream, .p.map = {fn, n, scalar}};
-    const int operands = usp_op_operand_count(&op);
+    usp_operand_info info[USP_OP_OPERANDS_MAX];
+    const int operands = usp_op_operands(&op, info);
     for (int i = 0, outs = 0; i < operands; i++) {
-        if (usp_op_operand(&op, i).flags & USP_OPERAND_WRITTEN)
+        if (info[i].flags & USP_OPERAND_WRITTEN)
             op.operand[i] = V(outputs[outs++], n);
         else
             op.operand[i] = V(inputs[i - outs], n);

@@ -12,6 +12,7 @@
  * view; the kernel models price a dtype apart, sim/kernel_model.h); attention and GEMM name the
  * dtype they multiply in. */
 #include <math.h>
+#include <string.h>
 
 #include "core/ops/ops_internal.h"
 
@@ -461,20 +462,18 @@ const char *usp_op_cost_name(const usp_op *op)
     return op->kind == USP_OP_MAP ? usp_map_fn_name(op->p.map.fn) : kinds[op->kind].cost_name;
 }
 
-int usp_op_operand_count(const usp_op *op)
+int usp_op_operands(const usp_op *op, usp_operand_info info[USP_OP_OPERANDS_MAX])
 {
-    if (op->kind != USP_OP_MAP)
-        return kinds[op->kind].n_operands;
+    if (op->kind != USP_OP_MAP) {
+        const op_kind_info *k = &kinds[op->kind];
+        memcpy(info, k->operands, (size_t)k->n_operands * sizeof *info);
+        return k->n_operands;
+    }
     const map_fn_info *f = map_fn_of(op);
-    return f ? f->outputs + f->inputs : 0;
-}
-
-usp_operand_info usp_op_operand(const usp_op *op, int i)
-{
-    if (op->kind != USP_OP_MAP)
-        return kinds[op->kind].operands[i];
-    const map_fn_info *f = map_fn_of(op);
-    return (usp_operand_info){f->operands[i], i < f->outputs ? W : 0u, -1};
+    const int n = f ? f->outputs + f->inputs : 0;
+    for (int i = 0; i < n; i++)
+        info[i] = (usp_operand_info){f->operands[i], i < f->outputs ? W : 0u, -1};
+    return n;
 }
 
 size_t usp_view_bytes(usp_view v) { return (size_t)v.count * usp_dtype_size(v.dtype); }

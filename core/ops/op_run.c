@@ -83,21 +83,20 @@ usp_status usp_launch_host_func(usp_backend_t *be, usp_stream_t *stream, void (*
     return be->iface->launch_host_func(be->context, stream, fn, arg);
 }
 
-/* The view of operand i of op: checked against the live buffers as its role asks (ops_view; in bytes,
- * check_range), or left as the builder set it when it has no elements (a GEMM's a and b at k = 0). */
-static usp_status check_operand(const usp_backend_t *be, usp_op *op, int i)
+/* The view v of an operand that does what info says: checked against the live buffers as its role asks
+ * (ops_view; in bytes, check_range), or left as the builder set it when it has no elements (a GEMM's a
+ * and b at k = 0). */
+static usp_status check_operand(const usp_backend_t *be, const char *op, usp_operand_info info, usp_view *v)
 {
-    const usp_operand_info info = usp_op_operand(op, i);
-    usp_view *v = &op->operand[i];
     if (v->count == 0)
         return USP_OK;
     if (info.flags & USP_OPERAND_BYTES) {
-        USP_CHECK(ops_check_range(be, usp_op_name(op), info.name, v->data, (size_t)v->count));
+        USP_CHECK(ops_check_range(be, op, info.name, v->data, (size_t)v->count));
         v->dtype = USP_U8;
         return USP_OK;
     }
     const unsigned dtypes = info.flags & (USP_OPERAND_F32 | USP_OPERAND_IDS) ? OPS_F32 : OPS_STORED;
-    return ops_view(be, usp_op_name(op), info.name, v->data, v->count, dtypes, !!(info.flags & USP_OPERAND_OPTIONAL),
+    return ops_view(be, op, info.name, v->data, v->count, dtypes, !!(info.flags & USP_OPERAND_OPTIONAL),
                     v);
 }
 
@@ -121,17 +120,19 @@ usp_status usp_op_run(usp_backend_t *be, usp_op *op)
     if (nothing)
         return USP_OK;
     be->operands->n = 0; /* the ranges of this op only, even after a failed one */
-    const int n = usp_op_operand_count(op);
+    usp_operand_info info[USP_OP_OPERANDS_MAX];
+    const int n = usp_op_operands(op, info);
+    const char *name = usp_op_name(op);
     int scratch = -1;
     for (int i = 0; i < n; i++) {
-        if (usp_op_operand(op, i).flags & USP_OPERAND_SCRATCH)
+        if (info[i].flags & USP_OPERAND_SCRATCH)
             scratch = i;
         else
-            USP_CHECK(check_operand(be, op, i));
+            USP_CHECK(check_operand(be, name, info[i], &op->operand[i]));
     }
     const usp_backend_i *f = be->iface;
     if (f->has_numerics && (!f->run || (f->supports && !f->supports(be->context, op))))
-        return usp_error(USP_ERR_RUNTIME, "the %s backend has no %s op%s", f->name, usp_op_name(op),
+        return usp_error(USP_ERR_RUNTIME, "the %s backend has no %s op%s", f->name, name,
                          f->run ? " (its supports slot says so)" : ": its usp_backend_i has no run slot");
     const ops_work w = ops_kind_cost(op);
     ops_report_cost_outputs(be, usp_op_cost_name(op), w.dtype, w.flops, w.bytes, w.outputs, op->stream);

@@ -166,7 +166,7 @@ void ulysses_attention_destroy(ulysses_attention *a)
         return;
     usp_backend_t *be = a->c.backend;
     float *buffers[] = {a->q_all, a->k_all, a->v_all, a->o_all, a->lse};
-    for (size_t i = 0; i < sizeof buffers / sizeof *buffers; i++)
+    for (size_t i = sizeof buffers / sizeof *buffers; i-- > 0;) /* last made, first freed */
         usp_buffer_free(be, buffers[i]);
     ring_attention_destroy(a->ring);
     usp_event_destroy(be, a->to_comm), usp_event_destroy(be, a->to_compute);
