@@ -83,6 +83,9 @@ const usp_schedule_i *usp_schedule_for_mesh(int ulysses, int ring);
  * unchecked; NULL when no schedule has that name. */
 const usp_schedule_i *usp_schedule_pick(const char *name, int ulysses, int ring);
 
+/* USP_OK when s's KV heads divide its heads (every schedule needs it); else the named error. */
+usp_status usp_schedule_heads_check(const usp_schedule_shape *s);
+
 /* The schedule --attention `name` runs on the shape ("sp": the mesh's; else the one named), checked:
  * USP_ERR_CONFIG naming --attention and the schedules there are, or the schedule's own refusal. */
 usp_status usp_schedule_resolve(const char *name, const usp_schedule_shape *s, const usp_schedule_i **out);

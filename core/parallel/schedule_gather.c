@@ -35,9 +35,7 @@ static usp_status check(const usp_schedule_shape *s)
         return usp_error(USP_ERR_CONFIG, "--attention gather with --ulysses %d: the all-gather runs over the ring "
                          "group, on --ulysses 1 --ring R (e.g. --ulysses 1 --ring %d)", s->ulysses,
                          s->ulysses * s->ring);
-    if (s->n_heads < 1 || s->n_kv_heads < 1 || s->n_heads % s->n_kv_heads != 0)
-        return usp_error(USP_ERR_CONFIG, "%lld heads and %lld KV heads: the KV heads must divide the heads",
-                         (long long)s->n_heads, (long long)s->n_kv_heads);
+    USP_CHECK(usp_schedule_heads_check(s));
     usp_seq_layout l;
     return s->seq_len > 0 ? usp_seq_layout_make(usp_layout_for(s->causal, s->ring), s->seq_len, 1, s->ring, &l)
                           : USP_OK;

@@ -16,9 +16,7 @@ typedef struct local_layer {
 
 static usp_status check(const usp_schedule_shape *s)
 {
-    if (s->n_heads < 1 || s->n_kv_heads < 1 || s->n_heads % s->n_kv_heads != 0)
-        return usp_error(USP_ERR_CONFIG, "%lld heads and %lld KV heads: the KV heads must divide the heads",
-                         (long long)s->n_heads, (long long)s->n_kv_heads);
+    USP_CHECK(usp_schedule_heads_check(s));
     usp_seq_layout l;
     return s->seq_len > 0 ? usp_seq_layout_make(USP_LAYOUT_CONTIGUOUS, s->seq_len, s->ulysses, s->ring, &l) : USP_OK;
 }

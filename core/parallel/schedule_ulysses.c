@@ -37,24 +37,11 @@ static usp_status create(const usp_schedule_config *c, void **out)
     return ulysses_attention_create(&ac, (ulysses_attention **)out);
 }
 
-static usp_status forward(void *a, const float *q, const float *k, const float *v, float *o)
-{
-    return ulysses_attention_forward(a, q, k, v, o);
-}
-
-static usp_status backward(void *a, const float *d_o, float *dq, float *dk, float *dv)
-{
-    return ulysses_attention_backward(a, d_o, dq, dk, dv);
-}
-
-static int keeps_inputs(const void *a) { return ulysses_attention_keeps_inputs(a); }
-
-static void destroy(void *a) { ulysses_attention_destroy(a); }
-
 const usp_schedule_i usp_schedule_ulysses = {
     .name = "ulysses",
     .about = "all-to-all to all tokens for H/U heads, local attention, all-to-all back (--ring 1)",
     .exact = 1,
     .picks = picks, .check = check, .layout = layout, .sent = sent, .diagram = "ulysses",
-    .create = create, .forward = forward, .backward = backward, .keeps_inputs = keeps_inputs, .destroy = destroy,
+    .create = create, .forward = ulysses_schedule_forward, .backward = ulysses_schedule_backward,
+    .keeps_inputs = ulysses_schedule_keeps_inputs, .destroy = ulysses_schedule_destroy,
 };

@@ -559,3 +559,16 @@ double ulysses_sent(int64_t H, int64_t Hkv, int U, int j, int64_t batch, int64_t
     const double gathered = (double)(U - 1) * (2.0 * (double)q[1] + 2.0 * (double)kv[1]);
     return btd * (scattered + gathered);
 }
+
+usp_status ulysses_schedule_forward(void *a, const float *q, const float *k, const float *v, float *o)
+{
+    return ulysses_attention_forward(a, q, k, v, o);
+}
+
+usp_status ulysses_schedule_backward(void *a, const float *d_o, float *dq, float *dk, float *dv)
+{
+    return ulysses_attention_backward(a, d_o, dq, dk, dv);
+}
+
+int ulysses_schedule_keeps_inputs(const void *a) { return ulysses_attention_keeps_inputs(a); }
+void ulysses_schedule_destroy(void *a) { ulysses_attention_destroy(a); }

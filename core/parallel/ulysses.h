@@ -111,4 +111,11 @@ void ulysses_attention_skip_waits_for_tests(unsigned mask);
 /* Frees the attention and its buffers. */
 void ulysses_attention_destroy(ulysses_attention *a);
 
+/* The calls above over the untyped handle of the schedules' table (usp_schedule_i), which the ulysses
+ * and hybrid schedules share: they differ in their checks and their create only. */
+usp_status ulysses_schedule_forward(void *a, const float *q, const float *k, const float *v, float *o);
+usp_status ulysses_schedule_backward(void *a, const float *d_o, float *dq, float *dk, float *dv);
+int ulysses_schedule_keeps_inputs(const void *a);
+void ulysses_schedule_destroy(void *a);
+
 #endif
