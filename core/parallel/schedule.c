@@ -58,14 +58,6 @@ const usp_schedule_i *usp_schedule_pick(const char *name, int ulysses, int ring)
     return !name || strcmp(name, "sp") == 0 ? usp_schedule_for_mesh(ulysses, ring) : usp_schedule_find(name);
 }
 
-usp_status usp_schedule_heads_check(const usp_schedule_shape *s)
-{
-    if (s->n_heads < 1 || s->n_kv_heads < 1 || s->n_heads % s->n_kv_heads != 0)
-        return usp_error(USP_ERR_CONFIG, "%lld heads and %lld KV heads: the KV heads must divide the heads",
-                         (long long)s->n_heads, (long long)s->n_kv_heads);
-    return USP_OK;
-}
-
 usp_status usp_schedule_resolve(const char *name, const usp_schedule_shape *s, const usp_schedule_i **out)
 {
     *out = NULL;

@@ -83,8 +83,15 @@ const usp_schedule_i *usp_schedule_for_mesh(int ulysses, int ring);
  * unchecked; NULL when no schedule has that name. */
 const usp_schedule_i *usp_schedule_pick(const char *name, int ulysses, int ring);
 
-/* USP_OK when s's KV heads divide its heads (every schedule needs it); else the named error. */
-usp_status usp_schedule_heads_check(const usp_schedule_shape *s);
+/* USP_OK when s's KV heads divide its heads (every schedule needs it); else the named error. Inline:
+ * the schedules' files call it, and the table's file (schedule.c) calls them. */
+static inline usp_status usp_schedule_heads_check(const usp_schedule_shape *s)
+{
+    if (s->n_heads < 1 || s->n_kv_heads < 1 || s->n_heads % s->n_kv_heads != 0)
+        return usp_error(USP_ERR_CONFIG, "%lld heads and %lld KV heads: the KV heads must divide the heads",
+                         (long long)s->n_heads, (long long)s->n_kv_heads);
+    return USP_OK;
+}
 
 /* The schedule --attention `name` runs on the shape ("sp": the mesh's; else the one named), checked:
  * USP_ERR_CONFIG naming --attention and the schedules there are, or the schedule's own refusal. */
