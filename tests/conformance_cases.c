@@ -272,15 +272,16 @@ static void run_attention(conformance_run *r, const void *params)
     conformance_download(r, "dv", dv, nkv);
 }
 
-/* {batch, n_q, n_kv, n_heads, n_kv_heads, head_dim, q_offset, kv_offset, causal, scale} */
-#define FULL {2, 19, 19, 4, 4, 32, 0, 0, 0, 0}
-#define CAUSAL_GQA {1, 23, 23, 4, 2, 32, 0, 0, 1, 0}
+/* {batch, n_q, n_kv, n_heads, n_kv_heads, head_dim, q_offset, kv_offset, causal, scale, window, seq_len,
+ * docs, docs_host} */
+#define FULL {2, 19, 19, 4, 4, 32, 0, 0, 0, 0, 0, 0, NULL, NULL}
+#define CAUSAL_GQA {1, 23, 23, 4, 2, 32, 0, 0, 1, 0, 0, 0, NULL, NULL}
 /* one block of a ring: queries 24..39 against keys 16..31, one kv head for both query heads (MQA) */
-#define RING_BLOCK {1, 16, 16, 2, 1, 64, 24, 16, 1, 0}
+#define RING_BLOCK {1, 16, 16, 2, 1, 64, 24, 16, 1, 0, 0, 0, NULL, NULL}
 /* keys 40..47 come after every query 0..7: no query sees a key (lse -inf, o 0, zero gradients) */
-#define MASKED_BLOCK {1, 8, 8, 2, 2, 32, 0, 40, 1, 0.3f}
-#define FEW_QUERIES {2, 5, 37, 2, 2, 32, 0, 0, 0, 0}
-#define FEW_KEYS_CAUSAL {1, 37, 5, 2, 1, 32, 0, 0, 1, 0}
+#define MASKED_BLOCK {1, 8, 8, 2, 2, 32, 0, 40, 1, 0.3f, 0, 0, NULL, NULL}
+#define FEW_QUERIES {2, 5, 37, 2, 2, 32, 0, 0, 0, 0, 0, 0, NULL, NULL}
+#define FEW_KEYS_CAUSAL {1, 37, 5, 2, 1, 32, 0, 0, 1, 0, 0, 0, NULL, NULL}
 
 static const attention_params attn_full = {FULL, 0, 0}, attn_full_bwd = {FULL, 1, 0};
 static const attention_params attn_causal_gqa = {CAUSAL_GQA, 0, 0}, attn_causal_gqa_bwd = {CAUSAL_GQA, 1, 0};

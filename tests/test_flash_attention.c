@@ -11,8 +11,15 @@
  * blocks merged by lse equals the one-call forward, backward accumulated over
  * blocks with the global o and lse equals the one-call backward. Last, the bits
  * do not depend on the run or the thread count. Sizes stay small so the suite
- * runs in seconds, also under ASan. */
+ * runs in seconds, also under ASan.
+ *
+ * Masks beyond causal (core/ops/mask.h): the reference asks usp_mask_sees, the definition pair by
+ * pair, while the kernels walk the intervals of the index maps and skip tiles; sliding windows of
+ * 1, 17, a tile less one, a tile, three tiles and 5, and past the sequence; documents of 1, 3 and 37
+ * tokens and longer ones that straddle tiles, different in each batch row; with and without causal,
+ * and on blocks placed by offsets. */
 #include "backends/cpu/cpu_attention.h"
+#include "core/ops/mask.h"
 
 #include <check.h>
 #include <math.h>
@@ -65,6 +72,7 @@ typedef struct problem {
     float *q, *k, *v, *d_o;                 /* inputs */
     float *o, *lse, *dq, *dk, *dv;          /* kernel outputs */
     double *ro, *rlse, *rdq, *rdk, *rdv;    /* reference outputs */
+    int32_t *docs;                          /* the documents' table, or NULL */
 } problem;
 
 static cpu_attention_shape make_shape(int64_t batch, int64_t n_q, int64_t n_kv, int64_t heads, int64_t kv_heads,
@@ -101,6 +109,7 @@ static void problem_free(problem *p)
     double *d[] = {p->ro, p->rlse, p->rdq, p->rdk, p->rdv};
     for (size_t i = 0; i < sizeof f / sizeof f[0]; i++) free(f[i]);
     for (size_t i = 0; i < sizeof d / sizeof d[0]; i++) free(d[i]);
+    free(p->docs);
 }
 
 /* Runs the kernels (forward, then backward overwriting the gradients). */
@@ -132,12 +141,13 @@ static void reference_run(problem *p)
     for (int64_t b = 0; b < s->batch; b++)
         for (int64_t h = 0; h < H; h++) {
             const int64_t g = h / (H / Hk);
+            const usp_mask_row m = {s->causal, s->window, s->docs ? s->docs + 2 * b * s->seq_len : NULL};
 #define QI(i, d) (((b * Nq + (i)) * H + h) * D + (d))
 #define KJ(j, d) (((b * Nk + (j)) * Hk + g) * D + (d))
             for (int64_t i = 0; i < Nq; i++) {
                 double mx = -INFINITY;
                 for (int64_t j = 0; j < Nk; j++) {
-                    int visible = !s->causal || s->kv_offset + j <= s->q_offset + i;
+                    const int visible = usp_mask_sees(&m, s->q_offset + i, s->kv_offset + j);
                     double dot = 0.0;
                     for (int64_t d = 0; d < D; d++) dot += (double)p->q[QI(i, d)] * (double)p->k[KJ(j, d)];
                     P[i * Nk + j] = visible ? scale * dot : -INFINITY;
@@ -255,6 +265,93 @@ START_TEST(forward_and_backward_match_double_reference)
     ck_assert_msg(ek <= 1e-4, fmt, CASE_ARGS, "dk", ek, 1e-4);
     ck_assert_msg(ev <= 1e-4, fmt, CASE_ARGS, "dv", ev, 1e-4);
 #undef CASE_ARGS
+    problem_free(&p);
+}
+END_TEST
+
+/* ------------------------------------------------------------------------- */
+/* Masks: windows and documents                                               */
+
+typedef struct masked_case {
+    int64_t batch, n_q, n_kv, heads, kv_heads, head_dim;
+    int causal;
+    int64_t q_offset, kv_offset, window;
+    int docs; /* 0: none; else the packing below, started at a different document in each row */
+} masked_case;
+
+/* Document lengths, cycled to fill a row: 1- and 3-token documents, and ones that straddle tiles. */
+static const int64_t packing[] = {1, 3, 37, 150, 1, 90, 260, 3, 37, 1000};
+
+/* Row b's table: the packing from its document b on, the last document cut at the row's end. */
+static int32_t *documents_table(int64_t batch, int64_t seq_len)
+{
+    int32_t *t = malloc((size_t)(batch * seq_len * 2) * sizeof *t);
+    ck_assert_ptr_nonnull(t);
+    const int n = (int)(sizeof packing / sizeof *packing);
+    for (int64_t b = 0; b < batch; b++) {
+        int64_t lengths[64], count = 0, at = 0;
+        for (int d = (int)b; at < seq_len; d++, count++) {
+            lengths[count] = packing[d % n] < seq_len - at ? packing[d % n] : seq_len - at;
+            at += lengths[count];
+        }
+        usp_mask_table_fill(lengths, count, t + 2 * b * seq_len);
+    }
+    return t;
+}
+
+/* Tiles are 128 x 128 by default: windows of 127, 128 and 389 meet them at and across their edges. */
+static const masked_case masked_cases[] = {
+    {1, 300, 300, 4, 2, 32, 1, 0, 0, 1, 0},     {1, 300, 300, 4, 2, 32, 1, 0, 0, 17, 0},
+    {1, 300, 300, 2, 1, 64, 1, 0, 0, 127, 0},   {2, 300, 300, 2, 2, 32, 1, 0, 0, 128, 1},
+    {1, 600, 600, 2, 1, 16, 1, 0, 0, 389, 0},   {1, 300, 300, 2, 2, 32, 1, 0, 0, 305, 1},
+    {2, 300, 300, 4, 2, 64, 1, 0, 0, 0, 1},     {2, 200, 200, 2, 1, 32, 0, 0, 0, 0, 1},
+    {1, 200, 200, 2, 2, 32, 0, 0, 0, 17, 0},    {1, 200, 200, 2, 1, 32, 0, 0, 0, 40, 1},
+    {1, 77, 130, 8, 2, 64, 1, 200, 150, 60, 1}, {2, 130, 77, 4, 4, 32, 1, 150, 200, 0, 1},
+};
+
+START_TEST(masked_forward_and_backward_match_double_reference)
+{
+    const masked_case *c = &masked_cases[_i];
+    problem p;
+    cpu_attention_shape s = make_shape(c->batch, c->n_q, c->n_kv, c->heads, c->kv_heads, c->head_dim, c->causal,
+                                       c->q_offset, c->kv_offset);
+    s.window = c->window;
+    s.seq_len = c->q_offset + c->n_q > c->kv_offset + c->n_kv ? c->q_offset + c->n_q : c->kv_offset + c->n_kv;
+    problem_init(&p, s, 2000 + (uint64_t)_i);
+    if (c->docs)
+        p.s.docs = p.docs = documents_table(c->batch, s.seq_len);
+    problem_run(&p);
+    reference_run(&p);
+    const double e[5] = {max_err_fd(p.o, p.ro, p.nq_el), max_err_fd(p.lse, p.rlse, p.nl_el),
+                         max_err_fd(p.dq, p.rdq, p.nq_el), max_err_fd(p.dk, p.rdk, p.nkv_el),
+                         max_err_fd(p.dv, p.rdv, p.nkv_el)};
+    const char *names[5] = {"o", "lse", "dq", "dk", "dv"};
+    for (int i = 0; i < 5; i++)
+        ck_assert_msg(e[i] <= (i < 2 ? 1e-5 : 1e-4),
+                      "masked case %d (causal %d, window %lld, documents %d, offsets %lld, %lld): %s error %g", _i,
+                      c->causal, (long long)c->window, c->docs, (long long)c->q_offset, (long long)c->kv_offset,
+                      names[i], e[i]);
+    problem_free(&p);
+}
+END_TEST
+
+/* Queries of one document against keys of the next, not causal: no query sees a key. */
+START_TEST(queries_and_keys_of_different_documents_see_nothing)
+{
+    problem p;
+    cpu_attention_shape s = make_shape(1, 50, 60, 2, 1, 32, 0, 0, 50);
+    s.seq_len = 110;
+    problem_init(&p, s, 7);
+    const int64_t lengths[] = {50, 60};
+    p.s.docs = p.docs = malloc(2 * 110 * sizeof *p.docs);
+    usp_mask_table_fill(lengths, 2, p.docs);
+    problem_run(&p);
+    for (size_t i = 0; i < p.nl_el; i++)
+        ck_assert(isinf(p.lse[i]) && p.lse[i] < 0);
+    for (size_t i = 0; i < p.nq_el; i++)
+        ck_assert(p.o[i] == 0.0f && p.dq[i] == 0.0f);
+    for (size_t i = 0; i < p.nkv_el; i++)
+        ck_assert(p.dk[i] == 0.0f && p.dv[i] == 0.0f);
     problem_free(&p);
 }
 END_TEST
@@ -456,6 +553,9 @@ static Suite *flash_attention_suite(void)
     tcase_set_timeout(tc, 120);
     tcase_add_loop_test(tc, forward_and_backward_match_double_reference, 0,
                         (int)(sizeof ref_cases / sizeof ref_cases[0]));
+    tcase_add_loop_test(tc, masked_forward_and_backward_match_double_reference, 0,
+                        (int)(sizeof masked_cases / sizeof masked_cases[0]));
+    tcase_add_test(tc, queries_and_keys_of_different_documents_see_nothing);
     tcase_add_test(tc, blocks_merged_by_lse_equal_one_call);
     tcase_add_test(tc, fully_masked_block_gives_zero_and_minus_inf);
     tcase_add_test(tc, a_peaky_softmax_makes_no_subnormal_gradient);

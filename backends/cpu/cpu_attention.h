@@ -35,6 +35,9 @@ typedef struct cpu_attention_shape {
     int64_t q_offset, kv_offset; /* global position of the first query / first key (for causal masking of blocks) */
     int causal;                  /* 1: query at global position p sees keys at positions <= p; 0: all keys */
     float scale;                 /* softmax scale, normally 1/sqrt(head_dim) */
+    int64_t window;              /* 0: none; W: the sliding window of core/ops/mask.h */
+    int64_t seq_len;             /* positions of a batch row of docs */
+    const int32_t *docs;         /* [batch][seq_len][2]: each position's document (start, end); NULL: one */
 } cpu_attention_shape;
 
 /* Bytes of scratch the forward and backward calls need for shape `s` with

@@ -6,6 +6,7 @@
 #define USP_CPU_ATTENTION_IMPL_H
 
 #include "backends/cpu/cpu_attention.h"
+#include "core/ops/mask.h"
 
 #include <stddef.h>
 #include <stdint.h>
@@ -53,20 +54,29 @@ static inline size_t cpu_attn_slot_floats(int64_t D)
 static inline int64_t cpu_attn_min64(int64_t a, int64_t b) { return a < b ? a : b; }
 static inline int64_t cpu_attn_clamp64(int64_t x, int64_t lo, int64_t hi) { return x < lo ? lo : (x > hi ? hi : x); }
 
-/* Causal visibility: the query at local index i (global position q_offset + i)
- * sees the keys j of this call with kv_offset + j <= q_offset + i, i.e. the keys
- * [0, end): returns end (n_kv when not causal; 0 when the block is all future). */
-static inline int64_t cpu_attn_kv_visible_end(const cpu_attention_shape *s, int64_t i)
+/* The mask of batch row b (core/ops/mask.h). */
+static inline usp_mask_row cpu_attn_mask(const cpu_attention_shape *s, int64_t b)
 {
-    if (!s->causal) return s->n_kv;
-    return cpu_attn_clamp64(s->q_offset + i - s->kv_offset + 1, 0, s->n_kv);
+    return (usp_mask_row){s->causal, s->window, s->docs ? s->docs + 2 * b * s->seq_len : NULL};
 }
 
-/* The first local query that sees key j (n_q if none does). */
-static inline int64_t cpu_attn_q_first_seeing(const cpu_attention_shape *s, int64_t j)
+/* The keys [*first, *end) of this call that local query i (global position q_offset + i) sees; as i
+ * grows both ends move right. Causal alone: [0, keys up to q_offset + i). */
+static inline void cpu_attn_keys(const cpu_attention_shape *s, const usp_mask_row *m, int64_t i, int64_t *first,
+                                 int64_t *end)
 {
-    if (!s->causal) return 0;
-    return cpu_attn_clamp64(s->kv_offset + j - s->q_offset, 0, s->n_q);
+    int64_t lo, hi;
+    usp_mask_keys(m, s->q_offset + i, &lo, &hi);
+    usp_mask_local(lo, hi, s->kv_offset, s->n_kv, first, end);
+}
+
+/* The local queries [*first, *end) that see local key j. */
+static inline void cpu_attn_queries(const cpu_attention_shape *s, const usp_mask_row *m, int64_t j, int64_t *first,
+                                    int64_t *end)
+{
+    int64_t lo, hi;
+    usp_mask_queries(m, s->kv_offset + j, &lo, &hi);
+    usp_mask_local(lo, hi, s->q_offset, s->n_q, first, end);
 }
 
 /* Row i of q, o, d_o or dq for batch b, head h: rows of one head are H*D apart. */

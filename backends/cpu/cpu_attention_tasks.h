@@ -17,6 +17,32 @@
  * exp is an exp2 and m, lse are kept in log2 units inside a task. dS carries
  * the softmax scale, so dQ, dK accumulate plain products. */
 
+/* Sets -inf where a query of the tile at q0 (bq of them, lanes of St [bk][BQP]) may not see a key of
+ * the tile at k0: key k0 + j is seen by the local queries of cpu_attn_queries, an interval, so the
+ * lanes before it and those after it (the diagonal tiles of causal, a window's edge, a document's
+ * boundary). Lanes past bq are padding, never read. */
+static void F(mask_scores)(const cpu_attention_shape *s, const usp_mask_row *mk, float *St, int64_t bk, int64_t bq,
+                           int64_t q0, int64_t k0)
+{
+    for (int64_t j = 0; j < bk; j++) {
+        int64_t first, end;
+        cpu_attn_queries(s, mk, k0 + j, &first, &end);
+        const int64_t before = cpu_attn_clamp64(first - q0, 0, BQP), after = cpu_attn_clamp64(end - q0, 0, bq);
+        for (int64_t i = 0; i < before; i++) St[j * BQP + i] = -INFINITY;
+        for (int64_t i = after; i < bq; i++) St[j * BQP + i] = -INFINITY;
+    }
+}
+
+/* The keys [*begin, *end) any of the bq queries at q0 sees: the first one's first, the last one's end
+ * (both ends only move right). */
+static void F(keys_of_tile)(const cpu_attention_shape *s, const usp_mask_row *mk, int64_t q0, int64_t bq,
+                            int64_t *begin, int64_t *end)
+{
+    int64_t unused;
+    cpu_attn_keys(s, mk, q0, begin, &unused);
+    cpu_attn_keys(s, mk, q0 + bq - 1, &unused, end);
+}
+
 /* Forward online softmax over one score tile St [bk][BQP] (log2 units) with
  * running max m and sum l per query lane (o is rescaled by the caller):
  *   m' = max(m, max_j S_ji),  P_ji = 2^(S_ji - m'),
@@ -24,14 +50,10 @@
  * Keys a query may not see get S = -inf first, so P = 0. A lane that has seen
  * no key yet (m' = -inf) subtracts 0 instead of -inf: P = 0, alpha = 0, l = 0,
  * never -inf - -inf. Writes alpha into `alpha`. */
-static void F(forward_softmax)(const cpu_attention_shape *s, float *St, int64_t bk, int64_t q0, int64_t k0,
-                               float *m, float *l, float *alpha)
+static void F(forward_softmax)(const cpu_attention_shape *s, const usp_mask_row *mk, float *St, int64_t bk,
+                               int64_t bq, int64_t q0, int64_t k0, float *m, float *l, float *alpha)
 {
-    if (s->causal) /* key k0 + j is seen by local queries i >= kv_offset + k0 + j - q_offset (the diagonal tiles) */
-        for (int64_t j = 0; j < bk; j++) {
-            const int64_t f = cpu_attn_clamp64(s->kv_offset + k0 + j - s->q_offset - q0, 0, BQP);
-            for (int64_t i = 0; i < f; i++) St[j * BQP + i] = -INFINITY;
-        }
+    F(mask_scores)(s, mk, St, bk, bq, q0, k0);
     /* One vector of queries at a time down all bk rows: m', l' stay in registers. */
     const F(vec) ninf = F(vsplat)(-INFINITY), zero = F(vsplat)(0.0f);
     for (int64_t i = 0; i < BQP; i += VW) {
@@ -87,13 +109,15 @@ static void F(forward_task)(const cpu_attention_shape *s, const float *q, const 
     F(pack_transposed)(Qt, BQP, qt, ldq, bq, BQP, D, s->scale * LOG2E);
     for (int64_t i = 0; i < BQP; i++) m[i] = -INFINITY, l[i] = 0.0f;
     for (int64_t i = 0; i < bq; i++) memset(ot + i * ldq, 0, (size_t)D * sizeof(float));
-    /* Keys past the last row's horizon are masked for the whole tile: not computed. */
-    const int64_t kv_end = cpu_attn_kv_visible_end(s, q0 + bq - 1);
-    for (int64_t k0 = 0; k0 < kv_end; k0 += BK) {
+    /* Keys no query of the tile sees (before the first row's, past the last row's) are not computed. */
+    const usp_mask_row mk = cpu_attn_mask(s, b);
+    int64_t kv_begin, kv_end;
+    F(keys_of_tile)(s, &mk, q0, bq, &kv_begin, &kv_end);
+    for (int64_t k0 = kv_begin; k0 < kv_end; k0 += BK) {
         const int64_t bk = F(load_key_tile)(Kc, Vc, kh, vh, ldk, k0, kv_end, D);
         /* S^T = K Q^T: rows of K broadcast, Q^T packed. */
         F(mk_product)(bk, BQP, D, Kc, D, 1, Qt, BQP, St, BQP, 0);
-        F(forward_softmax)(s, St, bk, q0, k0, m, l, alpha);
+        F(forward_softmax)(s, &mk, St, bk, bq, q0, k0, m, l, alpha);
         for (int64_t i = 0; i < bq; i++)
             if (alpha[i] != 1.0f) {
                 float *orow = ot + i * ldq;
@@ -162,17 +186,16 @@ static void F(dq_task)(const cpu_attention_shape *s, const float *q, const float
     F(row_stats)(s, o, lse, d_o, b, h, q0, bq, delta, lse2);
     if (!accumulate)
         for (int64_t i = 0; i < bq; i++) memset(dqt + i * ldq, 0, (size_t)D * sizeof(float));
-    const int64_t kv_end = cpu_attn_kv_visible_end(s, q0 + bq - 1);
-    for (int64_t k0 = 0; k0 < kv_end; k0 += BK) {
+    const usp_mask_row mk = cpu_attn_mask(s, b);
+    int64_t kv_begin, kv_end;
+    F(keys_of_tile)(s, &mk, q0, bq, &kv_begin, &kv_end);
+    for (int64_t k0 = kv_begin; k0 < kv_end; k0 += BK) {
         const int64_t bk = F(load_key_tile)(Kc, Vc, kh, vh, ldk, k0, kv_end, D);
         F(mk_product)(bk, BQP, D, Kc, D, 1, Qt, BQP, St, BQP, 0);  /* S^T = K Q^T */
         F(mk_product)(bk, BQP, D, Vc, D, 1, dOt, BQP, dSt, BQP, 0); /* dP^T = V dO^T */
+        F(mask_scores)(s, &mk, St, bk, bq, q0, k0);
         for (int64_t j = 0; j < bk; j++) {
             float *srow = St + j * BQP, *drow = dSt + j * BQP;
-            if (s->causal) { /* local queries i < f do not see key k0 + j */
-                const int64_t f = cpu_attn_clamp64(s->kv_offset + k0 + j - s->q_offset - q0, 0, BQP);
-                for (int64_t i = 0; i < f; i++) srow[i] = -INFINITY;
-            }
             for (int64_t i = 0; i < BQP; i += VW) {
                 const F(vec) p = F(vexp2_p)(F(vload)(srow + i) - F(vload)(lse2 + i));
                 F(vstore)(drow + i, sc * p * (F(vload)(drow + i) - F(vload)(delta + i)));
@@ -208,15 +231,19 @@ static void F(dkdv_task)(const cpu_attention_shape *s, const float *q, const flo
             memset(dkt + j * ldk, 0, (size_t)D * sizeof(float));
             memset(dvt + j * ldk, 0, (size_t)D * sizeof(float));
         }
-    /* Queries before the first one that sees key k0 see none of this tile. */
-    const int64_t q_begin = cpu_attn_q_first_seeing(s, k0);
+    /* Queries before the first one that sees key k0, or past the last that sees the tile's last key,
+     * see none of this tile. */
+    const usp_mask_row mk = cpu_attn_mask(s, b);
+    int64_t q_begin, q_end, unused;
+    cpu_attn_queries(s, &mk, k0, &q_begin, &unused);
+    cpu_attn_queries(s, &mk, k0 + bk - 1, &unused, &q_end);
     for (int64_t h = g * group; h < (g + 1) * group; h++) {
-        for (int64_t q0 = q_begin; q0 < s->n_q; q0 += BQ) {
-            const int64_t bq = cpu_attn_min64(BQ, s->n_q - q0);
+        for (int64_t q0 = q_begin; q0 < q_end; q0 += BQ) {
+            const int64_t bq = cpu_attn_min64(BQ, q_end - q0);
             F(copy_rows)(Qc, q + cpu_attn_q_row(s, b, q0, h), ldq, bq, D);
             F(copy_rows)(dOc, d_o + cpu_attn_q_row(s, b, q0, h), ldq, bq, D);
-            if (q0 + BQ < s->n_q) { /* the next query tile, while this one computes */
-                const int64_t nb = cpu_attn_min64(BQ, s->n_q - q0 - BQ);
+            if (q0 + BQ < q_end) { /* the next query tile, while this one computes */
+                const int64_t nb = cpu_attn_min64(BQ, q_end - q0 - BQ);
                 F(prefetch_rows)(q + cpu_attn_q_row(s, b, q0 + BQ, h), ldq, nb, D);
                 F(prefetch_rows)(d_o + cpu_attn_q_row(s, b, q0 + BQ, h), ldq, nb, D);
             }
@@ -226,14 +253,17 @@ static void F(dkdv_task)(const cpu_attention_shape *s, const float *q, const flo
             for (int64_t i = 0; i < bq; i++) {
                 float *srow = S + i * BKP, *drow = dS + i * BKP;
                 const float li = lse2[i], di = delta[i];
-                const int64_t nvis = cpu_attn_clamp64(cpu_attn_kv_visible_end(s, q0 + i) - k0, 0, bk);
+                int64_t first, end; /* the keys of the tile query q0 + i sees: [first, end) */
+                cpu_attn_keys(s, &mk, q0 + i, &first, &end);
+                const int64_t lo = cpu_attn_clamp64(first - k0, 0, bk), hi = cpu_attn_clamp64(end - k0, lo, bk);
                 const F(vec) lv = F(vsplat)(li), dv_ = F(vsplat)(di);
-                for (int64_t j = 0; j < nvis; j += VW) { /* whole vectors: the padding holds 0, then is reset */
+                for (int64_t j = 0; j < hi; j += VW) { /* whole vectors: the padding holds 0, then is reset */
                     const F(vec) p = F(vexp2_p)(F(vload)(srow + j) - lv);
                     F(vstore)(srow + j, p);
                     F(vstore)(drow + j, sc * p * (F(vload)(drow + j) - dv_));
                 }
-                for (int64_t j = nvis; j < bk; j++) srow[j] = drow[j] = 0.0f;
+                for (int64_t j = 0; j < lo; j++) srow[j] = drow[j] = 0.0f;
+                for (int64_t j = hi; j < bk; j++) srow[j] = drow[j] = 0.0f;
             }
             /* dV += P^T dO and dK += dS^T Q: row j of dV, dK sums over the queries i. */
             F(mk_product)(bk, D, bq, S, 1, BKP, dOc, D, dvt, ldk, 1);

@@ -243,26 +243,26 @@ static cpu_attention_shape kernel_shape(const usp_attention_shape *s)
     return (cpu_attention_shape){
         .batch = s->batch, .n_q = s->n_q, .n_kv = s->n_kv, .n_heads = s->n_heads, .n_kv_heads = s->n_kv_heads,
         .head_dim = s->head_dim, .q_offset = s->q_offset, .kv_offset = s->kv_offset, .causal = s->causal,
-        .scale = s->scale,
+        .scale = s->scale, .window = s->window, .seq_len = s->seq_len, .docs = s->docs,
     };
 }
 
-/* Operands: q, o, lse, k, v, workspace (core/ops/op_kinds.c). */
+/* Operands: q, o, lse, k, v, docs, workspace (core/ops/op_kinds.c). */
 static usp_status cpu_attention_forward(const usp_op *op)
 {
     const usp_view *x = op->operand;
     cpu_attention_shape ks = kernel_shape(&op->p.attention.shape);
-    cpu_flash_attention_forward(&ks, x[0].data, x[3].data, x[4].data, x[1].data, x[2].data, x[5].data);
+    cpu_flash_attention_forward(&ks, x[0].data, x[3].data, x[4].data, x[1].data, x[2].data, x[6].data);
     return USP_OK;
 }
 
-/* Operands: q, o, d_o, dq, lse, k, v, dk, dv, workspace. */
+/* Operands: q, o, d_o, dq, lse, k, v, dk, dv, docs, workspace. */
 static usp_status cpu_attention_backward(const usp_op *op)
 {
     const usp_view *x = op->operand;
     cpu_attention_shape ks = kernel_shape(&op->p.attention.shape);
     cpu_flash_attention_backward(&ks, x[0].data, x[5].data, x[6].data, x[1].data, x[4].data, x[2].data, x[3].data,
-                                 x[7].data, x[8].data, op->p.attention.accumulate, x[9].data);
+                                 x[7].data, x[8].data, op->p.attention.accumulate, x[10].data);
     return USP_OK;
 }
 

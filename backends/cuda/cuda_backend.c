@@ -177,17 +177,17 @@ static usp_status run_accumulate_2d(cuda_ctx *c, const usp_op *op)
                               op->p.strided.row, op->p.strided.rows, OP_STREAM);
 }
 
-/* q, o, lse, k, v, workspace. */
+/* q, o, lse, k, v, docs, workspace. */
 static usp_status run_attention_forward(cuda_ctx *c, const usp_op *op)
 {
     return cuda_attention_forward(&op->p.attention.shape, ARR(X(0)), ARR(X(3)), ARR(X(4)), ARR(X(1)), F32(X(2)),
-                                  X(5).data, OP_STREAM);
+                                  X(6).data, OP_STREAM);
 }
 
-/* q, o, d_o, dq, lse, k, v, dk, dv, workspace. */
+/* q, o, d_o, dq, lse, k, v, dk, dv, docs, workspace. */
 static usp_status run_attention_backward(cuda_ctx *c, const usp_op *op)
 {
-    void *workspace = X(9).data;
+    void *workspace = X(10).data;
     USP_CHECK(cuda_attention_backward(&op->p.attention.shape, ARR(X(0)), ARR(X(5)), ARR(X(6)), ARR(X(1)), F32(X(4)),
                                       ARR(X(2)), ARR(X(3)), ARR(X(7)), ARR(X(8)), op->p.attention.accumulate,
                                       workspace, OP_STREAM));
@@ -396,11 +396,18 @@ static const cuda_op_fn launchers[USP_OP_KIND_COUNT] = {
     [USP_OP_MAP] = run_map,
 };
 
+/* 1 when the attention op masks beyond causal (a window, documents): the cuda kernels do not yet. */
+static int masked_attention(const usp_op *op)
+{
+    return (op->kind == USP_OP_ATTENTION_FORWARD || op->kind == USP_OP_ATTENTION_BACKWARD) &&
+           (op->p.attention.shape.window > 0 || op->p.attention.shape.docs);
+}
+
 static int cuda_supports(void *ctx, const usp_op *op)
 {
     (void)ctx;
     return (unsigned)op->kind < USP_OP_KIND_COUNT && launchers[op->kind] &&
-           (op->kind != USP_OP_MAP || cuda_map_supports(op->p.map.fn));
+           (op->kind != USP_OP_MAP || cuda_map_supports(op->p.map.fn)) && !masked_attention(op);
 }
 
 /* The attention's backward workspace (the forward keeps its state in shared memory). */

@@ -58,6 +58,7 @@ usp_status usp_accumulate_2d(usp_backend_t *be, float *dst, size_t dst_stride, c
 #define Q_ELEMS(s) ((s)->batch * (s)->n_q * (s)->n_heads * (s)->head_dim)
 #define KV_ELEMS(s) ((s)->batch * (s)->n_kv * (s)->n_kv_heads * (s)->head_dim)
 #define LSE_ELEMS(s) ((s)->batch * (s)->n_heads * (s)->n_q)
+#define DOC_ELEMS(s) ((s)->docs ? (s)->batch * (s)->seq_len * 2 : 0)
 
 usp_status usp_flash_attention_forward(usp_backend_t *be, const usp_attention_shape *s, const float *q,
                                        const float *k, const float *v, float *o, float *lse,
@@ -65,7 +66,7 @@ usp_status usp_flash_attention_forward(usp_backend_t *be, const usp_attention_sh
 {
     usp_op op = {.kind = USP_OP_ATTENTION_FORWARD, .stream = stream, .p.attention = {*s, 0},
                  .operand = {V(q, Q_ELEMS(s)), V(o, Q_ELEMS(s)), V(lse, LSE_ELEMS(s)), V(k, KV_ELEMS(s)),
-                             V(v, KV_ELEMS(s))}};
+                             V(v, KV_ELEMS(s)), V(s->docs, DOC_ELEMS(s))}};
     return usp_op_run(be, &op);
 }
 
@@ -77,7 +78,7 @@ usp_status usp_flash_attention_backward(usp_backend_t *be, const usp_attention_s
     usp_op op = {.kind = USP_OP_ATTENTION_BACKWARD, .stream = stream, .p.attention = {*s, accumulate},
                  .operand = {V(q, Q_ELEMS(s)), V(o, Q_ELEMS(s)), V(d_o, Q_ELEMS(s)), V(dq, Q_ELEMS(s)),
                              V(lse, LSE_ELEMS(s)), V(k, KV_ELEMS(s)), V(v, KV_ELEMS(s)), V(dk, KV_ELEMS(s)),
-                             V(dv, KV_ELEMS(s))}};
+                             V(dv, KV_ELEMS(s)), V(s->docs, DOC_ELEMS(s))}};
     return usp_op_run(be, &op);
 }
 

@@ -14,6 +14,8 @@
 #include <math.h>
 #include <string.h>
 
+#include "core/ops/mask.h"
+
 #include "core/ops/ops_internal.h"
 
 enum { W = USP_OPERAND_WRITTEN, F32 = USP_OPERAND_F32, OPT = USP_OPERAND_OPTIONAL, IDS = USP_OPERAND_IDS,
@@ -69,8 +71,32 @@ static usp_status check_convert(const usp_op *op, int *nothing)
     return check_count("convert", op->p.convert.n, nothing);
 }
 
+/* A mask the call can hold: a window of no keys or a documents' table without its host copy (the cost
+ * counts from it) or too short for the call's positions is refused. */
+static usp_status check_attention_mask(const usp_attention_shape *s)
+{
+    if (s->window < 0)
+        return usp_error(USP_ERR_CONFIG, "attention window %lld: a window is a count of keys, at least 1 (0: none)",
+                         (long long)s->window);
+    if (!s->docs && !s->docs_host)
+        return USP_OK;
+    if (!s->docs || !s->docs_host)
+        return usp_error(USP_ERR_CONFIG, "attention documents: the table %s; pass it in the backend's memory (docs) "
+                         "and in the host's (docs_host, the cost counts from it)",
+                         s->docs ? "has no host copy" : "is in host memory only");
+    const int64_t last = (s->q_offset + s->n_q > s->kv_offset + s->n_kv ? s->q_offset + s->n_q
+                                                                         : s->kv_offset + s->n_kv);
+    if (s->q_offset < 0 || s->kv_offset < 0 || last > s->seq_len)
+        return usp_error(USP_ERR_CONFIG, "attention documents: the table holds positions [0, %lld); this call "
+                         "reaches queries [%lld, %lld) and keys [%lld, %lld)", (long long)s->seq_len,
+                         (long long)s->q_offset, (long long)(s->q_offset + s->n_q), (long long)s->kv_offset,
+                         (long long)(s->kv_offset + s->n_kv));
+    return USP_OK;
+}
+
 static usp_status check_attention_shape(const usp_attention_shape *s)
 {
+    USP_CHECK(check_attention_mask(s));
     if (s->batch < 0 || s->n_q < 0 || s->n_kv < 0 || s->head_dim < 1 || s->n_heads < 1 || s->n_kv_heads < 1 ||
         s->n_heads % s->n_kv_heads != 0)
         return usp_error(USP_ERR_CONFIG,
@@ -230,10 +256,21 @@ static double sum_clamped(int64_t lo, int64_t n, int64_t cap)
 
 double usp_attention_visible_pairs(const usp_attention_shape *s)
 {
-    if (!s->causal)
-        return (double)s->n_q * (double)s->n_kv;
-    /* query at q_offset + i sees keys kv_offset + j <= q_offset + i: min(max(c + i, 0), n_kv) of them */
-    return sum_clamped(s->q_offset - s->kv_offset + 1, s->n_q, s->n_kv);
+    if (!s->docs_host && s->window == 0) {
+        if (!s->causal)
+            return (double)s->batch * ((double)s->n_q * (double)s->n_kv);
+        /* query at q_offset + i sees keys kv_offset + j <= q_offset + i: min(max(c + i, 0), n_kv) of them */
+        return (double)s->batch * sum_clamped(s->q_offset - s->kv_offset + 1, s->n_q, s->n_kv);
+    }
+    double sum = 0.0;
+    for (int64_t b = 0; b < s->batch; b++) { /* rows differ in their documents only */
+        const usp_mask_row m = {s->causal, s->window, s->docs_host ? s->docs_host + 2 * b * s->seq_len : NULL};
+        const double row = usp_mask_pairs(&m, s->q_offset, s->n_q, s->kv_offset, s->n_kv);
+        if (!m.doc)
+            return (double)s->batch * row;
+        sum += row;
+    }
+    return sum;
 }
 
 /* FlashAttention's convention: 4 flops per visible pair and head dimension (two matmuls) forward;
@@ -241,7 +278,7 @@ double usp_attention_visible_pairs(const usp_attention_shape *s)
 static ops_work attention_cost(const usp_op *op, int backward)
 {
     const usp_attention_shape *s = &op->p.attention.shape;
-    const double scores = (double)s->batch * (double)s->n_heads * usp_attention_visible_pairs(s);
+    const double scores = (double)s->n_heads * usp_attention_visible_pairs(s);
     const double flops = 4.0 * scores * (double)s->head_dim;
     const double q_bytes = 4.0 * (double)(s->batch * s->n_q * s->n_heads * s->head_dim);
     const double kv_bytes = 4.0 * (double)(s->batch * s->n_kv * s->n_kv_heads * s->head_dim);
@@ -368,13 +405,14 @@ static const op_kind_info kinds[USP_OP_KIND_COUNT] = {
                         cost_convert},
     [USP_OP_ACCUMULATE_2D] = {"accumulate_2d", "accumulate", 2, {ROW_F("dst", W), ROW("src")}, check_strided,
                               cost_accumulate_2d},
-    [USP_OP_ATTENTION_FORWARD] = {"attention_forward", "attention_forward", 6,
+    [USP_OP_ATTENTION_FORWARD] = {"attention_forward", "attention_forward", 7,
                                   {ROW("q"), ROW_F("o", W), ROW_F("lse", W | F32), ROW("k"), ROW("v"),
-                                   ROW_F("workspace", W | SCRATCH | OPT)},
+                                   ROW_F("docs", IDS | OPT), ROW_F("workspace", W | SCRATCH | OPT)},
                                   check_attention_forward, cost_attention_forward, 0, "attention workspace"},
-    [USP_OP_ATTENTION_BACKWARD] = {"attention_backward", "attention_backward", 10,
+    [USP_OP_ATTENTION_BACKWARD] = {"attention_backward", "attention_backward", 11,
                                    {ROW("q"), ROW("o"), ROW("d_o"), ROW_F("dq", W), ROW_F("lse", F32), ROW("k"),
-                                    ROW("v"), ROW_F("dk", W), ROW_F("dv", W), ROW_F("workspace", W | SCRATCH | OPT)},
+                                    ROW("v"), ROW_F("dk", W), ROW_F("dv", W), ROW_F("docs", IDS | OPT),
+                                    ROW_F("workspace", W | SCRATCH | OPT)},
                                    check_attention_backward, cost_attention_backward, 0, "attention workspace"},
     [USP_OP_ATTENTION_MERGE] = {"attention_merge", "attention_merge", 4,
                                 {ROW_F("o", W), ROW("o_part"), ROW_F("lse", W | F32), ROW_F("lse_part", F32)},

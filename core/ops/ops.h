@@ -71,8 +71,8 @@ typedef struct usp_range {
 } usp_range;
 
 
-#define USP_OP_OPERANDS_MAX 10 /* operands of one op (attention_backward's 9 tensors and its workspace): also
-                                  the most ranges a cost carries */
+#define USP_OP_OPERANDS_MAX 11 /* operands of one op (attention_backward's 9 tensors, its documents and its
+                                  workspace): also the most ranges a cost carries */
 
 /* What an op costs, for the virtual clock. */
 typedef struct usp_op_cost {
@@ -111,7 +111,9 @@ typedef struct usp_gemm_desc {
 /* One flash-attention call (see backends/cpu/cpu_attention.h for the math).
  * Layouts, row-major: q, o, d_o, dq [B, Nq, H, D]; k, v, dk, dv [B, Nkv, Hkv, D];
  * lse [B, H, Nq]. Offsets are the global positions of the first query and key,
- * so a call can be one block of a larger (ring) attention. */
+ * so a call can be one block of a larger (ring) attention. The mask (core/ops/mask.h):
+ * causal, a sliding window, and documents given as a table of int32 [B][seq_len][2], the
+ * start and end of the document holding each global position. */
 typedef struct usp_attention_shape {
     int64_t batch, n_q, n_kv;
     int64_t n_heads, n_kv_heads; /* query head h uses kv head h / (n_heads / n_kv_heads) */
@@ -119,9 +121,13 @@ typedef struct usp_attention_shape {
     int64_t q_offset, kv_offset;
     int causal;
     float scale;
+    int64_t window;              /* 0: none; W: transformers' sliding_window (core/ops/mask.h) */
+    int64_t seq_len;             /* positions of a batch row of the documents' table */
+    const int32_t *docs;         /* that table in the backend's memory, which the kernels read; NULL: one document */
+    const int32_t *docs_host;    /* the same table in host memory, which the cost counts from (may be docs) */
 } usp_attention_shape;
 
-/* Query-key pairs that are not masked: the work of an attention call per (batch, head). */
+/* Query-key pairs that are not masked: the work of an attention call, summed over its batch rows. */
 double usp_attention_visible_pairs(const usp_attention_shape *s);
 
 /* The backend's name ("cpu", "meta", "cuda"). */
