@@ -220,16 +220,17 @@ static void run_attention_bf16(conformance_run *r, const void *params)
     conformance_download_stored(r, "dv", dv, nkv);
 }
 
-/* {batch, n_q, n_kv, n_heads, n_kv_heads, head_dim, q_offset, kv_offset, causal, scale} */
-static const attention_bf16_params attn_causal_gqa = {{1, 70, 70, 4, 2, 64, 0, 0, 1, 0.125f}, 0, 0, 0};
+/* {batch, n_q, n_kv, n_heads, n_kv_heads, head_dim, q_offset, kv_offset, causal, scale, window, seq_len, docs,
+ * docs_host} */
+static const attention_bf16_params attn_causal_gqa = {{1, 70, 70, 4, 2, 64, 0, 0, 1, 0.125f, 0, 0, NULL, NULL}, 0, 0, 0};
 /* no mask, two batch rows, fewer queries than keys */
-static const attention_bf16_params attn_full = {{2, 24, 40, 4, 2, 64, 0, 0, 0, 0.125f}, 0, 0, 0};
+static const attention_bf16_params attn_full = {{2, 24, 40, 4, 2, 64, 0, 0, 0, 0.125f, 0, 0, NULL, NULL}, 0, 0, 0};
 /* a ring block: queries 40..71 against keys 32..63 (a diagonal block, partly masked), MQA, each the
  * second run of 32 tokens in its buffers, gradients added to those of earlier blocks */
-static const attention_bf16_params attn_ring = {{1, 32, 32, 4, 1, 64, 40, 32, 1, 0.125f}, 32, 32, 1};
+static const attention_bf16_params attn_ring = {{1, 32, 32, 4, 1, 64, 40, 32, 1, 0.125f, 0, 0, NULL, NULL}, 32, 32, 1};
 /* head_dim 128 (the tensor-core kernel's other width on cuda), 100 tokens: two query and key tiles, the
  * second short, the diagonal crossing both */
-static const attention_bf16_params attn_d128 = {{1, 100, 100, 4, 2, 128, 0, 0, 1, 0.08838835f}, 0, 0, 0};
+static const attention_bf16_params attn_d128 = {{1, 100, 100, 4, 2, 128, 0, 0, 1, 0.08838835f, 0, 0, NULL, NULL}, 0, 0, 0};
 
 /* The ring's merge (core/parallel/ring.c): o and o_part stored, lse and lse_part fp32, with rows
  * that have seen no key (lse -inf, o 0) in the accumulated part, the new part, and both. */

@@ -6,6 +6,9 @@
  *   absolute: inputs in [-1, 1], outputs of order 1; the ring merges blocks in another order than one
  *   call); local attention gives each shard's own attention. Each rank sends, by the trace, exactly
  *   the elements its closed form (usp_schedule_i.sent) says.
+ * - The same under masks (core/ops/mask.h): packed documents of 1 to 13 tokens that straddle the
+ *   ranks, different in each batch row, and sliding windows of 1, 5, past a rank's tokens and past
+ *   the sequence, alone and together, causal or not.
  * - Every mesh is picked by exactly one exact schedule, and what a schedule refuses is a
  *   configuration error naming the option to change.
  * - On the explorer (sim/explore.h), no order of a layer's calls deadlocks, and the lint finds no two
@@ -17,6 +20,7 @@
 
 #include "backends/cpu/cpu_backend.h"
 #include "backends/meta/meta_backend.h"
+#include "core/ops/mask.h"
 #include "core/parallel/mesh.h"
 #include "core/parallel/schedule.h"
 #include "sim/explore.h"
@@ -29,9 +33,17 @@ typedef struct layer_case {
     int U, R, causal;
     int64_t B, N, H, Hkv, D;
     usp_overlap overlap;
+    int64_t window;  /* 0: none */
+    int32_t *docs;   /* the documents' table [B][N][2] on the host, or NULL */
     /* global tensors: q, o, dO, dq [B, N, H, D]; k, v, dk, dv [B, N, Hkv, D] */
     float *q, *k, *v, *d_o, *o, *dq, *dk, *dv;
 } layer_case;
+
+/* The case's mask with the table at `docs` in some backend's memory. */
+static usp_attention_mask mask_of(const layer_case *c, const int32_t *docs)
+{
+    return (usp_attention_mask){.window = c->window, .docs = c->docs ? docs : NULL, .docs_host = c->docs};
+}
 
 static void fill(float *x, size_t n, unsigned seed)
 {
@@ -48,16 +60,21 @@ static void attend(layer_case *c, int64_t first, int64_t n)
     usp_backend_t *be;
     ck_assert_int_eq(usp_backend_cpu_create(&be), USP_OK);
     const int64_t hq = c->H * c->D, hk = c->Hkv * c->D;
-    float *t[9];
-    const int64_t sizes[9] = {hq, hk, hk, hq, hq, hq, hk, hk, c->H}; /* q k v dO o dq dk dv lse, a token each */
-    for (int i = 0; i < 9; i++)
+    float *t[10];
+    const int64_t sizes[10] = {hq, hk, hk, hq, hq, hq, hk, hk, c->H, 2 * c->N / n}; /* q k v dO o dq dk dv lse docs */
+    for (int i = 0; i < 10; i++)
         ck_assert_int_eq(usp_buffer_alloc(be, (size_t)(c->B * n * sizes[i]) * 4, "test", (void **)&t[i]), USP_OK);
+    if (c->docs)
+        memcpy(t[9], c->docs, (size_t)(c->B * c->N * 2) * sizeof(int32_t));
     float *global[8] = {c->q, c->k, c->v, c->d_o, c->o, c->dq, c->dk, c->dv};
     for (int i = 0; i < 4; i++)
         for (int64_t b = 0; b < c->B; b++)
             memcpy(t[i] + b * n * sizes[i], global[i] + (b * c->N + first) * sizes[i], (size_t)(n * sizes[i]) * 4);
     usp_attention_shape s = {.batch = c->B, .n_q = n, .n_kv = n, .n_heads = c->H, .n_kv_heads = c->Hkv,
-                             .head_dim = c->D, .causal = c->causal, .scale = 1.0f / sqrtf((float)c->D)};
+                             .head_dim = c->D, .q_offset = first, .kv_offset = first, .causal = c->causal,
+                             .scale = 1.0f / sqrtf((float)c->D)};
+    const usp_attention_mask m = mask_of(c, (const int32_t *)t[9]);
+    usp_attention_shape_mask(&s, &m, c->N, 0);
     ck_assert_int_eq(usp_flash_attention_forward(be, &s, t[0], t[1], t[2], t[4], t[8], NULL), USP_OK);
     ck_assert_int_eq(usp_flash_attention_backward(be, &s, t[0], t[1], t[2], t[4], t[8], t[3], t[5], t[6], t[7], 0,
                                                   NULL), USP_OK);
@@ -105,12 +122,14 @@ static usp_status compare(const char *what, const float *got, const float *want,
     return USP_OK;
 }
 
-static usp_schedule_config config_of(const usp_rank_ctx *ctx, const layer_case *c, const usp_mesh *mesh)
+static usp_schedule_config config_of(const usp_rank_ctx *ctx, const layer_case *c, const usp_mesh *mesh,
+                                     const int32_t *docs)
 {
     return (usp_schedule_config){.backend = ctx->backend, .stream = ctx->stream, .ulysses = mesh->ulysses,
                                  .ring = mesh->ring, .batch = c->B, .seq_len = c->N, .n_heads = c->H,
                                  .n_kv_heads = c->Hkv, .head_dim = c->D, .causal = c->causal,
-                                 .ring_backward_overlap = c->overlap, .ulysses_overlap = c->overlap};
+                                 .ring_backward_overlap = c->overlap, .ulysses_overlap = c->overlap,
+                                 .mask = mask_of(c, docs)};
 }
 
 /* The layer forward and backward on this rank; with numbers, each output against the reference's. */
@@ -121,10 +140,14 @@ static usp_status run_rank(const usp_rank_ctx *ctx, void *arg)
     usp_mesh mesh;
     USP_CHECK(usp_mesh_shape_make(ctx->world_size, c->U, c->R, &shape));
     USP_CHECK(usp_mesh_create(ctx->world, &shape, &mesh));
-    const usp_schedule_config sc = config_of(ctx, c, &mesh);
-    usp_attention *a = NULL;
-    usp_status s = usp_attention_create(c->schedule, &sc, &a);
     const int numbers = usp_backend_has_numerics(ctx->backend);
+    void *docs = NULL; /* every rank holds the whole table */
+    usp_status s = c->docs ? harness_upload(ctx, numbers ? c->docs : NULL, (size_t)(c->B * c->N * 2) * 4, &docs)
+                           : USP_OK;
+    const usp_schedule_config sc = config_of(ctx, c, &mesh, docs);
+    usp_attention *a = NULL;
+    if (s == USP_OK)
+        s = usp_attention_create(c->schedule, &sc, &a);
     const usp_seq_layout *l = s == USP_OK ? usp_attention_layout(a) : NULL;
     const int sp = usp_comm_rank(mesh.sp);
     const size_t nq = l ? (size_t)(c->B * l->per_rank * c->H * c->D) : 0;
@@ -152,6 +175,7 @@ static usp_status run_rank(const usp_rank_ctx *ctx, void *arg)
     }
     for (int i = 0; i < 8; i++)
         usp_buffer_free(ctx->backend, dev[i]);
+    usp_buffer_free(ctx->backend, docs);
     free(host), free(want);
     usp_attention_destroy(a);
     usp_mesh_destroy(&mesh);
@@ -185,6 +209,28 @@ static void check_traffic(const layer_case *c, const sim_world *w)
 static const int meshes[][2] = {{1, 1}, {2, 1}, {4, 1}, {1, 2}, {1, 4}, {2, 2}};
 #define N_MESHES ((int)(sizeof meshes / sizeof *meshes))
 
+/* Runs case c on its mesh against its reference and its closed-form traffic; 0 when its schedule does
+ * not run on the mesh. */
+static int run_case(layer_case *c)
+{
+    const usp_schedule_shape shape = shape_of(c);
+    if (c->schedule->check(&shape) != USP_OK)
+        return 0;
+    reference(c);
+    sim_config config = sim_config_default(c->U * c->R);
+    config.make_backend = harness_backend_factory(), config.device_memory = harness_device_memory();
+    sim_world *w;
+    ck_assert_int_eq(sim_world_create(&config, &w), USP_OK);
+    usp_status s = sim_world_run(w, run_rank, c);
+    ck_assert_msg(s == USP_OK, "%s on U %d x R %d, causal %d, H %lld Hkv %lld, window %lld, documents %d: %s",
+                  c->schedule->name, c->U, c->R, c->causal, (long long)c->H, (long long)c->Hkv, (long long)c->window, c->docs != NULL,
+                  usp_error_message());
+    check_traffic(c, w);
+    sim_world_destroy(w);
+    free_case(c);
+    return 1;
+}
+
 START_TEST(every_schedule_gives_its_reference_and_sends_its_closed_form)
 {
     int ran = 0;
@@ -194,23 +240,37 @@ START_TEST(every_schedule_gives_its_reference_and_sends_its_closed_form)
                 for (int gqa = 0; gqa < 2; gqa++) {
                     layer_case c = {.schedule = usp_schedule_at(i), .U = meshes[m][0], .R = meshes[m][1],
                                     .causal = causal, .B = 2, .N = 32, .H = 8, .Hkv = gqa ? 2 : 8, .D = 16};
-                    const usp_schedule_shape shape = shape_of(&c);
-                    if (c.schedule->check(&shape) != USP_OK)
-                        continue;
-                    reference(&c);
-                    sim_config config = sim_config_default(c.U * c.R);
-                    config.make_backend = harness_backend_factory(), config.device_memory = harness_device_memory();
-                    sim_world *w;
-                    ck_assert_int_eq(sim_world_create(&config, &w), USP_OK);
-                    usp_status s = sim_world_run(w, run_rank, &c);
-                    ck_assert_msg(s == USP_OK, "%s on U %d x R %d, causal %d, H 8 Hkv %lld: %s", c.schedule->name,
-                                  c.U, c.R, causal, (long long)c.Hkv, usp_error_message());
-                    check_traffic(&c, w);
-                    sim_world_destroy(w);
-                    free_case(&c);
-                    ran++;
+                    ran += run_case(&c);
                 }
     ck_assert_int_ge(ran, 4 * usp_schedule_count()); /* every schedule ran somewhere */
+}
+END_TEST
+
+/* Two rows of 32 tokens packed with documents of 1 to 20 tokens, cut across ranks of 8 and 16 tokens
+ * at other places in each row. */
+static const int64_t row_documents[2][8] = {{1, 3, 7, 2, 13, 6}, {5, 1, 1, 20, 5}};
+
+START_TEST(every_schedule_is_exact_under_documents_and_windows)
+{
+    int32_t table[2 * 32 * 2];
+    for (int b = 0; b < 2; b++) {
+        int n = 0;
+        while (row_documents[b][n])
+            n++;
+        usp_mask_table_fill(row_documents[b], n, table + 2 * 32 * b);
+    }
+    const struct { int64_t window; int docs; } masks[] = {{0, 1}, {1, 0}, {5, 0}, {9, 1}, {40, 1}, {3, 1}};
+    int ran = 0;
+    for (int i = 0; i < usp_schedule_count(); i++)
+        for (int m = 0; m < N_MESHES; m++)
+            for (size_t k = 0; k < sizeof masks / sizeof *masks; k++)
+                for (int causal = 0; causal < 2; causal++) {
+                    layer_case c = {.schedule = usp_schedule_at(i), .U = meshes[m][0], .R = meshes[m][1],
+                                    .causal = causal, .B = 2, .N = 32, .H = 4, .Hkv = 2, .D = 16,
+                                    .window = masks[k].window, .docs = masks[k].docs ? table : NULL};
+                    ran += run_case(&c);
+                }
+    ck_assert_int_ge(ran, 12 * usp_schedule_count());
 }
 END_TEST
 
@@ -308,6 +368,7 @@ int main(void)
     TCase *t = tcase_create("schedules");
     tcase_set_timeout(t, 120);
     tcase_add_test(t, every_schedule_gives_its_reference_and_sends_its_closed_form);
+    tcase_add_test(t, every_schedule_is_exact_under_documents_and_windows);
     tcase_add_test(t, every_mesh_is_picked_by_one_exact_schedule);
     tcase_add_test(t, what_a_schedule_refuses_names_the_option_to_change);
     tcase_add_test(t, no_order_of_a_layers_calls_deadlocks_nor_lints);

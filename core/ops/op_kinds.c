@@ -273,6 +273,13 @@ double usp_attention_visible_pairs(const usp_attention_shape *s)
     return sum;
 }
 
+void usp_attention_shape_mask(usp_attention_shape *s, const usp_attention_mask *m, int64_t seq_len, int64_t row)
+{
+    const size_t at = 2 * (size_t)row * (size_t)seq_len;
+    s->window = m->window, s->seq_len = seq_len;
+    s->docs = m->docs ? m->docs + at : NULL, s->docs_host = m->docs_host ? m->docs_host + at : NULL;
+}
+
 /* FlashAttention's convention: 4 flops per visible pair and head dimension (two matmuls) forward;
  * backward 2.5x forward. Bytes: inputs and outputs once. */
 static ops_work attention_cost(const usp_op *op, int backward)

@@ -130,6 +130,18 @@ typedef struct usp_attention_shape {
 /* Query-key pairs that are not masked: the work of an attention call, summed over its batch rows. */
 double usp_attention_visible_pairs(const usp_attention_shape *s);
 
+/* A layer's mask beyond causal, as the schedules carry it: its window, and the documents' table of the
+ * whole sequence, [batch][seq_len][2] (docs in the backend's memory, docs_host the same on the host;
+ * both NULL: one document a row). Zero: no mask. */
+typedef struct usp_attention_mask {
+    int64_t window;
+    const int32_t *docs, *docs_host;
+} usp_attention_mask;
+
+/* The shape's mask fields from m over sequences of seq_len positions: a call of batch rows [row, row +
+ * s->batch) of the table (a call of one row in a loop over rows passes that row). */
+void usp_attention_shape_mask(usp_attention_shape *s, const usp_attention_mask *m, int64_t seq_len, int64_t row);
+
 /* The backend's name ("cpu", "meta", "cuda"). */
 const char *usp_backend_name(const usp_backend_t *be);
 

@@ -78,20 +78,26 @@ static int overlap_pays(const ring_attention_config *c, int64_t T)
     return 10.0 * (double)c->batch * (double)c->n_heads * (double)c->head_dim * pairs >= OVERLAP_MIN_STEP_FLOPS;
 }
 
-/* The block of keys y lies wholly in the future of queries x: every pair is masked. */
-static int run_is_masked(const ring_attention *a, const usp_token_run *x, const usp_token_run *y)
-{
-    return a->c.causal && y->global_first > x->global_first + x->count - 1;
-}
-
-/* One (query run, key run) call of batch 1: the offsets place it in the global sequence. */
-static usp_attention_shape run_shape(const ring_attention *a, const usp_token_run *x, const usp_token_run *y)
+/* One (query run, key run) call of batch row b: the offsets place it in the global sequence. */
+static usp_attention_shape run_shape(const ring_attention *a, int64_t b, const usp_token_run *x,
+                                     const usp_token_run *y)
 {
     const ring_attention_config *c = &a->c;
-    return (usp_attention_shape){.batch = 1, .n_q = x->count, .n_kv = y->count, .n_heads = c->n_heads,
-                                 .n_kv_heads = c->n_kv_heads, .head_dim = c->head_dim,
-                                 .q_offset = x->global_first, .kv_offset = y->global_first,
-                                 .causal = c->causal, .scale = c->scale};
+    usp_attention_shape s = {.batch = 1, .n_q = x->count, .n_kv = y->count, .n_heads = c->n_heads,
+                             .n_kv_heads = c->n_kv_heads, .head_dim = c->head_dim, .q_offset = x->global_first,
+                             .kv_offset = y->global_first, .causal = c->causal, .scale = c->scale};
+    usp_attention_shape_mask(&s, &c->mask, c->layout.n, b);
+    return s;
+}
+
+/* No query of x sees a key of y in batch row b: the block lies wholly in the queries' future (causal),
+ * or beyond their window or their documents. Such a pair of runs makes no call at all. */
+static int run_is_masked(const ring_attention *a, int64_t b, const usp_token_run *x, const usp_token_run *y)
+{
+    if (a->c.mask.window == 0 && !a->c.mask.docs_host)
+        return a->c.causal && y->global_first > x->global_first + x->count - 1;
+    const usp_attention_shape s = run_shape(a, b, x, y);
+    return usp_attention_visible_pairs(&s) == 0.0;
 }
 
 /* Element `index` from p in the storage dtype: q, k, v, o, their gradients and
@@ -222,9 +228,9 @@ static usp_status forward_block(ring_attention *a, const float *q, const float *
             unsigned char *started = &a->started[b * 2 + i];
             for (int j = 0; j < n_theirs; j++) {
                 const usp_token_run *y = &theirs[j];
-                if (run_is_masked(a, x, y))
+                if (run_is_masked(a, b, x, y))
                     continue; /* the zigzag load balance: no call at all */
-                usp_attention_shape s = run_shape(a, x, y);
+                usp_attention_shape s = run_shape(a, b, x, y);
                 const float *k_run = elem(a, k, tok_at(a, b, y, c->n_kv_heads));
                 const float *v_run = elem(a, v, tok_at(a, b, y, c->n_kv_heads));
                 if (!*started) {
@@ -339,7 +345,8 @@ static usp_status forward(ring_attention *a, const float *q, const float *k, con
         USP_CHECK(forward_block(a, q, kb, vb, o, (a->r - s + R) % R));
         cur ^= 1;
     }
-    /* Every query run sees its own diagonal block (causal) or every block (full), so each was started. */
+    /* Every query sees its own position (causal, a window and documents alike), so every query run
+     * met its own block at least and was started. */
     for (int64_t b = 0; b < c->batch; b++)
         for (int i = 0; i < a->n_mine; i++)
             USP_ASSERT(a->started[b * 2 + i], "batch %lld query run %d saw no block", (long long)b, i);
@@ -362,9 +369,9 @@ static usp_status backward_block(ring_attention *a, const float *q, const float 
             const float *lse_run = a->lse_run + lse_slab_at(a, b, x);
             for (int j = 0; j < n_theirs; j++) {
                 const usp_token_run *y = &theirs[j];
-                if (run_is_masked(a, x, y))
+                if (run_is_masked(a, b, x, y))
                     continue;
-                usp_attention_shape s = run_shape(a, x, y);
+                usp_attention_shape s = run_shape(a, b, x, y);
                 size_t ka = tok_at(a, b, y, c->n_kv_heads);
                 USP_CHECK(usp_flash_attention_backward(c->backend, &s, elem(a, q, qa), elem(a, k, ka), elem(a, v, ka),
                                                        elem(a, o, qa), lse_run, elem(a, d_o, qa), elem(a, dq, qa),

@@ -58,6 +58,7 @@ typedef struct ring_attention_config {
                               all-to-alls there, so one stream orders the two groups' calls; 0: the ring makes
                               a stream of its own */
     usp_stream_t *comm_stream;
+    usp_attention_mask mask; /* beyond causal (core/ops/mask.h); its table covers layout.n positions */
 } ring_attention_config;
 
 /* Elements of the storage dtype a ring rank sends in one layer's forward and backward, T tokens and

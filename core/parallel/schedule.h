@@ -36,6 +36,7 @@ typedef struct usp_schedule_config {
     usp_dtype storage;          /* of activations and exchanges */
     int eager_ring_merge;       /* the ring's merge as a PyTorch framework runs it (shapes only; ring.h) */
     usp_overlap ring_backward_overlap, ulysses_overlap; /* ring.h, ulysses.h */
+    usp_attention_mask mask;    /* beyond causal: a window, documents (the table covers seq_len positions) */
 } usp_schedule_config;
 
 typedef struct usp_schedule_i {

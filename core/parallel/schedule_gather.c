@@ -151,12 +151,14 @@ static usp_status gather_kv(const gather_layer *a, const float *k, const float *
 }
 
 /* One query run of batch row `row` against the row's whole sequence of keys. */
-static usp_attention_shape run_shape(const gather_layer *a, const usp_token_run *x)
+static usp_attention_shape run_shape(const gather_layer *a, size_t row, const usp_token_run *x)
 {
-    return (usp_attention_shape){.batch = 1, .n_q = x->count, .n_kv = a->layout.n, .n_heads = a->c.n_heads,
-                                 .n_kv_heads = a->c.n_kv_heads, .head_dim = a->c.head_dim,
-                                 .q_offset = x->global_first, .kv_offset = 0, .causal = a->c.causal,
-                                 .scale = a->c.scale};
+    usp_attention_shape s = {.batch = 1, .n_q = x->count, .n_kv = a->layout.n, .n_heads = a->c.n_heads,
+                             .n_kv_heads = a->c.n_kv_heads, .head_dim = a->c.head_dim,
+                             .q_offset = x->global_first, .kv_offset = 0, .causal = a->c.causal,
+                             .scale = a->c.scale};
+    usp_attention_shape_mask(&s, &a->c.mask, a->layout.n, (int64_t)row);
+    return s;
 }
 
 /* The attention calls of this rank's query runs; backward: from d_o into dq, dk_seq, dv_seq (added). */
@@ -168,7 +170,7 @@ static usp_status attend(gather_layer *a, const call_buffers *b, const float *d_
     const size_t krow = (size_t)(a->c.n_kv_heads * a->c.head_dim), N = (size_t)a->layout.n, H = (size_t)a->c.n_heads;
     for (size_t r = 0; r < (size_t)a->c.batch; r++)
         for (int i = 0; i < n; i++) {
-            const usp_attention_shape s = run_shape(a, &runs[i]);
+            const usp_attention_shape s = run_shape(a, r, &runs[i]);
             const size_t q0 = (r * T + (size_t)runs[i].local_first) * qrow, k0 = r * N * krow;
             float *lse = a->lse + r * H * T + H * (size_t)runs[i].local_first;
             const float *q = at(a, a->q, q0), *k = at(a, b->k_seq, k0), *v = at(a, b->v_seq, k0);

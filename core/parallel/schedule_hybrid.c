@@ -42,7 +42,8 @@ static usp_status create(const usp_schedule_config *c, void **out)
                                    .n_heads = c->n_heads, .n_kv_heads = c->n_kv_heads, .head_dim = c->head_dim,
                                    .causal = c->causal, .scale = c->scale, .storage = c->storage,
                                    .eager_ring_merge = c->eager_ring_merge,
-                                   .ring_backward_overlap = c->ring_backward_overlap, .overlap = c->ulysses_overlap};
+                                   .ring_backward_overlap = c->ring_backward_overlap, .overlap = c->ulysses_overlap,
+                                   .mask = c->mask};
     return ulysses_attention_create(&ac, (ulysses_attention **)out);
 }
 

@@ -50,9 +50,14 @@ static usp_status create(const usp_schedule_config *c, void **out)
     local_layer *a;
     USP_CHECK(usp_calloc((void **)&a, 1, sizeof *a, "local attention"));
     a->backend = c->backend, a->stream = c->stream;
+    /* this rank's shard of the contiguous layout: positions [first, first + T), which the mask reads */
+    const int64_t first = T * ((c->ring ? usp_comm_rank(c->ring) : 0) * (c->ulysses ? usp_comm_size(c->ulysses) : 1) +
+                               (c->ulysses ? usp_comm_rank(c->ulysses) : 0));
     a->shape = (usp_attention_shape){.batch = c->batch, .n_q = T, .n_kv = T, .n_heads = c->n_heads,
-                                     .n_kv_heads = c->n_kv_heads, .head_dim = c->head_dim, .causal = c->causal,
+                                     .n_kv_heads = c->n_kv_heads, .head_dim = c->head_dim, .q_offset = first,
+                                     .kv_offset = first, .causal = c->causal,
                                      .scale = c->scale ? c->scale : 1.0f / sqrtf((float)c->head_dim)};
+    usp_attention_shape_mask(&a->shape, &c->mask, c->seq_len, 0);
     usp_status s = usp_buffer_alloc(c->backend, (size_t)(c->batch * c->n_heads * T) * sizeof(float), "activations",
                                     (void **)&a->lse);
     if (s != USP_OK) {

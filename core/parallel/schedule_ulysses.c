@@ -33,7 +33,8 @@ static usp_status create(const usp_schedule_config *c, void **out)
     ulysses_attention_config ac = {.backend = c->backend, .stream = c->stream, .ulysses = c->ulysses, .ring = NULL,
                                    .batch = c->batch, .seq_len = c->seq_len, .n_heads = c->n_heads,
                                    .n_kv_heads = c->n_kv_heads, .head_dim = c->head_dim, .causal = c->causal,
-                                   .scale = c->scale, .storage = c->storage, .overlap = c->ulysses_overlap};
+                                   .scale = c->scale, .storage = c->storage, .overlap = c->ulysses_overlap,
+                                   .mask = c->mask};
     return ulysses_attention_create(&ac, (ulysses_attention **)out);
 }
 

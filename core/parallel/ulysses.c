@@ -110,7 +110,8 @@ static usp_status ring_config(const ulysses_attention *a, int groups, ring_atten
                                   .n_kv_heads = a->kv_heads.count[a->me] / groups, .head_dim = c->head_dim,
                                   .causal = c->causal, .scale = c->scale, .storage = c->storage,
                                   .eager_merge = c->eager_ring_merge, .backward_overlap = c->ring_backward_overlap,
-                                  .share_comm_stream = groups > 1, .comm_stream = a->comm_stream};
+                                  .share_comm_stream = groups > 1, .comm_stream = a->comm_stream,
+                                  .mask = c->mask};
     return USP_OK;
 }
 
@@ -254,12 +255,16 @@ static usp_status gather_heads(ulysses_attention *a, const float *x_all, int64_t
     return USP_OK;
 }
 
+/* Without a ring the group holds the whole sequence, in order (the contiguous layout): positions are
+ * the local indices, and the table's rows are the batch's. */
 static usp_attention_shape local_shape(const ulysses_attention *a)
 {
-    return (usp_attention_shape){.batch = a->c.batch, .n_q = a->NU, .n_kv = a->NU,
-                                 .n_heads = a->q_heads.count[a->me] / a->G,
-                                 .n_kv_heads = a->kv_heads.count[a->me] / a->G, .head_dim = a->c.head_dim,
-                                 .causal = a->c.causal, .scale = a->c.scale};
+    usp_attention_shape s = {.batch = a->c.batch, .n_q = a->NU, .n_kv = a->NU,
+                             .n_heads = a->q_heads.count[a->me] / a->G,
+                             .n_kv_heads = a->kv_heads.count[a->me] / a->G, .head_dim = a->c.head_dim,
+                             .causal = a->c.causal, .scale = a->c.scale};
+    usp_attention_shape_mask(&s, &a->c.mask, a->c.seq_len, 0);
+    return s;
 }
 
 static usp_status hold_exchange_buffers(ulysses_attention *a)
