@@ -24,6 +24,7 @@
 #include "tests/conformance.h"
 
 #include "core/base/clock_seconds.h"
+#include "core/ops/mask.h"
 #include "core/trace/trace.h"
 
 /* ---- memory: alloc, free, the three copy kinds, zero ---------------------- */
@@ -246,13 +247,35 @@ typedef struct attention_params {
     usp_attention_shape s; /* scale 0: 1/sqrt(head_dim) */
     int backward;          /* 0: forward only */
     int accumulate;        /* backward: add to random dq, dk, dv (1) or overwrite NaN ones (0) */
+    int documents;         /* 1: rows packed with documents (attention_documents), over s.seq_len positions */
 } attention_params;
+
+/* Documents of 1, 3, 7, 2 and 13 tokens and the rest, cycled; row b starts at document b. */
+static void attention_documents(int64_t batch, int64_t seq_len, int32_t *table)
+{
+    static const int64_t lengths[] = {1, 3, 7, 2, 13, 6, 20};
+    const int n = (int)(sizeof lengths / sizeof *lengths);
+    for (int64_t b = 0; b < batch; b++) {
+        int64_t cut[64], count = 0;
+        for (int64_t at = 0, d = b; at < seq_len; d++, count++) {
+            cut[count] = lengths[d % n] < seq_len - at ? lengths[d % n] : seq_len - at;
+            at += cut[count];
+        }
+        usp_mask_table_fill(cut, count, table + 2 * b * seq_len);
+    }
+}
 
 static void run_attention(conformance_run *r, const void *params)
 {
     const attention_params *p = params;
     usp_attention_shape s = p->s;
     s.scale = s.scale ? s.scale : 1.0f / sqrtf((float)s.head_dim);
+    int32_t table[2 * 2 * 64]; /* batch <= 2, seq_len <= 64 */
+    if (p->documents) {
+        attention_documents(s.batch, s.seq_len, table);
+        s.docs_host = table;
+        s.docs = conformance_ids(r, table, 2 * s.batch * s.seq_len);
+    }
     const int64_t nq = s.batch * s.n_q * s.n_heads * s.head_dim, nkv = s.batch * s.n_kv * s.n_kv_heads * s.head_dim;
     const int64_t nlse = s.batch * s.n_heads * s.n_q;
     float *q = conformance_input(r, nq, 2), *k = conformance_input(r, nkv, 2), *v = conformance_input(r, nkv, 2);
@@ -283,11 +306,20 @@ static void run_attention(conformance_run *r, const void *params)
 #define FEW_QUERIES {2, 5, 37, 2, 2, 32, 0, 0, 0, 0, 0, 0, NULL, NULL}
 #define FEW_KEYS_CAUSAL {1, 37, 5, 2, 1, 32, 0, 0, 1, 0, 0, 0, NULL, NULL}
 
-static const attention_params attn_full = {FULL, 0, 0}, attn_full_bwd = {FULL, 1, 0};
-static const attention_params attn_causal_gqa = {CAUSAL_GQA, 0, 0}, attn_causal_gqa_bwd = {CAUSAL_GQA, 1, 0};
-static const attention_params attn_ring = {RING_BLOCK, 0, 0}, attn_ring_bwd_acc = {RING_BLOCK, 1, 1};
-static const attention_params attn_masked = {MASKED_BLOCK, 0, 0}, attn_masked_bwd = {MASKED_BLOCK, 1, 0};
-static const attention_params attn_few_q = {FEW_QUERIES, 1, 0}, attn_few_kv = {FEW_KEYS_CAUSAL, 1, 1};
+static const attention_params attn_full = {FULL, 0, 0, 0}, attn_full_bwd = {FULL, 1, 0, 0};
+static const attention_params attn_causal_gqa = {CAUSAL_GQA, 0, 0, 0}, attn_causal_gqa_bwd = {CAUSAL_GQA, 1, 0, 0};
+static const attention_params attn_ring = {RING_BLOCK, 0, 0, 0}, attn_ring_bwd_acc = {RING_BLOCK, 1, 1, 0};
+static const attention_params attn_masked = {MASKED_BLOCK, 0, 0, 0}, attn_masked_bwd = {MASKED_BLOCK, 1, 0, 0};
+static const attention_params attn_few_q = {FEW_QUERIES, 1, 0, 0}, attn_few_kv = {FEW_KEYS_CAUSAL, 1, 1, 0};
+/* Masks beyond causal (core/ops/mask.h): a window of 7 keys over 40 tokens; packed documents in two
+ * rows that differ; a ring block (queries 24..39, keys 16..31) of packed documents under a window. */
+#define WINDOW {1, 40, 40, 4, 2, 32, 0, 0, 1, 0, 7, 40, NULL, NULL}
+#define DOCUMENTS {2, 37, 37, 2, 1, 32, 0, 0, 1, 0, 0, 37, NULL, NULL}
+#define DOCUMENTS_FULL {1, 30, 30, 2, 2, 32, 0, 0, 0, 0, 0, 30, NULL, NULL}
+#define DOCUMENTS_RING_WINDOW {1, 16, 16, 2, 1, 64, 24, 16, 1, 0, 12, 40, NULL, NULL}
+static const attention_params attn_window = {WINDOW, 1, 0, 0}, attn_documents = {DOCUMENTS, 1, 0, 1};
+static const attention_params attn_documents_full = {DOCUMENTS_FULL, 1, 0, 1};
+static const attention_params attn_documents_ring = {DOCUMENTS_RING_WINDOW, 1, 1, 1};
 
 /* Two partial results per (row, head), some of them rows that have seen no key
  * (lse -inf, o 0): only the accumulated one, only the part, and both. */
@@ -346,6 +378,11 @@ const conformance_case conformance_cases[] = {
     {"attention backward, fully masked block", run_attention, &attn_masked_bwd, ATTENTION_BWD, 1e-4, 0, 0},
     {"attention n_q 5 < n_kv 37", run_attention, &attn_few_q, ATTENTION_BWD, 1e-4, 0, 0},
     {"attention causal n_q 37 > n_kv 5, accumulate", run_attention, &attn_few_kv, ATTENTION_BWD, 1e-4, 0, 0},
+    {"attention causal, window 7", run_attention, &attn_window, ATTENTION_BWD, 1e-4, 0, 0},
+    {"attention causal, packed documents, rows differ", run_attention, &attn_documents, ATTENTION_BWD, 1e-4, 0, 0},
+    {"attention full, packed documents", run_attention, &attn_documents_full, ATTENTION_BWD, 1e-4, 0, 0},
+    {"attention ring block, documents and window 12, accumulate", run_attention, &attn_documents_ring, ATTENTION_BWD,
+     1e-4, 0, 0},
     {"attention merge with -inf rows", run_attention_merge, NULL, SLOT(attention_merge), 1e-6, 0, 0},
 };
 
