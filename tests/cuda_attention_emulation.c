@@ -31,19 +31,28 @@ static void emu_tile_load(float *dst, int64_t ld, const float *src, int64_t firs
 }
 
 /* Key tile kt of query tile [q0, q0 + bq) of batch b, kv head g: its first key and length, and its
- * visibility; unless masked (the kernels skip it), K and V loaded into Ks and Vs (row strides ld_k, ld_v). */
+ * visibility under row b's mask; unless masked (the kernels skip it), K and V loaded into Ks and Vs
+ * (row strides ld_k, ld_v). */
 static attn_visibility emu_key_tile(const usp_attention_shape *s, attn_tiles T, int64_t b, int64_t g, int64_t q0,
                                     int64_t bq, int64_t kt, const float *k, const float *v, float *Ks, int64_t ld_k,
                                     float *Vs, int64_t ld_v, int64_t *k0, int64_t *bk)
 {
     const int64_t D = s->head_dim;
     *k0 = kt * T.bk, *bk = attn_tile_len(s->n_kv, T.bk, kt);
-    const attn_visibility vis = attn_tile_visibility(s, q0, bq, *k0, *bk);
+    const attn_visibility vis = attn_tile_visibility(s, b, q0, bq, *k0, *bk);
     if (vis == ATTN_TILE_MASKED)
         return vis;
     emu_tile_load(Ks, ld_k, k, attn_kv_index(s, b, *k0, g, 0), s->n_kv_heads * D, *bk, T.bk, D);
     emu_tile_load(Vs, ld_v, v, attn_kv_index(s, b, *k0, g, 0), s->n_kv_heads * D, *bk, T.bk, D);
     return vis;
+}
+
+/* block_spans: the spans of the block's fixed rows [row0, row0 + n), keys of queries or (of_key) queries
+ * of keys. */
+static void emu_block_spans(const usp_attention_shape *s, int64_t b, int64_t row0, int64_t n, int of_key,
+                            int64_t *first, int64_t *end)
+{
+    for (int64_t r = 0; r < n; r++) attn_row_span(s, b, row0 + r, of_key, &first[r], &end[r]);
 }
 
 /* attn_forward_kernel, block x. */
@@ -58,18 +67,20 @@ static void emu_forward_block(const usp_attention_shape *s, const float *q, cons
     const attn_task task = attn_block_task(x, attn_n_tiles(s->n_q, T.bq), s->batch * s->n_heads, 1);
     const int64_t b = task.row / s->n_heads, h = task.row % s->n_heads, g = attn_kv_head(s, h);
     const int64_t q0 = task.tile * T.bq, bq = attn_tile_len(s->n_q, T.bq, task.tile);
+    int64_t kf[ATTN_MAX_TILE], ke[ATTN_MAX_TILE]; /* the keys each query row sees */
 
     emu_tile_load(Qs, D, q, attn_q_index(s, b, q0, h, 0), s->n_heads * D, bq, T.bq, D);
+    emu_block_spans(s, b, q0, bq, 0, kf, ke);
     for (int64_t e = 0; e < T.bq * D; e++) Os[e] = 0.0f;
     for (int64_t i = 0; i < T.bq; i++) ms[i] = -INFINITY, ls[i] = 0.0f;
-    const int64_t n_kt = attn_kv_tiles_end(s, q0, bq, T.bk);
-    for (int64_t kt = 0; kt < n_kt; kt++) {
+    const attn_tile_range kr = attn_kv_tiles(s, b, q0, bq, T.bk);
+    for (int64_t kt = kr.begin; kt < kr.end; kt++) {
         int64_t k0, bk;
         const attn_visibility vis = emu_key_tile(s, T, b, g, q0, bq, kt, k, v, Ks, ld, Vs, D, &k0, &bk);
         if (vis == ATTN_TILE_MASKED) continue;
         for (int64_t e = 0; e < T.bq * T.bk; e++) { /* forward_scores */
             const int64_t i = e / T.bk, j = e % T.bk;
-            const int seen = i < bq && j < bk && (vis == ATTN_TILE_VISIBLE || attn_sees(s, q0 + i, k0 + j));
+            const int seen = i < bq && j < bk && (vis == ATTN_TILE_VISIBLE || (k0 + j >= kf[i] && k0 + j < ke[i]));
             Ss[e] = seen ? s->scale * attn_dot(Qs + i * D, Ks + j * ld, D) : -INFINITY;
         }
         for (int64_t i = 0; i < bq; i++) { /* forward_softmax_rows */
@@ -102,17 +113,19 @@ void emu_forward(const usp_attention_shape *s, const float *q, const float *k, c
     free(smem);
 }
 
-/* backward_probs: P (when not NULL) and dS of a tile pair. */
+/* backward_probs: P (when not NULL) and dS of a tile pair, partial pairs tested against the spans sf, se of
+ * the queries (of_key = 0) or the keys (1). */
 static void emu_backward_probs(const usp_attention_shape *s, const float *Qs, const float *dOs, const float *Ks,
                                const float *Vs, const float *lses, const float *deltas, float *Ps, float *dSs,
-                               int64_t q0, int64_t bq, int64_t k0, int64_t bk, attn_visibility vis)
+                               const int64_t *sf, const int64_t *se, int of_key, int64_t q0, int64_t bq, int64_t k0,
+                               int64_t bk, attn_visibility vis)
 {
     const int64_t D = s->head_dim, ld = attn_kv_ld(D);
     const attn_tiles T = attn_tiles_for(D);
     for (int64_t e = 0; e < T.bq * T.bk; e++) {
-        const int64_t i = e / T.bk, j = e % T.bk;
+        const int64_t i = e / T.bk, j = e % T.bk, r = of_key ? j : i, x = of_key ? q0 + i : k0 + j;
         float p = 0.0f, ds = 0.0f;
-        if (i < bq && j < bk && (vis == ATTN_TILE_VISIBLE || attn_sees(s, q0 + i, k0 + j))) {
+        if (i < bq && j < bk && (vis == ATTN_TILE_VISIBLE || (x >= sf[r] && x < se[r]))) {
             p = attn_backward_prob(s->scale * attn_dot(Qs + i * D, Ks + j * ld, D), lses[i]);
             ds = attn_backward_dscore(p, attn_dot(dOs + i * D, Vs + j * ld, D), deltas[i]);
         }
@@ -160,16 +173,18 @@ static void emu_dkdv_block(const usp_attention_shape *s, const float *q, const f
     emu_tile_load(Ks, ld, k, kv_first, kv_stride, bk, T.bk, D);
     emu_tile_load(Vs, ld, v, kv_first, kv_stride, bk, T.bk, D);
     for (int64_t e = 0; e < T.bk * D; e++) dKs[e] = dVs[e] = 0.0f;
-    const int64_t n_qt = attn_n_tiles(s->n_q, T.bq), qt_begin = attn_q_tiles_begin(s, k0, T.bq);
+    int64_t qf[ATTN_MAX_TILE], qe[ATTN_MAX_TILE]; /* the queries that see each key */
+    emu_block_spans(s, b, k0, bk, 1, qf, qe);
+    const attn_tile_range qr = attn_q_tiles(s, b, k0, bk, T.bq);
     for (int64_t h = g * group; h < (g + 1) * group; h++)
-        for (int64_t qt = qt_begin; qt < n_qt; qt++) {
+        for (int64_t qt = qr.begin; qt < qr.end; qt++) {
             const int64_t q0 = qt * T.bq, bq = attn_tile_len(s->n_q, T.bq, qt);
-            const attn_visibility vis = attn_tile_visibility(s, q0, bq, k0, bk);
+            const attn_visibility vis = attn_tile_visibility(s, b, q0, bq, k0, bk);
             if (vis == ATTN_TILE_MASKED) continue;
             emu_tile_load(Qs, D, q, attn_q_index(s, b, q0, h, 0), s->n_heads * D, bq, T.bq, D);
             emu_tile_load(dOs, D, d_o, attn_q_index(s, b, q0, h, 0), s->n_heads * D, bq, T.bq, D);
             emu_row_stats(s, lse, delta, lses, deltas, b, h, q0, bq);
-            emu_backward_probs(s, Qs, dOs, Ks, Vs, lses, deltas, Ps, dSs, q0, bq, k0, bk, vis);
+            emu_backward_probs(s, Qs, dOs, Ks, Vs, lses, deltas, Ps, dSs, qf, qe, 1, q0, bq, k0, bk, vis);
             for (int64_t e = 0; e < bk * D; e++) {
                 const int64_t j = e / D, d = e % D;
                 float av = dVs[e], ak = dKs[e];
@@ -203,13 +218,15 @@ static void emu_dq_block(const usp_attention_shape *s, const float *q, const flo
     emu_tile_load(Qs, D, q, q_first, q_stride, bq, T.bq, D);
     emu_tile_load(dOs, D, d_o, q_first, q_stride, bq, T.bq, D);
     emu_row_stats(s, lse, delta, lses, deltas, b, h, q0, bq);
+    int64_t kf[ATTN_MAX_TILE], ke[ATTN_MAX_TILE]; /* the keys each query row sees */
+    emu_block_spans(s, b, q0, bq, 0, kf, ke);
     for (int64_t e = 0; e < T.bq * D; e++) dQs[e] = 0.0f;
-    const int64_t n_kt = attn_kv_tiles_end(s, q0, bq, T.bk);
-    for (int64_t kt = 0; kt < n_kt; kt++) {
+    const attn_tile_range kr = attn_kv_tiles(s, b, q0, bq, T.bk);
+    for (int64_t kt = kr.begin; kt < kr.end; kt++) {
         int64_t k0, bk;
         const attn_visibility vis = emu_key_tile(s, T, b, g, q0, bq, kt, k, v, Ks, ld, Vs, ld, &k0, &bk);
         if (vis == ATTN_TILE_MASKED) continue;
-        emu_backward_probs(s, Qs, dOs, Ks, Vs, lses, deltas, NULL, dSs, q0, bq, k0, bk, vis);
+        emu_backward_probs(s, Qs, dOs, Ks, Vs, lses, deltas, NULL, dSs, kf, ke, 0, q0, bq, k0, bk, vis);
         for (int64_t e = 0; e < bq * D; e++) {
             const int64_t i = e / D, d = e % D;
             float acc = dQs[e];

@@ -10,6 +10,7 @@
 #include "backends/cpu/cpu_attention.h"
 #include "backends/cuda/cuda_attention_tiles.h"
 #include "core/ops/dtype.h"
+#include "core/ops/mask.h"
 
 #define U_BF16 (1.0 / 256.0)
 #define C_FP32 (1.0 / 4096.0)
@@ -45,7 +46,8 @@ static void cpu_run(mma_case *c)
     const usp_attention_shape *s = &c->s;
     const cpu_attention_shape cs = {.batch = s->batch, .n_q = s->n_q, .n_kv = s->n_kv, .n_heads = s->n_heads,
                                     .n_kv_heads = s->n_kv_heads, .head_dim = s->head_dim, .q_offset = s->q_offset,
-                                    .kv_offset = s->kv_offset, .causal = s->causal, .scale = s->scale};
+                                    .kv_offset = s->kv_offset, .causal = s->causal, .scale = s->scale,
+                                    .window = s->window, .seq_len = s->seq_len, .docs = s->docs};
     void *ws = malloc(cpu_attention_workspace_bytes(&cs));
     cpu_flash_attention_forward(&cs, c->q, c->k, c->v, c->o, c->lse, ws);
     cpu_flash_attention_backward(&cs, c->q, c->k, c->v, c->o, c->lse, c->d_o, c->dq, c->dk, c->dv, 0, ws);
@@ -57,6 +59,7 @@ static void magnitudes_row(mma_case *c, int64_t b, int64_t h, int64_t i, double 
 {
     const usp_attention_shape *s = &c->s;
     const int64_t D = s->head_dim, g = attn_kv_head(s, h), qi = attn_q_index(s, b, i, h, 0);
+    const usp_mask_row m = {s->causal, s->window, s->docs ? s->docs + 2 * b * s->seq_len : NULL};
     double mx = -INFINITY, sum = 0.0, beta = 0.0, delta = 0.0, reach = 0.0;
     for (int64_t j = 0; j < s->n_kv; j++) {
         double dot = 0.0, abs_dot = 0.0;
@@ -64,8 +67,9 @@ static void magnitudes_row(mma_case *c, int64_t b, int64_t h, int64_t i, double 
             dot += (double)c->q[qi + d] * c->k[attn_kv_index(s, b, j, g, d)];
             abs_dot += fabs((double)c->q[qi + d] * c->k[attn_kv_index(s, b, j, g, d)]);
         }
-        p[j] = attn_sees(s, i, j) ? s->scale * dot : -INFINITY;
-        if (attn_sees(s, i, j)) mx = fmax(mx, p[j]), reach = fmax(reach, s->scale * abs_dot);
+        const int visible = usp_mask_sees(&m, s->q_offset + i, s->kv_offset + j); /* the definition */
+        p[j] = visible ? s->scale * dot : -INFINITY;
+        if (visible) mx = fmax(mx, p[j]), reach = fmax(reach, s->scale * abs_dot);
     }
     for (int64_t j = 0; j < s->n_kv; j++) sum += p[j] == -INFINITY ? 0.0 : exp(p[j] - mx);
     for (int64_t j = 0; j < s->n_kv; j++) p[j] = p[j] == -INFINITY ? 0.0 : exp(p[j] - mx) / sum;
@@ -96,6 +100,12 @@ void mma_case_run(mma_case *c, usp_attention_shape s, uint64_t seed, mma_case_ru
 {
     memset(c, 0, sizeof *c);
     c->s = s;
+    if (s.docs) { /* the case's own copy of the documents' table */
+        c->docs = malloc((size_t)(2 * s.batch * s.seq_len) * sizeof *c->docs);
+        ck_assert_ptr_nonnull(c->docs);
+        memcpy(c->docs, s.docs, (size_t)(2 * s.batch * s.seq_len) * sizeof *c->docs);
+        c->s.docs = c->docs;
+    }
     c->nq = (size_t)(s.batch * s.n_q * s.n_heads * s.head_dim);
     c->nkv = (size_t)(s.batch * s.n_kv * s.n_kv_heads * s.head_dim);
     c->nl = (size_t)(s.batch * s.n_heads * s.n_q);
@@ -126,6 +136,7 @@ void mma_case_free(mma_case *c)
     double *m[] = {c->mo, c->mlse, c->mdq, c->mdk, c->mdv};
     for (size_t i = 0; i < sizeof f / sizeof f[0]; i++) free(f[i]);
     for (size_t i = 0; i < sizeof m / sizeof m[0]; i++) free(m[i]);
+    free(c->docs);
 }
 
 /* max over elements of |got - want| / tol, tol = factor m + u_out |want| + 1e-6; infinities must be
@@ -157,31 +168,60 @@ double mma_case_check(const mma_case *c, const char *name)
     printf("%-34s error/tolerance: o %.3f lse %.3f dq %.3f dk %.3f dv %.3f\n", name, r[0], r[1], r[2], r[3], r[4]);
     for (int i = 0; i < 5; i++)
         ck_assert_msg(r[i] <= 1.0,
-                      "%s (B=%lld Nq=%lld Nkv=%lld H=%lld Hkv=%lld D=%lld causal=%d q_off=%lld kv_off=%lld): "
-                      "%s off the cpu attention by %.3f x its bf16 tolerance",
+                      "%s (B=%lld Nq=%lld Nkv=%lld H=%lld Hkv=%lld D=%lld causal=%d q_off=%lld kv_off=%lld "
+                      "window=%lld documents=%d): %s off the cpu attention by %.3f x its bf16 tolerance",
                       name, (long long)s->batch, (long long)s->n_q, (long long)s->n_kv, (long long)s->n_heads,
                       (long long)s->n_kv_heads, (long long)s->head_dim, s->causal, (long long)s->q_offset,
-                      (long long)s->kv_offset, what[i], r[i]);
+                      (long long)s->kv_offset, (long long)s->window, s->docs != NULL, what[i], r[i]);
     return r[0];
 }
 
 
+/* Document lengths, cycled to fill a row: 1- and 3-token documents, and ones across the 64-row tiles. */
+static const int64_t packing[] = {1, 3, 37, 150, 1, 90, 2, 64, 5, 200};
+
+int32_t *mma_case_documents(int64_t batch, int64_t seq_len)
+{
+    int32_t *t = malloc((size_t)(2 * batch * seq_len) * sizeof *t);
+    ck_assert_ptr_nonnull(t);
+    const int n = (int)(sizeof packing / sizeof *packing);
+    for (int64_t b = 0; b < batch; b++) { /* row b starts at document b of the packing: rows differ */
+        int64_t lengths[256], count = 0;
+        for (int64_t at = 0, d = b; at < seq_len; at += lengths[count++], d++)
+            lengths[count] = packing[d % n] < seq_len - at ? packing[d % n] : seq_len - at;
+        usp_mask_table_fill(lengths, count, t + 2 * b * seq_len);
+    }
+    return t;
+}
+
 /* The shapes every implementation runs: lengths off the 64-tile grid, GQA, both head_dims, ring
- * blocks placed by offsets before, across and after the diagonal, rows and calls without keys. */
+ * blocks placed by offsets before, across and after the diagonal, rows and calls without keys; and
+ * masks beyond causal: sliding windows of 1, 3, 17, a tile and past the sequence, causal or not,
+ * documents (mma_case_documents) alone or under a window, different in each batch row, at offsets. */
 static const struct {
     const char *name;
     int64_t batch, n_q, n_kv, heads, kv_heads, D;
     int causal;
-    int64_t q_offset, kv_offset;
+    int64_t q_offset, kv_offset, window;
+    int docs;
 } mma_cases[] = {
-    {"full D=64 ragged", 1, 100, 130, 2, 2, 64, 0, 0, 0},
-    {"causal D=128 GQA 2 N=150", 1, 150, 150, 4, 2, 128, 1, 0, 0},
-    {"causal D=64 GQA 3 N=128 two batches", 2, 128, 128, 3, 1, 64, 1, 0, 0},
-    {"full D=128 GQA 2 Nq=70 Nkv=45", 1, 70, 45, 2, 1, 128, 0, 0, 0},
-    {"causal D=64 ring block after keys", 1, 50, 90, 2, 1, 64, 1, 100, 40},
-    {"causal D=128 ring block across", 1, 80, 100, 2, 2, 128, 1, 30, 60},
-    {"causal D=64 first rows see no key", 1, 40, 40, 2, 1, 64, 1, 0, 25},
-    {"no keys", 1, 10, 0, 2, 1, 64, 0, 0, 0},
+    {"full D=64 ragged", 1, 100, 130, 2, 2, 64, 0, 0, 0, 0, 0},
+    {"causal D=128 GQA 2 N=150", 1, 150, 150, 4, 2, 128, 1, 0, 0, 0, 0},
+    {"causal D=64 GQA 3 N=128 two batches", 2, 128, 128, 3, 1, 64, 1, 0, 0, 0, 0},
+    {"full D=128 GQA 2 Nq=70 Nkv=45", 1, 70, 45, 2, 1, 128, 0, 0, 0, 0, 0},
+    {"causal D=64 ring block after keys", 1, 50, 90, 2, 1, 64, 1, 100, 40, 0, 0},
+    {"causal D=128 ring block across", 1, 80, 100, 2, 2, 128, 1, 30, 60, 0, 0},
+    {"causal D=64 first rows see no key", 1, 40, 40, 2, 1, 64, 1, 0, 25, 0, 0},
+    {"no keys", 1, 10, 0, 2, 1, 64, 0, 0, 0, 0, 0},
+    {"causal D=64 window 1", 1, 150, 150, 2, 1, 64, 1, 0, 0, 1, 0},
+    {"causal D=128 window 3 GQA 2", 1, 130, 130, 4, 2, 128, 1, 0, 0, 3, 0},
+    {"causal D=64 window 17 documents", 2, 200, 200, 2, 1, 64, 1, 0, 0, 17, 1},
+    {"causal D=64 window 64", 1, 200, 200, 2, 2, 64, 1, 0, 0, 64, 0},
+    {"causal D=128 window past the row", 1, 100, 100, 2, 1, 128, 1, 0, 0, 1000, 0},
+    {"full D=64 window 40", 1, 150, 150, 2, 1, 64, 0, 0, 0, 40, 0},
+    {"full D=128 documents two batches", 2, 160, 160, 2, 1, 128, 0, 0, 0, 0, 1},
+    {"causal D=64 documents GQA 3", 2, 200, 200, 3, 1, 64, 1, 0, 0, 0, 1},
+    {"causal D=128 ring block window docs", 1, 70, 110, 4, 2, 128, 1, 150, 100, 60, 1},
 };
 
 double mma_case_run_all(mma_case_runner run, uint64_t seed)
@@ -189,13 +229,18 @@ double mma_case_run_all(mma_case_runner run, uint64_t seed)
     double worst_o = 0.0;
     mma_case c;
     for (size_t i = 0; i < sizeof mma_cases / sizeof mma_cases[0]; i++) {
-        const usp_attention_shape s =
+        usp_attention_shape s =
             mma_case_shape(mma_cases[i].batch, mma_cases[i].n_q, mma_cases[i].n_kv, mma_cases[i].heads,
                            mma_cases[i].kv_heads, mma_cases[i].D, mma_cases[i].causal, mma_cases[i].q_offset,
                            mma_cases[i].kv_offset);
+        s.window = mma_cases[i].window;
+        s.seq_len = s.q_offset + s.n_q > s.kv_offset + s.n_kv ? s.q_offset + s.n_q : s.kv_offset + s.n_kv;
+        int32_t *docs = mma_cases[i].docs ? mma_case_documents(s.batch, s.seq_len) : NULL;
+        s.docs = docs;
         mma_case_run(&c, s, seed + i, run);
         worst_o = fmax(worst_o, mma_case_check(&c, mma_cases[i].name));
         mma_case_free(&c);
+        free(docs);
     }
     return worst_o;
 }

@@ -1,6 +1,7 @@
 /* Test problems for the tensor-core attention (its CPU emulation, tests/test_mma_attention_emulation.c,
  * and its kernels on a GPU, tests/test_cuda_attention_mma.c) against the cpu attention, with
- * per-element bf16 tolerances.
+ * per-element bf16 tolerances; causal or full, and masks beyond causal (windows, documents), whose
+ * visible pairs the double pass takes from the definition (core/ops/mask.h's usp_mask_sees).
  *
  * Inputs are bf16 values (random, rounded to nearest even), given to both sides; the cpu's o is
  * rounded to bf16 for the emulated backward (the kernel reads a bf16 O). So every difference comes
@@ -34,6 +35,7 @@ typedef struct mma_case {
     float *o, *lse, *dq, *dk, *dv;      /* cpu */
     float *eo, *e_lse, *edq, *edk, *edv; /* the implementation under test (NaN until written) */
     double *mo, *mlse, *mdq, *mdk, *mdv; /* magnitudes of the tolerances */
+    int32_t *docs;                       /* the case's copy of s.docs (host memory), or NULL */
 } mma_case;
 
 /* Fills c->eo, e_lse, edq, edk, edv from c's inputs: forward on q, k, v; backward on q, k, v, o_bf16,
@@ -47,7 +49,13 @@ usp_attention_shape mma_case_shape(int64_t batch, int64_t n_q, int64_t n_kv, int
 /* n floats: random bf16 values in [-1, 1) from the case's seed, or NaN (random_bf16 = 0). */
 float *mma_case_array(size_t n, int random_bf16);
 
-/* Random bf16 inputs from seed, the cpu attention's outputs, `run`'s, and the tolerances' magnitudes. */
+/* A documents' table [batch][seq_len][2] (malloc'd): a cycle of lengths from 1 token to several tiles,
+ * from a different document in each batch row. */
+int32_t *mma_case_documents(int64_t batch, int64_t seq_len);
+
+/* Random bf16 inputs from seed, the cpu attention's outputs, `run`'s, and the tolerances' magnitudes.
+ * A mask in s (window, documents in host memory) is kept: the case copies the table, so that s.docs
+ * may be freed once this returns; a runner on a device uploads c->s.docs itself. */
 void mma_case_run(mma_case *c, usp_attention_shape s, uint64_t seed, mma_case_runner run);
 
 /* Asserts every output within its tolerance (printing the worst error / tolerance of each);

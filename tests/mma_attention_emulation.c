@@ -159,21 +159,43 @@ typedef struct fwd_warp {
     float m[MMA_LANES][2], l[MMA_LANES][2];
 } fwd_warp;
 
+/* A CTA's rows and their spans (the kernels' row_spans): the columns each of its 64 rows counts. */
+typedef struct emu_spans {
+    int64_t first[MMA_ATTN_BQ], end[MMA_ATTN_BQ];
+} emu_spans;
+
+static void emu_row_spans(emu_spans *sp, const usp_attention_shape *s, int64_t b, int64_t row0, int keys_are_rows)
+{
+    for (int64_t r = 0; r < MMA_ATTN_BQ; r++) attn_row_span(s, b, row0 + r, keys_are_rows, &sp->first[r], &sp->end[r]);
+}
+
+/* Each lane's live bits in the block pair whose columns start at col0 (the kernels' live_bits). */
+static void emu_live_bits(uint32_t live[MMA_LANES], const emu_spans *sp, int64_t col0, int warp)
+{
+    for (int lane = 0; lane < MMA_LANES; lane++) {
+        const int64_t row = 16 * warp + mma_group_id(lane);
+        int lo[2], hi[2];
+        for (int r = 0; r < 2; r++) mma_attn_span_cols(sp->first[row + 8 * r], sp->end[row + 8 * r], col0, &lo[r], &hi[r]);
+        live[lane] = mma_attn_live_bits(lane, lo, hi);
+    }
+}
+
 /* One key block: S = Q K^T, mask, online softmax (cuda_attention_tiles.h's steps), O = alpha O + P V. */
-static void emu_forward_step(fwd_warp *w, int warp, const usp_attention_shape *s, int64_t q0, int64_t k0,
-                             int masked, const uint16_t *Ks, const uint16_t *Vs)
+static void emu_forward_step(fwd_warp *w, int warp, const usp_attention_shape *s, const emu_spans *sp, int64_t k0,
+                             const uint16_t *Ks, const uint16_t *Vs)
 {
     const int64_t D = s->head_dim;
     frag_c sc[EMU_SBLOCKS];
     float mx[MMA_LANES][2], alpha[MMA_LANES][2];
+    uint32_t live[MMA_LANES];
+    emu_live_bits(live, sp, k0, warp);
     emu_scores(sc, w->q, D, Ks);
     for (int lane = 0; lane < MMA_LANES; lane++) mx[lane][0] = mx[lane][1] = -INFINITY;
     for (int nb = 0; nb < EMU_SBLOCKS; nb++)
         for (int lane = 0; lane < MMA_LANES; lane++)
             for (int i = 0; i < MMA_C_ELEMS; i++) {
-                const mma_rc p = mma_c_elem(lane, i);
                 float x = s->scale * sc[nb].x[lane][i];
-                if (masked && !mma_attn_pair_live(s, q0 + 16 * warp + p.row, k0 + 8 * nb + p.col)) x = -INFINITY;
+                if (!((live[lane] >> (4 * nb + i)) & 1u)) x = -INFINITY;
                 sc[nb].x[lane][i] = x;
                 mx[lane][i >> 1] = fmaxf(mx[lane][i >> 1], x);
             }
@@ -242,13 +264,14 @@ static void emu_forward_cta(const usp_attention_shape *s, const float *q, const 
         for (int lane = 0; lane < MMA_LANES; lane++)
             for (int r = 0; r < 2; r++) w[warp].m[lane][r] = -INFINITY, w[warp].l[lane][r] = 0.0f;
     }
-    const mma_block_range kv = mma_attn_kv_blocks(s, task.tile);
+    emu_spans sp;
+    emu_row_spans(&sp, s, b, q0, 0);
+    const mma_block_range kv = mma_attn_kv_blocks(s, b, task.tile);
     for (int64_t kb = kv.begin; kb < kv.end; kb++) {
         const int64_t k0 = kb * MMA_ATTN_BK, bk = attn_tile_len(s->n_kv, MMA_ATTN_BK, kb);
         emu_tile_load(Ks, MMA_ATTN_BK, D, k, attn_kv_index(s, b, k0, g, 0), kv_stride, bk);
         emu_tile_load(Vs, MMA_ATTN_BK, D, v, attn_kv_index(s, b, k0, g, 0), kv_stride, bk);
-        const int masked = mma_attn_block_masked(s, task.tile, kb);
-        for (int warp = 0; warp < MMA_ATTN_WARPS; warp++) emu_forward_step(&w[warp], warp, s, q0, k0, masked, Ks, Vs);
+        for (int warp = 0; warp < MMA_ATTN_WARPS; warp++) emu_forward_step(&w[warp], warp, s, &sp, k0, Ks, Vs);
     }
     for (int warp = 0; warp < MMA_ATTN_WARPS; warp++) emu_forward_store(&w[warp], warp, s, b, h, q0, o, lse);
 }
@@ -294,17 +317,16 @@ static void emu_row_stats(bwd_smem *t, const usp_attention_shape *s, const float
 /* From S and dP accumulators of a warp's 16 x 64 block to P and dS (cuda_attention_tiles.h):
  * P = e^(scale s - lse), dS = P (dP - delta). keys_are_rows: the dK/dV pass's S^T. */
 static void emu_probs(frag_c sp[EMU_SBLOCKS], frag_c dsp[EMU_SBLOCKS], const usp_attention_shape *s,
-                      const bwd_smem *t, int warp, int64_t q0, int64_t k0, int masked, int keys_are_rows)
+                      const bwd_smem *t, int warp, const uint32_t live[MMA_LANES], int keys_are_rows)
 {
     for (int nb = 0; nb < EMU_SBLOCKS; nb++)
         for (int lane = 0; lane < MMA_LANES; lane++)
             for (int i = 0; i < MMA_C_ELEMS; i++) {
                 const mma_rc p = mma_c_elem(lane, i);
-                const int64_t r = 16 * warp + p.row, c = 8 * nb + p.col;
-                const int64_t qi = keys_are_rows ? c : r, kj = keys_are_rows ? r : c;
-                const int live = !masked || mma_attn_pair_live(s, q0 + qi, k0 + kj);
-                const float prob = live ? attn_backward_prob(s->scale * sp[nb].x[lane][i], t->lse[qi]) : 0.0f;
-                dsp[nb].x[lane][i] = live ? attn_backward_dscore(prob, dsp[nb].x[lane][i], t->delta[qi]) : 0.0f;
+                const int c = 8 * nb + p.col, qi = keys_are_rows ? c : 16 * warp + p.row;
+                const int in = (live[lane] >> (4 * nb + i)) & 1u;
+                const float prob = in ? attn_backward_prob(s->scale * sp[nb].x[lane][i], t->lse[qi]) : 0.0f;
+                dsp[nb].x[lane][i] = in ? attn_backward_dscore(prob, dsp[nb].x[lane][i], t->delta[qi]) : 0.0f;
                 sp[nb].x[lane][i] = prob;
             }
 }
@@ -344,19 +366,22 @@ static void emu_dkdv_cta(const usp_attention_shape *s, const float *q, const flo
         memset(w[warp].acc1, 0, sizeof w[warp].acc1);
         memset(w[warp].acc2, 0, sizeof w[warp].acc2);
     }
-    const mma_block_range qr = mma_attn_q_blocks(s, task.tile);
+    emu_spans spans;
+    emu_row_spans(&spans, s, b, k0, 1);
+    const mma_block_range qr = mma_attn_q_blocks(s, b, task.tile);
     for (int64_t h = mma_attn_first_q_head(s, g); h < mma_attn_first_q_head(s, g) + group; h++)
         for (int64_t qb = qr.begin; qb < qr.end; qb++) {
             const int64_t q0 = qb * MMA_ATTN_BQ, bq = attn_tile_len(s->n_q, MMA_ATTN_BQ, qb);
             emu_tile_load(t->q, MMA_ATTN_BQ, D, q, attn_q_index(s, b, q0, h, 0), s->n_heads * D, bq);
             emu_tile_load(t->d_o, MMA_ATTN_BQ, D, d_o, attn_q_index(s, b, q0, h, 0), s->n_heads * D, bq);
             emu_row_stats(t, s, lse, delta, b, h, q0);
-            const int masked = mma_attn_block_masked(s, qb, task.tile);
             for (int warp = 0; warp < MMA_ATTN_WARPS; warp++) {
                 frag_c st[EMU_SBLOCKS], dpt[EMU_SBLOCKS];
+                uint32_t live[MMA_LANES];
+                emu_live_bits(live, &spans, q0, warp);
                 emu_scores(st, w[warp].a1, D, t->q);    /* S^T = K Q^T */
                 emu_scores(dpt, w[warp].a2, D, t->d_o); /* dP^T = V dO^T */
-                emu_probs(st, dpt, s, t, warp, q0, k0, masked, 1);
+                emu_probs(st, dpt, s, t, warp, live, 1);
                 emu_accumulate(w[warp].acc2, D, st, t->d_o); /* dV += P^T dO */
                 emu_accumulate(w[warp].acc1, D, dpt, t->q);  /* dK += dS^T Q */
             }
@@ -387,17 +412,20 @@ static void emu_dq_cta(const usp_attention_shape *s, const float *q, const float
         }
         memset(w[warp].acc1, 0, sizeof w[warp].acc1);
     }
-    const mma_block_range kv = mma_attn_kv_blocks(s, task.tile);
+    emu_spans spans;
+    emu_row_spans(&spans, s, b, q0, 0);
+    const mma_block_range kv = mma_attn_kv_blocks(s, b, task.tile);
     for (int64_t kb = kv.begin; kb < kv.end; kb++) {
         const int64_t k0 = kb * MMA_ATTN_BK, bk = attn_tile_len(s->n_kv, MMA_ATTN_BK, kb);
         emu_tile_load(t->k, MMA_ATTN_BK, D, k, attn_kv_index(s, b, k0, g, 0), s->n_kv_heads * D, bk);
         emu_tile_load(t->v, MMA_ATTN_BK, D, v, attn_kv_index(s, b, k0, g, 0), s->n_kv_heads * D, bk);
-        const int masked = mma_attn_block_masked(s, task.tile, kb);
         for (int warp = 0; warp < MMA_ATTN_WARPS; warp++) {
             frag_c sc[EMU_SBLOCKS], dp[EMU_SBLOCKS];
+            uint32_t live[MMA_LANES];
+            emu_live_bits(live, &spans, k0, warp);
             emu_scores(sc, w[warp].a1, D, t->k); /* S = Q K^T */
             emu_scores(dp, w[warp].a2, D, t->v); /* dP = dO V^T */
-            emu_probs(sc, dp, s, t, warp, q0, k0, masked, 0);
+            emu_probs(sc, dp, s, t, warp, live, 0);
             emu_accumulate(w[warp].acc1, D, dp, t->k); /* dQ += dS K */
         }
     }

@@ -4,7 +4,9 @@
  * tensor), ldmatrix and mma.sync emulated from their definitions, and every move between tiles and
  * registers made through the maps of backends/cuda/cuda_mma_maps.h only. bf16 rounding (to nearest,
  * ties to even) where the GPU rounds: tiles loaded from bf16 tensors, P and dS before their mma,
- * the stored o, dq, dk, dv; fp32 everywhere else. tests/test_mma_attention_emulation.c holds it
+ * the stored o, dq, dk, dv; fp32 everywhere else. The mask as the kernels apply it: the blocks of
+ * mma_attn_kv_blocks / mma_attn_q_blocks, each CTA's row spans (attn_row_span), each
+ * lane's live bits per block (mma_attn_live_bits). tests/test_mma_attention_emulation.c holds it
  * against the cpu attention. head_dim 64 and 128 (mma_attn_shape_problem). */
 #ifndef USP_TESTS_MMA_ATTENTION_EMULATION_H
 #define USP_TESTS_MMA_ATTENTION_EMULATION_H

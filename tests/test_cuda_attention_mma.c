@@ -1,6 +1,6 @@
 /* The tensor-core attention kernels (backends/cuda/cuda_attention_mma.cu) on a GPU, against the cpu
  * attention within the bf16 tolerances of tests/mma_attention_cases.h (the same problems the CPU
- * emulation passes), and two runs giving the same bits. Without a GPU it says so and exits 77
+ * emulation passes, masks beyond causal among them), and two runs giving the same bits. Without a GPU it says so and exits 77
  * (skipped, not passed). */
 #include <check.h>
 #include <cuda_runtime.h>
@@ -44,10 +44,19 @@ static float *device_floats(const float *x, size_t n)
     return d;
 }
 
-/* Forward on q, k, v; backward on the cpu's o (bf16) and lse; results into the case. */
+/* Forward on q, k, v; backward on the cpu's o (bf16) and lse; results into the case. A documents' table
+ * goes to the device, where the kernels read it (usp_attention_shape: docs in the backend's memory). */
 static void gpu_run(mma_case *c)
 {
-    const usp_attention_shape *s = &c->s;
+    usp_attention_shape device_shape = c->s;
+    const usp_attention_shape *s = &device_shape;
+    void *docs = NULL;
+    if (c->s.docs) {
+        const size_t bytes = (size_t)(2 * c->s.batch * c->s.seq_len) * sizeof(int32_t);
+        CUDA_OK(cudaMalloc(&docs, bytes));
+        CUDA_OK(cudaMemcpy(docs, c->s.docs, bytes, cudaMemcpyHostToDevice));
+        device_shape.docs = (const int32_t *)docs;
+    }
     cuda_array q = upload_bf16(c->q, c->nq), k = upload_bf16(c->k, c->nkv), v = upload_bf16(c->v, c->nkv);
     cuda_array o = upload_bf16(c->eo, c->nq), d_o = upload_bf16(c->d_o, c->nq), o_in = upload_bf16(c->o_bf16, c->nq);
     cuda_array dq = upload_bf16(c->edq, c->nq), dk = upload_bf16(c->edk, c->nkv), dv = upload_bf16(c->edv, c->nkv);
@@ -62,7 +71,7 @@ static void gpu_run(mma_case *c)
     download_bf16(c->edk, dk, c->nkv), download_bf16(c->edv, dv, c->nkv);
     CUDA_OK(cudaMemcpy(c->e_lse, lse, c->nl * sizeof(float), cudaMemcpyDeviceToHost));
     void *all[] = {q.data, k.data,  v.data, o.data, d_o.data, o_in.data,
-                   dq.data, dk.data, dv.data, lse, lse_in, workspace};
+                   dq.data, dk.data, dv.data, lse, lse_in, workspace, docs};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) CUDA_OK(cudaFree(all[i]));
 }
 

@@ -1,25 +1,31 @@
 /* Tests of the CUDA flash attention that need no GPU (backends/cuda/).
  *
  * First the tile arithmetic of cuda_attention_tiles.h against brute-force
- * definitions, over many random shapes and offsets: which (query, key) pairs a
- * tile pair holds visible, the key tiles a query tile walks, the first query
- * tile a key tile meets, GQA heads, element offsets, the block -> tile order of
- * the grids, shared-memory budgets, shape checks, the scalar softmax steps.
+ * definitions, over many random shapes, offsets and masks (core/ops/mask.h's
+ * usp_mask_sees, pair by pair: causal or not, sliding windows of 1, 3, 17, a
+ * tile and past the sequence, documents of 1 token and ones across tiles,
+ * different in each batch row): which (query, key) pairs a tile pair holds
+ * visible, the keys each query sees and the queries each key meets, the key
+ * tiles a query tile walks and the query tiles a key tile meets, GQA heads,
+ * element offsets, the block -> tile order of the grids, shared-memory
+ * budgets, shape checks, the scalar softmax steps.
  *
  * Then an emulation (tests/cuda_attention_emulation.c): plain C that runs, block by block and step by step, the
  * loops of the kernels in cuda_attention.cu (same tiles, same skipped tiles,
  * same online-softmax update order, the same helpers, the warps' lane-strided
  * partial sums and butterflies), with one thread doing what the block's threads
  * share out. Compared with the cpu backend's flash attention (which shares none
- * of this code: other tiles, base-2 exponentials, sgemm) on causal and full
- * masks, GQA, ragged lengths, ring blocks placed by offsets, blocks and rows
- * that see no key; then ring attention's identities, forward blocks merged with
+ * of this code but the mask's index maps: other tiles, base-2 exponentials,
+ * sgemm) on causal and full masks, windows and documents, GQA, ragged lengths,
+ * ring blocks placed by offsets, blocks and rows that see no key; then ring
+ * attention's identities, forward blocks merged with
  * the kernels' merge step and backward accumulated over blocks. Outputs start
  * as NaN, so an element no block writes fails. What this cannot check: the
  * thread mapping and synchronisation of the kernels, and bf16 storage; those
  * need a device (the conformance table). */
 #include "backends/cuda/cuda_attention_tiles.h"
 #include "backends/cpu/cpu_attention.h"
+#include "core/ops/mask.h"
 
 #include <check.h>
 #include <math.h>
@@ -73,13 +79,46 @@ static usp_attention_shape random_shape(int64_t max_len)
                       dims[rng_int(0, 6)], (int)rng_int(0, 3) > 0, rng_int(0, 2 * max_len), rng_int(0, 2 * max_len));
 }
 
+/* Documents of random lengths (a third of them 1 token, others up to 40 or across tiles, to 200) filling
+ * the seq_len positions of each batch row, different in each: the table t [batch][seq_len][2]. */
+static void random_documents(int32_t *t, int64_t batch, int64_t seq_len)
+{
+    for (int64_t b = 0; b < batch; b++) {
+        int64_t lengths[1024], n = 0;
+        for (int64_t at = 0; at < seq_len; at += lengths[n++]) {
+            const int64_t kind = rng_int(0, 2), len = kind == 0 ? 1 : kind == 1 ? rng_int(2, 40) : rng_int(41, 200);
+            lengths[n] = len < seq_len - at ? len : seq_len - at;
+        }
+        usp_mask_table_fill(lengths, n, t + 2 * b * seq_len);
+    }
+}
+
+/* The table random masks point to: two batch rows of up to 1024 positions. */
+static int32_t doc_table[2 * 1024 * 2];
+
+/* A random mask on s: no window or one of 1, 3, 17, a tile (64), past the sequence or any up to 150;
+ * half the time documents (random_documents); the table covers every position the call reaches. */
+static void random_mask(usp_attention_shape *s)
+{
+    static const int64_t windows[] = {0, 1, 3, 17, 64, 100000};
+    s->window = rng_int(0, 6) == 6 ? rng_int(1, 150) : windows[rng_int(0, 5)];
+    s->seq_len = s->q_offset + s->n_q > s->kv_offset + s->n_kv ? s->q_offset + s->n_q : s->kv_offset + s->n_kv;
+    ck_assert(s->batch <= 2 && s->seq_len <= 1024);
+    s->docs = NULL;
+    if (rng_int(0, 1)) {
+        random_documents(doc_table, s->batch, s->seq_len);
+        s->docs = doc_table;
+    }
+}
+
 /* ------------------------------------------------------------------------- */
 /* Tile arithmetic against brute force                                        */
 
-/* The definition: global positions, key at or before the query. */
-static int brute_sees(const usp_attention_shape *s, int64_t i, int64_t j)
+/* The definition (core/ops/mask.h, term by term), at global positions of batch row b. */
+static int brute_sees(const usp_attention_shape *s, int64_t b, int64_t i, int64_t j)
 {
-    return !s->causal || s->kv_offset + j <= s->q_offset + i;
+    const usp_mask_row m = {s->causal, s->window, s->docs ? s->docs + 2 * b * s->seq_len : NULL};
+    return usp_mask_sees(&m, s->q_offset + i, s->kv_offset + j);
 }
 
 /* Records the first mismatch of a trial: Check's assertions cost a system call
@@ -91,54 +130,75 @@ static char mismatch[200];
             snprintf(mismatch, sizeof mismatch, __VA_ARGS__);                              \
     } while (0)
 
+/* The keys [first, end) a query sees, or the queries a key meets, against the definition: exactly the
+ * visible ones (lo, hi: the range of the other side). */
+#define EXPECT_INTERVAL(first, end, lo, hi, visible, ...)                                               \
+    for (int64_t x_ = (lo); x_ < (hi); x_++)                                                           \
+    EXPECT_EQ(x_ >= (first) && x_ < (end), visible, __VA_ARGS__)
+
 START_TEST(visibility_helpers_match_every_pair)
 {
     rng_state = 11;
-    for (int trial = 0; trial < 300; trial++) {
-        const usp_attention_shape s = random_shape(trial < 150 ? 40 : 200);
+    for (int trial = 0; trial < 600; trial++) {
+        usp_attention_shape s = random_shape(trial % 300 < 150 ? 40 : 200);
+        if (trial >= 300) /* the same kinds of shapes under windows and documents */
+            random_mask(&s);
         const attn_tiles t = attn_tiles_for(s.head_dim);
         mismatch[0] = 0;
-        for (int64_t i = 0; i < s.n_q; i++) {
-            int64_t end = 0; /* the visible keys must be the prefix [0, end) */
+        for (int64_t b = 0; b < s.batch; b++) {
+            for (int64_t i = 0; i < s.n_q; i++) {
+                int64_t first, end;
+                attn_keys(&s, b, i, &first, &end);
+                for (int64_t j = 0; j < s.n_kv; j++)
+                    EXPECT_EQ(attn_sees(&s, b, i, j), brute_sees(&s, b, i, j), "attn_sees(%lld, %lld, %lld)",
+                              (long long)b, (long long)i, (long long)j);
+                EXPECT_INTERVAL(first, end, 0, s.n_kv, brute_sees(&s, b, i, x_), "attn_keys(%lld, %lld) at key %lld",
+                                (long long)b, (long long)i, (long long)x_);
+                int64_t span_first, span_end;
+                attn_row_span(&s, b, i, 0, &span_first, &span_end);
+                EXPECT_EQ(span_first == first && span_end == end, 1, "attn_row_span of query %lld", (long long)i);
+            }
+            for (int64_t x = 0; x < 3; x++) { /* the kernels' padding rows: empty, and no table row read */
+                int64_t qf, qe, kf, ke;
+                attn_row_span(&s, b, s.n_q + x, 0, &qf, &qe);
+                attn_row_span(&s, b, s.n_kv + x, 1, &kf, &ke);
+                EXPECT_EQ(qf == 0 && qe == 0 && kf == 0 && ke == 0, 1, "spans of row %lld past the call", (long long)x);
+            }
             for (int64_t j = 0; j < s.n_kv; j++) {
-                EXPECT_EQ(attn_sees(&s, i, j), brute_sees(&s, i, j), "attn_sees(%lld, %lld)", (long long)i,
-                          (long long)j);
-                if (brute_sees(&s, i, j)) EXPECT_EQ(end++, j, "keys seen by %lld are not a prefix", (long long)i);
+                int64_t first, end;
+                attn_queries(&s, b, j, &first, &end);
+                EXPECT_INTERVAL(first, end, 0, s.n_q, brute_sees(&s, b, x_, j),
+                                "attn_queries(%lld, %lld) at query %lld", (long long)b, (long long)j, (long long)x_);
             }
-            EXPECT_EQ(attn_kv_visible_end(&s, i), end, "attn_kv_visible_end(%lld)", (long long)i);
-        }
-        for (int64_t j = 0; j < s.n_kv; j++) {
-            int64_t first = s.n_q;
-            for (int64_t i = s.n_q - 1; i >= 0; i--) if (brute_sees(&s, i, j)) first = i;
-            EXPECT_EQ(attn_q_first_seeing(&s, j), first, "attn_q_first_seeing(%lld)", (long long)j);
-        }
-        const int64_t n_qt = attn_n_tiles(s.n_q, t.bq), n_kt = attn_n_tiles(s.n_kv, t.bk);
-        for (int64_t qt = 0; qt < n_qt; qt++) {
-            const int64_t q0 = qt * t.bq, bq = attn_tile_len(s.n_q, t.bq, qt);
-            int64_t last_seen = -1;
-            for (int64_t kt = 0; kt < n_kt; kt++) {
-                const int64_t k0 = kt * t.bk, bk = attn_tile_len(s.n_kv, t.bk, kt);
-                int64_t seen = 0;
-                for (int64_t i = q0; i < q0 + bq; i++)
-                    for (int64_t j = k0; j < k0 + bk; j++) seen += brute_sees(&s, i, j);
-                const attn_visibility want = seen == 0 ? ATTN_TILE_MASKED
-                                             : seen == bq * bk ? ATTN_TILE_VISIBLE : ATTN_TILE_PARTIAL;
-                EXPECT_EQ(attn_tile_visibility(&s, q0, bq, k0, bk), want, "visibility of q tile %lld, k tile %lld",
-                          (long long)qt, (long long)kt);
-                if (seen) last_seen = kt;
-                /* The loops' bounds: the dQ / forward loop [0, end) and the dK/dV loop [begin, n_qt)
-                 * hold exactly the tile pairs that are not fully masked. */
-                EXPECT_EQ(kt < attn_kv_tiles_end(&s, q0, bq, t.bk), seen > 0, "k tile %lld in the loop of q tile %lld",
-                          (long long)kt, (long long)qt);
-                EXPECT_EQ(qt >= attn_q_tiles_begin(&s, k0, t.bq), seen > 0, "q tile %lld in the loop of k tile %lld",
-                          (long long)qt, (long long)kt);
+            const int64_t n_qt = attn_n_tiles(s.n_q, t.bq), n_kt = attn_n_tiles(s.n_kv, t.bk);
+            for (int64_t qt = 0; qt < n_qt; qt++) {
+                const int64_t q0 = qt * t.bq, bq = attn_tile_len(s.n_q, t.bq, qt);
+                const attn_tile_range kr = attn_kv_tiles(&s, b, q0, bq, t.bk);
+                for (int64_t kt = 0; kt < n_kt; kt++) {
+                    const int64_t k0 = kt * t.bk, bk = attn_tile_len(s.n_kv, t.bk, kt);
+                    const attn_tile_range qr = attn_q_tiles(&s, b, k0, bk, t.bq);
+                    int64_t seen = 0;
+                    for (int64_t i = q0; i < q0 + bq; i++)
+                        for (int64_t j = k0; j < k0 + bk; j++) seen += brute_sees(&s, b, i, j);
+                    const attn_visibility want = seen == 0 ? ATTN_TILE_MASKED
+                                                 : seen == bq * bk ? ATTN_TILE_VISIBLE : ATTN_TILE_PARTIAL;
+                    EXPECT_EQ(attn_tile_visibility(&s, b, q0, bq, k0, bk), want,
+                              "visibility of q tile %lld, k tile %lld in row %lld", (long long)qt, (long long)kt,
+                              (long long)b);
+                    /* The loops' bounds: the forward / dQ loop over kr and the dK/dV loop over qr hold
+                     * exactly the tile pairs that are not fully masked. */
+                    EXPECT_EQ(kt >= kr.begin && kt < kr.end, seen > 0, "k tile %lld in the loop of q tile %lld",
+                              (long long)kt, (long long)qt);
+                    EXPECT_EQ(qt >= qr.begin && qt < qr.end, seen > 0, "q tile %lld in the loop of k tile %lld",
+                              (long long)qt, (long long)kt);
+                }
             }
-            EXPECT_EQ(attn_kv_tiles_end(&s, q0, bq, t.bk), last_seen + 1, "attn_kv_tiles_end of q tile %lld",
-                      (long long)qt);
         }
-        ck_assert_msg(!mismatch[0], "trial %d (Nq=%lld Nkv=%lld D=%lld causal=%d q_off=%lld kv_off=%lld): %s", trial,
-                      (long long)s.n_q, (long long)s.n_kv, (long long)s.head_dim, s.causal, (long long)s.q_offset,
-                      (long long)s.kv_offset, mismatch);
+        ck_assert_msg(!mismatch[0],
+                      "trial %d (B=%lld Nq=%lld Nkv=%lld D=%lld causal=%d q_off=%lld kv_off=%lld window=%lld "
+                      "documents=%d): %s",
+                      trial, (long long)s.batch, (long long)s.n_q, (long long)s.n_kv, (long long)s.head_dim, s.causal,
+                      (long long)s.q_offset, (long long)s.kv_offset, (long long)s.window, s.docs != NULL, mismatch);
     }
 }
 END_TEST
@@ -224,8 +284,9 @@ START_TEST(shared_memory_fits_every_head_dim)
         ck_assert_int_eq(kv.floats - kv.lse, 2 * t.bq);
         ck_assert(attn_kv_ld(D) % 2 == 1 && attn_kv_ld(D) >= D);
         const int64_t most = f.floats > kv.floats ? f.floats : kv.floats;
-        ck_assert_msg(most * (int64_t)sizeof(float) <= ATTN_SMEM_LIMIT_BYTES, "head_dim %lld needs %lld bytes",
-                      (long long)D, (long long)(most * (int64_t)sizeof(float)));
+        /* with the static spans of a tile's rows (block_spans in cuda_attention.cu) */
+        const int64_t bytes = most * (int64_t)sizeof(float) + 2 * ATTN_MAX_TILE * (int64_t)sizeof(int64_t);
+        ck_assert_msg(bytes <= ATTN_SMEM_LIMIT_BYTES, "head_dim %lld needs %lld bytes", (long long)D, (long long)bytes);
     }
 }
 END_TEST
@@ -310,7 +371,8 @@ static cpu_attention_shape cpu_shape(const usp_attention_shape *s)
 {
     cpu_attention_shape c = {.batch = s->batch, .n_q = s->n_q, .n_kv = s->n_kv, .n_heads = s->n_heads,
                              .n_kv_heads = s->n_kv_heads, .head_dim = s->head_dim, .q_offset = s->q_offset,
-                             .kv_offset = s->kv_offset, .causal = s->causal, .scale = s->scale};
+                             .kv_offset = s->kv_offset, .causal = s->causal, .scale = s->scale,
+                             .window = s->window, .seq_len = s->seq_len, .docs = s->docs};
     return c;
 }
 
@@ -368,49 +430,81 @@ static void problem_check(const problem *p, const char *name)
     for (int c = 0; c < 5; c++) {
         const double tol = c < 2 ? TOL_FORWARD : TOL_BACKWARD;
         ck_assert_msg(e[c] <= tol,
-                      "%s (B=%lld Nq=%lld Nkv=%lld H=%lld Hkv=%lld D=%lld causal=%d q_off=%lld kv_off=%lld): "
-                      "%s differs from the cpu backend by %g > %g",
+                      "%s (B=%lld Nq=%lld Nkv=%lld H=%lld Hkv=%lld D=%lld causal=%d q_off=%lld kv_off=%lld "
+                      "window=%lld documents=%d): %s differs from the cpu backend by %g > %g",
                       name, (long long)s->batch, (long long)s->n_q, (long long)s->n_kv, (long long)s->n_heads,
                       (long long)s->n_kv_heads, (long long)s->head_dim, s->causal, (long long)s->q_offset,
-                      (long long)s->kv_offset, what[c], e[c], tol);
+                      (long long)s->kv_offset, (long long)s->window, s->docs != NULL, what[c], e[c], tol);
     }
 }
 
-typedef struct named_shape {
-    const char *name;
-    usp_attention_shape s;
-} named_shape;
-
-/* Lengths off the tile grid (64 for D <= 64, 32 above), each fast path and the generic kernel. */
+/* Lengths off the tile grid (64 for D <= 64, 32 above), each fast path and the generic kernel; then
+ * masks beyond causal: windows of 1, 3, 17, a tile and past the sequence, causal or not; documents
+ * (random_documents: 1-token ones and ones across tiles, different in each row); ring blocks at
+ * offsets; queries and keys of two documents, which see nothing (o = 0, lse = -inf on both sides). */
 START_TEST(emulated_kernels_match_cpu_backend)
 {
-    const named_shape cases[] = {
-        {"full D=64", make_shape(1, 100, 130, 2, 2, 64, 0, 0, 0)},
-        {"causal D=128 GQA", make_shape(1, 70, 70, 4, 2, 128, 1, 0, 0)},
-        {"causal D=64 two batches", make_shape(2, 129, 129, 3, 1, 64, 1, 0, 0)},
-        {"generic D=48, ring block after the keys", make_shape(1, 40, 64, 2, 1, 48, 1, 96, 32)},
-        {"generic D=80, first rows see no key", make_shape(1, 50, 40, 2, 2, 80, 1, 0, 20)},
-        {"fully masked block", make_shape(1, 30, 30, 2, 1, 64, 1, 0, 100)},
-        {"D=256 causal GQA", make_shape(1, 33, 40, 2, 1, 256, 1, 7, 0)},
-        {"D=16 GQA 3", make_shape(2, 20, 45, 6, 2, 16, 1, 30, 0)},
-        {"no keys", make_shape(1, 10, 0, 2, 1, 64, 0, 0, 0)},
-        {"no queries", make_shape(1, 0, 10, 2, 1, 64, 1, 0, 0)},
+    static const struct {
+        const char *name;
+        int64_t batch, n_q, n_kv, heads, kv_heads, D;
+        int causal;
+        int64_t q_offset, kv_offset, window;
+        int docs; /* 0: none; 1: random_documents; 2: one document up to kv_offset, one after */
+    } cases[] = {
+        {"full D=64", 1, 100, 130, 2, 2, 64, 0, 0, 0, 0, 0},
+        {"causal D=128 GQA", 1, 70, 70, 4, 2, 128, 1, 0, 0, 0, 0},
+        {"causal D=64 two batches", 2, 129, 129, 3, 1, 64, 1, 0, 0, 0, 0},
+        {"generic D=48, ring block after the keys", 1, 40, 64, 2, 1, 48, 1, 96, 32, 0, 0},
+        {"generic D=80, first rows see no key", 1, 50, 40, 2, 2, 80, 1, 0, 20, 0, 0},
+        {"fully masked block", 1, 30, 30, 2, 1, 64, 1, 0, 100, 0, 0},
+        {"D=256 causal GQA", 1, 33, 40, 2, 1, 256, 1, 7, 0, 0, 0},
+        {"D=16 GQA 3", 2, 20, 45, 6, 2, 16, 1, 30, 0, 0, 0},
+        {"no keys", 1, 10, 0, 2, 1, 64, 0, 0, 0, 0, 0},
+        {"no queries", 1, 0, 10, 2, 1, 64, 1, 0, 0, 0, 0},
+        {"causal window 1", 1, 150, 150, 2, 1, 64, 1, 0, 0, 1, 0},
+        {"causal window 3, D=128 GQA", 1, 100, 100, 4, 2, 128, 1, 0, 0, 3, 0},
+        {"causal window 17, documents, two rows", 2, 130, 130, 2, 1, 48, 1, 0, 0, 17, 1},
+        {"causal window of a tile", 1, 200, 200, 2, 2, 64, 1, 0, 0, 64, 0},
+        {"causal window past the sequence", 1, 90, 90, 2, 1, 32, 1, 0, 0, 1000, 0},
+        {"full window 17", 1, 120, 120, 2, 1, 64, 0, 0, 0, 17, 0},
+        {"full documents, two rows, D=80", 2, 140, 140, 2, 1, 80, 0, 0, 0, 0, 1},
+        {"causal documents, GQA 3, D=16", 2, 150, 150, 6, 2, 16, 1, 0, 0, 0, 1},
+        {"ring block, window 60 and documents", 1, 70, 110, 4, 2, 64, 1, 150, 100, 60, 1},
+        {"full ring block after, documents", 2, 50, 60, 2, 1, 32, 0, 0, 50, 0, 1},
+        {"different documents see nothing", 1, 50, 60, 2, 1, 64, 0, 0, 50, 0, 2},
     };
     problem p;
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
-        problem_run(&p, cases[c].s, 100 + c);
+        usp_attention_shape s = make_shape(cases[c].batch, cases[c].n_q, cases[c].n_kv, cases[c].heads,
+                                           cases[c].kv_heads, cases[c].D, cases[c].causal, cases[c].q_offset,
+                                           cases[c].kv_offset);
+        s.window = cases[c].window;
+        s.seq_len = s.q_offset + s.n_q > s.kv_offset + s.n_kv ? s.q_offset + s.n_q : s.kv_offset + s.n_kv;
+        rng_state = 300 + c;
+        if (cases[c].docs == 1)
+            random_documents(doc_table, s.batch, s.seq_len);
+        if (cases[c].docs == 2) {
+            const int64_t lengths[] = {s.kv_offset, s.seq_len - s.kv_offset};
+            usp_mask_table_fill(lengths, 2, doc_table);
+        }
+        s.docs = cases[c].docs ? doc_table : NULL;
+        problem_run(&p, s, 100 + c);
         problem_check(&p, cases[c].name);
+        for (size_t i = 0; i < p.nl && cases[c].docs == 2; i++) ck_assert(isinf(p.e_lse[i]) && p.e_lse[i] < 0);
         problem_free(&p);
     }
 }
 END_TEST
 
+/* 40 random shapes, then 40 more under random masks (random_mask). */
 START_TEST(emulated_kernels_match_cpu_backend_on_random_shapes)
 {
     problem p;
     rng_state = 7;
-    for (int trial = 0; trial < 40; trial++) {
-        const usp_attention_shape s = random_shape(90);
+    for (int trial = 0; trial < 80; trial++) {
+        usp_attention_shape s = random_shape(90);
+        if (trial >= 40)
+            random_mask(&s);
         const uint64_t seed = rng_next();
         char name[32];
         snprintf(name, sizeof name, "random shape %d", trial);

@@ -173,15 +173,15 @@ START_TEST(block_ranges_and_masks_match_brute_force)
                 for (int64_t q = qb * MMA_ATTN_BQ; q < qb * MMA_ATTN_BQ + MMA_ATTN_BQ && q < s->n_q; q++)
                     for (int64_t k = kb * MMA_ATTN_BK; k < (kb + 1) * MMA_ATTN_BK; k++) {
                         const int brute = k < s->n_kv && (!s->causal || s->kv_offset + k <= s->q_offset + q);
-                        ck_assert_int_eq(mma_attn_pair_live(s, q, k), brute);
+                        ck_assert_int_eq(mma_attn_pair_live(s, 0, q, k), brute);
                         live += brute, dead += !brute;
                     }
-                const mma_block_range kv = mma_attn_kv_blocks(s, qb), qr = mma_attn_q_blocks(s, kb);
+                const mma_block_range kv = mma_attn_kv_blocks(s, 0, qb), qr = mma_attn_q_blocks(s, 0, kb);
                 ck_assert_msg((kb >= kv.begin && kb < kv.end) == (live > 0), "case %zu: k block %lld of q block %lld",
                               c, (long long)kb, (long long)qb);
                 ck_assert_msg((qb >= qr.begin && qb < qr.end) == (live > 0), "case %zu: q block %lld of k block %lld",
                               c, (long long)qb, (long long)kb);
-                if (live) ck_assert_int_eq(mma_attn_block_masked(s, qb, kb), dead > 0);
+                if (live) ck_assert_int_eq(mma_attn_block_masked(s, 0, qb, kb), dead > 0);
             }
     }
 }

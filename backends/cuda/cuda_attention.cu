@@ -4,11 +4,12 @@
  * Why this shape: the score matrix of one head at N = 1M tokens would be 4 TB;
  * a block holds one query tile (or one key tile) in shared memory and walks the
  * other side tile by tile, keeping only running statistics. The arithmetic of
- * every step (tile sizes, which tiles to skip under a causal mask with offsets,
- * the online-softmax update, shared-memory layouts, grid order) lives in
- * cuda_attention_tiles.h, where tests/test_cuda_tiles.c checks it against brute
- * force and runs these exact tile loops on the CPU against the cpu backend. This
- * file only decides which thread computes which element.
+ * every step (tile sizes, which tiles to skip under the mask with offsets, be it
+ * causal, a sliding window or documents; the online-softmax update, shared-memory
+ * layouts, grid order) lives in cuda_attention_tiles.h, where
+ * tests/test_cuda_tiles.c checks it against brute force and runs these exact tile
+ * loops on the CPU against the cpu backend. This file only decides which thread
+ * computes which element.
  *
  * Kernels (all blocks ATTN_THREADS = 128 threads, 1-D grids):
  *   forward       one block per (query tile, batch * head): O, m, l in shared
@@ -91,14 +92,26 @@ static __device__ __forceinline__ block_tiles block_tiles_for(int D)
 /* ------------------------------------------------------------------------- */
 /* Forward                                                                    */
 
-/* S [BQ, BK] = scale Q K^T for visible entries of the tile pair, -inf elsewhere. */
+/* The spans of the block's fixed rows [row0, row0 + n) (attn_row_span) into shared memory, once per
+ * block: the keys each query of the tile sees, or with of_key the queries that see each key. */
+static __device__ __forceinline__ void block_spans(int64_t *first, int64_t *end, const usp_attention_shape &s,
+                                                   int64_t b, int64_t row0, int n, int of_key)
+{
+    for (int r = threadIdx.x; r < n; r += ATTN_THREADS)
+        attn_row_span(&s, b, row0 + r, of_key, &first[r], &end[r]);
+}
+
+/* S [BQ, BK] = scale Q K^T for visible entries of the tile pair, -inf elsewhere: in a partial pair,
+ * key k0 + j counts for query i when it lies in the query's span [kf[i], ke[i]) (block_spans). */
 static __device__ __forceinline__ void forward_scores(const usp_attention_shape &s, const block_tiles &T,
-                                                      const float *Qs, const float *Ks, float *Ss, int64_t q0,
-                                                      int bq, int64_t k0, int bk, attn_visibility vis)
+                                                      const float *Qs, const float *Ks, float *Ss, const int64_t *kf,
+                                                      const int64_t *ke, int bq, int64_t k0, int bk,
+                                                      attn_visibility vis)
 {
     for (int e = threadIdx.x; e < T.BQ * T.BK; e += ATTN_THREADS) {
         const int i = e / T.BK, j = e % T.BK;
-        const bool seen = i < bq && j < bk && (vis == ATTN_TILE_VISIBLE || attn_sees(&s, q0 + i, k0 + j));
+        const bool seen =
+            i < bq && j < bk && (vis == ATTN_TILE_VISIBLE || (k0 + j >= kf[i] && k0 + j < ke[i]));
         Ss[e] = seen ? s.scale * attn_dot(Qs + i * T.D, Ks + j * T.ld, T.D) : -INFINITY;
     }
 }
@@ -152,6 +165,7 @@ __global__ void __launch_bounds__(ATTN_THREADS)
                         cuda_array o, float *lse)
 {
     extern __shared__ float smem[];
+    __shared__ int64_t span_first[ATTN_MAX_TILE], span_end[ATTN_MAX_TILE]; /* the keys each query row sees */
     const block_tiles T = block_tiles_for(DT > 0 ? DT : (int)s.head_dim);
     const attn_forward_smem L = attn_forward_smem_layout(T.D);
     float *Qs = smem + L.q, *Ks = smem + L.k, *Vs = smem + L.v, *Ss = smem + L.s, *Os = smem + L.o;
@@ -163,23 +177,24 @@ __global__ void __launch_bounds__(ATTN_THREADS)
     const int bq = (int)attn_tile_len(s.n_q, T.BQ, task.tile);
 
     tile_load(Qs, T.D, q, attn_q_index(&s, b, q0, h, 0), s.n_heads * T.D, bq, T.BQ, T.D);
+    block_spans(span_first, span_end, s, b, q0, bq, 0);
     tile_zero(Os, T.BQ * T.D);
     for (int i = threadIdx.x; i < T.BQ; i += ATTN_THREADS) {
         ms[i] = -INFINITY;
         ls[i] = 0.0f;
     }
-    const int64_t n_kt = attn_kv_tiles_end(&s, q0, bq, T.BK);
-    for (int64_t kt = 0; kt < n_kt; kt++) {
+    const attn_tile_range kr = attn_kv_tiles(&s, b, q0, bq, T.BK); /* the keys some query of the tile sees */
+    for (int64_t kt = kr.begin; kt < kr.end; kt++) {
         const int64_t k0 = kt * T.BK;
         const int bk = (int)attn_tile_len(s.n_kv, T.BK, kt);
-        const attn_visibility vis = attn_tile_visibility(&s, q0, bq, k0, bk);
+        const attn_visibility vis = attn_tile_visibility(&s, b, q0, bq, k0, bk);
         if (vis == ATTN_TILE_MASKED) /* the same for the whole block */
             continue;
         __syncthreads(); /* the previous tile's K, V and P are no longer read */
         tile_load(Ks, T.ld, k, attn_kv_index(&s, b, k0, g, 0), s.n_kv_heads * T.D, bk, T.BK, T.D);
         tile_load(Vs, T.D, v, attn_kv_index(&s, b, k0, g, 0), s.n_kv_heads * T.D, bk, T.BK, T.D);
         __syncthreads();
-        forward_scores(s, T, Qs, Ks, Ss, q0, bq, k0, bk, vis);
+        forward_scores(s, T, Qs, Ks, Ss, span_first, span_end, bq, k0, bk, vis);
         __syncthreads();
         forward_softmax_rows(T, Ss, ms, ls, alphas, bq, bk);
         __syncthreads();
@@ -216,18 +231,22 @@ __global__ void __launch_bounds__(ATTN_THREADS)
     }
 }
 
-/* P [BQ, BK] (when Ps is not NULL) and dS [BQ, BK] of the tile pair, 0 where
- * masked or past the tile (attn_backward_prob, attn_backward_dscore). */
+/* P [BQ, BK] (when Ps is not NULL) and dS [BQ, BK] of the tile pair, 0 where masked or
+ * past the tile (attn_backward_prob, attn_backward_dscore). In a partial pair, query q0 + i
+ * and key k0 + j meet when the key lies in the query's span [sf[i], se[i]), or with of_key
+ * (the dK/dV kernel, whose keys are fixed) the query in the key's span [sf[j], se[j]). */
 static __device__ __forceinline__ void backward_probs(const usp_attention_shape &s, const block_tiles &T,
                                                       const float *Qs, const float *dOs, const float *Ks,
                                                       const float *Vs, const float *lses, const float *deltas,
-                                                      float *Ps, float *dSs, int64_t q0, int bq, int64_t k0, int bk,
+                                                      float *Ps, float *dSs, const int64_t *sf, const int64_t *se,
+                                                      int of_key, int64_t q0, int bq, int64_t k0, int bk,
                                                       attn_visibility vis)
 {
     for (int e = threadIdx.x; e < T.BQ * T.BK; e += ATTN_THREADS) {
-        const int i = e / T.BK, j = e % T.BK;
+        const int i = e / T.BK, j = e % T.BK, r = of_key ? j : i;
+        const int64_t x = of_key ? q0 + i : k0 + j;
         float p = 0.0f, ds = 0.0f;
-        if (i < bq && j < bk && (vis == ATTN_TILE_VISIBLE || attn_sees(&s, q0 + i, k0 + j))) {
+        if (i < bq && j < bk && (vis == ATTN_TILE_VISIBLE || (x >= sf[r] && x < se[r]))) {
             p = attn_backward_prob(s.scale * attn_dot(Qs + i * T.D, Ks + j * T.ld, T.D), lses[i]);
             ds = attn_backward_dscore(p, attn_dot(dOs + i * T.D, Vs + j * T.ld, T.D), deltas[i]);
         }
@@ -269,6 +288,7 @@ __global__ void __launch_bounds__(ATTN_THREADS)
                      int accumulate)
 {
     extern __shared__ float smem[];
+    __shared__ int64_t span_first[ATTN_MAX_TILE], span_end[ATTN_MAX_TILE]; /* the queries that see each key */
     const block_tiles T = block_tiles_for(DT > 0 ? DT : (int)s.head_dim);
     const attn_backward_smem L = attn_backward_smem_layout(T.D, 1);
     float *Qs = smem + L.q, *dOs = smem + L.d_o, *Ks = smem + L.k, *Vs = smem + L.v, *Ps = smem + L.p;
@@ -285,12 +305,13 @@ __global__ void __launch_bounds__(ATTN_THREADS)
     tile_load(Vs, T.ld, v, kv_first, kv_stride, bk, T.BK, T.D);
     tile_zero(dKs, T.BK * T.D);
     tile_zero(dVs, T.BK * T.D);
-    const int64_t n_qt = attn_n_tiles(s.n_q, T.BQ), qt_begin = attn_q_tiles_begin(&s, k0, T.BQ);
+    block_spans(span_first, span_end, s, b, k0, bk, 1);
+    const attn_tile_range qr = attn_q_tiles(&s, b, k0, bk, T.BQ); /* the queries that see some key of the tile */
     for (int64_t h = g * group; h < (g + 1) * group; h++)
-        for (int64_t qt = qt_begin; qt < n_qt; qt++) {
+        for (int64_t qt = qr.begin; qt < qr.end; qt++) {
             const int64_t q0 = qt * T.BQ;
             const int bq = (int)attn_tile_len(s.n_q, T.BQ, qt);
-            const attn_visibility vis = attn_tile_visibility(&s, q0, bq, k0, bk);
+            const attn_visibility vis = attn_tile_visibility(&s, b, q0, bq, k0, bk);
             if (vis == ATTN_TILE_MASKED)
                 continue;
             __syncthreads(); /* the previous tile's Q, dO, P, dS are no longer read */
@@ -298,7 +319,8 @@ __global__ void __launch_bounds__(ATTN_THREADS)
             tile_load(dOs, T.D, d_o, attn_q_index(&s, b, q0, h, 0), s.n_heads * T.D, bq, T.BQ, T.D);
             backward_row_stats(s, T, lse, delta, lses, deltas, b, h, q0, bq);
             __syncthreads();
-            backward_probs(s, T, Qs, dOs, Ks, Vs, lses, deltas, Ps, dSs, q0, bq, k0, bk, vis);
+            backward_probs(s, T, Qs, dOs, Ks, Vs, lses, deltas, Ps, dSs, span_first, span_end, 1, q0, bq, k0, bk,
+                           vis);
             __syncthreads();
             for (int e = threadIdx.x; e < bk * T.D; e += ATTN_THREADS) {
                 const int j = e / T.D, d = e % T.D;
@@ -323,6 +345,7 @@ __global__ void __launch_bounds__(ATTN_THREADS)
                    const float *lse, const float *delta, const cuda_array d_o, cuda_array dq, int accumulate)
 {
     extern __shared__ float smem[];
+    __shared__ int64_t span_first[ATTN_MAX_TILE], span_end[ATTN_MAX_TILE]; /* the keys each query row sees */
     const block_tiles T = block_tiles_for(DT > 0 ? DT : (int)s.head_dim);
     const attn_backward_smem L = attn_backward_smem_layout(T.D, 0);
     float *Qs = smem + L.q, *dOs = smem + L.d_o, *Ks = smem + L.k, *Vs = smem + L.v, *dSs = smem + L.ds;
@@ -337,19 +360,21 @@ __global__ void __launch_bounds__(ATTN_THREADS)
     tile_load(Qs, T.D, q, q_first, q_stride, bq, T.BQ, T.D);
     tile_load(dOs, T.D, d_o, q_first, q_stride, bq, T.BQ, T.D);
     backward_row_stats(s, T, lse, delta, lses, deltas, b, h, q0, bq);
+    block_spans(span_first, span_end, s, b, q0, bq, 0);
     tile_zero(dQs, T.BQ * T.D);
-    const int64_t n_kt = attn_kv_tiles_end(&s, q0, bq, T.BK);
-    for (int64_t kt = 0; kt < n_kt; kt++) {
+    const attn_tile_range kr = attn_kv_tiles(&s, b, q0, bq, T.BK);
+    for (int64_t kt = kr.begin; kt < kr.end; kt++) {
         const int64_t k0 = kt * T.BK;
         const int bk = (int)attn_tile_len(s.n_kv, T.BK, kt);
-        const attn_visibility vis = attn_tile_visibility(&s, q0, bq, k0, bk);
+        const attn_visibility vis = attn_tile_visibility(&s, b, q0, bq, k0, bk);
         if (vis == ATTN_TILE_MASKED)
             continue;
         __syncthreads(); /* the previous tile's K, V, dS are no longer read */
         tile_load(Ks, T.ld, k, attn_kv_index(&s, b, k0, g, 0), s.n_kv_heads * T.D, bk, T.BK, T.D);
         tile_load(Vs, T.ld, v, attn_kv_index(&s, b, k0, g, 0), s.n_kv_heads * T.D, bk, T.BK, T.D);
         __syncthreads();
-        backward_probs(s, T, Qs, dOs, Ks, Vs, lses, deltas, NULL, dSs, q0, bq, k0, bk, vis);
+        backward_probs(s, T, Qs, dOs, Ks, Vs, lses, deltas, NULL, dSs, span_first, span_end, 0, q0, bq, k0, bk,
+                       vis);
         __syncthreads();
         for (int e = threadIdx.x; e < bq * T.D; e += ATTN_THREADS) {
             const int i = e / T.D, d = e % T.D;

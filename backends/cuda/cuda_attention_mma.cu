@@ -1,13 +1,23 @@
 /* FlashAttention-2 on the tensor cores: mma.sync.m16n8k16 with bf16 operands and fp32 accumulators,
  * ldmatrix from swizzled shared memory, cp.async tile loads (double-buffered K/V in the forward),
- * causal blocks past the diagonal skipped, GQA by index. CTAs of 4 warps over 64 x 64 tiles; a warp
- * owns 16 rows. head_dim 64 and 128 (template D); everything else runs the scalar kernels.
+ * blocks the mask hides skipped (past the causal diagonal, outside a sliding window or a document:
+ * core/ops/mask.h), GQA by index. CTAs of 4 warps over 64 x 64 tiles; a warp owns 16 rows. head_dim
+ * 64 and 128 (template D); everything else runs the scalar kernels.
  *
  * Which lane holds which element, where each lane points ldmatrix, where a tile element sits in
  * shared memory, which blocks a CTA visits: all from cuda_mma_maps.h, the maps
  * tests/test_mma_maps.c checks against the PTX ISA and tests/mma_attention_emulation.c runs, on the
  * CPU, in these very loops (same blocks, same order of mma per accumulator) against the cpu
  * attention. This file adds only the instructions (inline PTX) and the synchronisation.
+ *
+ * Masks (core/ops/mask.h: causal, a sliding window, documents) reach the kernels through the maps
+ * alone: a CTA visits the blocks its rows see (mma_attn_kv_blocks, mma_attn_q_blocks),
+ * finds once the interval of columns each of its 64 rows counts (row_spans, into shared memory), and
+ * for each block a lane turns its two rows' intervals into one register of bits, one per score
+ * element (mma_attn_live_bits), tested on every element of every block. No mask arithmetic runs
+ * between the products, and there is no branch between checked and unchecked blocks: either costs
+ * registers the dK/dV kernel at head_dim 128 does not have (ptxas spilled), while the test is one
+ * shift and a select per element.
  *
  * Kernels:
  *   forward  a CTA per (query block, batch * head): Q tile once, K/V tiles in two stages (the next
@@ -225,12 +235,35 @@ static __device__ __forceinline__ void kv_load(bf16_bits *Ks, bf16_bits *Vs, con
     tile_load<D>(Vs, v + first, s.n_kv_heads * D, rows);
 }
 
+/* The spans of rows [row0, row0 + 64) (attn_row_span: the columns each accumulator row counts) into
+ * shared memory, once per CTA: read after the loop's first __syncthreads. Rows are queries and spans
+ * keys, or with KEYS_ARE_ROWS the converse. */
+template <bool KEYS_ARE_ROWS>
+static __device__ __forceinline__ void row_spans(int64_t *first, int64_t *end, const usp_attention_shape &s,
+                                                 int64_t b, int64_t row0)
+{
+    for (int r = threadIdx.x; r < MMA_TILE_ROWS; r += MMA_THREADS)
+        attn_row_span(&s, b, row0 + r, KEYS_ARE_ROWS, &first[r], &end[r]);
+}
+
+/* mma_attn_live_bits of this lane in the block pair whose columns start at col0, from the spans of its
+ * rows 16 warp + groupID (+ 8) in shared memory (row_spans). */
+static __device__ __forceinline__ uint32_t live_bits(const int64_t *span_first, const int64_t *span_end, int64_t col0,
+                                                     int warp, int lane)
+{
+    const int row = 16 * warp + mma_group_id(lane);
+    int lo[2], hi[2];
+    mma_attn_span_cols(span_first[row], span_end[row], col0, &lo[0], &hi[0]);
+    mma_attn_span_cols(span_first[row + 8], span_end[row + 8], col0, &lo[1], &hi[1]);
+    return mma_attn_live_bits(lane, lo, hi);
+}
+
 /* One key block of a warp: S, mask, online softmax (cuda_attention_tiles.h), O = alpha O + P V. */
 template <int D>
 static __device__ __forceinline__ void forward_step(float o[D / MMA_N][4], float m[2], float l[2],
                                                     const usp_attention_shape &s, const bf16_bits *Qs,
-                                                    const bf16_bits *Ks, const bf16_bits *Vs, int64_t q0, int64_t k0,
-                                                    bool masked, int warp, int lane)
+                                                    const bf16_bits *Ks, const bf16_bits *Vs, uint32_t live, int warp,
+                                                    int lane)
 {
     float sc[MMA_SBLOCKS][4], mx[2] = {-INFINITY, -INFINITY}, alpha[2];
     scores<D>(sc, Qs, Ks, warp, lane);
@@ -238,9 +271,8 @@ static __device__ __forceinline__ void forward_step(float o[D / MMA_N][4], float
     for (int nb = 0; nb < MMA_SBLOCKS; nb++)
 #pragma unroll
         for (int i = 0; i < MMA_C_ELEMS; i++) {
-            const mma_rc p = mma_c_elem(lane, i);
             float x = s.scale * sc[nb][i];
-            if (masked && !mma_attn_pair_live(&s, q0 + 16 * warp + p.row, k0 + 8 * nb + p.col)) x = -INFINITY;
+            if (!((live >> (4 * nb + i)) & 1u)) x = -INFINITY;
             sc[nb][i] = x;
             mx[i >> 1] = fmaxf(mx[i >> 1], x);
         }
@@ -272,13 +304,15 @@ __global__ void __launch_bounds__(MMA_THREADS)
                        bf16_bits *o, float *lse)
 {
     extern __shared__ __align__(128) bf16_bits smem[];
+    __shared__ int64_t span_first[MMA_TILE_ROWS], span_end[MMA_TILE_ROWS]; /* the keys each query row sees */
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const attn_task task = attn_block_task(blockIdx.x, attn_n_tiles(s.n_q, MMA_ATTN_BQ), s.batch * s.n_heads, 1);
     const int64_t b = task.row / s.n_heads, h = task.row % s.n_heads, g = attn_kv_head(&s, h);
     const int64_t q0 = task.tile * MMA_ATTN_BQ;
     bf16_bits *Qs = smem, *stage0 = smem + MMA_TILE_ROWS * D; /* stage i at stage0 + 2 i 64 D */
     tile_load<D>(Qs, q + attn_q_index(&s, b, q0, h, 0), s.n_heads * D, attn_tile_len(s.n_q, MMA_ATTN_BQ, task.tile));
-    const mma_block_range kv = mma_attn_kv_blocks(&s, task.tile);
+    row_spans<false>(span_first, span_end, s, b, q0);
+    const mma_block_range kv = mma_attn_kv_blocks(&s, b, task.tile);
     if (kv.begin < kv.end) kv_load<D>(stage0, stage0 + MMA_TILE_ROWS * D, s, k, v, b, g, kv.begin);
     cp_async_commit();
     float acc[D / MMA_N][4], m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
@@ -291,8 +325,8 @@ __global__ void __launch_bounds__(MMA_THREADS)
         cp_async_commit(); /* possibly empty: the wait below then still leaves this block's group done */
         cp_async_wait<1>();
         __syncthreads();
-        forward_step<D>(acc, m, l, s, Qs, Ks, Ks + MMA_TILE_ROWS * D, q0, kb * MMA_ATTN_BK,
-                        mma_attn_block_masked(&s, task.tile, kb), warp, lane);
+        const uint32_t live = live_bits(span_first, span_end, kb * MMA_ATTN_BK, warp, lane);
+        forward_step<D>(acc, m, l, s, Qs, Ks, Ks + MMA_TILE_ROWS * D, live, warp, lane);
         __syncthreads(); /* every warp is done with this stage before the next iteration refills it */
     }
     cp_async_wait<0>(); /* nothing left in flight when no block was visited */
@@ -329,17 +363,17 @@ static __device__ __forceinline__ void row_stats(float *lses, float *deltas, con
 template <bool KEYS_ARE_ROWS>
 static __device__ __forceinline__ void probs(float sp[MMA_SBLOCKS][4], float dsp[MMA_SBLOCKS][4],
                                              const usp_attention_shape &s, const float *lses, const float *deltas,
-                                             int64_t q0, int64_t k0, bool masked, int warp, int lane)
+                                             uint32_t live, int warp, int lane)
 {
 #pragma unroll
     for (int nb = 0; nb < MMA_SBLOCKS; nb++)
 #pragma unroll
         for (int i = 0; i < MMA_C_ELEMS; i++) {
             const mma_rc p = mma_c_elem(lane, i);
-            const int r = 16 * warp + p.row, c = 8 * nb + p.col, qi = KEYS_ARE_ROWS ? c : r, kj = KEYS_ARE_ROWS ? r : c;
-            const bool live = !masked || mma_attn_pair_live(&s, q0 + qi, k0 + kj);
-            const float prob = live ? attn_backward_prob(s.scale * sp[nb][i], lses[qi]) : 0.0f;
-            dsp[nb][i] = live ? attn_backward_dscore(prob, dsp[nb][i], deltas[qi]) : 0.0f;
+            const int c = 8 * nb + p.col, qi = KEYS_ARE_ROWS ? c : 16 * warp + p.row;
+            const bool in = (live >> (4 * nb + i)) & 1u;
+            const float prob = in ? attn_backward_prob(s.scale * sp[nb][i], lses[qi]) : 0.0f;
+            dsp[nb][i] = in ? attn_backward_dscore(prob, dsp[nb][i], deltas[qi]) : 0.0f;
             sp[nb][i] = prob;
         }
 }
@@ -353,18 +387,20 @@ __global__ void __launch_bounds__(MMA_THREADS)
 {
     extern __shared__ __align__(128) bf16_bits smem[];
     __shared__ float lses[MMA_TILE_ROWS], deltas[MMA_TILE_ROWS];
+    __shared__ int64_t span_first[MMA_TILE_ROWS], span_end[MMA_TILE_ROWS]; /* the queries that see each key row */
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const attn_task task = attn_block_task(blockIdx.x, attn_n_tiles(s.n_kv, MMA_ATTN_BK), s.batch * s.n_kv_heads, 0);
     const int64_t b = task.row / s.n_kv_heads, g = task.row % s.n_kv_heads, k0 = task.tile * MMA_ATTN_BK;
     const int64_t kv_first = attn_kv_index(&s, b, k0, g, 0), kv_stride = s.n_kv_heads * D;
     bf16_bits *Ks = smem, *Vs = Ks + MMA_TILE_ROWS * D, *Qs = Vs + MMA_TILE_ROWS * D, *dOs = Qs + MMA_TILE_ROWS * D;
     kv_load<D>(Ks, Vs, s, k, v, b, g, task.tile);
+    row_spans<true>(span_first, span_end, s, b, k0);
     float dk_acc[D / MMA_N][4], dv_acc[D / MMA_N][4];
 #pragma unroll
     for (int db = 0; db < D / MMA_N; db++)
 #pragma unroll
         for (int i = 0; i < 4; i++) dk_acc[db][i] = dv_acc[db][i] = 0.0f;
-    const mma_block_range qr = mma_attn_q_blocks(&s, task.tile);
+    const mma_block_range qr = mma_attn_q_blocks(&s, b, task.tile);
     const int64_t h_first = mma_attn_first_q_head(&s, g), h_end = h_first + s.n_heads / s.n_kv_heads;
     for (int64_t h = h_first; h < h_end; h++)
         for (int64_t qb = qr.begin; qb < qr.end; qb++) {
@@ -376,10 +412,11 @@ __global__ void __launch_bounds__(MMA_THREADS)
             row_stats(lses, deltas, s, lse, delta, b, h, q0);
             cp_async_wait<0>();
             __syncthreads();
+            const uint32_t live = live_bits(span_first, span_end, q0, warp, lane);
             float st[MMA_SBLOCKS][4], dpt[MMA_SBLOCKS][4];
             scores<D>(st, Ks, Qs, warp, lane);  /* S^T = K Q^T */
             scores<D>(dpt, Vs, dOs, warp, lane); /* dP^T = V dO^T */
-            probs<true>(st, dpt, s, lses, deltas, q0, k0, mma_attn_block_masked(&s, qb, task.tile), warp, lane);
+            probs<true>(st, dpt, s, lses, deltas, live, warp, lane);
             accumulate_product<D>(dv_acc, st, dOs, lane); /* dV += P^T dO */
             accumulate_product<D>(dk_acc, dpt, Qs, lane); /* dK += dS^T Q */
         }
@@ -396,6 +433,7 @@ __global__ void __launch_bounds__(MMA_THREADS)
 {
     extern __shared__ __align__(128) bf16_bits smem[];
     __shared__ float lses[MMA_TILE_ROWS], deltas[MMA_TILE_ROWS];
+    __shared__ int64_t span_first[MMA_TILE_ROWS], span_end[MMA_TILE_ROWS]; /* the keys each query row sees */
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const attn_task task = attn_block_task(blockIdx.x, attn_n_tiles(s.n_q, MMA_ATTN_BQ), s.batch * s.n_heads, 1);
     const int64_t b = task.row / s.n_heads, h = task.row % s.n_heads, g = attn_kv_head(&s, h);
@@ -404,21 +442,22 @@ __global__ void __launch_bounds__(MMA_THREADS)
     tile_load<D>(Qs, q + q_first, q_stride, attn_tile_len(s.n_q, MMA_ATTN_BQ, task.tile));
     tile_load<D>(dOs, d_o + q_first, q_stride, attn_tile_len(s.n_q, MMA_ATTN_BQ, task.tile));
     row_stats(lses, deltas, s, lse, delta, b, h, q0);
+    row_spans<false>(span_first, span_end, s, b, q0);
     float dq_acc[D / MMA_N][4];
 #pragma unroll
     for (int db = 0; db < D / MMA_N; db++) dq_acc[db][0] = dq_acc[db][1] = dq_acc[db][2] = dq_acc[db][3] = 0.0f;
-    const mma_block_range kv = mma_attn_kv_blocks(&s, task.tile);
+    const mma_block_range kv = mma_attn_kv_blocks(&s, b, task.tile);
     for (int64_t kb = kv.begin; kb < kv.end; kb++) {
         __syncthreads(); /* the previous block's K, V are no longer read */
         kv_load<D>(Ks, Vs, s, k, v, b, g, kb);
         cp_async_commit();
         cp_async_wait<0>();
         __syncthreads();
+        const uint32_t live = live_bits(span_first, span_end, kb * MMA_ATTN_BK, warp, lane);
         float sc[MMA_SBLOCKS][4], dp[MMA_SBLOCKS][4];
         scores<D>(sc, Qs, Ks, warp, lane);  /* S = Q K^T */
         scores<D>(dp, dOs, Vs, warp, lane); /* dP = dO V^T */
-        probs<false>(sc, dp, s, lses, deltas, q0, kb * MMA_ATTN_BK, mma_attn_block_masked(&s, task.tile, kb), warp,
-                     lane);
+        probs<false>(sc, dp, s, lses, deltas, live, warp, lane);
         accumulate_product<D>(dq_acc, dp, Ks, lane); /* dQ += dS K */
     }
     rows_store<D>(dq, q_first, q_stride, dq_acc, q0, s.n_q, s.scale, accumulate, warp, lane);

@@ -9,12 +9,16 @@
  * short. Tile t starts at t * BQ (or t * BK): tiles are aligned to the start of
  * the call, whatever the offsets.
  *
- * Causal masking with offsets (ring attention hands one K/V block at a time):
- * local query i sits at global position q_offset + i, local key j at
- * kv_offset + j, and i sees j iff kv_offset + j <= q_offset + i. So each query
- * sees a prefix [0, end_i) of the keys, end_i nondecreasing in i: a tile pair is
- * fully visible when its FIRST query sees its last key, fully masked when its
- * LAST query sees none of its keys, and partly masked otherwise.
+ * Masks with offsets (ring attention hands one K/V block at a time): local query
+ * i sits at global position q_offset + i, local key j at kv_offset + j, and the
+ * mask of its batch row (core/ops/mask.h: causal, a sliding window, documents)
+ * says which keys each position sees: one interval [lo_i, hi_i) of the call's
+ * keys, both ends non-decreasing in i (causal alone: [0, end_i)). So a tile pair
+ * is fully masked when its last query's keys end before the tile or its first
+ * query's start after it, fully visible when the last query's start at or
+ * before the tile and the first query's end at or after it, and partly masked
+ * otherwise; the tiles a query tile walks are one range, and so are the query
+ * tiles a key tile meets. The index maps are mask.h's, never re-derived here.
  *
  * Layouts (row-major, contiguous, as backends/cpu/cpu_attention.h):
  *   q, o, d_o, dq [B, Nq, H, D]; k, v, dk, dv [B, Nkv, Hkv, D]; lse, delta [B, H, Nq]. */
@@ -25,6 +29,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "core/ops/mask.h"
 #include "core/ops/ops.h"
 
 #ifdef __CUDACC__
@@ -50,6 +55,9 @@ typedef struct attn_tiles {
     int64_t bq; /* queries per tile */
     int64_t bk; /* keys per tile */
 } attn_tiles;
+
+/* The largest tile side attn_tiles_for gives (bq, bk <= 64): the kernels' arrays of one entry per row. */
+#define ATTN_MAX_TILE 64
 
 /* Tile sizes for head_dim D: 64 x 64 up to D = 64 (each K/V tile loaded into
  * shared memory serves more queries); 32 x 32 above, which keeps the six D-wide
@@ -78,66 +86,124 @@ static inline CUDA_HD int64_t attn_tile_len(int64_t n, int64_t size, int64_t t)
 static inline CUDA_HD int64_t attn_kv_ld(int64_t head_dim) { return head_dim | 1; }
 
 /* ------------------------------------------------------------------------- */
-/* Causal visibility                                                          */
+/* Masks: what each query sees                                                */
 
 static inline CUDA_HD int64_t attn_clamp(int64_t x, int64_t lo, int64_t hi) { return x < lo ? lo : (x > hi ? hi : x); }
 
-/* Local query i sees the local keys [0, end): returns end (n_kv when not causal,
- * 0 when every key is in its future). */
-static inline CUDA_HD int64_t attn_kv_visible_end(const usp_attention_shape *s, int64_t i)
+/* The mask of batch row b (core/ops/mask.h): causal, the window, and row b of the documents' table. */
+static inline CUDA_HD usp_mask_row attn_mask_row(const usp_attention_shape *s, int64_t b)
 {
-    if (!s->causal)
-        return s->n_kv;
-    return attn_clamp(s->q_offset + i - s->kv_offset + 1, 0, s->n_kv);
+    usp_mask_row m;
+    m.causal = s->causal;
+    m.window = s->window;
+    m.doc = s->docs ? s->docs + 2 * b * s->seq_len : NULL;
+    return m;
 }
 
-/* The first local query that sees local key j (n_q when none does). */
-static inline CUDA_HD int64_t attn_q_first_seeing(const usp_attention_shape *s, int64_t j)
+/* The local keys [*first, *end) that local query i (0 <= i < n_q) of batch row b sees; both ends are
+ * non-decreasing in i. Causal alone: [0, the keys up to q_offset + i); no mask: [0, n_kv). */
+static inline CUDA_HD void attn_keys(const usp_attention_shape *s, int64_t b, int64_t i, int64_t *first, int64_t *end)
 {
-    if (!s->causal)
-        return 0;
-    return attn_clamp(s->kv_offset + j - s->q_offset, 0, s->n_q);
+    const usp_mask_row m = attn_mask_row(s, b);
+    int64_t lo, hi;
+    usp_mask_keys(&m, s->q_offset + i, &lo, &hi);
+    usp_mask_local(lo, hi, s->kv_offset, s->n_kv, first, end);
 }
 
-/* 1 when local query i sees local key j. */
-static inline CUDA_HD int attn_sees(const usp_attention_shape *s, int64_t i, int64_t j)
+/* The local queries [*first, *end) that see local key j (0 <= j < n_kv) of batch row b; both ends are
+ * non-decreasing in j. */
+static inline CUDA_HD void attn_queries(const usp_attention_shape *s, int64_t b, int64_t j, int64_t *first,
+                                        int64_t *end)
 {
-    return j < attn_kv_visible_end(s, i);
+    const usp_mask_row m = attn_mask_row(s, b);
+    int64_t lo, hi;
+    usp_mask_queries(&m, s->kv_offset + j, &lo, &hi);
+    usp_mask_local(lo, hi, s->q_offset, s->n_q, first, end);
+}
+
+/* 1 when local query i sees local key j in batch row b (both inside the call). */
+static inline CUDA_HD int attn_sees(const usp_attention_shape *s, int64_t b, int64_t i, int64_t j)
+{
+    int64_t first, end;
+    attn_keys(s, b, i, &first, &end);
+    return j >= first && j < end;
+}
+
+/* The span of a block's fixed row: with of_key = 0, local query x's keys (attn_keys); with of_key = 1,
+ * the queries that see local key x (attn_queries); empty past the call (n_q, n_kv), where the table's
+ * rows are not read. A kernel finds the spans of its block's rows once, into shared memory, and tests
+ * each element against them: no mask arithmetic per element. */
+static inline CUDA_HD void attn_row_span(const usp_attention_shape *s, int64_t b, int64_t x, int of_key,
+                                         int64_t *first, int64_t *end)
+{
+    *first = *end = 0;
+    if (of_key && x < s->n_kv)
+        attn_queries(s, b, x, first, end);
+    else if (!of_key && x < s->n_q)
+        attn_keys(s, b, x, first, end);
 }
 
 typedef enum attn_visibility {
     ATTN_TILE_MASKED = 0,  /* no query of the tile sees a key of the tile: skipped */
-    ATTN_TILE_PARTIAL = 1, /* some pairs masked: each entry checks attn_sees */
+    ATTN_TILE_PARTIAL = 1, /* some pairs masked: each entry is checked (attn_sees, or a row's span) */
     ATTN_TILE_VISIBLE = 2, /* every query sees every key: no per-entry check */
 } attn_visibility;
 
-/* Visibility of queries [q0, q0 + bq) against keys [k0, k0 + bk) (bq, bk >= 1). */
-static inline CUDA_HD attn_visibility attn_tile_visibility(const usp_attention_shape *s, int64_t q0, int64_t bq,
-                                                           int64_t k0, int64_t bk)
+/* Visibility of queries [q0, q0 + bq) against keys [k0, k0 + bk) of batch row b (bq, bk >= 1). Query i
+ * sees [lo_i, hi_i), both ends non-decreasing, and each query's interval (before the clamp to the call)
+ * holds its own position, so the intervals of consecutive queries leave no gap: no pair is visible iff
+ * the last query's keys end at or before k0 or the first query's start at or after k0 + bk; every pair
+ * is iff the last query's start at or before k0 and the first query's end at or after k0 + bk. */
+static inline CUDA_HD attn_visibility attn_tile_visibility(const usp_attention_shape *s, int64_t b, int64_t q0,
+                                                           int64_t bq, int64_t k0, int64_t bk)
 {
-    if (attn_kv_visible_end(s, q0 + bq - 1) <= k0)
+    int64_t first_lo, first_hi, last_lo, last_hi;
+    attn_keys(s, b, q0, &first_lo, &first_hi);
+    attn_keys(s, b, q0 + bq - 1, &last_lo, &last_hi);
+    if (last_hi <= k0 || first_lo >= k0 + bk)
         return ATTN_TILE_MASKED;
-    if (attn_kv_visible_end(s, q0) >= k0 + bk)
+    if (last_lo <= k0 && first_hi >= k0 + bk)
         return ATTN_TILE_VISIBLE;
     return ATTN_TILE_PARTIAL;
 }
 
-/* Key tiles of size bk that the queries [q0, q0 + bq) walk: tiles [0, end) hold
- * every key the last (most-seeing) query sees, and no tile in that range is
- * fully masked, since the last query sees its first key. */
-static inline CUDA_HD int64_t attn_kv_tiles_end(const usp_attention_shape *s, int64_t q0, int64_t bq, int64_t bk)
+/* Tiles [begin, end) of a loop. */
+typedef struct attn_tile_range {
+    int64_t begin, end;
+} attn_tile_range;
+
+/* The tiles of `size` holding the items [first, end) (none when end <= first). */
+static inline CUDA_HD attn_tile_range attn_tiles_holding(int64_t first, int64_t end, int64_t size)
 {
-    return attn_n_tiles(attn_kv_visible_end(s, q0 + bq - 1), bk);
+    attn_tile_range r;
+    r.begin = first / size;
+    r.end = end > first ? attn_n_tiles(end, size) : r.begin;
+    return r;
 }
 
-/* The first query tile of size bq that sees any key of the tile starting at k0:
- * the tile of the first query that sees key k0, and every later query tile sees
- * key k0 too; the number of query tiles when no query does (n_q / bq would be
- * the short last tile, which sees nothing). */
-static inline CUDA_HD int64_t attn_q_tiles_begin(const usp_attention_shape *s, int64_t k0, int64_t bq)
+/* Key tiles of size bk that the queries [q0, q0 + bq) of batch row b walk: from the tile of the first
+ * key the first query sees to that of the last key the last query sees. By the argument of
+ * attn_tile_visibility the keys they see are that one interval, so no tile of the range is fully
+ * masked. Causal alone: [0, the tile of the last query's last key]. */
+static inline CUDA_HD attn_tile_range attn_kv_tiles(const usp_attention_shape *s, int64_t b, int64_t q0, int64_t bq,
+                                                    int64_t bk)
 {
-    const int64_t first = attn_q_first_seeing(s, k0);
-    return first >= s->n_q ? attn_n_tiles(s->n_q, bq) : first / bq;
+    int64_t first, end, unused;
+    attn_keys(s, b, q0, &first, &unused);
+    attn_keys(s, b, q0 + bq - 1, &unused, &end);
+    return attn_tiles_holding(first, end, bk);
+}
+
+/* Query tiles of size bq that meet the keys [k0, k0 + bk) of batch row b: from the tile of the first
+ * query that sees key k0 to that of the last query that sees key k0 + bk - 1 (the mirror of
+ * attn_kv_tiles). Causal alone: from the first query that sees k0 to the last tile. */
+static inline CUDA_HD attn_tile_range attn_q_tiles(const usp_attention_shape *s, int64_t b, int64_t k0, int64_t bk,
+                                                   int64_t bq)
+{
+    int64_t first, end, unused;
+    attn_queries(s, b, k0, &first, &unused);
+    attn_queries(s, b, k0 + bk - 1, &unused, &end);
+    return attn_tiles_holding(first, end, bq);
 }
 
 /* ------------------------------------------------------------------------- */

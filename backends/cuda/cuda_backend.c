@@ -396,18 +396,11 @@ static const cuda_op_fn launchers[USP_OP_KIND_COUNT] = {
     [USP_OP_MAP] = run_map,
 };
 
-/* 1 when the attention op masks beyond causal (a window, documents): the cuda kernels do not yet. */
-static int masked_attention(const usp_op *op)
-{
-    return (op->kind == USP_OP_ATTENTION_FORWARD || op->kind == USP_OP_ATTENTION_BACKWARD) &&
-           (op->p.attention.shape.window > 0 || op->p.attention.shape.docs);
-}
-
 static int cuda_supports(void *ctx, const usp_op *op)
 {
     (void)ctx;
     return (unsigned)op->kind < USP_OP_KIND_COUNT && launchers[op->kind] &&
-           (op->kind != USP_OP_MAP || cuda_map_supports(op->p.map.fn)) && !masked_attention(op);
+           (op->kind != USP_OP_MAP || cuda_map_supports(op->p.map.fn));
 }
 
 /* The attention's backward workspace (the forward keeps its state in shared memory). */

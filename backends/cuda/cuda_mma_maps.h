@@ -184,45 +184,67 @@ static inline attn_kernel attn_kernel_for(const usp_attention_shape *s, const us
     return *why == NULL ? ATTN_KERNEL_MMA : ATTN_KERNEL_SCALAR;
 }
 
-typedef struct mma_block_range {
-    int64_t begin, end; /* blocks [begin, end) */
-} mma_block_range;
+/* Blocks [begin, end) a CTA visits. */
+typedef attn_tile_range mma_block_range;
 
-/* Key blocks query block qb visits: [0, last block holding a key its last query sees]; blocks after
- * the diagonal are skipped, and every block in the range has a visible pair. */
-static inline CUDA_HD mma_block_range mma_attn_kv_blocks(const usp_attention_shape *s, int64_t qb)
+/* Key blocks query block qb of batch row b visits (attn_kv_tiles at 64 x 64): from the block of the
+ * first key its first query sees to that of the last key its last query sees; blocks outside (after
+ * the causal diagonal, before a window or a document) are skipped, and every block in the range
+ * has a visible pair. */
+static inline CUDA_HD mma_block_range mma_attn_kv_blocks(const usp_attention_shape *s, int64_t b, int64_t qb)
 {
-    mma_block_range r;
-    const int64_t q0 = qb * MMA_ATTN_BQ;
-    r.begin = 0;
-    r.end = attn_kv_tiles_end(s, q0, attn_tile_len(s->n_q, MMA_ATTN_BQ, qb), MMA_ATTN_BK);
-    return r;
+    return attn_kv_tiles(s, b, qb * MMA_ATTN_BQ, attn_tile_len(s->n_q, MMA_ATTN_BQ, qb), MMA_ATTN_BK);
 }
 
-/* Query blocks key block kb meets (the dK/dV pass): from the block of the first query that sees
- * its first key to the last block. */
-static inline CUDA_HD mma_block_range mma_attn_q_blocks(const usp_attention_shape *s, int64_t kb)
+/* Query blocks key block kb of batch row b meets (the dK/dV pass, attn_q_tiles): from the block of the
+ * first query that sees its first key to that of the last query that sees its last key. */
+static inline CUDA_HD mma_block_range mma_attn_q_blocks(const usp_attention_shape *s, int64_t b, int64_t kb)
 {
-    mma_block_range r;
-    r.begin = attn_q_tiles_begin(s, kb * MMA_ATTN_BK, MMA_ATTN_BQ);
-    r.end = attn_n_tiles(s->n_q, MMA_ATTN_BQ);
-    return r;
+    return attn_q_tiles(s, b, kb * MMA_ATTN_BK, attn_tile_len(s->n_kv, MMA_ATTN_BK, kb), MMA_ATTN_BQ);
 }
 
-/* 1 when block pair (qb, kb) needs the per-element mask: a block the causal diagonal crosses, or
- * the short last key block (keys past n_kv must get p = 0). Other visited pairs skip the mask. */
-static inline CUDA_HD int mma_attn_block_masked(const usp_attention_shape *s, int64_t qb, int64_t kb)
+/* 1 when block pair (qb, kb) of batch row b has dead elements among its queries: a pair the mask cuts
+ * (the causal diagonal, a window's edge, a document's boundary), or the short last key block (keys
+ * past n_kv must get p = 0). The kernels do not branch on it: they test every element's live bit
+ * (mma_attn_live_bits), all set in the other pairs, which costs fewer registers than the branch. */
+static inline CUDA_HD int mma_attn_block_masked(const usp_attention_shape *s, int64_t b, int64_t qb,
+                                                      int64_t kb)
 {
     const int64_t q0 = qb * MMA_ATTN_BQ, k0 = kb * MMA_ATTN_BK, bk = attn_tile_len(s->n_kv, MMA_ATTN_BK, kb);
     return bk < MMA_ATTN_BK ||
-           attn_tile_visibility(s, q0, attn_tile_len(s->n_q, MMA_ATTN_BQ, qb), k0, bk) != ATTN_TILE_VISIBLE;
+           attn_tile_visibility(s, b, q0, attn_tile_len(s->n_q, MMA_ATTN_BQ, qb), k0, bk) != ATTN_TILE_VISIBLE;
 }
 
-/* 1 when local key k counts for local query q: inside the call (k < n_kv) and visible. Queries past
- * n_q are computed on zero rows and never stored. */
-static inline CUDA_HD int mma_attn_pair_live(const usp_attention_shape *s, int64_t q, int64_t k)
+/* 1 when local key k counts for local query q of batch row b: both inside the call and visible (rows past
+ * the call are computed on zero rows and never stored; their elements are dead). */
+static inline CUDA_HD int mma_attn_pair_live(const usp_attention_shape *s, int64_t b, int64_t q, int64_t k)
 {
-    return k < s->n_kv && attn_sees(s, q, k);
+    return q < s->n_q && k < s->n_kv && attn_sees(s, b, q, k);
+}
+
+/* A row's span [first, end) as columns [*lo, *hi) of the 64 from col0 (MMA_ATTN_BK = MMA_ATTN_BQ). */
+static inline CUDA_HD void mma_attn_span_cols(int64_t first, int64_t end, int64_t col0, int *lo, int *hi)
+{
+    *lo = (int)attn_clamp(first - col0, 0, MMA_ATTN_BK);
+    *hi = (int)attn_clamp(end - col0, 0, MMA_ATTN_BK);
+}
+
+/* The live elements of a lane's score accumulators (64 / 8 n8 blocks of 4), one bit each: bit 4 nb + i
+ * for element c_i of block nb, which lies in row groupID + 8 (i >> 1), column 8 nb + 2 threadID_in_group
+ * + (i & 1) (mma_c_elem), set when that column is in its row's live columns [lo[r], hi[r]) (0 <= lo, hi
+ * <= 64). The columns of a row as a 64-bit mask, shifted so that the lane's two columns of block nb sit
+ * at bits 8 nb and 8 nb + 1: one register then carries the whole mask through the products. */
+static inline CUDA_HD uint32_t mma_attn_live_bits(int lane, const int lo[2], const int hi[2])
+{
+    uint32_t bits = 0;
+    for (int r = 0; r < 2; r++) {
+        const uint64_t below_hi = hi[r] >= 64 ? ~(uint64_t)0 : ((uint64_t)1 << hi[r]) - 1;
+        const uint64_t below_lo = lo[r] >= 64 ? ~(uint64_t)0 : ((uint64_t)1 << lo[r]) - 1;
+        const uint64_t cols = (below_hi & ~below_lo) >> (2 * mma_thread_in_group(lane));
+        for (int nb = 0; nb < MMA_ATTN_BK / MMA_N; nb++)
+            bits |= (uint32_t)((cols >> (8 * nb)) & 3u) << (4 * nb + 2 * r);
+    }
+    return bits;
 }
 
 /* GQA: query heads [first, first + group) read kv head g; the dK/dV CTA of kv head g walks them all,
