@@ -1,7 +1,9 @@
 /* The data loader: every source reads each rank's shard plus the token after
  * each run (a shard's last target is the next shard's first token), with
  * global positions; all SP ranks of a step read the same sequence; llm.c
- * shards, raw uint16/uint32 and text decode as written; bad files are named. */
+ * shards, raw uint16/uint32 and text decode as written; bad files are named; packed documents (an
+ * end-of-text id) give every rank the whole sequence's documents' table, positions that restart and no
+ * target past a document's end, against the definition. */
 #include <check.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -166,6 +168,89 @@ START_TEST(passkey_samples_do_not_depend_on_the_mesh)
 }
 END_TEST
 
+/* Packed documents (--eot): a file of ids 0 to 10 in a scrambled order, 0 the end-of-text id, so that
+ * documents of 1 token, of a few and of dozens straddle every rank boundary. */
+#define PACKED_EOT 0
+static int32_t packed_token(int64_t i) /* documents of 1 to about 90 tokens, geometric */
+{
+    uint64_t x = (uint64_t)i * 0x9E3779B97F4A7C15ull;
+    x = (x ^ (x >> 29)) * 0xBF58476D1CE4E5B9ull;
+    return (int32_t)((x ^ (x >> 32)) % 11);
+}
+
+/* The sample's token at g of a file of packed_token (window_len + 1 tokens a window). */
+static int32_t packed_at(int64_t sample, int64_t g) { return packed_token(sample * (window_len + 1) + g); }
+
+/* Every rank's positions, targets and documents' table against the definition: a document runs to and
+ * with its end-of-text token; the last real one ends at len, the padding is one of its own. */
+static void check_documents(const usp_data *d, const usp_seq_layout *l, int64_t sample, int64_t len)
+{
+    usp_shard s;
+    ck_assert_int_eq(usp_shard_alloc(&s, l->per_rank, 0), USP_OK);
+    ck_assert_int_eq(usp_shard_alloc_documents(&s, l->n), USP_OK);
+    int64_t targets = 0;
+    for (int p = 0; p < l->ulysses * l->ring; p++) {
+        ck_assert_int_eq(usp_data_read_shard(d, l, p, sample, len, &s), USP_OK);
+        for (int64_t g = 0; g < l->n; g++) { /* every rank holds the whole sequence's table */
+            int64_t start = g < len ? g : len, end = g < len ? g + 1 : l->n;
+            while (g < len && start > 0 && packed_at(sample, start - 1) != PACKED_EOT)
+                start--;
+            while (end < len && packed_at(sample, end - 1) != PACKED_EOT)
+                end++;
+            ck_assert_msg(s.docs[2 * g] == start && s.docs[2 * g + 1] == end, "sample %lld position %lld: "
+                          "document [%d, %d), expected [%lld, %lld)", (long long)sample, (long long)g, s.docs[2 * g],
+                          s.docs[2 * g + 1], (long long)start, (long long)end);
+        }
+        for (int64_t i = 0; i < l->per_rank; i++) {
+            const int64_t g = usp_seq_layout_global(l, p, i), start = s.docs[2 * g];
+            ck_assert_int_eq(s.positions[i], g - start);
+            const int ends = g < len && packed_at(sample, g) == PACKED_EOT;
+            ck_assert_int_eq(s.targets[i], g < len && !ends ? packed_at(sample, g + 1) : -1);
+            targets += s.targets[i] >= 0;
+        }
+    }
+    int64_t counted;
+    ck_assert_int_eq(usp_data_sample_targets(d, sample, len, &counted), USP_OK);
+    ck_assert_int_eq(counted, targets);
+    usp_shard_free(&s);
+}
+
+START_TEST(packed_documents_cut_at_every_end_of_text_token)
+{
+    char path[256], spec[300];
+    snprintf(path, sizeof path, "%s/packed.u16", dir);
+    FILE *f = fopen(path, "wb");
+    ck_assert_ptr_nonnull(f);
+    for (int64_t i = 0; i < 4000; i++) {
+        const uint16_t t = (uint16_t)packed_token(i);
+        ck_assert_int_eq(fwrite(&t, sizeof t, 1, f), 1);
+    }
+    fclose(f);
+    snprintf(spec, sizeof spec, "tokens:%s", path);
+    usp_data d;
+    ck_assert_int_eq(usp_data_open(spec, 1, &d), USP_OK);
+    ck_assert_int_eq(usp_data_set_eot(&d, 11, 11), USP_ERR_CONFIG); /* outside the vocabulary */
+    ck_assert_ptr_nonnull(strstr(usp_error_message(), "--eot 11 is outside the model's vocabulary of 11"));
+    ck_assert_int_eq(usp_data_set_eot(&d, 12, 50), USP_ERR_CONFIG); /* never in the file */
+    ck_assert_ptr_nonnull(strstr(usp_error_message(), "never holds that id (4000 tokens read)"));
+    ck_assert_int_eq(usp_data_eot_check("passkey", 0, 128), USP_ERR_CONFIG);
+    ck_assert_ptr_nonnull(strstr(usp_error_message(), "--eot 0 with --data passkey"));
+    ck_assert_int_eq(usp_data_set_eot(&d, PACKED_EOT, 11), USP_OK);
+    const struct { usp_layout_kind kind; int u, r; int64_t n, len; } cases[] = {
+        {USP_LAYOUT_CONTIGUOUS, 4, 1, 64, 64}, {USP_LAYOUT_ZIGZAG, 2, 2, 64, 64}, {USP_LAYOUT_ZIGZAG, 1, 4, 64, 64},
+        {USP_LAYOUT_CONTIGUOUS, 4, 1, 64, 61}, {USP_LAYOUT_ZIGZAG, 1, 4, 200, 197}, /* padded */
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
+        usp_seq_layout l;
+        ck_assert_int_eq(usp_seq_layout_make(cases[c].kind, cases[c].n, cases[c].u, cases[c].r, &l), USP_OK);
+        window_len = cases[c].len;
+        for (int64_t sample = 0; sample < 4; sample++)
+            check_documents(&d, &l, sample, cases[c].len);
+    }
+    usp_data_close(&d);
+}
+END_TEST
+
 START_TEST(bad_sources_name_the_input)
 {
     usp_data d;
@@ -213,6 +298,7 @@ int main(void)
     tcase_add_test(t, token_files_give_every_rank_its_shard_and_the_next_token);
     tcase_add_test(t, text_is_bytes);
     tcase_add_test(t, passkey_samples_do_not_depend_on_the_mesh);
+    tcase_add_test(t, packed_documents_cut_at_every_end_of_text_token);
     tcase_add_test(t, bad_sources_name_the_input);
     suite_add_tcase(s, t);
     int code = check_main_run(s);

@@ -4,12 +4,14 @@
  * and bit-exact resume (also from ZeRO 3's sharded state), and resume at another
  * ZeRO stage or world; the mesh equality also on a model whose attention width
  * (heads x head_dim) differs from d_model; periodic evaluations that leave the
- * training bit for bit as it was. */
+ * training bit for bit as it was. Packed documents and sliding windows: the mesh equality again, the
+ * documents cut across ranks (core/data/data.h, core/ops/mask.h). */
 #include <check.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "core/model/model_params.h"
 #include "core/train/train.h"
@@ -42,7 +44,12 @@ typedef struct run_spec {
     int world, ulysses, ring, pad, local, zero;
     int64_t seq, batch, steps, until;
     const char *save, *resume;
+    const char *data;      /* NULL: passkey */
+    int documents;         /* 1: --eot PACKED_EOT */
+    int64_t window;        /* --window (0: none) */
 } run_spec;
+
+#define PACKED_EOT 127
 
 /* Runs a training on the simulator; returns the status, the first loss and (optionally) the first gradients. */
 static usp_status train(const usp_model_config *model, const run_spec *r, double *first_loss, float *grads,
@@ -52,7 +59,8 @@ static usp_status train(const usp_model_config *model, const run_spec *r, double
     usp_train_defaults(&c);
     c.model = *model;
     ck_assert_int_eq(usp_mesh_shape_make(r->world, r->ulysses, r->ring, &c.shape), USP_OK);
-    c.data = "passkey", c.seq_len = r->seq, c.pad = r->pad, c.batch = r->batch, c.steps = r->steps;
+    c.data = r->data ? r->data : "passkey", c.eot = r->documents ? PACKED_EOT : -1, c.window = r->window;
+    c.seq_len = r->seq, c.pad = r->pad, c.batch = r->batch, c.steps = r->steps;
     c.until = r->until, c.attention = r->local ? "local" : NULL, c.save_dir = r->save, c.resume_dir = r->resume;
     harness_tensors tensors = {.first_grads = grads};
     c.log_every = 1000, c.warmup = 2, c.zero_stage = r->zero;
@@ -97,6 +105,74 @@ START_TEST(every_mesh_gives_the_single_rank_loss_and_gradients)
         free(ref), free(got);
         usp_param_table_free(&table);
     }
+}
+END_TEST
+
+/* A file of tokens below PACKED_EOT, cut into documents by it: lengths 1, 3, 37 and others, so that
+ * documents straddle the ranks of every mesh of a 64-token sequence. */
+static void write_packed_tokens(const char *path)
+{
+    static const int lengths[] = {1, 3, 37, 5, 11, 1, 20, 2, 9, 30, 3, 17};
+    FILE *f = fopen(path, "wb");
+    ck_assert_ptr_nonnull(f);
+    uint32_t seed = 7;
+    for (int t = 0, d = 0; t < 2000; d++)
+        for (int i = 0; i < lengths[d % 12] && t < 2000; i++, t++) {
+            seed = seed * 1664525u + 1013904223u;
+            const uint16_t token = i + 1 == lengths[d % 12] ? PACKED_EOT : (uint16_t)(seed >> 16) % PACKED_EOT;
+            ck_assert_int_eq(fwrite(&token, sizeof token, 1, f), 1);
+        }
+    fclose(f);
+}
+
+START_TEST(packed_documents_and_windows_give_the_single_rank_result)
+{
+    char path[] = "/tmp/usp_packed_XXXXXX";
+    const int fd = mkstemp(path);
+    ck_assert_int_ge(fd, 0);
+    close(fd);
+    write_packed_tokens(path);
+    char data[64];
+    snprintf(data, sizeof data, "tokens:%s", path);
+    usp_model_config model = tiny_config(USP_FAMILY_LLAMA);
+    usp_param_table table;
+    ck_assert_int_eq(usp_param_table_make(&model, &table), USP_OK);
+    float *ref = calloc((size_t)table.total, sizeof *ref), *got = calloc((size_t)table.total, sizeof *got);
+    const struct { int documents; int64_t window; } masks[] = {{1, 0}, {0, 5}, {1, 9}};
+    run_spec one = {.world = 1, .ulysses = 1, .ring = 1, .seq = 64, .batch = 2, .steps = 10, .until = 1, .data = data};
+    double causal_loss;
+    float *causal = calloc((size_t)table.total, sizeof *causal);
+    train(&model, &one, &causal_loss, causal, NULL);
+    for (size_t k = 0; k < sizeof masks / sizeof *masks; k++) {
+        double ref_loss, loss;
+        one.documents = masks[k].documents, one.window = masks[k].window;
+        train(&model, &one, &ref_loss, ref, NULL);
+        int worst = 0; /* the mask reaches the attention: the gradients move by far more than the tolerance */
+        const double moved = harness_worst_tensor_error(&table, ref, causal, &worst);
+        ck_assert_msg(moved > 1e-3, "documents %d window %lld: the gradients are the causal ones' (%.3g)",
+                      masks[k].documents, (long long)masks[k].window, moved);
+        const run_spec meshes[] = {
+            {.world = 4, .ulysses = 4, .ring = 1}, {.world = 4, .ulysses = 1, .ring = 4},
+            {.world = 4, .ulysses = 2, .ring = 2}, {.world = 4, .ulysses = 2, .ring = 1, .zero = 3}, /* DP 2 x U 2 */
+        };
+        for (size_t m = 0; m < sizeof meshes / sizeof *meshes; m++) {
+            run_spec r = meshes[m];
+            r.seq = 64, r.batch = 2, r.steps = 10, r.until = 1, r.data = data;
+            r.documents = masks[k].documents, r.window = masks[k].window;
+            train(&model, &r, &loss, got, NULL);
+            int worst = 0;
+            const double err = harness_worst_tensor_error(&table, got, ref, &worst);
+            ck_assert_msg(fabs(loss - ref_loss) <= 1e-6 * fabs(ref_loss),
+                          "documents %d window %lld, U=%d R=%d DP=%d: loss %.9f vs %.9f", masks[k].documents,
+                          (long long)masks[k].window, r.ulysses, r.ring, r.world / (r.ulysses * r.ring), loss,
+                          ref_loss);
+            ck_assert_msg(err <= 1e-5, "documents %d window %lld, U=%d R=%d: gradient of tensor %d off by %.3g",
+                          masks[k].documents, (long long)masks[k].window, r.ulysses, r.ring, worst, err);
+        }
+    }
+    free(ref), free(got), free(causal);
+    usp_param_table_free(&table);
+    unlink(path);
 }
 END_TEST
 
@@ -264,6 +340,7 @@ int main(void)
     TCase *t = tcase_create("train");
     tcase_set_timeout(t, 300);
     tcase_add_test(t, every_mesh_gives_the_single_rank_loss_and_gradients);
+    tcase_add_test(t, packed_documents_and_windows_give_the_single_rank_result);
     tcase_add_test(t, padding_gives_the_unpadded_single_rank_result);
     tcase_add_loop_test(t, twenty_steps_equal_ten_then_resume_then_ten, 0, 2);
     tcase_add_loop_test(t, a_resume_at_another_stage_or_world_continues_the_same_losses, 0, 2);

@@ -29,6 +29,7 @@
 #include "tools/runtime_registry.h"
 #include "tools/train_report.h"
 #include "tools/explore_cli.h"
+#include "tools/mask_options.h"
 #include "viz/chrome_trace.h"
 #include "viz/render.h"
 #include "viz/run_picture.h"
@@ -44,6 +45,7 @@ typedef struct train_options {
     double lr;
     cli_list inject;
     memory_options memory;
+    mask_options mask;
     explore_options explore;
 } train_options;
 
@@ -133,7 +135,7 @@ static usp_status build_config(const char *command, const train_options *o, usp_
     c->data = o->data, c->seq_len = o->seq, c->pad = o->pad, c->batch = o->batch, c->steps = o->steps;
     c->until = o->until, c->lr = o->lr, c->seed = seed, c->attention = o->attention;
     c->save_dir = o->save, c->resume_dir = o->resume, c->log_every = o->log_every, c->save_every = o->save_every;
-    c->keep = o->keep;
+    c->keep = o->keep, c->window = o->mask.window, c->eot = o->mask.eot;
     c->eval_samples = o->eval_samples, c->eval_every = o->eval_every, c->eval_only = !strcmp(command, "eval");
     if (o->warmup >= 0)
         c->warmup = o->warmup;
@@ -221,7 +223,9 @@ static char *run_options_json(const train_options *o, const usp_train_config *c,
     if (j && (json_object_set_new(j, "attention", json_string(o->attention)) != 0 ||
               json_object_set_new(j, "micro_batches", json_integer(o->memory.micro_batches)) != 0 ||
               json_object_set_new(j, "bucket_mb", json_real(o->memory.bucket_mb)) != 0 ||
-              json_object_set_new(j, "grad_reduce", json_string(o->memory.grad_reduce)) != 0))
+              json_object_set_new(j, "grad_reduce", json_string(o->memory.grad_reduce)) != 0 ||
+              json_object_set_new(j, "window", json_integer(o->mask.window)) != 0 ||
+              json_object_set_new(j, "eot", json_integer(o->mask.eot)) != 0))
         json_decref(j), j = NULL;
     char *text = j ? json_dumps(j, JSON_COMPACT) : NULL;
     json_decref(j);
@@ -504,7 +508,7 @@ int cmd_train(int argc, char **argv)
     const char *command = argv[1];
     train_options o = {.backend = "sim", .data = "passkey", .attention = "sp", .ring = 1, .seq = 64, .batch = 16,
                        .steps = -1, .warmup = -1, .log_every = 250, .eval_samples = 64, .seed = -1, .lr = 1e-2,
-                       .memory = MEMORY_OPTIONS_DEFAULTS, .explore = {.slots = 1}};
+                       .memory = MEMORY_OPTIONS_DEFAULTS, .mask = MASK_OPTIONS_DEFAULTS, .explore = {.slots = 1}};
     const cli_option options[] = {
         {"--backend", CLI_STRING, &o.backend, "sim|mpi|nccl",
          "the runtime, where the ranks run: sim (default, one process), mpi (one process per rank, on the CPU), nccl (one process "
@@ -530,6 +534,7 @@ int cmd_train(int argc, char **argv)
         {"--data", CLI_STRING, &o.data, "SOURCE", "passkey (default), text:FILE, tokens:FILE, tokens32:FILE", 0, -1},
         {"--seq", CLI_INT, &o.seq, "N", "sequence length (default 64: 16 tokens per rank by default)", 2, 1 << 30},
         {"--pad", CLI_FLAG, &o.pad, NULL, "pad a length that does not divide (padding is masked out of the loss)", 0, -1},
+        MASK_OPTIONS(o.mask),
         {"--batch", CLI_INT, &o.batch, "B", "global batch: sequences per step over all DP replicas (default 16)", 1, 1 << 20},
         {"--steps", CLI_INT, &o.steps, "S", "training steps: the LR schedule's length (default 4000; 1 with --explore)", 0, 1 << 30},
         {"--until", CLI_INT, &o.until, "K", "stop after step K of the schedule (to --save and --resume later)", 0, 1 << 30},

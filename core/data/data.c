@@ -59,7 +59,7 @@ static usp_status open_file(usp_data *d, const char *path, int64_t token_bytes)
 
 usp_status usp_data_open(const char *spec, uint64_t seed, usp_data *out)
 {
-    *out = (usp_data){.seed = seed};
+    *out = (usp_data){.seed = seed, .eot = -1};
     if (strcmp(spec, "passkey") == 0) {
         out->kind = USP_DATA_PASSKEY;
         out->vocab = 128;
@@ -167,6 +167,104 @@ static usp_status read_tokens(const usp_data *d, int64_t first, int64_t count, i
     return USP_OK;
 }
 
+/* Calls fn(arg, i) for each i in [0, n) where file token first + i is `eot`, in order, until fn returns 0. */
+static usp_status each_eot(const usp_data *d, int64_t eot, int64_t first, int64_t n, int (*fn)(void *, int64_t),
+                           void *arg)
+{
+    enum { CHUNK = 1 << 16 };
+    int32_t *buf = malloc(CHUNK * sizeof *buf);
+    if (!buf)
+        return usp_error(USP_ERR_RUNTIME, "out of memory reading --data %s for its end-of-text tokens", d->path);
+    usp_status s = USP_OK;
+    int more = 1;
+    for (int64_t at = 0; at < n && more && s == USP_OK; at += CHUNK) {
+        const int64_t count = n - at < CHUNK ? n - at : CHUNK;
+        s = read_tokens(d, first + at, count, buf);
+        for (int64_t i = 0; i < count && s == USP_OK && more; i++)
+            more = buf[i] != eot || fn(arg, at + i);
+    }
+    free(buf);
+    return s;
+}
+
+static int stop_at_first(void *found, int64_t at) { return (void)at, *(int *)found = 1, 0; }
+
+usp_status usp_data_eot_check(const char *spec, int64_t eot, int64_t vocab)
+{
+    if (strcmp(spec, "passkey") == 0)
+        return usp_error(USP_ERR_CONFIG, "--eot %lld with --data passkey: passkey samples are one document each; "
+                         "--eot cuts a file's tokens into documents (--data tokens:FILE, text:FILE)",
+                         (long long)eot);
+    if (eot < 0 || eot >= vocab)
+        return usp_error(USP_ERR_CONFIG, "--eot %lld is outside the model's vocabulary of %lld ids: give the "
+                         "tokenizer's end-of-text id (50256 for GPT-2's)", (long long)eot, (long long)vocab);
+    return USP_OK;
+}
+
+usp_status usp_data_set_eot(usp_data *d, int64_t eot, int64_t vocab)
+{
+    USP_CHECK(usp_data_eot_check(d->kind == USP_DATA_PASSKEY ? "passkey" : d->path, eot, vocab));
+    int found = 0;
+    USP_CHECK(each_eot(d, eot, 0, d->file_tokens, stop_at_first, &found));
+    if (!found)
+        return usp_error(USP_ERR_CONFIG, "--eot %lld: --data %s never holds that id (%lld tokens read), so nothing "
+                         "would be cut into documents: give the id its tokenizer ends a document with",
+                         (long long)eot, d->path, (long long)d->file_tokens);
+    d->eot = eot;
+    return USP_OK;
+}
+
+/* The first file token of sample `sample` of real length real_len: consecutive windows of real_len + 1
+ * tokens (the last one only a target), wrapping around the file. */
+static int64_t sample_start(const usp_data *d, int64_t sample, int64_t real_len)
+{
+    return d->kind == USP_DATA_PASSKEY ? 0 : (sample % usp_data_windows(d, real_len)) * (real_len + 1);
+}
+
+static int count_one(void *count, int64_t at) { return (void)at, ++*(int64_t *)count, 1; }
+
+usp_status usp_data_sample_targets(const usp_data *d, int64_t sample, int64_t real_len, int64_t *count)
+{
+    int64_t ends = 0;
+    if (d->eot >= 0)
+        USP_CHECK(each_eot(d, d->eot, sample_start(d, sample, real_len), real_len, count_one, &ends));
+    *count = real_len - ends;
+    return USP_OK;
+}
+
+/* Positions [start, end) of the table are one document. */
+static void mark_document(int32_t *doc, int64_t start, int64_t end)
+{
+    for (int64_t p = start; p < end; p++)
+        doc[2 * p] = (int32_t)start, doc[2 * p + 1] = (int32_t)end;
+}
+
+typedef struct documents_fill {
+    int32_t *doc;
+    int64_t first; /* the open document's start */
+} documents_fill;
+
+static int end_document(void *arg, int64_t at) /* the document ends with the end-of-text token at `at` */
+{
+    documents_fill *f = arg;
+    mark_document(f->doc, f->first, at + 1);
+    f->first = at + 1;
+    return 1;
+}
+
+/* The documents' table of a sample of real_len tokens from file token `start`, over n >= real_len
+ * positions (data.h): a document ends with an end-of-text token, the real tokens' last one ends
+ * at real_len, and the padding is one document. */
+static usp_status fill_documents(const usp_data *d, int64_t start, int64_t real_len, int64_t n, int32_t *doc)
+{
+    documents_fill f = {doc, 0};
+    if (d->eot >= 0)
+        USP_CHECK(each_eot(d, d->eot, start, real_len, end_document, &f));
+    mark_document(doc, f.first, real_len);
+    mark_document(doc, real_len, n);
+    return USP_OK;
+}
+
 usp_status usp_data_read_shard(const usp_data *d, const usp_seq_layout *l, int sp_rank, int64_t sample,
                                int64_t real_len, usp_shard *shard)
 {
@@ -176,12 +274,12 @@ usp_status usp_data_read_shard(const usp_data *d, const usp_seq_layout *l, int s
     if (d->kind != USP_DATA_PASSKEY && d->file_tokens < real_len + 1)
         return usp_error(USP_ERR_CONFIG, "--data %s holds %lld tokens; --seq %lld needs at least %lld", d->path,
                          (long long)d->file_tokens, (long long)real_len, (long long)real_len + 1);
-    /* consecutive windows of len+1 tokens, wrapping around the file */
-    int64_t windows = d->kind == USP_DATA_PASSKEY ? 1 : usp_data_windows(d, real_len);
-    int64_t start = d->kind == USP_DATA_PASSKEY ? 0 : (sample % windows) * (real_len + 1);
+    const int64_t start = sample_start(d, sample, real_len);
     shard->count = l->per_rank;
     if (!shard->tokens) /* shapes only (meta): no per-token host memory, nothing to read */
         return USP_OK;
+    if (shard->docs) /* every rank the whole sequence's: the attention's mask reads any position */
+        USP_CHECK(fill_documents(d, start, real_len, l->n, shard->docs));
     passkey_sample pk = d->kind == USP_DATA_PASSKEY ? passkey_draw(d, sample) : (passkey_sample){0};
     usp_token_run runs[2];
     int n_runs = usp_seq_layout_runs(l, sp_rank, runs);
@@ -199,9 +297,11 @@ usp_status usp_data_read_shard(const usp_data *d, const usp_seq_layout *l, int s
             s = read_tokens(d, start + g0, real, window);
         for (int64_t i = 0; i < count; i++) {
             int64_t at = runs[r].local_first + i, g = g0 + i;
-            shard->positions[at] = (int32_t)g;
+            shard->positions[at] = (int32_t)(shard->docs ? g - shard->docs[2 * g] : g);
             shard->tokens[at] = g < real_len ? window[i] : 0;
-            shard->targets[at] = g < real_len ? window[i + 1] : -1;
+            /* past a document's end-of-text token comes another document: nothing to predict */
+            const int ends = d->eot >= 0 && shard->tokens[at] == d->eot;
+            shard->targets[at] = g < real_len && !ends ? window[i + 1] : -1;
         }
     }
     free(window);
@@ -225,6 +325,18 @@ usp_status usp_shard_alloc(usp_shard *s, int64_t count, int shapes_only)
 
 void usp_shard_free(usp_shard *s)
 {
-    free(s->tokens), free(s->targets), free(s->positions);
+    free(s->tokens), free(s->targets), free(s->positions), free(s->docs);
     *s = (usp_shard){0};
+}
+
+usp_status usp_shard_alloc_documents(usp_shard *s, int64_t seq_len)
+{
+    if (!s->tokens) /* shapes only: no per-token host memory */
+        return USP_OK;
+    s->docs = malloc((size_t)seq_len * 2 * sizeof *s->docs);
+    if (!s->docs)
+        return usp_error(USP_ERR_RUNTIME, "out of memory for the documents' table of %lld positions",
+                         (long long)seq_len);
+    s->seq_len = seq_len;
+    return USP_OK;
 }

@@ -18,6 +18,7 @@
 #include <string.h>
 
 #include "core/model/model_internal.h"
+#include "core/ops/mask.h"
 
 #define DEFAULT_TILE_ROWS 1024
 
@@ -100,12 +101,21 @@ static usp_status create_attention(usp_model *m)
     const usp_schedule_shape shape = schedule_shape(&m->c, m->s.seq_len, &m->s.mesh->shape);
     const usp_schedule_i *schedule;
     USP_CHECK(usp_schedule_resolve(m->s.attention, &shape, &schedule));
+    if (m->s.documents) { /* every row one document until a batch brings its tables (upload_batch) */
+        const int64_t N = m->s.seq_len;
+        USP_CHECK(model_buffer(m, (float **)&m->docs, m->B * N * 2, "activations"));
+        USP_CHECK(usp_malloc((void **)&m->host_docs, (size_t)(m->B * N * 2) * sizeof *m->host_docs,
+                             "the documents' table"));
+        for (int64_t b = 0; b < m->B; b++)
+            usp_mask_table_fill(&N, 1, m->host_docs + 2 * b * N);
+    }
     const usp_schedule_config sc = {.backend = BE, .stream = ST, .ulysses = m->s.mesh->ulysses,
                                     .ring = m->s.mesh->ring, .batch = m->B, .seq_len = m->s.seq_len,
                                     .n_heads = m->H, .n_kv_heads = m->Hkv, .head_dim = m->D, .causal = 1,
                                     .storage = m->s.storage, .eager_ring_merge = m->s.eager_ring_merge,
                                     .ring_backward_overlap = m->s.ring_backward_overlap,
-                                    .ulysses_overlap = m->s.ulysses_overlap};
+                                    .ulysses_overlap = m->s.ulysses_overlap,
+                                    .mask = {.window = m->s.window, .docs = m->docs, .docs_host = m->host_docs}};
     const int sets = m->s.recompute_layers ? 1 : (int)m->c.n_layer;
     for (int l = 0; l < sets; l++)
         USP_CHECK(usp_attention_create(schedule, &sc, &m->attn[l]));
@@ -193,6 +203,7 @@ void usp_model_destroy(usp_model *m)
     for (int l = m->attn ? (int)m->c.n_layer - 1 : -1; l >= 0; l--)
         usp_attention_destroy(m->attn[l]);
     free(m->owned), free(m->attn), free(m->acts), free(m->host_targets), free(m->tensor_of), free(m->rope_inv_freq);
+    free(m->host_docs);
     usp_param_table_free(&m->table);
     free(m);
 }
@@ -221,8 +232,25 @@ static int slot(const usp_model *m, int l) { return m->s.recompute_layers ? 0 : 
 
 /* --- forward -------------------------------------------------------------- */
 
+/* The batch's documents' tables into the mask's (host for the cost, device for the kernels). */
+static usp_status upload_documents(usp_model *m, const usp_shard *shards)
+{
+    const int64_t N = m->s.seq_len;
+    for (int64_t b = 0; b < m->B; b++) {
+        if (shards[b].docs && shards[b].seq_len != N)
+            return usp_error(USP_ERR_CONFIG, "a shard's documents' table covers %lld positions, the model's "
+                             "sequence %lld", (long long)shards[b].seq_len, (long long)N);
+        if (shards[b].docs) /* shapes only: no table, every row stays one document */
+            memcpy(m->host_docs + 2 * b * N, shards[b].docs, (size_t)(2 * N) * sizeof *m->host_docs);
+    }
+    return usp_buffer_copy(BE, m->docs, m->host_docs, (size_t)(m->B * N * 2) * sizeof *m->docs,
+                           USP_COPY_HOST_TO_DEVICE, ST);
+}
+
 static usp_status upload_batch(usp_model *m, const usp_shard *shards)
 {
+    if (m->docs)
+        USP_CHECK(upload_documents(m, shards));
     for (int64_t b = 0; b < m->B; b++) {
         const usp_shard *sh = &shards[b];
         size_t at = (size_t)(b * m->T), bytes = (size_t)m->T * sizeof(int32_t);

@@ -46,6 +46,7 @@ struct usp_model {
     float *lnf, *lnf_mean, *lnf_rstd, *logits, *losses; /* logits [n, V], or [tile, V] with the tiled loss */
     int32_t *tokens, *targets, *positions; /* device [n] */
     int32_t *host_targets;             /* [n] */
+    int32_t *docs, *host_docs;         /* documents: the batch's tables [B][N][2], device and host; else NULL */
     float *d_x, *d_h, *d_att, *d_q, *d_k, *d_v; /* backward scratch; d_x, the residual stream's gradient, is fp32 */
     float *d_x_low;                    /* bf16 storage: d_x rounded for the GEMMs that read it (d_q's memory, or
                                           its own; NULL in fp32) */

@@ -50,7 +50,7 @@ double usp_mask_pairs(const usp_mask_row *m, int64_t q0, int64_t nq, int64_t k0,
     double sum = 0.0;
     for (int64_t p = q0; p < q0 + nq;) {
         const int64_t start = m->doc ? m->doc[2 * p] : -USP_MASK_FAR, end = m->doc ? m->doc[2 * p + 1] : USP_MASK_FAR;
-        const int64_t next = usp_mask_min(end, q0 + nq);
+        const int64_t next = usp_mask_min(usp_mask_max(end, p + 1), q0 + nq); /* moves on, whatever the table */
         sum += document_pairs(p, next, usp_mask_max(start, k0), usp_mask_min(end, k0 + nk), a, c);
         p = next;
     }

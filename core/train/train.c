@@ -56,11 +56,16 @@ static usp_status step_passes(trainer *t, int64_t first_sample, double *count, d
     const int with_grad = !t->c->forward_only;
     for (int64_t m = 0; m < t->M; m++)
         USP_CHECK(trainer_read_batch(t, first_sample + m * t->per_call, t->shards + m * t->B_local));
-    /* every target of the batch's real tokens is valid and only the padding's are not (core/data/data.c),
-     * so the world's count is batch x seq_len, known here without a read: post_stop_flags checks it. On
-     * meta nothing is summed: the count is this rank's own, as it always was. */
-    *count = t->numerics ? (double)t->c->batch * (double)t->c->seq_len
-                         : trainer_count_targets(t->shards, t->M * t->B_local);
+    /* every target of the batch's real tokens is valid but a document's end-of-text token's, and the
+     * padding's are not (core/data/data.c), so the world's count is batch x seq_len less the step's
+     * end-of-text tokens, known here without a collective: post_stop_flags checks it. On meta nothing is
+     * summed: the count is this rank's own, as it always was. */
+    *count = t->numerics ? 0 : trainer_count_targets(t->shards, t->M * t->B_local);
+    for (int64_t b = 0; b < t->c->batch && t->numerics; b++) {
+        int64_t n;
+        USP_CHECK(usp_data_sample_targets(&t->data, first_sample + b, t->c->seq_len, &n));
+        *count += (double)n;
+    }
     USP_CHECK(post_stop_flags(t, *count));
     const float grad_scale = (float)(1.0 / (*count > 1 ? *count : 1));
     *fwd = *recompute = 0;
@@ -300,6 +305,8 @@ static usp_status setup(trainer *t)
     t->M = c->micro_batches > 1 ? c->micro_batches : 1;
     t->B_local = c->batch / c->shape.dp / t->M, t->per_call = c->batch / t->M;
     USP_CHECK(usp_data_open(c->data, c->seed, &t->data));
+    if (c->eot >= 0)
+        USP_CHECK(usp_data_set_eot(&t->data, c->eot, c->model.vocab));
     if (t->data.vocab > c->model.vocab && t->data.kind != USP_DATA_TOKENS16 && t->data.kind != USP_DATA_TOKENS32)
         return usp_error(USP_ERR_CONFIG, "--data %s produces tokens up to %lld but model %s has a vocabulary of %lld",
                          c->data, (long long)t->data.vocab - 1, c->model.name, (long long)c->model.vocab);
@@ -316,7 +323,8 @@ static usp_status setup(trainer *t)
                           .selective_recompute = c->selective_recompute, .tiled_mlp = c->tiled_mlp,
                           .tiled_loss = c->tiled_loss, .tile_rows = c->tile_rows, .storage = c->storage,
                           .eager_loss = c->eager_loss, .eager_ring_merge = c->eager_ring_merge,
-                          .ring_backward_overlap = c->ring_backward_overlap, .ulysses_overlap = c->ulysses_overlap};
+                          .ring_backward_overlap = c->ring_backward_overlap, .ulysses_overlap = c->ulysses_overlap,
+                          .window = c->window, .documents = c->eot >= 0};
     USP_CHECK(usp_model_create(&ms, &t->model));
     USP_CHECK(usp_buffer_alloc(BE, (size_t)(t->ctx->world_size + c->batch + 64) * sizeof(double), "comm", (void **)&t->scalars));
     USP_CHECK(usp_calloc((void **)&t->shards, (size_t)(t->M * t->B_local), sizeof *t->shards, "shards"));
@@ -325,8 +333,11 @@ static usp_status setup(trainer *t)
         USP_CHECK(usp_host_alloc(BE, (size_t)(t->M * usp_model_rows(t->model)) * sizeof *t->host_losses,
                                  "the step's losses", (void **)&t->host_losses));
     USP_CHECK(usp_host_alloc(BE, sizeof *t->stop_word, "the step's stop flags", (void **)&t->stop_word));
-    for (int64_t b = 0; b < t->M * t->B_local; b++)
+    for (int64_t b = 0; b < t->M * t->B_local; b++) {
         USP_CHECK(usp_shard_alloc(&t->shards[b], usp_model_layout(t->model)->per_rank, !t->numerics));
+        if (c->eot >= 0)
+            USP_CHECK(usp_shard_alloc_documents(&t->shards[b], t->N));
+    }
     return load_weights(t);
 }
 

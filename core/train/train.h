@@ -103,6 +103,8 @@ typedef struct usp_train_config {
     int selective_recompute;
     int tiled_mlp, tiled_loss;
     int64_t tile_rows;
+    int64_t window;            /* --window: every layer's sliding window, W keys up to the query (0: none) */
+    int64_t eot;               /* --eot: the end-of-text id that ends packed documents (-1, the default: none) */
     int offload_optimizer;     /* master weights and Adam state on the host (ZeRO-Offload; shapes only) */
     int eager_loss;            /* the loss as PyTorch's eager cross-entropy holds it (shapes only; model.h) */
     int forward_only;          /* a step is the forward and the loss, no backward or update (shapes only: planning) */

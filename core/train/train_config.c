@@ -4,6 +4,7 @@
 
 #include <math.h>
 
+#include "core/data/data.h"
 #include "core/model/model.h"
 #include "core/parallel/schedule.h"
 
@@ -12,6 +13,7 @@ void usp_train_defaults(usp_train_config *c)
     *c = (usp_train_config){0};
     c->lr = 1e-3, c->min_lr_ratio = 0.1, c->weight_decay = 0.1, c->grad_clip = 1.0;
     c->beta1 = 0.9, c->beta2 = 0.95, c->eps = 1e-8, c->warmup = -1, c->log_every = 10, c->seed = 1234;
+    c->eot = -1;
 }
 
 double usp_train_lr(const usp_train_config *c, int64_t t)
@@ -84,6 +86,11 @@ usp_status usp_train_check(const usp_train_config *c, int64_t *padded_len)
 {
     USP_CHECK(check_optimizer(c));
     USP_CHECK(check_eval_every(c));
+    if (c->eot >= 0)
+        USP_CHECK(usp_data_eot_check(c->data, c->eot, c->model.vocab));
+    if (c->window < 0)
+        return usp_error(USP_ERR_CONFIG, "--window %lld: a sliding window is a count of keys, at least 1 (each "
+                         "token sees itself and the W - 1 before it); leave it out for none", (long long)c->window);
     if (!isfinite(c->bucket_mb) || c->bucket_mb < 0)
         return usp_error(USP_ERR_CONFIG, "--bucket-mb %g: a gradient bucket's size is a finite number of MiB, "
                          "e.g. --bucket-mb 25 (0: the default, 25)", c->bucket_mb);
