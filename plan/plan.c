@@ -7,6 +7,7 @@
 
 #include "backends/meta/meta_backend.h"
 #include "core/base/strbuf.h"
+#include "core/parallel/schedule.h"
 #include "sim/world.h"
 #include "viz/chrome_trace.h"
 
@@ -29,6 +30,22 @@ static void read_breakdown(const sim_world *w, int rank, plan_result *out)
             out->category[j] = out->category[j - 1], out->category_bytes[j] = out->category_bytes[j - 1];
             out->category[j - 1] = name, out->category_bytes[j - 1] = bytes;
         }
+}
+
+/* The attention's exchanges of SP rank 0 a layer (plan.h), with the run's window and without. */
+static void read_exchanges(const usp_train_config *c, plan_result *out)
+{
+    const usp_schedule_i *sch = usp_schedule_pick(c->attention, c->shape.ulysses, c->shape.ring);
+    if (!sch)
+        return;
+    usp_schedule_shape shape = {.ulysses = c->shape.ulysses, .ring = c->shape.ring, .seq_len = c->seq_len,
+                                .n_heads = c->model.n_head, .n_kv_heads = c->model.n_kv_head, .causal = 1,
+                                .window = c->window};
+    const int64_t batch = c->batch / c->shape.dp / (c->micro_batches > 1 ? c->micro_batches : 1);
+    const double elem = (double)usp_dtype_size(c->storage) * (double)(c->micro_batches > 1 ? c->micro_batches : 1);
+    out->sp_sent_bytes = sch->sent(&shape, 0, batch, usp_model_config_head_dim(&c->model)) * elem;
+    shape.window = 0;
+    out->sp_sent_unmasked_bytes = sch->sent(&shape, 0, batch, usp_model_config_head_dim(&c->model)) * elem;
 }
 
 /* Reads the finished world and the trainer's step figures into *out. */
@@ -65,6 +82,7 @@ static void read_run(const sim_world *w, const sim_cost_model *cost, const usp_t
     out->capacity_bytes = cost->topology.gpu.memory_bytes;
     out->fits = (double)out->peak_bytes[out->peak_rank] <= out->capacity_bytes;
     read_breakdown(w, out->peak_rank, out);
+    read_exchanges(c, out);
 }
 
 /* "--world W" or, when each simulated rank stands for `share` (its Ulysses group), "--world W / U". */

@@ -44,6 +44,10 @@ typedef struct plan_result {
     size_t category_bytes[PLAN_CATEGORIES_MAX];
     double capacity_bytes;         /* one GPU's memory */
     int fits;                      /* every rank's peak <= capacity */
+    /* SP rank 0's attention exchanges in one layer's forward and backward, by its schedule's closed form
+     * (usp_schedule_i.sent, which tests/test_schedules.c holds to the trace), and the same schedule's
+     * without the sliding window: what the window saves. 0 without exchanges. */
+    double sp_sent_bytes, sp_sent_unmasked_bytes;
 } plan_result;
 
 /* The most ring steps one shapes-only run may simulate, W x R x layers x sequences per replica x passes

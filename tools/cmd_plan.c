@@ -17,6 +17,7 @@
 #include "tools/runtime_registry.h"
 #include "tools/commands.h"
 #include "tools/memory_options.h"
+#include "tools/mask_options.h"
 #include "tools/output_path.h"
 
 #define GB 1e9 /* decimal, as GPU memory is marketed */
@@ -27,6 +28,7 @@ typedef struct plan_options {
     int compare_steps;
     int compare_ops;
     memory_options memory;
+    mask_options mask;
 } plan_options;
 
 static usp_status build_config(const plan_options *o, usp_train_config *c)
@@ -42,7 +44,7 @@ static usp_status build_config(const plan_options *o, usp_train_config *c)
     c->data = o->data, c->seq_len = o->seq, c->pad = o->pad, c->attention = o->attention;
     c->batch = o->batch > 0 ? o->batch : c->shape.dp; /* default: one sequence per replica */
     USP_CHECK(memory_options_apply(&o->memory, c));
-    c->forward_only = o->forward_only;
+    c->forward_only = o->forward_only, c->window = o->mask.window;
     if (o->trace) /* written after the plan: a path that cannot take it is refused before */
         USP_CHECK(output_path_check("--trace", o->trace, 0));
     return USP_OK;
@@ -119,6 +121,14 @@ static void print_time(const plan_result *r, int forward_only)
            100 * r->exposed_comm_s / step);
     printf("communication: %.4g s not overlapped, %.4g s hidden behind compute (ring and Ulysses transfers, gradient buckets)\n",
            r->comm_exposed_s, r->comm_hidden_s);
+    if (r->sp_sent_bytes > 0 || r->sp_sent_unmasked_bytes > 0) {
+        char a[32];
+        printf("attention exchanges: %s a rank a layer, forward and backward", fmt_bytes(a, sizeof a, r->sp_sent_bytes));
+        if (r->sp_sent_bytes != r->sp_sent_unmasked_bytes)
+            printf(" (%.3g of the %s without --window: the ring passes only the blocks the window reaches)",
+                   r->sp_sent_bytes / r->sp_sent_unmasked_bytes, fmt_bytes(a, sizeof a, r->sp_sent_unmasked_bytes));
+        printf("\n");
+    }
     printf("tokens/s: %.0f\n", r->tokens_per_s);
     printf("FLOPs: forward %.4g PFLOP, step %.4g PFLOP (all ranks", r->fwd_flops / 1e15, r->step_flops / 1e15);
     if (r->recompute_flops > 0)
@@ -147,6 +157,8 @@ static json_t *result_json(const plan_result *r)
     json_object_set_new(j, "memory_at_peak", at_peak);
     json_object_set_new(j, "peak_rank", json_integer(r->peak_rank));
     json_object_set_new(j, "recompute_flops", json_real(r->recompute_flops));
+    json_object_set_new(j, "sp_sent_bytes", json_real(r->sp_sent_bytes));
+    json_object_set_new(j, "sp_sent_unmasked_bytes", json_real(r->sp_sent_unmasked_bytes));
     json_object_set_new(j, "comm_exposed_s", json_real(r->comm_exposed_s));
     json_object_set_new(j, "comm_hidden_s", json_real(r->comm_hidden_s));
     return j;
@@ -373,7 +385,7 @@ static usp_status check_compare_options(const plan_options *o)
 int cmd_plan(int argc, char **argv)
 {
     const plan_options defaults = {.model = "tiny", .data = "passkey", .world = 4, .ring = 1, .seq = 64,
-                                   .memory = MEMORY_OPTIONS_DEFAULTS};
+                                   .memory = MEMORY_OPTIONS_DEFAULTS, .mask = MASK_OPTIONS_DEFAULTS};
     plan_options o = defaults;
     const cli_option options[] = {
         {"--model", CLI_STRING, &o.model, "NAME|FILE",
@@ -389,6 +401,7 @@ int cmd_plan(int argc, char **argv)
         {"--attention", CLI_STRING, &o.attention, "sp|NAME", runtime_registry_attention_help(1), 0, -1},
         {"--seq", CLI_INT, &o.seq, "N", "sequence length (default 64)", 2, 1 << 30},
         {"--pad", CLI_FLAG, &o.pad, NULL, "pad a length that does not divide (padding is masked out of the loss)", 0, -1},
+        MASK_WINDOW_OPTION(o.mask),
         {"--batch", CLI_INT, &o.batch, "B", "global batch: sequences per step over all DP replicas (default DP)", 1, 1 << 20},
         {"--data", CLI_STRING, &o.data, "SOURCE", "passkey (default), text:FILE, tokens:FILE, tokens32:FILE", 0, -1},
         {"--sweep", CLI_FLAG, &o.sweep, NULL, "try every U x R split of the SP degree (U*R fixed) and rank them", 0, -1},

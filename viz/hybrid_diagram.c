@@ -75,8 +75,8 @@ usp_status viz_dot_hybrid(const usp_trace_t *t, const viz_attention_config *c, u
         return usp_error(USP_ERR_RUNTIME, "the trace has no all-to-all on ulysses[0] or no sendrecv on ring[0]: it is "
                          "not the trace of one hybrid attention layer with --ulysses %d --ring %d", U, R);
     usp_seq_layout ring_layout, sp_layout;
-    USP_CHECK(usp_seq_layout_make(usp_layout_for(c->causal, R), c->seq_len, 1, R, &ring_layout));
-    USP_CHECK(usp_seq_layout_make(usp_layout_for(c->causal, R), c->seq_len, U, R, &sp_layout));
+    USP_CHECK(usp_seq_layout_make(usp_layout_for(c->causal, R, 0, c->seq_len), c->seq_len, 1, R, &ring_layout));
+    USP_CHECK(usp_seq_layout_make(usp_layout_for(c->causal, R, 0, c->seq_len), c->seq_len, U, R, &sp_layout));
     int draw_a2a = U <= VIZ_DETAIL_MAX_RANKS && R * U * (U - 1) / 2 <= VIZ_MAX_ARROWS;
     int draw_rings = R * U <= VIZ_MAX_ARROWS ? U : 1;
     char title[160], size[32], step_size[32], group[64], tok[96], heads[48], label[256];

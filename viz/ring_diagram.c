@@ -165,7 +165,7 @@ usp_status viz_dot_ring(const usp_trace_t *t, const viz_attention_config *c, usp
         return usp_error(USP_ERR_CONFIG, "--picture ring needs --ring 2 or more (it is %d): with one rank per ring "
                          "there is no ring schedule; try --picture ulysses", R);
     usp_seq_layout l;
-    USP_CHECK(usp_seq_layout_make(usp_layout_for(c->causal, R), c->seq_len, 1, R, &l));
+    USP_CHECK(usp_seq_layout_make(usp_layout_for(c->causal, R, 0, c->seq_len), c->seq_len, 1, R, &l));
     if (!viz_trace_find(t, 0, "ring[0]", 1))
         return usp_error(USP_ERR_RUNTIME, "the trace has no sendrecv of rank 0 on ring[0]: it is not the trace of "
                          "one ring attention layer with --ring %d", R);

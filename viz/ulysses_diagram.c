@@ -203,7 +203,7 @@ usp_status viz_dot_ulysses(const usp_trace_t *t, const viz_attention_config *c, 
         return usp_error(USP_ERR_CONFIG, "--picture ulysses needs --ulysses 2 or more (it is %d): with one rank per "
                          "Ulysses group there is no all-to-all to draw; try --picture ring", U);
     usp_seq_layout l;
-    USP_CHECK(usp_seq_layout_make(usp_layout_for(c->causal, c->shape.ring), c->seq_len, U, c->shape.ring, &l));
+    USP_CHECK(usp_seq_layout_make(usp_layout_for(c->causal, c->shape.ring, 0, c->seq_len), c->seq_len, U, c->shape.ring, &l));
     a2a_bytes x;
     USP_CHECK(read_bytes(t, U, &x));
     uint64_t back = 0;

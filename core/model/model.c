@@ -90,15 +90,16 @@ static usp_status alloc_activations(usp_model *m)
 }
 
 /* The schedule's shape for this model on its mesh. */
-static usp_schedule_shape schedule_shape(const usp_model_config *c, int64_t seq_len, const usp_mesh_shape *mesh)
+static usp_schedule_shape schedule_shape(const usp_model_config *c, int64_t seq_len, const usp_mesh_shape *mesh,
+                                         int64_t window)
 {
     return (usp_schedule_shape){.ulysses = mesh->ulysses, .ring = mesh->ring, .seq_len = seq_len,
-                                .n_heads = c->n_head, .n_kv_heads = c->n_kv_head, .causal = 1};
+                                .n_heads = c->n_head, .n_kv_heads = c->n_kv_head, .causal = 1, .window = window};
 }
 
 static usp_status create_attention(usp_model *m)
 {
-    const usp_schedule_shape shape = schedule_shape(&m->c, m->s.seq_len, &m->s.mesh->shape);
+    const usp_schedule_shape shape = schedule_shape(&m->c, m->s.seq_len, &m->s.mesh->shape, m->s.window);
     const usp_schedule_i *schedule;
     USP_CHECK(usp_schedule_resolve(m->s.attention, &shape, &schedule));
     if (m->s.documents) { /* every row one document until a batch brings its tables (upload_batch) */
@@ -125,14 +126,14 @@ static usp_status create_attention(usp_model *m)
 }
 
 usp_status usp_model_check_shape(const usp_model_config *c, int64_t seq_len, const usp_mesh_shape *mesh,
-                                 const char *attention, int64_t tile_rows)
+                                 const char *attention, int64_t tile_rows, int64_t window)
 {
     if (c->positions == USP_POS_LEARNED && seq_len > c->max_seq)
         return usp_error(USP_ERR_CONFIG, "--seq %lld is longer than the %lld learned positions of model %s",
                          (long long)seq_len, (long long)c->max_seq, c->name);
     if (tile_rows < 0)
         return usp_error(USP_ERR_CONFIG, "--tile-rows %lld: a tile is at least 1 row", (long long)tile_rows);
-    const usp_schedule_shape shape = schedule_shape(c, seq_len, mesh);
+    const usp_schedule_shape shape = schedule_shape(c, seq_len, mesh, window);
     const usp_schedule_i *schedule;
     return usp_schedule_resolve(attention, &shape, &schedule);
 }
@@ -172,7 +173,8 @@ usp_status usp_model_create(const usp_model_setup *setup, usp_model **out)
     m->B = setup->batch, m->C = m->c.d_model, m->H = m->c.n_head, m->Hkv = m->c.n_kv_head;
     m->D = usp_model_config_head_dim(&m->c), m->F = m->c.d_ff, m->V = m->c.vocab;
     m->UP = m->c.mlp == USP_MLP_SWIGLU ? 2 * m->F : m->F;
-    USP_CHECK_GOTO(usp_model_check_shape(&m->c, setup->seq_len, sh, setup->attention, setup->tile_rows), s, fail);
+    USP_CHECK_GOTO(usp_model_check_shape(&m->c, setup->seq_len, sh, setup->attention, setup->tile_rows,
+                                         setup->window), s, fail);
     const size_t L = (size_t)m->c.n_layer;
     USP_CHECK_GOTO(usp_calloc((void **)&m->acts, L, sizeof *m->acts, "activations"), s, fail);
     USP_CHECK_GOTO(usp_calloc((void **)&m->attn, L, sizeof *m->attn, "attention"), s, fail);

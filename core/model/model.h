@@ -69,9 +69,11 @@ typedef struct usp_model_setup {
 
 /* Checks what usp_model_create would refuse in the shape, before any rank allocates: the length against
  * learned positions, the tile rows, and the schedule `attention` ("sp" or NULL: the mesh's) on the
- * `mesh` with the model's heads (its check: core/parallel/schedule.h). */
+ * `mesh` with the model's heads and the sliding window `window` (0: none), which picks the layout (its
+ * check: core/parallel/schedule.h). */
 usp_status usp_model_check_shape(const usp_model_config *c, int64_t seq_len, const usp_mesh_shape *mesh,
-                                 const char *attention, int64_t tile_rows);
+                                 const char *attention, int64_t tile_rows,
+                                 int64_t window);
 
 /* Allocates parameters, gradients and activations (categories "weights",
  * "gradients", "activations") and the attention of every layer. */

@@ -1,9 +1,10 @@
 /* Sequence layouts (see layout.h). */
 #include "core/parallel/layout.h"
 
-usp_layout_kind usp_layout_for(int causal, int ring)
+usp_layout_kind usp_layout_for(int causal, int ring, int64_t window, int64_t n)
 {
-    return causal && ring > 1 ? USP_LAYOUT_ZIGZAG : USP_LAYOUT_CONTIGUOUS;
+    const int narrow = window > 0 && 6 * window <= n;
+    return causal && ring > 1 && !narrow ? USP_LAYOUT_ZIGZAG : USP_LAYOUT_CONTIGUOUS;
 }
 
 static int64_t gcd(int64_t a, int64_t b)

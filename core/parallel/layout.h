@@ -30,8 +30,12 @@ typedef struct usp_token_run {
     int64_t global_first, local_first, count;
 } usp_token_run;
 
-/* The layout for causal attention on U x R ranks: zigzag when R > 1, else contiguous. */
-usp_layout_kind usp_layout_for(int causal, int ring);
+/* The layout for attention on U x R ranks over n tokens: zigzag when causal and R > 1, unless a sliding
+ * window of at most n / 6 tokens (0: none) narrows the mask; else contiguous. Under such a window the
+ * work is nearly even on contiguous shards (max / mean at most 1 / (1 - W / 2n) < 1.09: only the first W
+ * queries see fewer keys) and each ring rank needs only the blocks just before its own (ring.h), where
+ * zigzag's second chunk would need the next rank's, a whole ring away. */
+usp_layout_kind usp_layout_for(int causal, int ring, int64_t window, int64_t n);
 
 /* Checks that N divides (by U*R, and by 2R for zigzag). The error names N, the
  * degrees, the nearest lengths that work and --pad. */

@@ -12,12 +12,13 @@
  * every rank, (2R - 1) C^2 + C (C + 1) for chunks of C tokens.
  *
  * Traffic per rank, with one block X = B*T*Hkv*D elements of the storage dtype
- * (4 bytes fp32, 2 bf16; T tokens per rank):
- *   forward:  R - 1 sendrecvs of K and V packed       = (R - 1) * 2X
- *   backward: R - 1 sendrecvs of K, V, dK and dV, then one of dK and dV
- *                                                      = (R - 1) * 2X + R * 2X
- *             (overlapped: R - 1 of K and V, R of dK and dV: the same bytes in 2R - 1 calls)
- * and nothing at all when R = 1. Scratch is O(block): two travelling buffers
+ * (4 bytes fp32, 2 bf16; T tokens per rank) and S ring steps (R unless the mask
+ * ends the ring sooner, ring.h):
+ *   forward:  S - 1 sendrecvs of K and V packed       = (S - 1) * 2X
+ *   backward: S - 1 sendrecvs of K, V, dK and dV, then one of dK and dV home
+ *                                                      = (S - 1) * 4X + 2X
+ *             (overlapped: S - 1 of K and V, S of dK and dV: the same bytes in 2S - 1 calls)
+ * and nothing at all when S = 1. Scratch is O(block): two travelling buffers
  * of 4 blocks (none when R = 1), one partial o and lse, and the lse of each
  * query run. */
 #include "core/parallel/ring.h"
@@ -46,6 +47,7 @@ struct ring_attention {
     usp_event_t *arrived;      /* on comm_stream: the last block received */
     usp_event_t *consumed;     /* on c.stream: the last block's attention is done, its buffer may be refilled */
     int overlap_backward;      /* the backward sends K/V ahead on comm_stream (overlap_pays) */
+    int steps;                 /* this call's ring steps (steps_needed) */
 };
 
 static unsigned skipped_waits; /* ring_attention_skip_waits_for_tests: RING_WAIT_* left out */
@@ -98,6 +100,25 @@ static int run_is_masked(const ring_attention *a, int64_t b, const usp_token_run
         return a->c.causal && y->global_first > x->global_first + x->count - 1;
     const usp_attention_shape s = run_shape(a, b, x, y);
     return usp_attention_visible_pairs(&s) == 0.0;
+}
+
+/* The ring steps this batch's mask needs (ring.h): ring_steps' bound, less where the documents' table
+ * keeps every query from the blocks further back. Every rank computes the same from the same table. */
+static int steps_needed(const ring_attention *a)
+{
+    const ring_attention_config *c = &a->c;
+    const int bound = ring_steps(c->layout.kind, a->R, a->T, c->causal, c->mask.window);
+    for (int s = bound - 1; s >= 1 && c->mask.docs_host; s--)
+        for (int r = 0; r < a->R; r++) {
+            usp_token_run x[2], y[2];
+            const int nx = usp_seq_layout_runs(&c->layout, r, x), ny = usp_seq_layout_runs(&c->layout, (r - s + a->R) % a->R, y);
+            for (int64_t b = 0; b < c->batch; b++)
+                for (int i = 0; i < nx; i++)
+                    for (int j = 0; j < ny; j++)
+                        if (!run_is_masked(a, b, &x[i], &y[j]))
+                            return s + 1;
+        }
+    return c->mask.docs_host ? 1 : bound;
 }
 
 /* Element `index` from p in the storage dtype: q, k, v, o, their gradients and
@@ -316,10 +337,10 @@ static usp_status check_pointers(const ring_attention *a, const char *what, int 
 static usp_status forward(ring_attention *a, const float *q, const float *k, const float *v, float *o, float *lse)
 {
     const ring_attention_config *c = &a->c;
-    int R = a->R, next = (a->r + 1) % R, prev = (a->r + R - 1) % R;
+    int R = a->R, next = (a->r + 1) % R, prev = (a->r + R - 1) % R, S = a->steps = steps_needed(a);
     size_t blk_bytes = a->blk * usp_dtype_size(c->storage);
     memset(a->started, 0, (size_t)c->batch * 2);
-    if (R > 1) { /* pack K and V so each ring step is one sendrecv */
+    if (S > 1) { /* pack K and V so each ring step is one sendrecv */
         USP_CHECK(usp_buffer_copy(c->backend, a->buf[0], k, blk_bytes, USP_COPY_DEVICE_TO_DEVICE, c->stream));
         USP_CHECK(usp_buffer_copy(c->backend, elem(a, a->buf[0], a->blk), v, blk_bytes, USP_COPY_DEVICE_TO_DEVICE,
                                   c->stream));
@@ -330,8 +351,8 @@ static usp_status forward(ring_attention *a, const float *q, const float *k, con
      * (`consumed`), and the attention of a block waits for its arrival (`arrived`). No send after the
      * last step; the last attention waited for the last arrival, which joins the streams again. */
     int cur = 0;
-    for (int s = 0; s < R; s++) {
-        if (s + 1 < R) {
+    for (int s = 0; s < S; s++) {
+        if (s + 1 < S) {
             USP_CHECK(usp_event_record(c->backend, a->consumed, c->stream));
             USP_CHECK(usp_stream_wait_event(c->backend, a->comm_stream, a->consumed));
             USP_CHECK(usp_comm_sendrecv(c->ring, a->buf[cur], 2 * a->blk, next, a->buf[cur ^ 1], 2 * a->blk, prev,
@@ -339,7 +360,7 @@ static usp_status forward(ring_attention *a, const float *q, const float *k, con
         }
         if (s > 0)
             USP_CHECK(usp_stream_wait_event(c->backend, c->stream, a->arrived));
-        if (s + 1 < R)
+        if (s + 1 < S)
             USP_CHECK(usp_event_record(c->backend, a->arrived, a->comm_stream));
         const float *kb = s == 0 ? k : a->buf[cur], *vb = s == 0 ? v : elem(a, a->buf[cur], a->blk);
         USP_CHECK(forward_block(a, q, kb, vb, o, (a->r - s + R) % R));
@@ -381,10 +402,19 @@ static usp_status backward_block(ring_attention *a, const float *q, const float 
     return USP_OK;
 }
 
+/* Where the dK/dV of step s go and come from: the next rank and the one before, and after the last step
+ * (s = S - 1) home in one hop: to the block's owner r - (S - 1), from the rank holding ours, r + S - 1. */
+static void grad_peers(const ring_attention *a, int s, int *to, int *from)
+{
+    const int R = a->R, hop = s + 1 < a->steps ? 1 : 1 - a->steps;
+    *to = ((a->r + hop) % R + R) % R;
+    *from = ((a->r - hop) % R + R) % R;
+}
+
 /* The ring steps of the backward with K/V one step ahead; *cur: the buffer (0 or 1) that holds our
  * block's dK/dV after the last hop. The comm stream runs, per step s (block of ring rank r - s in
  * buf[cur]):
- *   K, V of buf[cur] to next, those of block s+1 into buf[cur ^ 1]   (s < R-1; beside the attention of s)
+ *   K, V of buf[cur] to next, those of block s+1 into buf[cur ^ 1]   (s < S-1; beside the attention of s)
  *   wait `consumed` (attention of s done), then dK, dV of buf[cur] to next, those of block s+1 received
  *   record `arrived`, which the attention of s+1 (and, after the last hop, the copy home) waits for.
  * The receive of K/V into buf[cur ^ 1] needs no wait of its own: the attention of s-1 that read that
@@ -394,7 +424,7 @@ static usp_status backward_overlapped(ring_attention *a, const float *q, const f
                                       int *cur)
 {
     const ring_attention_config *c = &a->c;
-    int R = a->R, next = (a->r + 1) % R, prev = (a->r + R - 1) % R;
+    int R = a->R, S = a->steps, next = (a->r + 1) % R, prev = (a->r + R - 1) % R, to, from;
     const size_t blk = a->blk;
     /* the first send reads the block packed on c.stream */
     USP_CHECK(usp_event_record(c->backend, a->consumed, c->stream));
@@ -405,17 +435,18 @@ static usp_status backward_overlapped(ring_attention *a, const float *q, const f
          * stops a run at the first attention that reads a block without it). */
         if (s > 0)
             USP_CHECK(overlap_wait(a, c->stream, a->arrived, RING_WAIT_ARRIVED));
-        if (s == R)
+        if (s == S)
             return USP_OK;
         float *b = a->buf[*cur], *nb = a->buf[*cur ^ 1];
-        if (s + 1 < R)
+        if (s + 1 < S)
             USP_CHECK(usp_comm_sendrecv(c->ring, b, 2 * blk, next, nb, 2 * blk, prev, c->storage, a->comm_stream));
         USP_CHECK(backward_block(a, q, o, d_o, dq, b, elem(a, b, blk), elem(a, b, 2 * blk), elem(a, b, 3 * blk),
                                  (a->r - s + R) % R));
         USP_CHECK(usp_event_record(c->backend, a->consumed, c->stream));
         USP_CHECK(overlap_wait(a, a->comm_stream, a->consumed, RING_WAIT_DONE));
-        USP_CHECK(usp_comm_sendrecv(c->ring, elem(a, b, 2 * blk), 2 * blk, next, elem(a, nb, 2 * blk), 2 * blk,
-                                    prev, c->storage, a->comm_stream));
+        grad_peers(a, s, &to, &from);
+        USP_CHECK(usp_comm_sendrecv(c->ring, elem(a, b, 2 * blk), 2 * blk, to, elem(a, nb, 2 * blk), 2 * blk,
+                                    from, c->storage, a->comm_stream));
         USP_CHECK(usp_event_record(c->backend, a->arrived, a->comm_stream));
         *cur ^= 1;
     }
@@ -427,20 +458,21 @@ static usp_status backward_in_order(ring_attention *a, const float *q, const flo
                                     int *cur)
 {
     const ring_attention_config *c = &a->c;
-    int R = a->R, next = (a->r + 1) % R, prev = (a->r + R - 1) % R;
+    int R = a->R, S = a->steps, next = (a->r + 1) % R, prev = (a->r + R - 1) % R, to, from;
     const size_t blk = a->blk;
     *cur = 0;
-    for (int s = 0; s < R; s++) {
+    for (int s = 0; s < S; s++) {
         float *b = a->buf[*cur], *nb = a->buf[*cur ^ 1];
         USP_CHECK(backward_block(a, q, o, d_o, dq, b, elem(a, b, blk), elem(a, b, 2 * blk), elem(a, b, 3 * blk),
                                  (a->r - s + R) % R));
         /* dK/dV are complete for this step only after the compute, so the send follows it on the
-         * same stream. After step R-1 we hold block r+1: one more hop of dK/dV alone takes it home. */
-        if (s + 1 < R)
+         * same stream. After step S-1 we hold block r-(S-1): one more hop of dK/dV alone takes it home. */
+        grad_peers(a, s, &to, &from);
+        if (s + 1 < S)
             USP_CHECK(usp_comm_sendrecv(c->ring, b, 4 * blk, next, nb, 4 * blk, prev, c->storage, c->stream));
         else
-            USP_CHECK(usp_comm_sendrecv(c->ring, elem(a, b, 2 * blk), 2 * blk, next, elem(a, nb, 2 * blk), 2 * blk,
-                                        prev, c->storage, c->stream));
+            USP_CHECK(usp_comm_sendrecv(c->ring, elem(a, b, 2 * blk), 2 * blk, to, elem(a, nb, 2 * blk), 2 * blk,
+                                        from, c->storage, c->stream));
         *cur ^= 1;
     }
     return USP_OK;
@@ -455,7 +487,8 @@ static usp_status backward(ring_attention *a, const float *q, const float *k, co
                                               (size_t)c->head_dim * esz, c->stream));
     /* The kernel wants each query run's GLOBAL lse as one [H, count] slab. */
     USP_CHECK(lse_slabs(a, lse, NULL));
-    if (a->R == 1) { /* no ring: the gradients of our own block land in place */
+    a->steps = steps_needed(a);
+    if (a->steps == 1) { /* no ring (R = 1, or a mask that keeps to our block): our gradients land in place */
         USP_CHECK(usp_buffer_zero(c->backend, dk, blk_bytes, c->stream));
         USP_CHECK(usp_buffer_zero(c->backend, dv, blk_bytes, c->stream));
         return backward_block(a, q, o, d_o, dq, k, v, dk, dv, a->r);
@@ -499,8 +532,18 @@ usp_status ring_attention_backward(ring_attention *a, const float *q, const floa
     return s;
 }
 
-double ring_sent(int R, int64_t batch, int64_t T, int64_t kv_heads, int64_t head_dim)
+int ring_steps(usp_layout_kind kind, int R, int64_t T, int causal, int64_t window)
+{
+    if (window == 1) /* each query sees itself alone */
+        return 1;
+    if (!causal || window <= 0 || kind != USP_LAYOUT_CONTIGUOUS)
+        return R;
+    const int64_t steps = 2 + (window - 2) / T;
+    return steps < R ? (int)steps : R;
+}
+
+double ring_sent(int steps, int64_t batch, int64_t T, int64_t kv_heads, int64_t head_dim)
 {
     const double X = (double)batch * (double)T * (double)kv_heads * (double)head_dim;
-    return R > 1 ? (double)(R - 1) * 4.0 * X + (double)R * 2.0 * X : 0.0;
+    return steps > 1 ? (double)(steps - 1) * 6.0 * X + 2.0 * X : 0.0;
 }

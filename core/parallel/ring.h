@@ -19,6 +19,12 @@
  * chunks r and 2R-1-r; a (query run, key run) product whose keys all lie in
  * the future of its queries is skipped, so every rank does the same work.
  *
+ * A mask that keeps every query from the blocks more than S - 1 ranks back (a causal sliding window on
+ * the contiguous layout, short documents) ends the ring after S steps: the blocks go S - 1 hops, and
+ * their dK/dV go home in one (to rank r - (S - 1), from rank r + S - 1), so bytes and steps grow with the
+ * window, not the sequence. S is the same on every rank: the largest step at which any rank's queries
+ * see a key of the block it then holds, from the window and the batch's documents' table.
+ *
  * The heads are those this rank attends for: all of them with ring alone, a
  * share of them after Ulysses' all-to-all in the hybrid. */
 #ifndef USP_RING_H
@@ -61,9 +67,16 @@ typedef struct ring_attention_config {
     usp_attention_mask mask; /* beyond causal (core/ops/mask.h); its table covers layout.n positions */
 } ring_attention_config;
 
+/* The ring steps (the blocks a rank attends to, its own first) that a mask without documents needs, T
+ * tokens a ring rank: R, but under a causal sliding window W on the contiguous layout only the blocks
+ * the window reaches: rank r's first query sees back to r T - W + 1, in the block of rank
+ * r - 1 - (W - 2) / T, so 2 + (W - 2) / T steps, at most R; and 1 for W = 1, causal or not. */
+int ring_steps(usp_layout_kind kind, int R, int64_t T, int causal, int64_t window);
+
 /* Elements of the storage dtype a ring rank sends in one layer's forward and backward, T tokens and
- * kv_heads KV heads a rank: (R - 1) 2X forward, (R - 1) 2X + R 2X backward (ring.c), X = B T Hkv D. */
-double ring_sent(int R, int64_t batch, int64_t T, int64_t kv_heads, int64_t head_dim);
+ * kv_heads KV heads a rank, over S = steps ring steps: (S - 1) 2X forward, (S - 1) 4X + 2X backward
+ * (dK and dV home in one hop; nothing at all when S = 1), X = B T Hkv D. */
+double ring_sent(int steps, int64_t batch, int64_t T, int64_t kv_heads, int64_t head_dim);
 
 /* Checks the config and allocates the scratch (two travelling buffers of
  * K, V, dK, dV blocks: category "comm"; merge temporaries: "attention workspace"). */

@@ -23,6 +23,7 @@ typedef struct usp_schedule_shape {
     int64_t seq_len;         /* N, the whole sequence */
     int64_t n_heads, n_kv_heads;
     int causal;
+    int64_t window;          /* the layer's sliding window (core/ops/mask.h; 0: none): it picks the layout */
 } usp_schedule_shape;
 
 /* What a rank makes a schedule's attention from. */

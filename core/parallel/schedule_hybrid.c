@@ -16,12 +16,12 @@ static usp_status check(const usp_schedule_shape *s)
                          s->ulysses, s->ring, s->ring == 1 ? "ulysses" : "ring");
     USP_CHECK(ulysses_heads_check(s->n_heads, s->n_kv_heads, s->ulysses));
     usp_seq_layout l;
-    return s->seq_len > 0 ? usp_seq_layout_make(usp_layout_for(s->causal, s->ring), s->seq_len, s->ulysses, s->ring,
+    return s->seq_len > 0 ? usp_seq_layout_make(usp_layout_for(s->causal, s->ring, s->window, s->seq_len), s->seq_len, s->ulysses, s->ring,
                                                 &l)
                           : USP_OK;
 }
 
-static usp_layout_kind layout(const usp_schedule_shape *s) { return usp_layout_for(s->causal, s->ring); }
+static usp_layout_kind layout(const usp_schedule_shape *s) { return usp_layout_for(s->causal, s->ring, s->window, s->seq_len); }
 
 /* Rank u * ... of the U x R group: its all-to-alls over T = N / (U R) tokens, then its ring over U T
  * tokens of its KV heads. `rank` is the SP rank r U + u. */
@@ -31,8 +31,9 @@ static double sent(const usp_schedule_shape *s, int rank, int64_t batch, int64_t
     const int64_t T = s->seq_len / ((int64_t)U * s->ring);
     int64_t q, kv;
     ulysses_head_counts(s->n_heads, s->n_kv_heads, U, u, &q, &kv);
+    const int steps = ring_steps(layout(s), s->ring, (int64_t)U * T, s->causal, s->window);
     return ulysses_sent(s->n_heads, s->n_kv_heads, U, u, batch, T, head_dim) +
-           ring_sent(s->ring, batch, (int64_t)U * T, kv, head_dim);
+           ring_sent(steps, batch, (int64_t)U * T, kv, head_dim);
 }
 
 static usp_status create(const usp_schedule_config *c, void **out)

@@ -25,16 +25,18 @@ static usp_status check(const usp_schedule_shape *s)
                          "sp)", s->ulysses, s->ulysses, s->ring);
     USP_CHECK(usp_schedule_heads_check(s));
     usp_seq_layout l;
-    return s->seq_len > 0 ? usp_seq_layout_make(usp_layout_for(s->causal, s->ring), s->seq_len, 1, s->ring, &l)
+    return s->seq_len > 0 ? usp_seq_layout_make(usp_layout_for(s->causal, s->ring, s->window, s->seq_len), s->seq_len, 1, s->ring, &l)
                           : USP_OK;
 }
 
-static usp_layout_kind layout(const usp_schedule_shape *s) { return usp_layout_for(s->causal, s->ring); }
+static usp_layout_kind layout(const usp_schedule_shape *s) { return usp_layout_for(s->causal, s->ring, s->window, s->seq_len); }
 
 static double sent(const usp_schedule_shape *s, int rank, int64_t batch, int64_t head_dim)
 {
     (void)rank; /* every ring rank sends as much */
-    return ring_sent(s->ring, batch, s->seq_len / s->ring, s->n_kv_heads, head_dim);
+    const int64_t T = s->seq_len / s->ring;
+    const int steps = ring_steps(layout(s), s->ring, T, s->causal, s->window);
+    return ring_sent(steps, batch, T, s->n_kv_heads, head_dim);
 }
 
 static void destroy(void *p)
@@ -56,7 +58,7 @@ static usp_status create(const usp_schedule_config *c, void **out)
                                 .causal = c->causal, .scale = c->scale ? c->scale : 1.0f / sqrtf((float)c->head_dim),
                                 .storage = c->storage, .eager_merge = c->eager_ring_merge,
                                 .backward_overlap = c->ring_backward_overlap, .mask = c->mask};
-    USP_CHECK(usp_seq_layout_make(usp_layout_for(c->causal, R), c->seq_len, 1, R, &rc.layout));
+    USP_CHECK(usp_seq_layout_make(usp_layout_for(c->causal, R, c->mask.window, c->seq_len), c->seq_len, 1, R, &rc.layout));
     ring_layer *a;
     USP_CHECK(usp_calloc((void **)&a, 1, sizeof *a, "ring attention"));
     a->backend = c->backend;

@@ -47,7 +47,7 @@ usp_status usp_generate_check(const usp_generate_config *g)
             return usp_error(USP_ERR_CONFIG, "--prompt: token %d (at %lld) is not in model %s's vocabulary of %lld",
                              g->prompt[i], (long long)i, g->model.name, (long long)g->model.vocab);
     const usp_mesh_shape one_rank = {.world = 1, .dp = 1, .ring = 1, .ulysses = 1};
-    return usp_model_check_shape(&g->model, g->seq_len, &one_rank, NULL, 0);
+    return usp_model_check_shape(&g->model, g->seq_len, &one_rank, NULL, 0, 0);
 }
 
 /* splitmix64: the generator's next 64 bits (its state advanced by the golden-ratio increment). */

@@ -113,7 +113,8 @@ usp_status usp_train_check(const usp_train_config *c, int64_t *padded_len)
         return usp_error(USP_ERR_CONFIG, "--attention %s: no such schedule; the schedules are %s", c->attention,
                          known);
     }
-    const usp_schedule_shape shape = {.ulysses = c->shape.ulysses, .ring = c->shape.ring, .causal = 1};
+    const usp_schedule_shape shape = {.ulysses = c->shape.ulysses, .ring = c->shape.ring, .seq_len = c->seq_len,
+                                      .causal = 1, .window = c->window};
     usp_layout_kind kind = schedule->layout(&shape);
     int64_t multiple = usp_seq_layout_multiple(kind, c->shape.ulysses, c->shape.ring);
     *padded_len = c->pad ? (c->seq_len + multiple - 1) / multiple * multiple : c->seq_len;
@@ -121,5 +122,5 @@ usp_status usp_train_check(const usp_train_config *c, int64_t *padded_len)
     USP_CHECK(usp_seq_layout_make(kind, *padded_len, c->shape.ulysses, c->shape.ring, &check));
     /* what each rank's model would refuse, refused once here rather than by every rank after the world is built */
     USP_CHECK(usp_model_config_check(&c->model));
-    return usp_model_check_shape(&c->model, *padded_len, &c->shape, c->attention, c->tile_rows);
+    return usp_model_check_shape(&c->model, *padded_len, &c->shape, c->attention, c->tile_rows, c->window);
 }
