@@ -54,8 +54,12 @@ static void read_run(const sim_world *w, const sim_cost_model *cost, const usp_t
 {
     const int W = c->shape.world;
     double first_start = stats[0].start_s, last_end = stats[0].end_s;
-    out->critical_rank = 0, out->peak_rank = 0;
+    out->critical_rank = 0, out->peak_rank = 0, out->attention_busiest_rank = 0;
+    double attention = 0;
     for (int r = 0; r < W; r++) {
+        attention += stats[r].attention_flops;
+        if (stats[r].attention_flops > stats[out->attention_busiest_rank].attention_flops)
+            out->attention_busiest_rank = r;
         out->fwd_flops += stats[r].fwd_flops;
         out->step_flops += stats[r].step_flops;
         out->recompute_flops += stats[r].recompute_flops;
@@ -70,6 +74,7 @@ static void read_run(const sim_world *w, const sim_cost_model *cost, const usp_t
      * gather), so the critical rank's times over the run are its step's. */
     sim_rank_times t = sim_world_rank_times(w, out->critical_rank);
     out->step_time_s = last_end - first_start;
+    out->attention_balance = attention > 0 ? stats[out->attention_busiest_rank].attention_flops * W / attention : 1;
     out->compute_time_s = t.compute_s, out->comm_time_s = t.comm_s, out->wait_time_s = t.wait_s;
     out->exposed_comm_s = out->step_time_s - out->compute_time_s;
     out->comm_hidden_s = t.hidden_comm_s, out->wait_hidden_s = t.hidden_wait_s;

@@ -48,6 +48,10 @@ typedef struct plan_result {
      * (usp_schedule_i.sent, which tests/test_schedules.c holds to the trace), and the same schedule's
      * without the sliding window: what the window saves. 0 without exchanges. */
     double sp_sent_bytes, sp_sent_unmasked_bytes;
+    /* The ranks' attention work (their attention ops' FLOPs: the visible pairs a mask and the layout give
+     * each), max / mean, and the busiest rank. */
+    double attention_balance;
+    int attention_busiest_rank;
 } plan_result;
 
 /* The most ring steps one shapes-only run may simulate, W x R x layers x sequences per replica x passes

@@ -51,9 +51,8 @@ typedef struct run_spec {
 
 #define PACKED_EOT 127
 
-/* Runs a training on the simulator; returns the status, the first loss and (optionally) the first gradients. */
-static usp_status train(const usp_model_config *model, const run_spec *r, double *first_loss, float *grads,
-                        usp_train_result *result_out)
+/* The training config of run r of `model`. */
+static usp_train_config config_of(const usp_model_config *model, const run_spec *r)
 {
     usp_train_config c;
     usp_train_defaults(&c);
@@ -62,8 +61,16 @@ static usp_status train(const usp_model_config *model, const run_spec *r, double
     c.data = r->data ? r->data : "passkey", c.eot = r->documents ? PACKED_EOT : -1, c.window = r->window;
     c.seq_len = r->seq, c.pad = r->pad, c.batch = r->batch, c.steps = r->steps;
     c.until = r->until, c.attention = r->local ? "local" : NULL, c.save_dir = r->save, c.resume_dir = r->resume;
-    harness_tensors tensors = {.first_grads = grads};
     c.log_every = 1000, c.warmup = 2, c.zero_stage = r->zero;
+    return c;
+}
+
+/* Runs a training on the simulator; returns the status, the first loss and (optionally) the first gradients. */
+static usp_status train(const usp_model_config *model, const run_spec *r, double *first_loss, float *grads,
+                        usp_train_result *result_out)
+{
+    usp_train_config c = config_of(model, r);
+    harness_tensors tensors = {.first_grads = grads};
     c.on_record = harness_record_tensors, c.record_ctx = &tensors, c.record_tensors = grads != NULL;
     usp_train_result result;
     char report[4096];
@@ -172,6 +179,47 @@ START_TEST(packed_documents_and_windows_give_the_single_rank_result)
     }
     free(ref), free(got), free(causal);
     usp_param_table_free(&table);
+    unlink(path);
+}
+END_TEST
+
+/* Each rank's attention work over a run (usp_train_result.attention_flops) into work[world]. */
+static void attention_work(const usp_model_config *model, const run_spec *r, double *work)
+{
+    usp_train_config c = config_of(model, r);
+    usp_train_result result = {.passkey_accuracy = -1, .attention_flops = work};
+    usp_train_run run = {.config = &c, .result = &result};
+    char report[4096];
+    ck_assert_msg(harness_run(r->world, usp_train_rank, &run, NULL, 0, report, sizeof report) == USP_OK, "%s", report);
+}
+
+/* The ranks' attention work is their share of the mask's: summed, one rank's (the visible pairs partition,
+ * 1e-12 relative), and on Ulysses a quarter each (every rank its heads over the whole sequence). */
+START_TEST(each_ranks_attention_work_is_its_share_of_the_mask)
+{
+    char path[] = "/tmp/usp_packed_XXXXXX", data[64];
+    const int fd = mkstemp(path);
+    ck_assert_int_ge(fd, 0);
+    close(fd);
+    write_packed_tokens(path);
+    snprintf(data, sizeof data, "tokens:%s", path);
+    const usp_model_config model = tiny_config(USP_FAMILY_LLAMA);
+    const run_spec one = {.world = 1, .ulysses = 1, .ring = 1, .seq = 64, .batch = 2, .steps = 2,
+                          .data = data, .documents = 1, .window = 9};
+    double whole, work[4];
+    attention_work(&model, &one, &whole);
+    ck_assert(whole > 0);
+    const int meshes[][2] = {{4, 1}, {1, 4}, {2, 2}};
+    for (int m = 0; m < 3; m++) {
+        run_spec r = one;
+        r.world = 4, r.ulysses = meshes[m][0], r.ring = meshes[m][1];
+        attention_work(&model, &r, work);
+        const double sum = work[0] + work[1] + work[2] + work[3];
+        ck_assert_msg(fabs(sum - whole) <= 1e-12 * whole, "U%d R%d: %.17g FLOPs over the ranks, one rank %.17g",
+                      r.ulysses, r.ring, sum, whole);
+        for (int i = 0; i < 4 && r.ring == 1; i++)
+            ck_assert_double_eq_tol(work[i], whole / 4, 1e-12 * whole);
+    }
     unlink(path);
 }
 END_TEST
@@ -341,6 +389,7 @@ int main(void)
     tcase_set_timeout(t, 300);
     tcase_add_test(t, every_mesh_gives_the_single_rank_loss_and_gradients);
     tcase_add_test(t, packed_documents_and_windows_give_the_single_rank_result);
+    tcase_add_test(t, each_ranks_attention_work_is_its_share_of_the_mask);
     tcase_add_test(t, padding_gives_the_unpadded_single_rank_result);
     tcase_add_loop_test(t, twenty_steps_equal_ten_then_resume_then_ten, 0, 2);
     tcase_add_loop_test(t, a_resume_at_another_stage_or_world_continues_the_same_losses, 0, 2);

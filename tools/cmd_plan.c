@@ -129,6 +129,8 @@ static void print_time(const plan_result *r, int forward_only)
                    r->sp_sent_bytes / r->sp_sent_unmasked_bytes, fmt_bytes(a, sizeof a, r->sp_sent_unmasked_bytes));
         printf("\n");
     }
+    printf("attention work: max / mean over the ranks %.3f (rank %d the busiest)\n", r->attention_balance,
+           r->attention_busiest_rank);
     printf("tokens/s: %.0f\n", r->tokens_per_s);
     printf("FLOPs: forward %.4g PFLOP, step %.4g PFLOP (all ranks", r->fwd_flops / 1e15, r->step_flops / 1e15);
     if (r->recompute_flops > 0)
@@ -158,6 +160,7 @@ static json_t *result_json(const plan_result *r)
     json_object_set_new(j, "peak_rank", json_integer(r->peak_rank));
     json_object_set_new(j, "recompute_flops", json_real(r->recompute_flops));
     json_object_set_new(j, "sp_sent_bytes", json_real(r->sp_sent_bytes));
+    json_object_set_new(j, "attention_balance", json_real(r->attention_balance));
     json_object_set_new(j, "sp_sent_unmasked_bytes", json_real(r->sp_sent_unmasked_bytes));
     json_object_set_new(j, "comm_exposed_s", json_real(r->comm_exposed_s));
     json_object_set_new(j, "comm_hidden_s", json_real(r->comm_hidden_s));

@@ -373,6 +373,9 @@ static usp_status run_config(const char *command, const train_options *o, char *
     usp_train_result result = {.passkey_accuracy = -1};
     usp_status s = usp_calloc((void **)&result.peak_bytes, (size_t)c->shape.world, sizeof *result.peak_bytes,
                               "the peaks");
+    if (s == USP_OK)
+        s = usp_calloc((void **)&result.attention_flops, (size_t)c->shape.world, sizeof *result.attention_flops,
+                       "the ranks' attention work");
     usp_train_run runarg = {.config = c, .result = &result};
     c->stop = ro.stop;
     if (s == USP_OK)
@@ -400,7 +403,7 @@ static usp_status run_config(const char *command, const train_options *o, char *
     *exit_code = s != USP_OK ? (int)s : os != USP_OK ? (int)os : explore_code ? explore_code
                  : result.stopped ? stopped_code : 0;
     train_report_free(&report);
-    free(result.peak_bytes);
+    free(result.peak_bytes), free(result.attention_flops);
     usp_runtime_destroy(rt);
     return USP_OK;
 }

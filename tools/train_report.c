@@ -111,6 +111,44 @@ static double largest_peak(const usp_train_config *c, const usp_train_result *r,
     return (double)r->peak_bytes[at];
 }
 
+/* The ranks' attention work, max / mean (1 when none ran), and the busiest rank (*rank). */
+static double attention_balance(const usp_train_config *c, const usp_train_result *r, int *rank)
+{
+    double sum = 0;
+    *rank = 0;
+    for (int i = 0; i < c->shape.world; i++) {
+        sum += r->attention_flops[i];
+        if (r->attention_flops[i] > r->attention_flops[*rank])
+            *rank = i;
+    }
+    return sum > 0 ? r->attention_flops[*rank] * c->shape.world / sum : 1.0;
+}
+
+/* Each rank's share of the mask's work over the steps, into the JSON summary j. */
+static void attention_work_json(json_t *j, const usp_train_config *c, const usp_train_result *r)
+{
+    if (!r->attention_flops || c->eval_only)
+        return;
+    json_t *work = json_array();
+    for (int i = 0; i < c->shape.world; i++)
+        json_array_append_new(work, json_real(r->attention_flops[i]));
+    json_object_set_new(j, "attention_flops", work);
+    json_object_set_new(j, "attention_balance", json_real(attention_balance(c, r, &(int){0})));
+}
+
+/* The same as a line of the text summary. */
+static void attention_work_text(FILE *out, const usp_train_config *c, const usp_train_result *r)
+{
+    if (!r->attention_flops || c->eval_only)
+        return;
+    int rank;
+    const double balance = attention_balance(c, r, &rank);
+    fprintf(out, "attention work per rank (GFLOP, the visible pairs'):");
+    for (int i = 0; i < c->shape.world && i < 16; i++)
+        fprintf(out, " %.4g", r->attention_flops[i] / 1e9);
+    fprintf(out, "%s; max / mean %.3f (rank %d)\n", c->shape.world > 16 ? " ..." : "", balance, rank);
+}
+
 void train_report_summary(const train_report *report, const usp_train_config *c, const usp_train_result *r,
                           usp_runtime_cluster cluster)
 {
@@ -129,6 +167,7 @@ void train_report_summary(const train_report *report, const usp_train_config *c,
         for (int i = 0; i < c->shape.world; i++)
             json_array_append_new(peaks, json_integer((json_int_t)r->peak_bytes[i]));
         json_object_set_new(j, "peak_bytes", peaks);
+        attention_work_json(j, c, r);
         if (cluster.device_memory_bytes > 0) /* the modelled GPUs: would every rank's peak fit in one? */
             json_object_set_new(j, "fits", json_boolean(largest_peak(c, r, NULL) <= cluster.device_memory_bytes));
         if (r->passkey_accuracy >= 0)
@@ -177,6 +216,8 @@ void train_report_summary(const train_report *report, const usp_train_config *c,
         fprintf(out, " %.1f", (double)r->peak_bytes[i] / (1 << 20));
     fprintf(out, "\n");
     int rank;
+    if (c->window > 0 || c->eot >= 0) /* a mask spreads the work unevenly */
+        attention_work_text(out, c, r);
     double peak = largest_peak(c, r, &rank);
     if (cluster.device_memory_bytes > 0 && peak > cluster.device_memory_bytes)
         fprintf(out, "does not fit: rank %d's peak, %.1f GB, is over the %.0f GB of a GPU of the modelled %s (usp plan with "

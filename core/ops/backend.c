@@ -269,6 +269,7 @@ int usp_backend_peak_breakdown(const usp_backend_t *be, const char **names, size
 }
 
 double usp_backend_flops(const usp_backend_t *be) { return be->flops; }
+double usp_backend_attention_flops(const usp_backend_t *be) { return be->attention_flops; }
 
 void usp_backend_work(const usp_backend_t *be, double *bytes, double *outputs)
 {

@@ -135,6 +135,8 @@ usp_status usp_op_run(usp_backend_t *be, usp_op *op)
         return usp_error(USP_ERR_RUNTIME, "the %s backend has no %s op%s", f->name, name,
                          f->run ? " (its supports slot says so)" : ": its usp_backend_i has no run slot");
     const ops_work w = ops_kind_cost(op);
+    if (op->kind == USP_OP_ATTENTION_FORWARD || op->kind == USP_OP_ATTENTION_BACKWARD)
+        be->attention_flops += w.flops;
     ops_report_cost_outputs(be, usp_op_cost_name(op), w.dtype, w.flops, w.bytes, w.outputs, op->stream);
     if (usp_op_blocking(op))
         ops_count_host_wait(be); /* the host reads the result */

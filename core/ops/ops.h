@@ -294,6 +294,10 @@ int usp_backend_peak_breakdown(const usp_backend_t *be, const char **names, size
 /* The FLOPs every op has reported so far (the sum the cost sink saw). */
 double usp_backend_flops(const usp_backend_t *be);
 
+/* The part of them the attention ops (forward and backward) reported: their visible pairs' work, which
+ * a mask and the layout spread over the ranks (a rank's attention balance). */
+double usp_backend_attention_flops(const usp_backend_t *be);
+
 /* The memory traffic and the outputs (usp_op_cost) every op has reported so far, summed. */
 void usp_backend_work(const usp_backend_t *be, double *bytes, double *outputs);
 

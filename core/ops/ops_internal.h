@@ -50,6 +50,7 @@ struct usp_backend {
     category_use categories[CATEGORIES_MAX];
     int n_categories;
     double flops; /* every op's reported flops, summed */
+    double attention_flops; /* the attention ops' part of them */
     double bytes, outputs; /* and their memory traffic and outputs (usp_op_cost) */
     usp_cost_sink_fn cost_fn;
     void *cost_ctx;

@@ -399,13 +399,16 @@ static usp_status run(trainer *t)
     while (t->step < until && s == USP_OK && !t->stopping) {
         int64_t step = ++t->step;
         double step_start = trainer_clock_now(t), flops_start = usp_backend_flops(BE), fwd = 0, recompute = 0;
+        const double attention_start = usp_backend_attention_flops(BE);
         const uint64_t waits_start = usp_backend_host_waits(BE);
         s = train_step(t, step, until, &loss, &fwd, &recompute);
+        t->attention_flops += usp_backend_attention_flops(BE) - attention_start;
         if (s == USP_OK && t->ctx->trace) /* the frame a comparison takes one step in (plan/compare.h) */
             s = usp_trace_record_step(t->ctx->trace, t->ctx->rank, step, step_start, trainer_clock_now(t));
         if (s == USP_OK && c->step_stats) {
             usp_train_step_stats st = {.step_flops = usp_backend_flops(BE) - flops_start, .start_s = step_start,
                                        .end_s = trainer_clock_now(t), .fwd_flops = fwd, .recompute_flops = recompute,
+                                       .attention_flops = usp_backend_attention_flops(BE) - attention_start,
                                        .host_waits = (double)(usp_backend_host_waits(BE) - waits_start)};
             s = usp_rank_gather(t->ctx, &st, sizeof st, c->step_stats);
         }
@@ -443,6 +446,7 @@ static usp_status run(trainer *t)
                                         .steps_done = t->step,
                                         .clock_s = trainer_clock_now(t),
                                         .seq_len_padded = t->N, .peak_bytes = t->result->peak_bytes,
+                                        .attention_flops = t->result->attention_flops,
                                         .host_waits_per_step = (double)t->step_waits / (double)steps_run};
     if (s == USP_OK && t->ctx->rank == 0 && t->result)
         usp_param_store_grad_traffic(t->store, &t->result->grad_collectives, &t->result->grad_bytes);
@@ -452,6 +456,8 @@ static usp_status run(trainer *t)
         size_t mine = usp_backend_peak_bytes(BE);
         s = usp_rank_gather(t->ctx, &mine, sizeof mine, t->result->peak_bytes);
     }
+    if (s == USP_OK && t->result && t->result->attention_flops)
+        s = usp_rank_gather(t->ctx, &t->attention_flops, sizeof t->attention_flops, t->result->attention_flops);
     return s;
 }
 

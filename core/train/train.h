@@ -44,6 +44,7 @@ typedef struct usp_train_step_stats {
     double fwd_flops;      /* FLOPs its ops reported for the forward pass, to the logits (usp_model_step_flops) */
     double step_flops;     /* ... over the whole step: forward, loss, backward, reductions, AdamW */
     double recompute_flops; /* the part of step_flops that recomputed forward work (not model FLOPs) */
+    double attention_flops; /* the part of step_flops its attention ops reported (usp_backend_attention_flops) */
     double start_s, end_s; /* its modelled clock when the step started and ended */
     double host_waits;     /* the times the host waited for the device in it, to its update (usp_backend_host_waits) */
 } usp_train_step_stats;
@@ -156,6 +157,8 @@ typedef struct usp_train_result {
                                    records included, evaluations and saves left out; 0 on cpu and meta */
     size_t *peak_bytes;        /* when set (on every rank or none), [world]: every rank's peak memory over
                                   the run, gathered to rank 0 (usp_rank_gather) */
+    double *attention_flops;   /* likewise, when set: every rank's attention FLOPs over its steps (forward,
+                                  backward, recomputed; evaluations left out): its share of the mask's work */
 } usp_train_result;
 
 typedef struct usp_train_run {

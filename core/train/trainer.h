@@ -37,6 +37,7 @@ typedef struct trainer {
     double start_wall;        /* when the first of them began */
     double eval_wall;         /* wall seconds in the periodic evaluations so far (left out of tokens/s) */
     uint64_t step_waits;      /* host waits in the steps so far, evaluations and saves left out */
+    double attention_flops;   /* its attention ops' FLOPs in the steps so far (usp_train_result.attention_flops) */
 } trainer;
 
 #define BE (t->ctx->backend)
