@@ -40,11 +40,11 @@ static void read_exchanges(const usp_train_config *c, plan_result *out)
         return;
     usp_schedule_shape shape = {.ulysses = c->shape.ulysses, .ring = c->shape.ring, .seq_len = c->seq_len,
                                 .n_heads = c->model.n_head, .n_kv_heads = c->model.n_kv_head, .causal = 1,
-                                .window = c->window};
+                                .window = usp_model_config_common_window(&c->model, c->window)};
     const int64_t batch = c->batch / c->shape.dp / (c->micro_batches > 1 ? c->micro_batches : 1);
     const double elem = (double)usp_dtype_size(c->storage) * (double)(c->micro_batches > 1 ? c->micro_batches : 1);
     out->sp_sent_bytes = sch->sent(&shape, 0, batch, usp_model_config_head_dim(&c->model)) * elem;
-    shape.window = 0;
+    shape.window = 0; /* the same schedule over the same model without any window */
     out->sp_sent_unmasked_bytes = sch->sent(&shape, 0, batch, usp_model_config_head_dim(&c->model)) * elem;
 }
 

@@ -29,7 +29,7 @@ static usp_status plan_split(const usp_train_config *train, const sim_cost_model
     if (x->ok && sch) {
         const usp_schedule_shape shape = {.ulysses = u, .ring = r, .seq_len = c.seq_len,
                                           .n_heads = c.model.n_head, .n_kv_heads = c.model.n_kv_head, .causal = 1,
-                                          .window = c.window};
+                                          .window = usp_model_config_common_window(&c.model, c.window)};
         x->sent = sch->sent(&shape, 0, c.batch / c.shape.dp, usp_model_config_head_dim(&c.model));
     }
     return s == USP_ERR_CONFIG ? USP_OK : s;

@@ -203,6 +203,48 @@ START_TEST(hand_written_hf_configs_read_as_the_presets)
 }
 END_TEST
 
+/* Mistral's sliding_window and Gemma's layer_types: read, written back as model_type "mistral" with the
+ * same fields, and read back equal; use_sliding_window false (Qwen2) is no window; a different window is
+ * a different model. */
+START_TEST(windowed_configs_read_and_round_trip)
+{
+    static const char mistral[] =
+        "{\"architectures\": [\"MistralForCausalLM\"], \"model_type\": \"mistral\", \"vocab_size\": 100, "
+        "\"hidden_size\": 64, \"intermediate_size\": 128, \"num_hidden_layers\": 3, \"num_attention_heads\": 8, "
+        "\"num_key_value_heads\": 2, \"max_position_embeddings\": 32768, \"sliding_window\": 4096, "
+        "\"rms_norm_eps\": 1e-05, \"rope_theta\": 10000.0, \"hidden_act\": \"silu\"%s}";
+    const struct {
+        const char *extra;
+        int64_t window[3];
+    } cases[] = {{"", {4096, 4096, 4096}},
+                 {", \"layer_types\": [\"sliding_attention\", \"full_attention\", \"sliding_attention\"]",
+                  {4096, 0, 4096}},
+                 {", \"use_sliding_window\": false", {0, 0, 0}}};
+    for (size_t i = 0; i < 3; i++) {
+        char text[1024];
+        snprintf(text, sizeof text, mistral, cases[i].extra);
+        write_text(tmp_path("config.json"), text);
+        usp_model_config c, back;
+        ck_assert_msg(usp_model_config_from_hf_json(tmp_path("config.json"), &c) == USP_OK, "%s", usp_error_message());
+        for (int l = 0; l < 3; l++) {
+            ck_assert_int_eq(usp_model_config_layer_window(&c, l, 0), cases[i].window[l]);
+            ck_assert_int_eq(usp_model_config_layer_window(&c, l, 64), cases[i].window[l] ? 64 : i == 2 ? 64 : 0);
+        }
+        ck_assert_int_eq(usp_model_config_common_window(&c, 0), i == 1 ? 0 : cases[i].window[0]);
+        ck_assert_int_eq(usp_model_config_write_hf_json(&c, tmp_path("written.json")), USP_OK);
+        ck_assert_int_eq(usp_model_config_from_hf_json(tmp_path("written.json"), &back), USP_OK);
+        ck_assert(usp_model_config_equal(&c, &back));
+        json_t *j = json_load_file(tmp_path("written.json"), 0, NULL);
+        ck_assert_str_eq(json_string_value(json_object_get(j, "model_type")), i == 2 ? "llama" : "mistral");
+        ck_assert_int_eq(json_array_size(json_object_get(j, "layer_types")), i == 1 ? 3 : 0);
+        json_decref(j);
+        back.sliding_window = 17;
+        ck_assert(!usp_model_config_equal(&c, &back));
+    }
+    clean_tmpdir();
+}
+END_TEST
+
 START_TEST(llama3_rope_scaling_follows_the_reference_formula)
 {
     usp_model_config c;
@@ -256,6 +298,13 @@ START_TEST(bad_hf_configs_name_the_file_and_the_field)
         {L_HEAD, ", \"num_attention_heads\": 8, \"rope_scaling\": {\"rope_type\": \"llama3\", \"factor\": 8.0, "
                  "\"original_max_position_embeddings\": 8192}}", "rope_scaling"},
         {L_HEAD, ", \"num_attention_heads\": 8, \"rope_theta\": -5}", "rope_theta"},
+        {L_HEAD, ", \"num_attention_heads\": 8, \"sliding_window\": 0}", "\"sliding_window\" is 0"},
+        {L_HEAD, ", \"num_attention_heads\": 8, \"sliding_window\": 8, \"layer_types\": [\"full_attention\"]}",
+         "array of num_hidden_layers (2)"},
+        {L_HEAD, ", \"num_attention_heads\": 8, \"sliding_window\": 8, \"layer_types\": [\"full_attention\", "
+                 "\"chunked_attention\"]}", "layer_types[1] is \"chunked_attention\""},
+        {L_HEAD, ", \"num_attention_heads\": 8, \"layer_types\": [\"full_attention\", \"sliding_attention\"]}",
+         "no sliding_window"},
         {L_HEAD, ", \"num_attention_heads\": 8, \"vocab_size\": 5}", "not valid JSON"}, /* duplicate key */
         {"{\"model_type\": \"llama\", \"vocab_size\": 1099511627776, \"hidden_size\": 64, \"intermediate_size\": 64,"
          " \"num_hidden_layers\": 1, \"max_position_embeddings\": 8, \"num_attention_heads\": 8", "}", "vocab_size"},
@@ -299,6 +348,7 @@ int main(void)
     tcase_add_test(t, hf_config_round_trip_both_families);
     tcase_add_test(t, hand_written_hf_configs_read_as_the_presets);
     tcase_add_test(t, llama3_rope_scaling_follows_the_reference_formula);
+    tcase_add_test(t, windowed_configs_read_and_round_trip);
     tcase_add_test(t, bad_hf_configs_name_the_file_and_the_field);
     suite_add_tcase(s, t);
     int code = check_main_run(s);

@@ -130,7 +130,7 @@ static usp_schedule_config config_of(const usp_rank_ctx *ctx, const layer_case *
                                  .ring = mesh->ring, .batch = c->B, .seq_len = c->N, .n_heads = c->H,
                                  .n_kv_heads = c->Hkv, .head_dim = c->D, .causal = c->causal,
                                  .ring_backward_overlap = c->overlap, .ulysses_overlap = c->overlap,
-                                 .mask = mask_of(c, docs)};
+                                 .mask = mask_of(c, docs), .layout_window = c->window};
 }
 
 /* The layer forward and backward on this rank; with numbers, each output against the reference's. */

@@ -47,6 +47,7 @@ typedef struct run_spec {
     const char *data;      /* NULL: passkey */
     int documents;         /* 1: --eot PACKED_EOT */
     int64_t window;        /* --window (0: none) */
+    int recompute;         /* --recompute */
 } run_spec;
 
 #define PACKED_EOT 127
@@ -61,7 +62,7 @@ static usp_train_config config_of(const usp_model_config *model, const run_spec 
     c.data = r->data ? r->data : "passkey", c.eot = r->documents ? PACKED_EOT : -1, c.window = r->window;
     c.seq_len = r->seq, c.pad = r->pad, c.batch = r->batch, c.steps = r->steps;
     c.until = r->until, c.attention = r->local ? "local" : NULL, c.save_dir = r->save, c.resume_dir = r->resume;
-    c.log_every = 1000, c.warmup = 2, c.zero_stage = r->zero;
+    c.log_every = 1000, c.warmup = 2, c.zero_stage = r->zero, c.recompute_layers = r->recompute;
     return c;
 }
 
@@ -180,6 +181,41 @@ START_TEST(packed_documents_and_windows_give_the_single_rank_result)
     free(ref), free(got), free(causal);
     usp_param_table_free(&table);
     unlink(path);
+}
+END_TEST
+
+/* A config whose layer 1 attends to everything and layer 0 has a window of 5 (layer_types, as Gemma's):
+ * every mesh, with recomputed layers too (which then share one attention per kind of layer), gives one
+ * rank's loss and gradients; and the layer types matter (the gradients move from the all-window model's). */
+START_TEST(layers_with_and_without_a_window_give_the_single_rank_result)
+{
+    usp_model_config model = tiny_config(USP_FAMILY_LLAMA);
+    model.sliding_window = 5;
+    usp_param_table table;
+    ck_assert_int_eq(usp_param_table_make(&model, &table), USP_OK);
+    float *all = calloc((size_t)table.total, sizeof *all), *ref = calloc((size_t)table.total, sizeof *ref);
+    float *got = calloc((size_t)table.total, sizeof *got);
+    run_spec one = {.world = 1, .ulysses = 1, .ring = 1, .seq = 64, .batch = 2, .steps = 10, .until = 1};
+    double ref_loss, loss;
+    train(&model, &one, &ref_loss, all, NULL);
+    model.full_layers[0] = 2; /* layer 1 */
+    train(&model, &one, &ref_loss, ref, NULL);
+    int worst = 0;
+    ck_assert_msg(harness_worst_tensor_error(&table, all, ref, &worst) > 1e-3, "layer_types changed nothing");
+    const run_spec meshes[] = {{.world = 4, .ulysses = 4, .ring = 1}, {.world = 4, .ulysses = 1, .ring = 4},
+                               {.world = 4, .ulysses = 2, .ring = 2}, {.world = 4, .ulysses = 1, .ring = 4, .recompute = 1},
+                               {.world = 4, .ulysses = 2, .ring = 2, .recompute = 1}};
+    for (size_t m = 0; m < sizeof meshes / sizeof *meshes; m++) {
+        run_spec r = meshes[m];
+        r.seq = 64, r.batch = 2, r.steps = 10, r.until = 1;
+        train(&model, &r, &loss, got, NULL);
+        const double err = harness_worst_tensor_error(&table, got, ref, &worst);
+        ck_assert_msg(fabs(loss - ref_loss) <= 1e-6 * fabs(ref_loss) && err <= 1e-5, "U=%d R=%d recompute %d: loss "
+                      "%.9f vs %.9f, gradient of tensor %d off by %.3g", r.ulysses, r.ring, r.recompute, loss, ref_loss,
+                      worst, err);
+    }
+    free(all), free(ref), free(got);
+    usp_param_table_free(&table);
 }
 END_TEST
 
@@ -390,6 +426,7 @@ int main(void)
     tcase_add_test(t, every_mesh_gives_the_single_rank_loss_and_gradients);
     tcase_add_test(t, packed_documents_and_windows_give_the_single_rank_result);
     tcase_add_test(t, each_ranks_attention_work_is_its_share_of_the_mask);
+    tcase_add_test(t, layers_with_and_without_a_window_give_the_single_rank_result);
     tcase_add_test(t, padding_gives_the_unpadded_single_rank_result);
     tcase_add_loop_test(t, twenty_steps_equal_ten_then_resume_then_ten, 0, 2);
     tcase_add_loop_test(t, a_resume_at_another_stage_or_world_continues_the_same_losses, 0, 2);

@@ -13,7 +13,6 @@
 
 #include "core/base/atomic_file.h"
 #include "core/checkpoint/checkpoint.h"
-#include "core/data/data.h"
 #include "core/parallel/schedule.h"
 #include "core/parallel/ulysses.h"
 #include "core/runtime/launcher_env.h"
@@ -289,24 +288,6 @@ static usp_status write_outputs(const usp_runtime_t *rt, usp_status run, const c
     return first;
 }
 
-/* A file of fewer sequences than a step's batch: they repeat within a step, and the held-out samples are
- * sequences the steps train on. A warning, not a refusal: a small file is how one tries the tool. */
-static void warn_short_data(FILE *err, const train_options *o, const usp_train_config *c)
-{
-    usp_data d;
-    if (usp_data_open(c->data, c->seed, &d) != USP_OK) {
-        usp_error_clear(); /* the run reports it, naming --data */
-        return;
-    }
-    int64_t windows = usp_data_windows(&d, c->seq_len);
-    if (d.kind != USP_DATA_PASSKEY && windows > 0 && windows < c->batch)
-        fprintf(err, "usp %s: warning: --data %s holds %lld tokens, %lld sequence%s of --seq %d (each %d tokens "
-                "with its last target), fewer than one --batch of %d: sequences repeat within a step, and the "
-                "held-out samples are sequences it trains on\n", c->eval_only ? "eval" : "train", o->data,
-                (long long)d.file_tokens, (long long)windows, windows == 1 ? "" : "s", o->seq, o->seq + 1, o->batch);
-    usp_data_close(&d);
-}
-
 /* SIGINT or SIGTERM during a run: the run stops after a whole step, saves (--save) and exits 128 + the
  * signal, as a process the signal ended would. The handler is reset when it fires: a second one ends
  * the process at once, the way a second Ctrl-C does elsewhere. */
@@ -364,8 +345,8 @@ static usp_status run_config(const char *command, const train_options *o, char *
         fprintf(out, resumed->is_usp ? "usp %s: resumed from %s at step %lld of %d\n"
                      : "usp %s: resumed from %s: Hugging Face weights, a fresh optimizer, step %lld of %d\n",
                 command, o->resume, (long long)resumed->step, o->steps);
-    if (prints && !o->meta)
-        warn_short_data(log->err, o, c);
+    if (prints)
+        train_report_input_notes(log->err, c, o->meta);
     train_report report = {.out = prints ? out : NULL, .json = o->json};
     report.measured = !usp_runtime_cluster_of(rt).modelled;
     report.device = o->meta ? NULL : strcmp(o->backend, "nccl") == 0 ? "the GPUs" : "this CPU";

@@ -5,6 +5,8 @@
 #include <math.h>
 #include <stdlib.h>
 
+#include "core/data/data.h"
+
 /* Prints j as one compact line (reals with 9 significant digits) and frees it. */
 static void print_json(FILE *out, json_t *j)
 {
@@ -147,6 +149,43 @@ static void attention_work_text(FILE *out, const usp_train_config *c, const usp_
     for (int i = 0; i < c->shape.world && i < 16; i++)
         fprintf(out, " %.4g", r->attention_flops[i] / 1e9);
     fprintf(out, "%s; max / mean %.3f (rank %d)\n", c->shape.world > 16 ? " ..." : "", balance, rank);
+}
+
+/* A file of fewer sequences than a step's batch: they repeat within a step, and the held-out samples are
+ * sequences the steps train on. A warning, not a refusal: a small file is how one tries the tool. */
+static void warn_short_data(FILE *err, const usp_train_config *c)
+{
+    usp_data d;
+    if (usp_data_open(c->data, c->seed, &d) != USP_OK) {
+        usp_error_clear(); /* the run reports it, naming --data */
+        return;
+    }
+    int64_t windows = usp_data_windows(&d, c->seq_len);
+    if (d.kind != USP_DATA_PASSKEY && windows > 0 && windows < c->batch)
+        fprintf(err, "usp %s: warning: --data %s holds %lld tokens, %lld sequence%s of --seq %d (each %d tokens "
+                "with its last target), fewer than one --batch of %d: sequences repeat within a step, and the "
+                "held-out samples are sequences it trains on\n", c->eval_only ? "eval" : "train", c->data,
+                (long long)d.file_tokens, (long long)windows, windows == 1 ? "" : "s", (int)c->seq_len,
+                (int)c->seq_len + 1, (int)c->batch);
+    usp_data_close(&d);
+}
+
+/* A window no narrower than the sequence is accepted (a config may give one wider than its positions),
+ * and said: it masks nothing. */
+static void note_wide_window(FILE *err, const usp_train_config *c)
+{
+    const int64_t w = c->window > 0 ? c->window : c->model.sliding_window;
+    if (w > 0 && w >= c->seq_len)
+        fprintf(err, "usp %s: note: the sliding window of %lld keys (%s) is at least --seq %lld: every query sees "
+                "its whole causal past, as without a window\n", c->eval_only ? "eval" : "train", (long long)w,
+                c->window > 0 ? "--window" : "the model's sliding_window", (long long)c->seq_len);
+}
+
+void train_report_input_notes(FILE *err, const usp_train_config *c, int shapes_only)
+{
+    if (!shapes_only)
+        warn_short_data(err, c);
+    note_wide_window(err, c);
 }
 
 void train_report_summary(const train_report *report, const usp_train_config *c, const usp_train_result *r,

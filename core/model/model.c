@@ -94,7 +94,31 @@ static usp_schedule_shape schedule_shape(const usp_model_config *c, int64_t seq_
                                          int64_t window)
 {
     return (usp_schedule_shape){.ulysses = mesh->ulysses, .ring = mesh->ring, .seq_len = seq_len,
-                                .n_heads = c->n_head, .n_kv_heads = c->n_kv_head, .causal = 1, .window = window};
+                                .n_heads = c->n_head, .n_kv_heads = c->n_kv_head, .causal = 1,
+                                .window = usp_model_config_common_window(c, window)};
+}
+
+/* With recomputed layers the layers share attentions: one for the layers with the window, one for those
+ * without (layer_types that mix them); else each layer has its own. */
+static int mixed_windows(const usp_model *m)
+{
+    return usp_model_config_common_window(&m->c, m->s.window) == 0 &&
+           m->c.sliding_window + m->s.window > 0; /* some layer has a window, and not every one */
+}
+
+static int attention_slot(const usp_model *m, int l)
+{
+    if (!m->s.recompute_layers)
+        return l;
+    return mixed_windows(m) && usp_model_config_layer_window(&m->c, l, m->s.window) == 0;
+}
+
+/* The window of the layers that use attention `set` (attention_slot). */
+static int64_t set_window(const usp_model *m, int set)
+{
+    if (!m->s.recompute_layers)
+        return usp_model_config_layer_window(&m->c, set, m->s.window);
+    return set == 1 ? 0 : m->s.window > 0 ? m->s.window : m->c.sliding_window;
 }
 
 static usp_status create_attention(usp_model *m)
@@ -110,16 +134,18 @@ static usp_status create_attention(usp_model *m)
         for (int64_t b = 0; b < m->B; b++)
             usp_mask_table_fill(&N, 1, m->host_docs + 2 * b * N);
     }
-    const usp_schedule_config sc = {.backend = BE, .stream = ST, .ulysses = m->s.mesh->ulysses,
+    usp_schedule_config sc = {.backend = BE, .stream = ST, .ulysses = m->s.mesh->ulysses,
                                     .ring = m->s.mesh->ring, .batch = m->B, .seq_len = m->s.seq_len,
                                     .n_heads = m->H, .n_kv_heads = m->Hkv, .head_dim = m->D, .causal = 1,
                                     .storage = m->s.storage, .eager_ring_merge = m->s.eager_ring_merge,
                                     .ring_backward_overlap = m->s.ring_backward_overlap,
                                     .ulysses_overlap = m->s.ulysses_overlap,
-                                    .mask = {.window = m->s.window, .docs = m->docs, .docs_host = m->host_docs}};
-    const int sets = m->s.recompute_layers ? 1 : (int)m->c.n_layer;
-    for (int l = 0; l < sets; l++)
+                                    .mask = {.docs = m->docs, .docs_host = m->host_docs}, .layout_window = shape.window};
+    const int sets = m->s.recompute_layers ? 1 + mixed_windows(m) : (int)m->c.n_layer;
+    for (int l = 0; l < sets; l++) {
+        sc.mask.window = set_window(m, l);
         USP_CHECK(usp_attention_create(schedule, &sc, &m->attn[l]));
+    }
     m->layout = *usp_attention_layout(m->attn[0]);
     m->exchanges = schedule->sent(&shape, usp_comm_rank(m->s.mesh->sp), m->B, m->D) > 0;
     return USP_OK;
@@ -274,7 +300,7 @@ static usp_status upload_batch(usp_model *m, const usp_shard *shards)
 
 static usp_status attention_forward(usp_model *m, int l, layer_acts *a)
 {
-    return usp_attention_forward(m->attn[slot(m, l)], a->q, a->k, a->v, a->att);
+    return usp_attention_forward(m->attn[attention_slot(m, l)], a->q, a->k, a->v, a->att);
 }
 
 /* The layer's two norms: a->ln1 from its input x, a->ln2 from the residual after attention a->mid. */
@@ -352,7 +378,7 @@ usp_status usp_model_forward(usp_model *m, const usp_shard *shards)
 
 static usp_status attention_backward(usp_model *m, int l)
 {
-    return usp_attention_backward(m->attn[slot(m, l)], m->d_att, m->d_q, m->d_k, m->d_v);
+    return usp_attention_backward(m->attn[attention_slot(m, l)], m->d_att, m->d_q, m->d_k, m->d_v);
 }
 
 /* The compute stream is about to issue the attention's exchanges (Ulysses, ring): the gradient collectives

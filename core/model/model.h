@@ -62,7 +62,8 @@ typedef struct usp_model_setup {
     usp_overlap ulysses_overlap; /* Ulysses' head groups' all-to-alls beside the attention (ulysses.h) */
     int64_t tile_rows;      /* rows per tile (0: 1024) */
     usp_dtype storage;      /* activations: USP_F32 (0), or USP_BF16 on meta (usp_buffer_alloc_as) */
-    int64_t window;         /* every layer's sliding window (core/ops/mask.h; 0: none) */
+    int64_t window;         /* --window: the sliding window of the config's window layers, of every layer when
+                               the config has none (usp_model_config_layer_window; 0: the config's) */
     int documents;          /* 1: the batch's shards carry documents' tables (core/data/data.h), which the
                                attention's mask keeps apart */
 } usp_model_setup;

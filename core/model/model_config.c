@@ -90,6 +90,24 @@ int64_t usp_model_config_head_dim(const usp_model_config *c)
     return c->n_head > 0 ? c->d_model / c->n_head : 0;
 }
 
+static int layer_is_full(const usp_model_config *c, int64_t l)
+{
+    return l < USP_MODEL_TYPED_LAYERS_MAX && (c->full_layers[l / 64] >> (l % 64) & 1u);
+}
+
+int64_t usp_model_config_layer_window(const usp_model_config *c, int64_t layer, int64_t window)
+{
+    return layer_is_full(c, layer) ? 0 : window > 0 ? window : c->sliding_window;
+}
+
+int64_t usp_model_config_common_window(const usp_model_config *c, int64_t window)
+{
+    for (int64_t l = 0; l < c->n_layer && l < USP_MODEL_TYPED_LAYERS_MAX; l++)
+        if (layer_is_full(c, l))
+            return 0;
+    return window > 0 ? window : c->sliding_window;
+}
+
 int64_t usp_model_config_attention_width(const usp_model_config *c)
 {
     int64_t width;
@@ -164,6 +182,13 @@ static usp_status check_named(const usp_model_config *c, const char *const names
                          "%d, mlp %d, rope_scaling %d, tied_embeddings %d, bias %d)", source, (int)c->family,
                          (int)c->norm, (int)c->positions, (int)c->mlp, (int)c->rope_scaling.kind,
                          c->tied_embeddings, c->bias);
+    if (c->sliding_window < 0 || c->sliding_window > INT32_MAX)
+        return usp_error(USP_ERR_CONFIG, "%s: sliding_window is %lld; it must be between 1 and %d (or absent: "
+                         "none)", source, (long long)c->sliding_window, INT32_MAX);
+    for (int64_t l = c->n_layer; l < USP_MODEL_TYPED_LAYERS_MAX; l++)
+        if (c->full_layers[l / 64] >> (l % 64) & 1u)
+            return usp_error(USP_ERR_CONFIG, "%s: layer_types marks layer %lld of %lld", source, (long long)l,
+                             (long long)c->n_layer);
     if (!(c->norm_eps > 0.0f && c->norm_eps <= 1.0f)) /* also false for NaN */
         return usp_error(USP_ERR_CONFIG, "%s: %s is %g; it must be in (0, 1], typically 1e-5 or 1e-6", source,
                          names[F_NORM_EPS], (double)c->norm_eps);
@@ -246,7 +271,8 @@ int usp_model_config_equal(const usp_model_config *a, const usp_model_config *b)
            x->kind == y->kind &&
            (x->kind == USP_ROPE_SCALING_NONE ||
             (x->factor == y->factor && x->low_freq_factor == y->low_freq_factor &&
-             x->high_freq_factor == y->high_freq_factor && x->original_max_pos == y->original_max_pos));
+             x->high_freq_factor == y->high_freq_factor && x->original_max_pos == y->original_max_pos)) &&
+           a->sliding_window == b->sliding_window && memcmp(a->full_layers, b->full_layers, sizeof a->full_layers) == 0;
 }
 
 int usp_model_config_shape_difference(const usp_model_config *a, const usp_model_config *b, char *out, size_t size)
@@ -263,7 +289,7 @@ int usp_model_config_shape_difference(const usp_model_config *a, const usp_model
         {"d_ff", a->d_ff, b->d_ff, NULL}, {"max_seq", a->max_seq, b->max_seq, NULL},
         {"norm", a->norm, b->norm, norm}, {"positions", a->positions, b->positions, positions},
         {"mlp", a->mlp, b->mlp, mlp}, {"tied_embeddings", a->tied_embeddings, b->tied_embeddings, yes_no},
-        {"bias", a->bias, b->bias, yes_no},
+        {"bias", a->bias, b->bias, yes_no}, {"sliding_window", a->sliding_window, b->sliding_window, NULL},
     };
     for (size_t i = 0; i < sizeof fields / sizeof fields[0]; i++) {
         int64_t x = fields[i].a, y = fields[i].b;
@@ -274,6 +300,10 @@ int usp_model_config_shape_difference(const usp_model_config *a, const usp_model
             snprintf(out, size, "%s %s vs %s", fields[i].name, names[x], names[y]);
         else
             snprintf(out, size, "%s %lld vs %lld", fields[i].name, (long long)x, (long long)y);
+        return 1;
+    }
+    if (memcmp(a->full_layers, b->full_layers, sizeof a->full_layers) != 0) {
+        snprintf(out, size, "layer_types (which layers attend to everything) differ");
         return 1;
     }
     return 0;

@@ -36,6 +36,9 @@ typedef struct usp_rope_scaling {
     int64_t original_max_pos; /* the context length the model was pretrained at */
 } usp_rope_scaling;
 
+/* The most layers a config's layer_types may name (full_layers' bits). */
+#define USP_MODEL_TYPED_LAYERS_MAX 256
+
 typedef struct usp_model_config {
     char name[64];            /* preset name or the file it came from (its last 63 bytes) */
     usp_model_family family;  /* decides the Hugging Face tensor names */
@@ -49,6 +52,10 @@ typedef struct usp_model_config {
     int tied_embeddings;      /* lm_head shares wte */
     int bias;                 /* linear layers have biases (GPT-2: 1, Llama: 0) */
     usp_rope_scaling rope_scaling; /* rope only; kind NONE unless the config asks for it */
+    int64_t sliding_window;   /* the keys a query of a window layer sees, itself included (Mistral's
+                                 sliding_window; core/ops/mask.h); 0: none */
+    uint64_t full_layers[USP_MODEL_TYPED_LAYERS_MAX / 64]; /* layer_types (Gemma 2 and 3): bit l set when layer l
+                                 attends to the whole causal past although the model has a window */
 } usp_model_config;
 
 /* The names usp_model_config_preset accepts, comma-separated ("tiny, gpt2-124m, ..."). */
@@ -84,6 +91,14 @@ int64_t usp_model_config_head_dim(const usp_model_config *c);
 /* Rotary inverse frequency of pair i (0 <= i < head_dim/2), llama3 scaling applied when set. */
 double usp_model_config_rope_inv_freq(const usp_model_config *c, int64_t i);
 
+/* The sliding window of layer `layer`: `window` when positive (--window: the window layers', every layer's
+ * when the config has none), else the config's; 0 for a layer that attends to the whole causal past. */
+int64_t usp_model_config_layer_window(const usp_model_config *c, int64_t layer, int64_t window);
+
+/* The window every layer has (as usp_model_config_layer_window), which may pick the sequence's layout
+ * (core/parallel/layout.h); 0 when some layer has none. */
+int64_t usp_model_config_common_window(const usp_model_config *c, int64_t window);
+
 /* Width of the attention (q and its output): n_head x the head width; d_model unless head_dim is set. */
 int64_t usp_model_config_attention_width(const usp_model_config *c);
 
@@ -91,7 +106,8 @@ int64_t usp_model_config_attention_width(const usp_model_config *c);
 int usp_model_config_equal(const usp_model_config *a, const usp_model_config *b);
 
 /* 1 and the first shape field in which a and b differ, as "d_model 64 vs 128", into out (family, vocab,
- * layers, heads, widths, max_seq, norm, positions, MLP, tying, bias); 0 when their shapes are the same. */
+ * layers, heads, widths, max_seq, norm, positions, MLP, tying, bias, sliding window, layer types); 0 when
+ * their shapes are the same. */
 int usp_model_config_shape_difference(const usp_model_config *a, const usp_model_config *b, char *out, size_t size);
 
 #endif

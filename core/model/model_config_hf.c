@@ -158,6 +158,45 @@ static usp_status hf_read_rope_scaling(const hf_reader *r, usp_rope_scaling *s)
     return hf_int(&sub, "original_max_position_embeddings", 1, 0, &s->original_max_pos);
 }
 
+/* Mistral's sliding_window (null or absent: none; Qwen2's use_sliding_window false: none), and layer_types
+ * as Gemma 2 and 3 and newer configs write them: "sliding_attention" layers have the window,
+ * "full_attention" ones attend to the whole causal past. */
+static usp_status hf_read_window(const hf_reader *r, usp_model_config *c)
+{
+    int used;
+    USP_CHECK(hf_int(r, "sliding_window", 0, 0, &c->sliding_window));
+    USP_CHECK(hf_bool(r, "use_sliding_window", 1, &used));
+    if (c->sliding_window < 0 || (c->sliding_window == 0 && json_is_integer(json_object_get(r->obj, "sliding_window"))))
+        return usp_error(USP_ERR_CONFIG, "%s: field \"sliding_window\" is %lld; a window is at least 1 key (null: "
+                         "none)", r->path, (long long)c->sliding_window);
+    if (!used)
+        c->sliding_window = 0;
+    const json_t *types = json_object_get(r->obj, "layer_types");
+    if (!types || json_is_null(types))
+        return USP_OK;
+    if (!json_is_array(types) || (int64_t)json_array_size(types) != c->n_layer)
+        return usp_error(USP_ERR_CONFIG, "%s: field \"layer_types\" is %s of %zu; it must be an array of "
+                         "num_hidden_layers (%lld) strings", r->path, json_kind(types),
+                         json_is_array(types) ? json_array_size(types) : (size_t)0, (long long)c->n_layer);
+    for (size_t l = 0; l < json_array_size(types); l++) {
+        const char *t = json_string_value(json_array_get(types, l));
+        const int full = t && strcmp(t, "full_attention") == 0;
+        if (!full && !(t && strcmp(t, "sliding_attention") == 0))
+            return usp_error(USP_ERR_CONFIG, "%s: layer_types[%zu] is %s%.40s%s; usp reads \"sliding_attention\" "
+                             "and \"full_attention\"", r->path, l, t ? "\"" : "", t ? t : "not a string",
+                             t ? "\"" : "");
+        if (!full && c->sliding_window == 0)
+            return usp_error(USP_ERR_CONFIG, "%s: layer_types[%zu] is \"sliding_attention\" but the config has no "
+                             "sliding_window", r->path, l);
+        if (full && l >= USP_MODEL_TYPED_LAYERS_MAX)
+            return usp_error(USP_ERR_CONFIG, "%s: layer_types has a full_attention layer %zu; usp types the first %d "
+                             "layers", r->path, l, USP_MODEL_TYPED_LAYERS_MAX);
+        if (full)
+            c->full_layers[l / 64] |= (uint64_t)1 << (l % 64);
+    }
+    return USP_OK;
+}
+
 static usp_status hf_read_llama(const hf_reader *r, usp_model_config *c)
 {
     c->family = USP_FAMILY_LLAMA;
@@ -198,7 +237,7 @@ static usp_status hf_read_llama(const hf_reader *r, usp_model_config *c)
                          "hidden_size / num_attention_heads)", r->path, (long long)head_dim);
     int is_default = c->n_head > 0 && c->d_model % c->n_head == 0 && head_dim == c->d_model / c->n_head;
     c->head_dim = is_default ? 0 : head_dim;
-    return USP_OK;
+    return hf_read_window(r, c);
 }
 
 /* Keeps the last 63 bytes of `path` as the config's name. */
@@ -231,7 +270,7 @@ usp_status usp_model_config_from_hf_json(const char *path, usp_model_config *out
     USP_CHECK_GOTO(hf_string(&r, "model_type", &type), s, done);
     if (type && strcmp(type, "gpt2") == 0) {
         USP_CHECK_GOTO(hf_read_gpt2(&r, &c), s, done);
-    } else if (type && strcmp(type, "llama") == 0) {
+    } else if (type && (strcmp(type, "llama") == 0 || strcmp(type, "mistral") == 0)) { /* Mistral: Llama's, windowed */
         USP_CHECK_GOTO(hf_read_llama(&r, &c), s, done);
     } else if (type && strcmp(type, "qwen3") == 0) {
         s = usp_error(USP_ERR_CONFIG, "%s: field \"model_type\" is \"qwen3\"; usp does not model Qwen3's per-head "
@@ -239,7 +278,7 @@ usp_status usp_model_config_from_hf_json(const char *path, usp_model_config *out
                       "(with its head_dim): the norms' cost is negligible", path);
         goto done;
     } else {
-        s = usp_error(USP_ERR_CONFIG, "%s: field \"model_type\" is %s%.40s%s; usp reads \"gpt2\" and \"llama\"",
+        s = usp_error(USP_ERR_CONFIG, "%s: field \"model_type\" is %s%.40s%s; usp reads \"gpt2\", \"llama\" and \"mistral\"",
                       path, type ? "\"" : "", type ? type : "missing", type ? "\"" : "");
         goto done;
     }
@@ -298,7 +337,20 @@ static usp_status hf_build(const usp_model_config *c, json_t *j)
     } else {
         if (c->norm != USP_NORM_RMSNORM || c->positions != USP_POS_ROPE || c->mlp != USP_MLP_SWIGLU)
             return family_mismatch(c, "Llama", "rmsnorm, rotary positions and swiglu");
-        bad |= json_object_set_new(j, "architectures", json_pack("[s]", "LlamaForCausalLM"));
+        /* a window makes it Mistral's (LlamaConfig has no sliding_window), with Gemma's layer_types if mixed */
+        const int windowed = c->sliding_window > 0;
+        if (windowed && c->bias)
+            return family_mismatch(c, "Mistral", "a sliding window without biases (no Hugging Face config has both)");
+        bad |= json_object_set_new(j, "architectures",
+                                   json_pack("[s]", windowed ? "MistralForCausalLM" : "LlamaForCausalLM"));
+        bad |= windowed ? json_object_set_new(j, "sliding_window", json_integer(c->sliding_window)) : 0;
+        if (windowed && usp_model_config_common_window(c, 0) == 0) {
+            json_t *types = json_array();
+            for (int64_t l = 0; l < c->n_layer; l++)
+                bad |= json_array_append_new(types, json_string(usp_model_config_layer_window(c, l, 0)
+                                                                ? "sliding_attention" : "full_attention"));
+            bad |= json_object_set_new(j, "layer_types", types);
+        }
         bad |= json_object_set_new(j, "attention_bias", json_boolean(c->bias));
         bad |= json_object_set_new(j, "attention_dropout", json_real(0.0));
         bad |= json_object_set_new(j, "head_dim", json_integer(usp_model_config_head_dim(c)));
@@ -308,7 +360,7 @@ static usp_status hf_build(const usp_model_config *c, json_t *j)
         bad |= json_object_set_new(j, "intermediate_size", json_integer(c->d_ff));
         bad |= json_object_set_new(j, "max_position_embeddings", json_integer(c->max_seq));
         bad |= json_object_set_new(j, "mlp_bias", json_boolean(c->bias));
-        bad |= json_object_set_new(j, "model_type", json_string("llama"));
+        bad |= json_object_set_new(j, "model_type", json_string(windowed ? "mistral" : "llama"));
         bad |= json_object_set_new(j, "num_attention_heads", json_integer(c->n_head));
         bad |= json_object_set_new(j, "num_hidden_layers", json_integer(c->n_layer));
         bad |= json_object_set_new(j, "num_key_value_heads", json_integer(c->n_kv_head));

@@ -84,7 +84,7 @@ usp_status usp_attention_create(const usp_schedule_i *s, const usp_schedule_conf
     const usp_schedule_shape shape = {.ulysses = c->ulysses ? usp_comm_size(c->ulysses) : 1,
                                       .ring = c->ring ? usp_comm_size(c->ring) : 1, .seq_len = c->seq_len,
                                       .n_heads = c->n_heads, .n_kv_heads = c->n_kv_heads, .causal = c->causal,
-                                      .window = c->mask.window};
+                                      .window = c->layout_window};
     USP_CHECK(s->check(&shape));
     usp_attention *a;
     USP_CHECK(usp_calloc((void **)&a, 1, sizeof *a, "an attention"));

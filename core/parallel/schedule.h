@@ -38,6 +38,8 @@ typedef struct usp_schedule_config {
     int eager_ring_merge;       /* the ring's merge as a PyTorch framework runs it (shapes only; ring.h) */
     usp_overlap ring_backward_overlap, ulysses_overlap; /* ring.h, ulysses.h */
     usp_attention_mask mask;    /* beyond causal: a window, documents (the table covers seq_len positions) */
+    int64_t layout_window;      /* the window that picks the layout (core/parallel/layout.h): every layer's, the
+                                   same for all the model's attentions; 0 when some layer has none */
 } usp_schedule_config;
 
 typedef struct usp_schedule_i {

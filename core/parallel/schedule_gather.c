@@ -68,7 +68,7 @@ static usp_status create(const usp_schedule_config *c, void **out)
     if (a->c.scale == 0.0f)
         a->c.scale = 1.0f / sqrtf((float)c->head_dim);
     a->R = c->ring ? usp_comm_size(c->ring) : 1;
-    usp_status s = usp_seq_layout_make(usp_layout_for(c->causal, a->R, c->mask.window, c->seq_len), c->seq_len, 1, a->R, &a->layout);
+    usp_status s = usp_seq_layout_make(usp_layout_for(c->causal, a->R, c->layout_window, c->seq_len), c->seq_len, 1, a->R, &a->layout);
     a->X = (size_t)(c->batch * a->layout.per_rank * c->n_kv_heads * c->head_dim);
     if (s == USP_OK)
         s = usp_buffer_alloc(c->backend, (size_t)(c->batch * c->n_heads * a->layout.per_rank) * sizeof(float),

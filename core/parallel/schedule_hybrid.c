@@ -44,7 +44,7 @@ static usp_status create(const usp_schedule_config *c, void **out)
                                    .causal = c->causal, .scale = c->scale, .storage = c->storage,
                                    .eager_ring_merge = c->eager_ring_merge,
                                    .ring_backward_overlap = c->ring_backward_overlap, .overlap = c->ulysses_overlap,
-                                   .mask = c->mask};
+                                   .mask = c->mask, .layout_window = c->layout_window};
     return ulysses_attention_create(&ac, (ulysses_attention **)out);
 }
 

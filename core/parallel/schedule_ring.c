@@ -58,7 +58,7 @@ static usp_status create(const usp_schedule_config *c, void **out)
                                 .causal = c->causal, .scale = c->scale ? c->scale : 1.0f / sqrtf((float)c->head_dim),
                                 .storage = c->storage, .eager_merge = c->eager_ring_merge,
                                 .backward_overlap = c->ring_backward_overlap, .mask = c->mask};
-    USP_CHECK(usp_seq_layout_make(usp_layout_for(c->causal, R, c->mask.window, c->seq_len), c->seq_len, 1, R, &rc.layout));
+    USP_CHECK(usp_seq_layout_make(usp_layout_for(c->causal, R, c->layout_window, c->seq_len), c->seq_len, 1, R, &rc.layout));
     ring_layer *a;
     USP_CHECK(usp_calloc((void **)&a, 1, sizeof *a, "ring attention"));
     a->backend = c->backend;

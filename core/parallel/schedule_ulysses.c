@@ -34,7 +34,7 @@ static usp_status create(const usp_schedule_config *c, void **out)
                                    .batch = c->batch, .seq_len = c->seq_len, .n_heads = c->n_heads,
                                    .n_kv_heads = c->n_kv_heads, .head_dim = c->head_dim, .causal = c->causal,
                                    .scale = c->scale, .storage = c->storage, .overlap = c->ulysses_overlap,
-                                   .mask = c->mask};
+                                   .mask = c->mask, .layout_window = c->layout_window};
     return ulysses_attention_create(&ac, (ulysses_attention **)out);
 }
 

@@ -127,7 +127,7 @@ usp_status ulysses_attention_create(const ulysses_attention_config *c, ulysses_a
     a->me = usp_comm_rank(c->ulysses);
     int R = c->ring ? usp_comm_size(c->ring) : 1;
     usp_status s;
-    USP_CHECK_GOTO(usp_seq_layout_make(usp_layout_for(c->causal, R, c->mask.window, c->seq_len), c->seq_len, a->U, R, &a->layout), s, fail);
+    USP_CHECK_GOTO(usp_seq_layout_make(usp_layout_for(c->causal, R, c->layout_window, c->seq_len), c->seq_len, a->U, R, &a->layout), s, fail);
     USP_CHECK_GOTO(split_heads(a), s, fail);
     a->T = a->layout.per_rank;
     a->NU = a->T * a->U;

@@ -69,6 +69,7 @@ typedef struct ulysses_attention_config {
     usp_overlap ring_backward_overlap; /* the ring's backward sends K/V ahead: auto (0), on, off (ring.h) */
     usp_overlap overlap; /* head groups' all-to-alls beside the attention: auto (0; overlap_pays), on, off */
     usp_attention_mask mask; /* beyond causal (core/ops/mask.h); its table covers seq_len positions */
+    int64_t layout_window;   /* the window that picks the layout (usp_schedule_config) */
 } ulysses_attention_config;
 
 /* Checks that H query heads and Hkv KV heads split over U ranks: Hkv divides H, each rank holds a

@@ -104,7 +104,8 @@ typedef struct usp_train_config {
     int selective_recompute;
     int tiled_mlp, tiled_loss;
     int64_t tile_rows;
-    int64_t window;            /* --window: every layer's sliding window, W keys up to the query (0: none) */
+    int64_t window;            /* --window: the sliding window, W keys up to the query, of the model's window
+                                  layers, every layer's when its config has none (0: the config's) */
     int64_t eot;               /* --eot: the end-of-text id that ends packed documents (-1, the default: none) */
     int offload_optimizer;     /* master weights and Adam state on the host (ZeRO-Offload; shapes only) */
     int eager_loss;            /* the loss as PyTorch's eager cross-entropy holds it (shapes only; model.h) */

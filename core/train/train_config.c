@@ -114,7 +114,8 @@ usp_status usp_train_check(const usp_train_config *c, int64_t *padded_len)
                          known);
     }
     const usp_schedule_shape shape = {.ulysses = c->shape.ulysses, .ring = c->shape.ring, .seq_len = c->seq_len,
-                                      .causal = 1, .window = c->window};
+                                      .causal = 1,
+                                      .window = usp_model_config_common_window(&c->model, c->window)};
     usp_layout_kind kind = schedule->layout(&shape);
     int64_t multiple = usp_seq_layout_multiple(kind, c->shape.ulysses, c->shape.ring);
     *padded_len = c->pad ? (c->seq_len + multiple - 1) / multiple * multiple : c->seq_len;
