@@ -12,7 +12,8 @@
  * - Every mesh is picked by exactly one exact schedule, and what a schedule refuses is a
  *   configuration error naming the option to change.
  * - On the explorer (sim/explore.h), no order of a layer's calls deadlocks, and the lint finds no two
- *   groups' calls that may be in flight at once (sim/schedule_lint.h), overlap on or off. */
+ *   groups' calls that may be in flight at once (sim/schedule_lint.h), overlap on or off, with and
+ *   without a sliding window (whose shorter ring issues other calls in another order). */
 #include <check.h>
 #include <math.h>
 #include <stdlib.h>
@@ -363,13 +364,17 @@ START_TEST(what_a_schedule_refuses_names_the_option_to_change)
 }
 END_TEST
 
+/* Also under a window of 5 (64 tokens: the contiguous layout, and on R4 a ring of 2 steps, whose calls and
+ * their order differ from the full ring's: one forward sendrecv, not 3, and dK/dV home from r + 1). */
 START_TEST(no_order_of_a_layers_calls_deadlocks_nor_lints)
 {
     for (int i = 0; i < usp_schedule_count(); i++)
         for (int m = 0; m < N_MESHES; m++)
-            for (int overlap = USP_OVERLAP_AUTO; overlap <= USP_OVERLAP_ON; overlap++) {
+            for (int run = 0; run < 4; run++) {
+                const int overlap = run % 2 ? USP_OVERLAP_ON : USP_OVERLAP_AUTO;
                 layer_case c = {.schedule = usp_schedule_at(i), .U = meshes[m][0], .R = meshes[m][1], .causal = 1,
-                                .B = 1, .N = 64, .H = 8, .Hkv = 8, .D = 16, .overlap = (usp_overlap)overlap};
+                                .B = 1, .N = 64, .H = 8, .Hkv = 8, .D = 16, .overlap = (usp_overlap)overlap,
+                                .window = run / 2 ? 5 : 0};
                 const usp_schedule_shape shape = shape_of(&c);
                 if (c.schedule->check(&shape) != USP_OK || c.U * c.R == 1)
                     continue;
