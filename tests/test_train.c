@@ -260,6 +260,78 @@ START_TEST(each_ranks_attention_work_is_its_share_of_the_mask)
 }
 END_TEST
 
+/* Writes `n` uint16 tokens to a new temporary file; its spec "tokens:PATH" into spec, the path into path. */
+static void write_token_file(const uint16_t *tokens, size_t n, char path[32], char spec[64])
+{
+    snprintf(path, 32, "/tmp/usp_docs_XXXXXX");
+    const int fd = mkstemp(path);
+    ck_assert_int_ge(fd, 0);
+    ck_assert_int_eq(write(fd, tokens, n * sizeof *tokens), (ssize_t)(n * sizeof *tokens));
+    close(fd);
+    snprintf(spec, 64, "tokens:%s", path);
+}
+
+/* A packed sequence is its documents run alone: 64 tokens holding documents of 1, 3, 37, 1, 5 and 17
+ * tokens (the last ending the sequence) give, on one rank, U4, R4 and U2 x R2, the loss and the step-1
+ * gradients of each document trained alone on one rank (its L - 1 targets), weighted by its targets:
+ * loss within 1e-6 relative, gradients within 1e-5. A 1-token document has no target. Llama (rotary
+ * positions, which only relative positions reach) and GPT-2 (learned positions: each document's restart
+ * at 0 matters). */
+START_TEST(a_packed_sequence_is_its_documents_run_alone)
+{
+    const usp_model_family family = _i ? USP_FAMILY_GPT2 : USP_FAMILY_LLAMA;
+    static const int lengths[] = {1, 3, 37, 1, 5, 17};
+    uint16_t tokens[2 * 64];
+    for (int t = 0, d = 0, at = 0; t < 2 * 64; t++, at++) {
+        if (at == lengths[d % 6])
+            d++, at = 0;
+        tokens[t] = at + 1 == lengths[d % 6] ? PACKED_EOT : (uint16_t)((t * 37 + d * 11) % PACKED_EOT);
+    }
+    const usp_model_config model = tiny_config(family);
+    usp_param_table table;
+    ck_assert_int_eq(usp_param_table_make(&model, &table), USP_OK);
+    double *want = calloc((size_t)table.total, sizeof *want), want_loss = 0, targets = 0;
+    float *alone = calloc((size_t)table.total, sizeof *alone), *got = calloc((size_t)table.total, sizeof *got);
+    char path[32], spec[64];
+    for (int d = 0, first = 0; d < 6; first += lengths[d++]) {
+        if (lengths[d] < 3) /* 1 token: no target; seq must be at least 2 */
+            continue;
+        write_token_file(tokens + first, (size_t)lengths[d], path, spec);
+        const run_spec r = {.world = 1, .ulysses = 1, .ring = 1, .seq = lengths[d] - 1, .batch = 1, .steps = 10,
+                            .until = 1, .data = spec};
+        double loss;
+        train(&model, &r, &loss, alone, NULL);
+        const double n = lengths[d] - 1;
+        want_loss += n * loss, targets += n;
+        for (int64_t i = 0; i < table.total; i++)
+            want[i] += n * alone[i];
+        unlink(path);
+    }
+    write_token_file(tokens, 2 * 64, path, spec);
+    const int meshes[][2] = {{1, 1}, {4, 1}, {1, 4}, {2, 2}};
+    for (int m = 0; m < 4; m++) {
+        const run_spec r = {.world = meshes[m][0] * meshes[m][1], .ulysses = meshes[m][0], .ring = meshes[m][1],
+                            .seq = 64, .batch = 1, .steps = 10, .until = 1, .data = spec, .documents = 1};
+        double loss, worst = 0;
+        train(&model, &r, &loss, got, NULL);
+        ck_assert_msg(fabs(loss - want_loss / targets) <= 1e-6 * want_loss / targets, "U%d R%d: loss %.9f, the "
+                      "documents alone %.9f", r.ulysses, r.ring, loss, want_loss / targets);
+        for (int64_t i = 0; i < table.total; i++) { /* relative to the tensor-wide scale of the gradients */
+            const double e = fabs(got[i] - want[i] / targets);
+            worst = e > worst ? e : worst;
+        }
+        double scale = 0;
+        for (int64_t i = 0; i < table.total; i++)
+            scale = fabs(want[i] / targets) > scale ? fabs(want[i] / targets) : scale;
+        ck_assert_msg(worst <= 1e-5 * scale, "U%d R%d: a gradient off by %.3g of %.3g", r.ulysses, r.ring, worst,
+                      scale);
+    }
+    unlink(path);
+    free(want), free(alone), free(got);
+    usp_param_table_free(&table);
+}
+END_TEST
+
 /* A length that does not divide, padded: the loss and gradients of the real tokens only. */
 START_TEST(padding_gives_the_unpadded_single_rank_result)
 {
@@ -427,6 +499,7 @@ int main(void)
     tcase_add_test(t, packed_documents_and_windows_give_the_single_rank_result);
     tcase_add_test(t, each_ranks_attention_work_is_its_share_of_the_mask);
     tcase_add_test(t, layers_with_and_without_a_window_give_the_single_rank_result);
+    tcase_add_loop_test(t, a_packed_sequence_is_its_documents_run_alone, 0, 2);
     tcase_add_test(t, padding_gives_the_unpadded_single_rank_result);
     tcase_add_loop_test(t, twenty_steps_equal_ten_then_resume_then_ten, 0, 2);
     tcase_add_loop_test(t, a_resume_at_another_stage_or_world_continues_the_same_losses, 0, 2);
