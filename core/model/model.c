@@ -126,13 +126,25 @@ static usp_status create_attention(usp_model *m)
     const usp_schedule_shape shape = schedule_shape(&m->c, m->s.seq_len, &m->s.mesh->shape, m->s.window);
     const usp_schedule_i *schedule;
     USP_CHECK(usp_schedule_resolve(m->s.attention, &shape, &schedule));
-    if (m->s.documents) { /* every row one document until a batch brings its tables (upload_batch) */
+    if (m->s.documents || m->s.doc_lengths) { /* each row one document until a batch brings its tables */
         const int64_t N = m->s.seq_len;
+        int64_t sum = 0;
+        for (int64_t d = 0; d < m->s.n_doc_lengths; d++)
+            sum += m->s.doc_lengths[d];
+        if (sum > N)
+            return usp_error(USP_ERR_CONFIG, "--documents: the lengths sum to %lld tokens, more than the sequence's "
+                             "%lld", (long long)sum, (long long)N);
         USP_CHECK(model_buffer(m, (float **)&m->docs, m->B * N * 2, "activations"));
         USP_CHECK(usp_malloc((void **)&m->host_docs, (size_t)(m->B * N * 2) * sizeof *m->host_docs,
                              "the documents' table"));
+        int64_t *lengths; /* the given ones, and the rest (padding; all of it without lengths) as one more */
+        USP_CHECK(usp_malloc((void **)&lengths, (size_t)(m->s.n_doc_lengths + 1) * sizeof *lengths, "--documents"));
+        for (int64_t d = 0; d < m->s.n_doc_lengths; d++)
+            lengths[d] = m->s.doc_lengths[d];
+        lengths[m->s.n_doc_lengths] = N - sum;
         for (int64_t b = 0; b < m->B; b++)
-            usp_mask_table_fill(&N, 1, m->host_docs + 2 * b * N);
+            usp_mask_table_fill(lengths, m->s.n_doc_lengths + (sum < N), m->host_docs + 2 * b * N);
+        free(lengths);
     }
     usp_schedule_config sc = {.backend = BE, .stream = ST, .ulysses = m->s.mesh->ulysses,
                                     .ring = m->s.mesh->ring, .batch = m->B, .seq_len = m->s.seq_len,

@@ -64,6 +64,9 @@ typedef struct usp_model_setup {
     usp_dtype storage;      /* activations: USP_F32 (0), or USP_BF16 on meta (usp_buffer_alloc_as) */
     int64_t window;         /* --window: the sliding window of the config's window layers, of every layer when
                                the config has none (usp_model_config_layer_window; 0: the config's) */
+    const int64_t *doc_lengths; /* shapes only (usp plan --documents): every row's documents, in order, summing
+                               to seq_len, instead of tables the shards carry; NULL: none */
+    int64_t n_doc_lengths;
     int documents;          /* 1: the batch's shards carry documents' tables (core/data/data.h), which the
                                attention's mask keeps apart */
 } usp_model_setup;

@@ -324,7 +324,8 @@ static usp_status setup(trainer *t)
                           .tiled_loss = c->tiled_loss, .tile_rows = c->tile_rows, .storage = c->storage,
                           .eager_loss = c->eager_loss, .eager_ring_merge = c->eager_ring_merge,
                           .ring_backward_overlap = c->ring_backward_overlap, .ulysses_overlap = c->ulysses_overlap,
-                          .window = c->window, .documents = c->eot >= 0};
+                          .window = c->window, .documents = c->eot >= 0, .doc_lengths = c->doc_lengths,
+                          .n_doc_lengths = c->n_doc_lengths};
     USP_CHECK(usp_model_create(&ms, &t->model));
     USP_CHECK(usp_buffer_alloc(BE, (size_t)(t->ctx->world_size + c->batch + 64) * sizeof(double), "comm", (void **)&t->scalars));
     USP_CHECK(usp_calloc((void **)&t->shards, (size_t)(t->M * t->B_local), sizeof *t->shards, "shards"));

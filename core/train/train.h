@@ -107,6 +107,8 @@ typedef struct usp_train_config {
     int64_t window;            /* --window: the sliding window, W keys up to the query, of the model's window
                                   layers, every layer's when its config has none (0: the config's) */
     int64_t eot;               /* --eot: the end-of-text id that ends packed documents (-1, the default: none) */
+    const int64_t *doc_lengths; /* shapes only (usp plan --documents): every sequence's documents (model.h) */
+    int64_t n_doc_lengths;
     int offload_optimizer;     /* master weights and Adam state on the host (ZeRO-Offload; shapes only) */
     int eager_loss;            /* the loss as PyTorch's eager cross-entropy holds it (shapes only; model.h) */
     int forward_only;          /* a step is the forward and the loss, no backward or update (shapes only: planning) */
