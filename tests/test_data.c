@@ -236,6 +236,16 @@ START_TEST(packed_documents_cut_at_every_end_of_text_token)
     ck_assert_int_eq(usp_data_eot_check("passkey", 0, 128), USP_ERR_CONFIG);
     ck_assert_ptr_nonnull(strstr(usp_error_message(), "--eot 0 with --data passkey"));
     ck_assert_int_eq(usp_data_set_eot(&d, PACKED_EOT, 11), USP_OK);
+    int64_t longest = 0, over = 0, want_longest = 0, want_over = 0, len = 0; /* the lengths, by hand */
+    for (int64_t i = 0; i <= 4000; i++, len++)
+        if (i == 4000 || packed_token(i) == PACKED_EOT) {
+            len += i < 4000; /* a document runs to and with its end-of-text token */
+            want_longest = len > want_longest ? len : want_longest, want_over += len > 40, len = -1;
+        }
+    ck_assert_int_eq(usp_data_long_documents(&d, PACKED_EOT, 40, &longest, &over), USP_OK);
+    ck_assert_int_eq(longest, want_longest);
+    ck_assert_int_eq(over, want_over);
+    ck_assert_int_gt(over, 0);
     const struct { usp_layout_kind kind; int u, r; int64_t n, len; } cases[] = {
         {USP_LAYOUT_CONTIGUOUS, 4, 1, 64, 64}, {USP_LAYOUT_ZIGZAG, 2, 2, 64, 64}, {USP_LAYOUT_ZIGZAG, 1, 4, 64, 64},
         {USP_LAYOUT_CONTIGUOUS, 4, 1, 64, 61}, {USP_LAYOUT_ZIGZAG, 1, 4, 200, 197}, /* padded */

@@ -181,10 +181,30 @@ static void note_wide_window(FILE *err, const usp_train_config *c)
                 c->window > 0 ? "--window" : "the model's sliding_window", (long long)c->seq_len);
 }
 
+/* Documents longer than the sequence are cut at the samples' bounds, each piece trained as a document of its
+ * own: said once, before the run (the file is read once to see). */
+static void note_long_documents(FILE *err, const usp_train_config *c)
+{
+    usp_data d;
+    int64_t longest = 0, over = 0;
+    if (c->eot < 0 || usp_data_open(c->data, c->seed, &d) != USP_OK) {
+        usp_error_clear(); /* the run reports it, naming --data */
+        return;
+    }
+    if (d.kind != USP_DATA_PASSKEY && usp_data_long_documents(&d, c->eot, c->seq_len, &longest, &over) == USP_OK &&
+        over > 0)
+        fprintf(err, "usp %s: note: --data %s holds %lld document%s longer than --seq %lld (the longest %lld "
+                "tokens): each is cut where the samples end, its pieces trained as documents of their own\n",
+                c->eval_only ? "eval" : "train", c->data, (long long)over, over == 1 ? "" : "s", (long long)c->seq_len,
+                (long long)longest);
+    usp_error_clear();
+    usp_data_close(&d);
+}
+
 void train_report_input_notes(FILE *err, const usp_train_config *c, int shapes_only)
 {
     if (!shapes_only)
-        warn_short_data(err, c);
+        warn_short_data(err, c), note_long_documents(err, c);
     note_wide_window(err, c);
 }
 

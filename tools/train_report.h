@@ -31,8 +31,9 @@ void train_report_summary(const train_report *report, const usp_train_config *c,
 /* Frees what the report kept (not `out`). */
 void train_report_free(train_report *report);
 
-/* What the run's inputs call for before it starts, on err: data shorter than a batch (a warning; not on
- * shapes only), a sliding window no narrower than the sequence (a note: it masks nothing). */
+/* What the run's inputs call for before it starts, on err: data shorter than a batch (a warning), documents
+ * longer than the sequence (a note: they are cut; both not on shapes only), a sliding window no narrower
+ * than the sequence (a note: it masks nothing). */
 void train_report_input_notes(FILE *err, const usp_train_config *c, int shapes_only);
 
 #endif

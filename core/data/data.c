@@ -214,6 +214,28 @@ usp_status usp_data_set_eot(usp_data *d, int64_t eot, int64_t vocab)
     return USP_OK;
 }
 
+typedef struct document_lengths {
+    int64_t last_end, limit, longest, over; /* the last document's end; the lengths seen over `limit` */
+} document_lengths;
+
+static int note_length(void *arg, int64_t at)
+{
+    document_lengths *s = arg;
+    const int64_t len = at + 1 - s->last_end;
+    s->longest = len > s->longest ? len : s->longest, s->over += len > s->limit;
+    s->last_end = at + 1;
+    return 1;
+}
+
+usp_status usp_data_long_documents(const usp_data *d, int64_t eot, int64_t limit, int64_t *longest, int64_t *over)
+{
+    document_lengths s = {.limit = limit};
+    USP_CHECK(each_eot(d, eot, 0, d->file_tokens, note_length, &s));
+    note_length(&s, d->file_tokens - 1); /* the tokens after the last end-of-text: a document too */
+    *longest = s.longest, *over = s.over;
+    return USP_OK;
+}
+
 /* The first file token of sample `sample` of real length real_len: consecutive windows of real_len + 1
  * tokens (the last one only a target), wrapping around the file. */
 static int64_t sample_start(const usp_data *d, int64_t sample, int64_t real_len)

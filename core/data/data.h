@@ -87,6 +87,10 @@ usp_status usp_data_eot_check(const char *spec, int64_t eot, int64_t vocab);
  * never holds it (the whole file is read once). */
 usp_status usp_data_set_eot(usp_data *d, int64_t eot, int64_t vocab);
 
+/* The longest document of the file cut at end-of-text id `eot` (*longest) and how many are longer than
+ * `limit` tokens (*over), reading the whole file once. */
+usp_status usp_data_long_documents(const usp_data *d, int64_t eot, int64_t limit, int64_t *longest, int64_t *over);
+
 /* *count = the valid targets of sample `sample` of real length real_len: every real token's, less the
  * end-of-text tokens' (each ends a document) when the source has an end-of-text id (reads the sample). */
 usp_status usp_data_sample_targets(const usp_data *d, int64_t sample, int64_t real_len, int64_t *count);
