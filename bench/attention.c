@@ -11,6 +11,7 @@
  * is 2.5 x the forward (five N^2 D products). The kernel's own backward does
  * 7 products to stay deterministic, which this convention does not credit. */
 #include "backends/cpu/cpu_attention.h"
+#include "bench/bench_floats.h"
 #include "bench/cpu_vectors.h"
 
 #include <cblas.h>
@@ -57,25 +58,6 @@ static void usage(FILE *f)
             "  \"threads\", \"fwd_seconds\", \"fwd_gflops\"} (the last two absent with --quick).\n");
 }
 
-static void fill_uniform(float *x, size_t n, uint64_t seed) /* in [-1, 1] */
-{
-    uint64_t st = seed * 0x9E3779B97F4A7C15ull + 1;
-    for (size_t i = 0; i < n; i++) {
-        st = st * 6364136223846793005ull + 1442695040888963407ull;
-        x[i] = (float)((double)(st >> 40) / (double)(1ull << 24) * 2.0 - 1.0);
-    }
-}
-
-static float *alloc_floats(size_t n)
-{
-    float *x = malloc(n * sizeof(float));
-    if (!x) {
-        fprintf(stderr, "attention: out of memory (%zu floats)\n", n);
-        exit(1);
-    }
-    return x;
-}
-
 /* The sgemm reference: 2048^3 on all threads (OpenBLAS's own parallel gemm). */
 typedef struct sgemm_ref {
     int n;
@@ -86,8 +68,8 @@ static sgemm_ref sgemm_ref_make(void)
 {
     sgemm_ref r = {.n = 2048};
     const size_t nn = (size_t)r.n * (size_t)r.n;
-    r.a = alloc_floats(nn), r.b = alloc_floats(nn), r.c = alloc_floats(nn);
-    fill_uniform(r.a, nn, 1), fill_uniform(r.b, nn, 2);
+    r.a = bench_floats(nn), r.b = bench_floats(nn), r.c = bench_floats(nn);
+    bench_fill_uniform(r.a, nn, 1), bench_fill_uniform(r.b, nn, 2);
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, r.n, r.n, r.n, 1.0f, r.a, r.n, r.b, r.n, 0.0f, r.c,
                 r.n); /* warm-up: OpenBLAS starts its threads and buffers */
     return r;
@@ -130,11 +112,11 @@ static timing time_attention(const cpu_attention_shape *s, int reps, const sgemm
 {
     const size_t nq = (size_t)(s->batch * s->n_q * s->n_heads * s->head_dim);
     const size_t nkv = (size_t)(s->batch * s->n_kv * s->n_kv_heads * s->head_dim);
-    float *q = alloc_floats(nq), *k = alloc_floats(nkv), *v = alloc_floats(nkv), *d_o = alloc_floats(nq);
-    float *o = alloc_floats(nq), *lse = alloc_floats((size_t)(s->batch * s->n_heads * s->n_q));
-    float *dq = alloc_floats(nq), *dk = alloc_floats(nkv), *dv = alloc_floats(nkv);
+    float *q = bench_floats(nq), *k = bench_floats(nkv), *v = bench_floats(nkv), *d_o = bench_floats(nq);
+    float *o = bench_floats(nq), *lse = bench_floats((size_t)(s->batch * s->n_heads * s->n_q));
+    float *dq = bench_floats(nq), *dk = bench_floats(nkv), *dv = bench_floats(nkv);
     void *ws = malloc(cpu_attention_workspace_bytes(s));
-    fill_uniform(q, nq, 3), fill_uniform(k, nkv, 4), fill_uniform(v, nkv, 5), fill_uniform(d_o, nq, 6);
+    bench_fill_uniform(q, nq, 3), bench_fill_uniform(k, nkv, 4), bench_fill_uniform(v, nkv, 5), bench_fill_uniform(d_o, nq, 6);
     timing best = {1e30, 1e30, 0.0};
     for (int r = 0; r < reps; r++) {
         double g = sgemm_ref_gflops(ref);
@@ -159,10 +141,10 @@ static void workspace_report(int json, int quick)
     double secs = 0.0, gf = 0.0;
     if (!quick) {
         const size_t nq = (size_t)(s.n_q * s.n_heads * s.head_dim);
-        float *q = alloc_floats(nq), *k = alloc_floats(nq), *v = alloc_floats(nq), *o = alloc_floats(nq);
-        float *lse = alloc_floats((size_t)(s.n_heads * s.n_q));
+        float *q = bench_floats(nq), *k = bench_floats(nq), *v = bench_floats(nq), *o = bench_floats(nq);
+        float *lse = bench_floats((size_t)(s.n_heads * s.n_q));
         void *ws = malloc(bytes);
-        fill_uniform(q, nq, 7), fill_uniform(k, nq, 8), fill_uniform(v, nq, 9);
+        bench_fill_uniform(q, nq, 7), bench_fill_uniform(k, nq, 8), bench_fill_uniform(v, nq, 9);
         double t = omp_get_wtime();
         cpu_flash_attention_forward(&s, q, k, v, o, lse, ws);
         secs = omp_get_wtime() - t;

@@ -6,6 +6,7 @@
  * the same run: the pairs' and the time's. Their quotient is what tile rounding and per-tile overhead
  * cost (1.00: the time falls exactly as the count). Figures are reported, never asserted. */
 #include "backends/cpu/cpu_attention.h"
+#include "bench/bench_floats.h"
 #include "bench/cpu_vectors.h"
 #include "core/ops/mask.h"
 
@@ -32,25 +33,6 @@ static void usage(FILE *f)
             "  threads, cpu_vectors, kernel_isa, kernel_vector_bits.\n");
 }
 
-static void fill_uniform(float *x, size_t n, uint64_t seed) /* in [-1, 1] */
-{
-    uint64_t st = seed * 0x9E3779B97F4A7C15ull + 1;
-    for (size_t i = 0; i < n; i++) {
-        st = st * 6364136223846793005ull + 1442695040888963407ull;
-        x[i] = (float)((double)(st >> 40) / (double)(1ull << 24) * 2.0 - 1.0);
-    }
-}
-
-static float *floats(size_t n)
-{
-    float *x = malloc(n * sizeof *x);
-    if (!x) {
-        fprintf(stderr, "mask_work: out of memory (%zu floats)\n", n);
-        exit(1);
-    }
-    return x;
-}
-
 /* The documents' table of n positions cut into documents of `len` tokens (the last may be shorter). */
 static int32_t *documents(int64_t n, int64_t len)
 {
@@ -71,10 +53,10 @@ static int32_t *documents(int64_t n, int64_t len)
 static double best_seconds(const cpu_attention_shape *s, int reps)
 {
     const size_t nq = (size_t)(s->n_q * s->n_heads * s->head_dim), nkv = (size_t)(s->n_kv * s->n_kv_heads * s->head_dim);
-    float *q = floats(nq), *k = floats(nkv), *v = floats(nkv), *d_o = floats(nq), *o = floats(nq);
-    float *lse = floats((size_t)(s->n_heads * s->n_q)), *dq = floats(nq), *dk = floats(nkv), *dv = floats(nkv);
+    float *q = bench_floats(nq), *k = bench_floats(nkv), *v = bench_floats(nkv), *d_o = bench_floats(nq), *o = bench_floats(nq);
+    float *lse = bench_floats((size_t)(s->n_heads * s->n_q)), *dq = bench_floats(nq), *dk = bench_floats(nkv), *dv = bench_floats(nkv);
     void *ws = malloc(cpu_attention_workspace_bytes(s));
-    fill_uniform(q, nq, 3), fill_uniform(k, nkv, 4), fill_uniform(v, nkv, 5), fill_uniform(d_o, nq, 6);
+    bench_fill_uniform(q, nq, 3), bench_fill_uniform(k, nkv, 4), bench_fill_uniform(v, nkv, 5), bench_fill_uniform(d_o, nq, 6);
     double best = 1e30;
     for (int r = 0; r < reps; r++) {
         const double t0 = omp_get_wtime();
