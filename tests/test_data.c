@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "core/data/data.h"
 #include "tests/check_main.h"
@@ -261,6 +262,55 @@ START_TEST(packed_documents_cut_at_every_end_of_text_token)
 }
 END_TEST
 
+/* text:DIR: the files in name order, each a document ended by byte 0 (its end-of-text id, set), an empty
+ * file a 1-token document; a directory with no file, or a file holding a 0 byte, is refused by name. */
+START_TEST(text_directories_are_documents)
+{
+    char sub[256], path[300], spec[300];
+    snprintf(sub, sizeof sub, "%s/texts", dir);
+    ck_assert_int_eq(mkdir(sub, 0700), 0);
+    snprintf(spec, sizeof spec, "text:%s", sub);
+    usp_data d;
+    ck_assert_int_eq(usp_data_open(spec, 1, &d), USP_ERR_CONFIG);
+    ck_assert_ptr_nonnull(strstr(usp_error_message(), "holds no regular file"));
+    const char *files[][2] = {{"b.txt", "hello"}, {"a.txt", "xy"}, {"c.txt", ""}};
+    for (int i = 0; i < 3; i++) {
+        snprintf(path, sizeof path, "%s/%s", sub, files[i][0]);
+        FILE *f = fopen(path, "wb");
+        ck_assert_ptr_nonnull(f);
+        fputs(files[i][1], f);
+        fclose(f);
+    }
+    ck_assert_int_eq(usp_data_open(spec, 1, &d), USP_OK);
+    ck_assert_int_eq(d.eot, 0);
+    ck_assert_int_eq(d.file_tokens, 10); /* "xy" 0 "hello" 0 0 */
+    usp_seq_layout l;
+    ck_assert_int_eq(usp_seq_layout_make(USP_LAYOUT_CONTIGUOUS, 8, 2, 1, &l), USP_OK);
+    usp_shard s;
+    ck_assert_int_eq(usp_shard_alloc(&s, l.per_rank, 0), USP_OK);
+    ck_assert_int_eq(usp_shard_alloc_documents(&s, l.n), USP_OK);
+    const char want[] = "xy\0hello";
+    const int32_t starts[8] = {0, 0, 0, 3, 3, 3, 3, 3}, ends[8] = {3, 3, 3, 8, 8, 8, 8, 8};
+    for (int p = 0; p < 2; p++) {
+        ck_assert_int_eq(usp_data_read_shard(&d, &l, p, 0, 8, &s), USP_OK);
+        for (int64_t i = 0; i < l.per_rank; i++) {
+            const int64_t g = usp_seq_layout_global(&l, p, i);
+            ck_assert_int_eq(s.tokens[i], (unsigned char)want[g]);
+            ck_assert_int_eq(s.targets[i], g == 2 ? -1 : (unsigned char)(g == 7 ? 0 : want[g + 1]));
+        }
+        for (int g = 0; g < 8; g++)
+            ck_assert(s.docs[2 * g] == starts[g] && s.docs[2 * g + 1] == ends[g]);
+    }
+    usp_shard_free(&s);
+    usp_data_close(&d);
+    FILE *f = fopen(path, "wb"); /* c.txt now holds a 0 byte */
+    fputs("ab", f), fputc(0, f);
+    fclose(f);
+    ck_assert_int_eq(usp_data_open(spec, 1, &d), USP_ERR_CONFIG);
+    ck_assert_ptr_nonnull(strstr(usp_error_message(), "c.txt holds a 0 byte at offset 2"));
+}
+END_TEST
+
 START_TEST(bad_sources_name_the_input)
 {
     usp_data d;
@@ -309,6 +359,7 @@ int main(void)
     tcase_add_test(t, text_is_bytes);
     tcase_add_test(t, passkey_samples_do_not_depend_on_the_mesh);
     tcase_add_test(t, packed_documents_cut_at_every_end_of_text_token);
+    tcase_add_test(t, text_directories_are_documents);
     tcase_add_test(t, bad_sources_name_the_input);
     suite_add_tcase(s, t);
     int code = check_main_run(s);

@@ -515,7 +515,7 @@ int cmd_train(int argc, char **argv)
         {"--model", CLI_STRING, &o.model, "NAME|FILE",
          "tiny (default), gpt2-124m, llama-1b, llama-7b, llama-13b, or a Hugging Face config.json; with --resume, the "
          "checkpoint's (a different one is refused)", 0, -1},
-        {"--data", CLI_STRING, &o.data, "SOURCE", "passkey (default), text:FILE, tokens:FILE, tokens32:FILE", 0, -1},
+        {"--data", CLI_STRING, &o.data, "SOURCE", "passkey (default), text:FILE, text:DIR (a document a file), tokens:FILE, tokens32:FILE", 0, -1},
         {"--seq", CLI_INT, &o.seq, "N", "sequence length (default 64: 16 tokens per rank by default)", 2, 1 << 30},
         {"--pad", CLI_FLAG, &o.pad, NULL, "pad a length that does not divide (padding is masked out of the loss)", 0, -1},
         MASK_OPTIONS(o.mask),

@@ -187,12 +187,13 @@ static void note_long_documents(FILE *err, const usp_train_config *c)
 {
     usp_data d;
     int64_t longest = 0, over = 0;
-    if (c->eot < 0 || usp_data_open(c->data, c->seed, &d) != USP_OK) {
+    if (usp_data_open(c->data, c->seed, &d) != USP_OK) {
         usp_error_clear(); /* the run reports it, naming --data */
         return;
     }
-    if (d.kind != USP_DATA_PASSKEY && usp_data_long_documents(&d, c->eot, c->seq_len, &longest, &over) == USP_OK &&
-        over > 0)
+    const int64_t eot = c->eot >= 0 ? c->eot : d.eot; /* text:DIR has its own */
+    if (eot >= 0 && d.kind != USP_DATA_PASSKEY && usp_data_long_documents(&d, eot, c->seq_len, &longest, &over) ==
+        USP_OK && over > 0)
         fprintf(err, "usp %s: note: --data %s holds %lld document%s longer than --seq %lld (the longest %lld "
                 "tokens): each is cut where the samples end, its pieces trained as documents of their own\n",
                 c->eval_only ? "eval" : "train", c->data, (long long)over, over == 1 ? "" : "s", (long long)c->seq_len,

@@ -1,5 +1,6 @@
 /* Data sources and shard reading (see data.h). */
 #include "core/data/data.h"
+#include "core/data/text_dir.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -25,11 +26,25 @@ static uint64_t mix(uint64_t x)
     return x ^ (x >> 31);
 }
 
+/* text:DIR: the files read into memory, one document each, which the reads then see as one file. */
+static usp_status open_text_dir(usp_data *d, const char *path)
+{
+    size_t size;
+    USP_CHECK(text_dir_read(path, &d->mem, &size));
+    d->fp = fmemopen(d->mem, size, "rb");
+    if (!d->fp)
+        return usp_error(USP_ERR_RUNTIME, "--data text:%s: cannot read it from memory: %s", path, strerror(errno));
+    d->file_tokens = (int64_t)size, d->vocab = 256, d->eot = USP_TEXT_DIR_EOT;
+    return USP_OK;
+}
+
 static usp_status open_file(usp_data *d, const char *path, int64_t token_bytes)
 {
     d->path = strdup(path); /* any length the OS opens: the messages below and the reads name it whole */
     if (!d->path)
         return usp_error(USP_ERR_RUNTIME, "out of memory keeping the --data path");
+    if (d->kind == USP_DATA_TEXT && text_dir_is(path))
+        return open_text_dir(d, path);
     d->fp = fopen(path, "rb");
     if (!d->fp)
         return usp_error(USP_ERR_CONFIG, "--data: cannot open %s: %s", path, strerror(errno));
@@ -77,8 +92,8 @@ usp_status usp_data_open(const char *spec, uint64_t seed, usp_data *out)
             return s;
         }
     }
-    return usp_error(USP_ERR_CONFIG, "--data %s: unknown source; expected passkey, text:FILE, tokens:FILE "
-                     "(llm.c .bin or raw uint16) or tokens32:FILE", spec);
+    return usp_error(USP_ERR_CONFIG, "--data %s: unknown source; expected passkey, text:FILE, text:DIR, "
+                     "tokens:FILE (llm.c .bin or raw uint16) or tokens32:FILE", spec);
 }
 
 int64_t usp_data_windows(const usp_data *d, int64_t len)
@@ -91,6 +106,8 @@ void usp_data_close(usp_data *d)
     if (d->fp)
         fclose(d->fp);
     d->fp = NULL;
+    free(d->mem);
+    d->mem = NULL;
     free(d->path);
     d->path = NULL;
 }

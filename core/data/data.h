@@ -22,6 +22,8 @@
  *   tokens:FILE    llm.c .bin shards (header of 256 int32: magic 20240520,
  *                  version 1, token count; then uint16 tokens), or raw uint16
  *   tokens32:FILE  raw uint32 tokens
+ *   text:DIR       a directory's files, each a document ended by byte 0 (core/data/text_dir.h): --eot 0
+ *                  unless another is given; read into memory
  * Padding (--pad): positions at or past the real length hold token 0 and
  * target -1 (ignored by the loss); the causal mask keeps real tokens from
  * seeing them.
@@ -49,6 +51,7 @@ typedef struct usp_data {
     usp_data_kind kind;
     char *path;            /* the file (NULL for passkey); freed by usp_data_close */
     FILE *fp;
+    char *mem;             /* text:DIR: the directory's files read into memory, which fp reads (else NULL) */
     int64_t file_tokens;   /* tokens in the file */
     int64_t header_bytes;  /* llm.c header */
     int64_t vocab;         /* the largest token id + 1 the source can produce (checked against the model) */

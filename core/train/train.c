@@ -324,7 +324,7 @@ static usp_status setup(trainer *t)
                           .tiled_loss = c->tiled_loss, .tile_rows = c->tile_rows, .storage = c->storage,
                           .eager_loss = c->eager_loss, .eager_ring_merge = c->eager_ring_merge,
                           .ring_backward_overlap = c->ring_backward_overlap, .ulysses_overlap = c->ulysses_overlap,
-                          .window = c->window, .documents = c->eot >= 0, .doc_lengths = c->doc_lengths,
+                          .window = c->window, .documents = t->data.eot >= 0, .doc_lengths = c->doc_lengths,
                           .n_doc_lengths = c->n_doc_lengths};
     USP_CHECK(usp_model_create(&ms, &t->model));
     USP_CHECK(usp_buffer_alloc(BE, (size_t)(t->ctx->world_size + c->batch + 64) * sizeof(double), "comm", (void **)&t->scalars));
@@ -336,7 +336,7 @@ static usp_status setup(trainer *t)
     USP_CHECK(usp_host_alloc(BE, sizeof *t->stop_word, "the step's stop flags", (void **)&t->stop_word));
     for (int64_t b = 0; b < t->M * t->B_local; b++) {
         USP_CHECK(usp_shard_alloc(&t->shards[b], usp_model_layout(t->model)->per_rank, !t->numerics));
-        if (c->eot >= 0)
+        if (t->data.eot >= 0) /* --eot, or text:DIR's own */
             USP_CHECK(usp_shard_alloc_documents(&t->shards[b], t->N));
     }
     return load_weights(t);
