@@ -153,21 +153,15 @@ static void attention_work_text(FILE *out, const usp_train_config *c, const usp_
 
 /* A file of fewer sequences than a step's batch: they repeat within a step, and the held-out samples are
  * sequences the steps train on. A warning, not a refusal: a small file is how one tries the tool. */
-static void warn_short_data(FILE *err, const usp_train_config *c)
+static void warn_short_data(FILE *err, const usp_train_config *c, const usp_data *d)
 {
-    usp_data d;
-    if (usp_data_open(c->data, c->seed, &d) != USP_OK) {
-        usp_error_clear(); /* the run reports it, naming --data */
-        return;
-    }
-    int64_t windows = usp_data_windows(&d, c->seq_len);
-    if (d.kind != USP_DATA_PASSKEY && windows > 0 && windows < c->batch)
+    int64_t windows = usp_data_windows(d, c->seq_len);
+    if (d->kind != USP_DATA_PASSKEY && windows > 0 && windows < c->batch)
         fprintf(err, "usp %s: warning: --data %s holds %lld tokens, %lld sequence%s of --seq %d (each %d tokens "
                 "with its last target), fewer than one --batch of %d: sequences repeat within a step, and the "
                 "held-out samples are sequences it trains on\n", c->eval_only ? "eval" : "train", c->data,
-                (long long)d.file_tokens, (long long)windows, windows == 1 ? "" : "s", (int)c->seq_len,
+                (long long)d->file_tokens, (long long)windows, windows == 1 ? "" : "s", (int)c->seq_len,
                 (int)c->seq_len + 1, (int)c->batch);
-    usp_data_close(&d);
 }
 
 /* A window no narrower than the sequence is accepted (a config may give one wider than its positions),
@@ -183,29 +177,27 @@ static void note_wide_window(FILE *err, const usp_train_config *c)
 
 /* Documents longer than the sequence are cut at the samples' bounds, each piece trained as a document of its
  * own: said once, before the run (the file is read once to see). */
-static void note_long_documents(FILE *err, const usp_train_config *c)
+static void note_long_documents(FILE *err, const usp_train_config *c, const usp_data *d)
 {
-    usp_data d;
     int64_t longest = 0, over = 0;
-    if (usp_data_open(c->data, c->seed, &d) != USP_OK) {
-        usp_error_clear(); /* the run reports it, naming --data */
-        return;
-    }
-    const int64_t eot = c->eot >= 0 ? c->eot : d.eot; /* text:DIR has its own */
-    if (eot >= 0 && d.kind != USP_DATA_PASSKEY && usp_data_long_documents(&d, eot, c->seq_len, &longest, &over) ==
+    const int64_t eot = c->eot >= 0 ? c->eot : d->eot; /* text:DIR has its own */
+    if (eot >= 0 && d->kind != USP_DATA_PASSKEY && usp_data_long_documents(d, eot, c->seq_len, &longest, &over) ==
         USP_OK && over > 0)
         fprintf(err, "usp %s: note: --data %s holds %lld document%s longer than --seq %lld (the longest %lld "
                 "tokens): each is cut where the samples end, its pieces trained as documents of their own\n",
                 c->eval_only ? "eval" : "train", c->data, (long long)over, over == 1 ? "" : "s", (long long)c->seq_len,
                 (long long)longest);
-    usp_error_clear();
-    usp_data_close(&d);
+    usp_error_clear(); /* a failed read: the run reports it */
 }
 
 void train_report_input_notes(FILE *err, const usp_train_config *c, int shapes_only)
 {
-    if (!shapes_only)
-        warn_short_data(err, c), note_long_documents(err, c);
+    usp_data d; /* opened once for both notes on it */
+    if (!shapes_only && usp_data_open(c->data, c->seed, &d) == USP_OK) {
+        warn_short_data(err, c, &d), note_long_documents(err, c, &d);
+        usp_data_close(&d);
+    }
+    usp_error_clear(); /* a source that does not open: the run reports it, naming --data */
     note_wide_window(err, c);
 }
 

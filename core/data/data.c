@@ -1,6 +1,7 @@
 /* Data sources and shard reading (see data.h). */
 #include "core/data/data.h"
 #include "core/data/text_dir.h"
+#include "core/ops/mask.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -271,13 +272,6 @@ usp_status usp_data_sample_targets(const usp_data *d, int64_t sample, int64_t re
     return USP_OK;
 }
 
-/* Positions [start, end) of the table are one document. */
-static void mark_document(int32_t *doc, int64_t start, int64_t end)
-{
-    for (int64_t p = start; p < end; p++)
-        doc[2 * p] = (int32_t)start, doc[2 * p + 1] = (int32_t)end;
-}
-
 typedef struct documents_fill {
     int32_t *doc;
     int64_t first; /* the open document's start */
@@ -286,7 +280,7 @@ typedef struct documents_fill {
 static int end_document(void *arg, int64_t at) /* the document ends with the end-of-text token at `at` */
 {
     documents_fill *f = arg;
-    mark_document(f->doc, f->first, at + 1);
+    usp_mask_table_mark(f->doc, f->first, at + 1);
     f->first = at + 1;
     return 1;
 }
@@ -299,8 +293,8 @@ static usp_status fill_documents(const usp_data *d, int64_t start, int64_t real_
     documents_fill f = {doc, 0};
     if (d->eot >= 0)
         USP_CHECK(each_eot(d, d->eot, start, real_len, end_document, &f));
-    mark_document(doc, f.first, real_len);
-    mark_document(doc, real_len, n);
+    usp_mask_table_mark(doc, f.first, real_len);
+    usp_mask_table_mark(doc, real_len, n);
     return USP_OK;
 }
 

@@ -14,43 +14,31 @@ int text_dir_is(const char *path)
     return stat(path, &sb) == 0 && S_ISDIR(sb.st_mode);
 }
 
-static int by_name(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
-
-/* The regular files' names of directory `path`, sorted, into *names [*n] (each and the array malloc'd). */
+/* The regular files of directory `path` in the order of their names (scandir's alphasort), as paths into
+ * *names [*n] (each and the array malloc'd). */
 static usp_status list_files(const char *path, char ***names, size_t *n)
 {
-    DIR *dir = opendir(path);
-    if (!dir)
-        return usp_error(USP_ERR_CONFIG, "--data text:%s: cannot open the directory: %s", path, strerror(errno));
-    size_t cap = 0;
-    usp_status s = USP_OK;
+    struct dirent **entries;
     *names = NULL, *n = 0;
-    for (struct dirent *e; s == USP_OK && (e = readdir(dir));) {
+    const int count = scandir(path, &entries, NULL, alphasort);
+    if (count < 0)
+        return usp_error(USP_ERR_CONFIG, "--data text:%s: cannot open the directory: %s", path, strerror(errno));
+    usp_status s = USP_OK;
+    *names = malloc((size_t)(count ? count : 1) * sizeof **names);
+    if (!*names)
+        s = usp_error(USP_ERR_RUNTIME, "out of memory listing %s", path);
+    for (int i = 0; i < count; i++) {
         char file[4096];
         struct stat sb;
-        if (snprintf(file, sizeof file, "%s/%s", path, e->d_name) >= (int)sizeof file || stat(file, &sb) != 0 ||
-            !S_ISREG(sb.st_mode))
-            continue;
-        if (*n == cap) {
-            cap = cap ? 2 * cap : 64;
-            char **grown = realloc(*names, cap * sizeof *grown);
-            if (!grown) {
-                s = usp_error(USP_ERR_RUNTIME, "out of memory listing %s", path);
-                break;
-            }
-            *names = grown;
-        }
-        if (!((*names)[*n] = strdup(file)))
+        if (s == USP_OK && snprintf(file, sizeof file, "%s/%s", path, entries[i]->d_name) < (int)sizeof file &&
+            stat(file, &sb) == 0 && S_ISREG(sb.st_mode) && !((*names)[(*n)++] = strdup(file)))
             s = usp_error(USP_ERR_RUNTIME, "out of memory listing %s", path);
-        else
-            ++*n;
+        free(entries[i]);
     }
-    closedir(dir);
+    free(entries);
     if (s == USP_OK && *n == 0)
         s = usp_error(USP_ERR_CONFIG, "--data text:%s: the directory holds no regular file (text:DIR reads each "
                       "file as a document)", path);
-    if (s == USP_OK)
-        qsort(*names, *n, sizeof **names, by_name);
     return s;
 }
 

@@ -137,14 +137,10 @@ static usp_status create_attention(usp_model *m)
         USP_CHECK(model_buffer(m, (float **)&m->docs, m->B * N * 2, "activations"));
         USP_CHECK(usp_malloc((void **)&m->host_docs, (size_t)(m->B * N * 2) * sizeof *m->host_docs,
                              "the documents' table"));
-        int64_t *lengths; /* the given ones, and the rest (padding; all of it without lengths) as one more */
-        USP_CHECK(usp_malloc((void **)&lengths, (size_t)(m->s.n_doc_lengths + 1) * sizeof *lengths, "--documents"));
-        for (int64_t d = 0; d < m->s.n_doc_lengths; d++)
-            lengths[d] = m->s.doc_lengths[d];
-        lengths[m->s.n_doc_lengths] = N - sum;
-        for (int64_t b = 0; b < m->B; b++)
-            usp_mask_table_fill(lengths, m->s.n_doc_lengths + (sum < N), m->host_docs + 2 * b * N);
-        free(lengths);
+        for (int64_t b = 0; b < m->B; b++) { /* the given lengths, and the rest (padding; all without) as one more */
+            usp_mask_table_fill(m->s.doc_lengths, m->s.n_doc_lengths, m->host_docs + 2 * b * N);
+            usp_mask_table_mark(m->host_docs + 2 * b * N, sum, N);
+        }
     }
     usp_schedule_config sc = {.backend = BE, .stream = ST, .ulysses = m->s.mesh->ulysses,
                                     .ring = m->s.mesh->ring, .batch = m->B, .seq_len = m->s.seq_len,

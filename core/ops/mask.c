@@ -57,12 +57,14 @@ double usp_mask_pairs(const usp_mask_row *m, int64_t q0, int64_t nq, int64_t k0,
     return sum;
 }
 
+void usp_mask_table_mark(int32_t *doc, int64_t start, int64_t end)
+{
+    for (int64_t p = start; p < end; p++)
+        doc[2 * p] = (int32_t)start, doc[2 * p + 1] = (int32_t)end;
+}
+
 void usp_mask_table_fill(const int64_t *lengths, int64_t n_docs, int32_t *doc)
 {
-    int64_t start = 0;
-    for (int64_t d = 0; d < n_docs; d++) {
-        for (int64_t p = start; p < start + lengths[d]; p++)
-            doc[2 * p] = (int32_t)start, doc[2 * p + 1] = (int32_t)(start + lengths[d]);
-        start += lengths[d];
-    }
+    for (int64_t d = 0, start = 0; d < n_docs; start += lengths[d++])
+        usp_mask_table_mark(doc, start, start + lengths[d]);
 }

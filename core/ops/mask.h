@@ -82,8 +82,11 @@ USP_MASK_FN int usp_mask_sees(const usp_mask_row *m, int64_t p, int64_t k)
 /* Visible pairs (p, k) with p in [q0, q0 + nq) and k in [k0, k0 + nk): O(documents met), not O(nq). */
 double usp_mask_pairs(const usp_mask_row *m, int64_t q0, int64_t nq, int64_t k0, int64_t nk);
 
-/* The table of a row from its documents' lengths (lengths[0..n_docs) summing to positions):
- * doc[2 p], doc[2 p + 1] = start and end of p's document. */
+/* Positions [start, end) of a row's table doc are one document: doc[2 p], doc[2 p + 1] = start, end. */
+void usp_mask_table_mark(int32_t *doc, int64_t start, int64_t end);
+
+/* The table of a row from its documents' lengths (lengths[0..n_docs), from position 0 on), as
+ * usp_mask_table_mark of each. */
 void usp_mask_table_fill(const int64_t *lengths, int64_t n_docs, int32_t *doc);
 
 #endif /* USP_MASK_H */

@@ -47,7 +47,7 @@ struct ring_attention {
     usp_event_t *arrived;      /* on comm_stream: the last block received */
     usp_event_t *consumed;     /* on c.stream: the last block's attention is done, its buffer may be refilled */
     int overlap_backward;      /* the backward sends K/V ahead on comm_stream (overlap_pays) */
-    int steps;                 /* this call's ring steps (steps_needed) */
+    int steps;                 /* the last forward's ring steps (steps_needed), which its backward takes too */
 };
 
 static unsigned skipped_waits; /* ring_attention_skip_waits_for_tests: RING_WAIT_* left out */
@@ -111,7 +111,8 @@ static int steps_needed(const ring_attention *a)
     for (int s = bound - 1; s >= 1 && c->mask.docs_host; s--)
         for (int r = 0; r < a->R; r++) {
             usp_token_run x[2], y[2];
-            const int nx = usp_seq_layout_runs(&c->layout, r, x), ny = usp_seq_layout_runs(&c->layout, (r - s + a->R) % a->R, y);
+            const int nx = usp_seq_layout_runs(&c->layout, r, x);
+            const int ny = usp_seq_layout_runs(&c->layout, (r - s + a->R) % a->R, y);
             for (int64_t b = 0; b < c->batch; b++)
                 for (int i = 0; i < nx; i++)
                     for (int j = 0; j < ny; j++)
@@ -467,12 +468,13 @@ static usp_status backward_in_order(ring_attention *a, const float *q, const flo
                                  (a->r - s + R) % R));
         /* dK/dV are complete for this step only after the compute, so the send follows it on the
          * same stream. After step S-1 we hold block r-(S-1): one more hop of dK/dV alone takes it home. */
-        grad_peers(a, s, &to, &from);
         if (s + 1 < S)
             USP_CHECK(usp_comm_sendrecv(c->ring, b, 4 * blk, next, nb, 4 * blk, prev, c->storage, c->stream));
-        else
+        else {
+            grad_peers(a, s, &to, &from);
             USP_CHECK(usp_comm_sendrecv(c->ring, elem(a, b, 2 * blk), 2 * blk, to, elem(a, nb, 2 * blk), 2 * blk,
                                         from, c->storage, c->stream));
+        }
         *cur ^= 1;
     }
     return USP_OK;
@@ -487,8 +489,7 @@ static usp_status backward(ring_attention *a, const float *q, const float *k, co
                                               (size_t)c->head_dim * esz, c->stream));
     /* The kernel wants each query run's GLOBAL lse as one [H, count] slab. */
     USP_CHECK(lse_slabs(a, lse, NULL));
-    a->steps = steps_needed(a);
-    if (a->steps == 1) { /* no ring (R = 1, or a mask that keeps to our block): our gradients land in place */
+    if (a->steps == 1) { /* no ring (R = 1, or the forward's mask kept to our block): our gradients land in place */
         USP_CHECK(usp_buffer_zero(c->backend, dk, blk_bytes, c->stream));
         USP_CHECK(usp_buffer_zero(c->backend, dv, blk_bytes, c->stream));
         return backward_block(a, q, o, d_o, dq, k, v, dk, dv, a->r);
